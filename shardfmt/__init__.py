@@ -1,0 +1,71 @@
+"""shardfmt: image training data that loads at the JPEG decode limit.
+
+Convert an ImageFolder tree once (`shardfmt convert`), then read it with `open_dataset` or load
+shuffled batches with `Loader`. The converter and the reader work without torch; `Loader` and
+`Dataset` import it when first used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (
+    ChecksumError,
+    ConvertError,
+    DatasetNotFoundError,
+    DecodeError,
+    FormatError,
+    LimitError,
+    ManifestError,
+    SchemaError,
+    ShardfmtError,
+    ShardNotFoundError,
+    UnsupportedVersionError,
+    WorkerError,
+)
+from .layout import FORMAT_VERSION
+from .manifest import Manifest, ShardEntry
+from .reader import DatasetReader, ImageInfo, Record, ShardReader, open_dataset
+from .schema import IMAGE_CLASSIFICATION, Field, Schema
+from .writer import DatasetWriter, ShardInfo, ShardWriter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORMAT_VERSION",
+    "IMAGE_CLASSIFICATION",
+    "ChecksumError",
+    "ConvertError",
+    "DatasetNotFoundError",
+    "DatasetReader",
+    "DatasetWriter",
+    "DecodeError",
+    "Field",
+    "FormatError",
+    "ImageInfo",
+    "LimitError",
+    "Manifest",
+    "ManifestError",
+    "Record",
+    "Schema",
+    "SchemaError",
+    "ShardEntry",
+    "ShardInfo",
+    "ShardNotFoundError",
+    "ShardReader",
+    "ShardWriter",
+    "ShardfmtError",
+    "UnsupportedVersionError",
+    "WorkerError",
+    "__version__",
+    "open_dataset",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The torch-facing names load torch only when asked for.
+    if name in ("Loader", "Dataset"):
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'shardfmt' has no attribute {name!r}")

@@ -1,0 +1,129 @@
+"""Every exception shardfmt raises.
+
+The hierarchy::
+
+    ShardfmtError
+    ├── FormatError (ValueError)            a shard breaks a structural rule of the format
+    │   ├── ChecksumError                   bytes do not match their stored checksum
+    │   ├── LimitError                      a stored value exceeds a stated limit
+    │   └── UnsupportedVersionError         unknown major version, flag or field type
+    ├── SchemaError (ValueError)            a schema is malformed or a record does not fit it
+    ├── ManifestError (ValueError)          manifest.json is missing a field, malformed or inconsistent
+    ├── DatasetNotFoundError (FileNotFoundError)   no manifest.json: not a (finished) dataset
+    ├── ShardNotFoundError (FileNotFoundError)     a shard named by the manifest is missing
+    ├── DecodeError (ValueError)            an image payload cannot be decoded
+    ├── ConvertError                        a conversion cannot start or continue
+    └── WorkerError (RuntimeError)          a loader worker raised or died
+
+A reader error carries ``.path``, ``.offset`` and ``.record`` (each may be None) and renders as
+``shards/shard-00003.shard: byte 81920: record 17: payload [81920, 99001) runs past end of file``.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "ChecksumError",
+    "ConvertError",
+    "DatasetNotFoundError",
+    "DecodeError",
+    "FormatError",
+    "LimitError",
+    "ManifestError",
+    "SchemaError",
+    "ShardNotFoundError",
+    "ShardfmtError",
+    "UnsupportedVersionError",
+    "WorkerError",
+]
+
+
+class ShardfmtError(Exception):
+    """Root of every error shardfmt raises on purpose.
+
+    Args:
+        message: what was expected and what was found.
+        path: the file concerned, if any.
+        offset: the byte offset in that file, if known.
+        record: the record index in that shard, if known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        offset: int | None = None,
+        record: int | None = None,
+    ) -> None:
+        self.message = message
+        self.path = os.fspath(path) if path is not None else None
+        self.offset = offset
+        self.record = record
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        if self.path is not None:
+            parts.append(self.path)
+        if self.offset is not None:
+            parts.append(f"byte {self.offset}")
+        if self.record is not None:
+            parts.append(f"record {self.record}")
+        parts.append(self.message)
+        return ": ".join(parts)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Keep keyword-only context when an error crosses a process boundary.
+        return (_rebuild, (type(self), self.message, self.path, self.offset, self.record))
+
+
+def _rebuild(
+    cls: type[ShardfmtError], message: str, path: str | None, offset: int | None, record: int | None
+) -> ShardfmtError:
+    return cls(message, path=path, offset=offset, record=record)
+
+
+class FormatError(ShardfmtError, ValueError):
+    """A shard breaks a structural rule of the format."""
+
+
+class ChecksumError(FormatError):
+    """Bytes do not match the checksum stored for them: the file is corrupt."""
+
+
+class LimitError(FormatError):
+    """A stored size or count exceeds a limit stated in the spec; nothing was allocated for it."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The file needs a newer reader: unknown major version, required flag or field type."""
+
+
+class SchemaError(ShardfmtError, ValueError):
+    """A schema is malformed, or a record does not fit its schema."""
+
+
+class ManifestError(ShardfmtError, ValueError):
+    """manifest.json is malformed, incomplete or disagrees with the shards."""
+
+
+class DatasetNotFoundError(ShardfmtError, FileNotFoundError):
+    """The path holds no manifest.json, so it is not a finished dataset."""
+
+
+class ShardNotFoundError(ShardfmtError, FileNotFoundError):
+    """A shard named by the manifest does not exist."""
+
+
+class DecodeError(ShardfmtError, ValueError):
+    """An image payload could not be decoded."""
+
+
+class ConvertError(ShardfmtError):
+    """A conversion cannot start or continue (output not empty, options changed on resume, ...)."""
+
+
+class WorkerError(ShardfmtError, RuntimeError):
+    """A loader worker raised or died; the message holds its traceback, shard and record."""

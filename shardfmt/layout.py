@@ -1,0 +1,119 @@
+"""The bytes of a binary shard: the single source of truth for magic, versions, structs and limits.
+
+A shard is, in file order::
+
+    header   64 bytes  HEADER_DTYPE, then the schema (canonical JSON), zero-padded to `alignment`
+    payload            each record's variable-size fields, every field starting at a multiple of
+                       `alignment`, records back to back with no gaps
+    table              num_records rows of the record dtype built by `record_dtype(schema)`
+    footer   64 bytes  FOOTER_DTYPE: where the table is, how many rows, its checksum
+
+Every integer is little-endian. spec/format.md describes the same bytes in prose and tables; when
+this module and the spec disagree, that is a bug in one of them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+MAGIC: Final = b"\x89SHARD\r\n"
+"""Eight bytes at offset 0. The 0x89 and CR LF catch 7-bit and text-mode transfers."""
+FOOTER_MAGIC: Final = b"SHARDEND"
+"""The last eight bytes of every shard."""
+
+FORMAT_VERSION: Final = (1, 0)
+"""(major, minor). A reader refuses another major; a newer minor only adds field types and
+optional manifest keys, which a reader either understands or refuses by name."""
+SHARD_SUFFIX: Final = ".shard"
+
+HEADER_SIZE: Final = 64
+FOOTER_SIZE: Final = 64
+DEFAULT_ALIGNMENT: Final = 64
+"""Payload alignment the writer uses: a cache line, and a multiple of every numeric itemsize."""
+
+HEADER_DTYPE: Final = np.dtype(
+    [
+        ("magic", "S8"),
+        ("major", "<u2"),
+        ("minor", "<u2"),
+        ("flags", "<u4"),
+        ("header_size", "<u8"),
+        ("schema_size", "<u4"),
+        ("alignment", "<u4"),
+        ("reserved", "<u8", (3,)),
+        ("checksum", "<u8"),
+    ]
+)
+"""`checksum` is xxh3_64 of header bytes [0, 56) followed by the schema bytes."""
+HEADER_CHECKED_BYTES: Final = 56
+
+FOOTER_DTYPE: Final = np.dtype(
+    [
+        ("table_offset", "<u8"),
+        ("num_records", "<u8"),
+        ("record_size", "<u4"),
+        ("reserved0", "<u4"),
+        ("table_checksum", "<u8"),
+        ("reserved", "<u8", (2,)),
+        ("checksum", "<u8"),
+        ("magic", "S8"),
+    ]
+)
+"""`table_checksum` is xxh3_64 of the table bytes; `checksum` is xxh3_64 of footer bytes [0, 48)."""
+FOOTER_CHECKED_BYTES: Final = 48
+
+KNOWN_FLAGS: Final = 0
+"""Bit mask of header flags this reader understands. v1.0 defines none: every bit must be 0."""
+
+# Record table: three columns every record has, then the columns of each field in schema order.
+BASE_COLUMNS: Final = [("offset", "<u8"), ("size", "<u8"), ("checksum", "<u8")]
+"""`offset`/`size`: the record's payload span (all its variable-size fields with padding);
+`checksum`: xxh3_64 of exactly those `size` bytes."""
+
+SPAN_COLUMNS: Final = [("offset", "<u8"), ("size", "<u8")]
+JPEG_COLUMNS: Final = SPAN_COLUMNS + [
+    ("height", "<u2"),
+    ("width", "<u2"),
+    ("channels", "<u2"),
+    ("reserved", "<u2"),
+]
+
+FIELD_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
+    "jpeg": JPEG_COLUMNS,
+    "bytes": SPAN_COLUMNS,
+    "str": SPAN_COLUMNS,
+    "json": SPAN_COLUMNS,
+    "int64": [("", "<i8")],
+    "float64": [("", "<f8")],
+}
+"""Columns per field type. A column named "" is the field's own name; others are "name.column"."""
+VARIABLE_TYPES: Final = frozenset(t for t, cols in FIELD_COLUMNS.items() if cols[0][0] == "offset")
+IMAGE_TYPES: Final = frozenset({"jpeg"})
+
+# Limits. Each is checked before anything is allocated for the value it bounds; spec/limits.md
+# gives the reason for every number.
+MAX_SCHEMA_SIZE: Final = 64 * 1024
+MAX_FIELDS: Final = 64
+MAX_FIELD_NAME_LENGTH: Final = 64
+MAX_RECORDS_PER_SHARD: Final = 1 << 24
+MAX_FIELD_SIZE: Final = 1 << 30
+MAX_SHARD_SIZE: Final = 1 << 40
+MAX_ALIGNMENT: Final = 1 << 16
+MIN_ALIGNMENT: Final = 8
+MAX_IMAGE_SIDE: Final = 65535
+MAX_MANIFEST_SIZE: Final = 256 * 1024 * 1024
+MAX_SHARDS: Final = 1 << 20
+MAX_CLASSES: Final = 1 << 20
+JPEG_CHANNELS: Final = (1, 3)
+
+
+def align_up(value: int, alignment: int) -> int:
+    """Return the smallest multiple of `alignment` (a power of two) that is >= `value`."""
+    return (value + alignment - 1) & ~(alignment - 1)
+
+
+def column_name(field: str, column: str) -> str:
+    """Return the record-table column name of `column` of `field` ("" is the field itself)."""
+    return field if not column else f"{field}.{column}"

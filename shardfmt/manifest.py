@@ -1,0 +1,228 @@
+"""manifest.json: the dataset's table of contents, written last as the commit point.
+
+A directory is a dataset only once its manifest exists; the manifest names every shard with its
+record count, byte size and XXH3-64, so a reader can check a shard before trusting it. The JSON is
+deterministic (sorted keys, fixed indentation) so that equal inputs give byte-identical manifests.
+spec/manifest.md and spec/manifest.schema.json describe the same fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .checksum import format_checksum, parse_checksum
+from .errors import DatasetNotFoundError, ManifestError, SchemaError, UnsupportedVersionError
+from .fileio import atomic_write_bytes
+from .layout import FORMAT_VERSION, MAX_CLASSES, MAX_MANIFEST_SIZE, MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE, MAX_SHARDS
+from .schema import Schema
+
+__all__ = ["MANIFEST_NAME", "Manifest", "ShardEntry", "find_manifest"]
+
+MANIFEST_NAME = "manifest.json"
+SHARD_FORMATS = ("binary",)
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it; `path` is relative to the dataset root, with '/'."""
+
+    path: str
+    num_records: int
+    size: int
+    checksum: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "num_records": self.num_records,
+            "size": self.size,
+            "checksum": format_checksum(self.checksum),
+        }
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed content of manifest.json."""
+
+    schema: Schema
+    shards: tuple[ShardEntry, ...]
+    classes: list[str] | None = None
+    shard_format: str = "binary"
+    format_version: tuple[int, int] = FORMAT_VERSION
+    converter: dict[str, Any] = field(default_factory=dict)
+    rejects: dict[str, Any] = field(default_factory=lambda: {"count": 0, "by_reason": {}, "report": None})
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_records(self) -> int:
+        return sum(shard.num_records for shard in self.shards)
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(shard.size for shard in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "shardfmt",
+            "format_version": f"{self.format_version[0]}.{self.format_version[1]}",
+            "shard_format": self.shard_format,
+            "schema": self.schema.to_json(),
+            "classes": self.classes,
+            "num_records": self.num_records,
+            "num_bytes": self.num_bytes,
+            "shards": [shard.to_json() for shard in self.shards],
+            "rejects": self.rejects,
+            "converter": self.converter,
+            "stats": self.stats,
+        }
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+    def write(self, directory: str | os.PathLike[str]) -> Path:
+        """Write manifest.json atomically into `directory` and return its path."""
+        path = Path(directory) / MANIFEST_NAME
+        atomic_write_bytes(path, self.to_bytes())
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Manifest:
+        """Read and validate a manifest.
+
+        Args:
+            path: manifest.json, or the dataset directory holding it.
+
+        Raises:
+            DatasetNotFoundError: there is no manifest (an unfinished conversion, or not a dataset).
+            ManifestError: the manifest is too large, not JSON, or breaks a rule of spec/manifest.md.
+            UnsupportedVersionError: its major format version is not 1.
+        """
+        path = find_manifest(path)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError as err:
+            raise DatasetNotFoundError(
+                "no manifest.json: not a shardfmt dataset, or its conversion has not finished "
+                "(rerun `shardfmt convert --resume`)",
+                path=path.parent,
+            ) from err
+        if size > MAX_MANIFEST_SIZE:
+            raise ManifestError(f"{size} bytes exceeds the manifest limit of {MAX_MANIFEST_SIZE}", path=path)
+        data = path.read_bytes()
+        return cls.from_bytes(data, path=path)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, path: str | os.PathLike[str] = MANIFEST_NAME) -> Manifest:
+        """Parse and validate manifest bytes (see `load`)."""
+        if len(data) > MAX_MANIFEST_SIZE:
+            raise ManifestError(f"{len(data)} bytes exceeds the manifest limit of {MAX_MANIFEST_SIZE}", path=path)
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            raise ManifestError(f"not valid UTF-8 JSON: {err}", path=path) from err
+        return _parse(value, path)
+
+
+def find_manifest(path: str | os.PathLike[str]) -> Path:
+    """Return the manifest path for a dataset directory or a manifest path."""
+    path = Path(path)
+    return path / MANIFEST_NAME if path.is_dir() or not path.name.endswith(".json") else path
+
+
+def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
+    def fail(message: str) -> ManifestError:
+        return ManifestError(message, path=path)
+
+    def need(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+        if key not in obj:
+            raise fail(f"{where}: missing {key!r}")
+        item = obj[key]
+        if not isinstance(item, kind) or (kind is int and isinstance(item, bool)):
+            raise fail(f"{where}: {key!r} has the wrong type ({type(item).__name__})")
+        return item
+
+    if not isinstance(value, dict):
+        raise fail("the manifest is not a JSON object")
+    if value.get("format") != "shardfmt":
+        raise fail(f'"format" is {value.get("format")!r}, expected "shardfmt"')
+    version = need(value, "format_version", str, "manifest")
+    major, _, minor = version.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise fail(f'"format_version" {version!r} is not "MAJOR.MINOR"')
+    if int(major) != FORMAT_VERSION[0]:
+        raise UnsupportedVersionError(
+            f"format version {version} needs a reader for major version {major}; this reader knows "
+            f"{FORMAT_VERSION[0]}.x",
+            path=path,
+        )
+    shard_format = need(value, "shard_format", str, "manifest")
+    if shard_format not in SHARD_FORMATS:
+        raise UnsupportedVersionError(f'shard_format {shard_format!r} is unknown to this reader', path=path)
+    try:
+        schema = Schema.from_json(need(value, "schema", dict, "manifest"))
+    except SchemaError as err:
+        raise fail(f"schema: {err.message}") from err
+    classes = value.get("classes")
+    if classes is not None:
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise fail('"classes" must be null or a list of strings')
+        if len(classes) > MAX_CLASSES:
+            raise fail(f"{len(classes)} classes exceed the limit of {MAX_CLASSES}")
+    raw_shards = need(value, "shards", list, "manifest")
+    if len(raw_shards) > MAX_SHARDS:
+        raise fail(f"{len(raw_shards)} shards exceed the limit of {MAX_SHARDS}")
+    shards = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_shards):
+        where = f"shards[{i}]"
+        if not isinstance(raw, dict):
+            raise fail(f"{where} is not an object")
+        shard_path = need(raw, "path", str, where)
+        problem = _unsafe_path(shard_path)
+        if problem:
+            raise fail(f"{where}: path {shard_path!r} {problem}")
+        if shard_path in seen:
+            raise fail(f"{where}: path {shard_path!r} is listed twice")
+        seen.add(shard_path)
+        num_records = need(raw, "num_records", int, where)
+        size = need(raw, "size", int, where)
+        if not 0 <= num_records <= MAX_RECORDS_PER_SHARD:
+            raise fail(f"{where}: num_records {num_records} is outside [0, {MAX_RECORDS_PER_SHARD}]")
+        if not 0 < size <= MAX_SHARD_SIZE:
+            raise fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
+        try:
+            digest = parse_checksum(need(raw, "checksum", str, where))
+        except ValueError as err:
+            raise fail(f"{where}: {err}") from err
+        shards.append(ShardEntry(shard_path, num_records, size, digest))
+    manifest = Manifest(
+        schema=schema,
+        shards=tuple(shards),
+        classes=classes,
+        shard_format=shard_format,
+        format_version=(int(major), int(minor)),
+        converter=value.get("converter") if isinstance(value.get("converter"), dict) else {},
+        rejects=value.get("rejects") if isinstance(value.get("rejects"), dict) else {},
+        stats=value.get("stats") if isinstance(value.get("stats"), dict) else {},
+    )
+    for key, actual in (("num_records", manifest.num_records), ("num_bytes", manifest.num_bytes)):
+        stated = need(value, key, int, "manifest")
+        if stated != actual:
+            raise fail(f'"{key}" is {stated} but the shards add up to {actual}')
+    return manifest
+
+
+def _unsafe_path(text: str) -> str | None:
+    """Return why a shard path could escape the dataset root, or None if it is safe."""
+    if not text or "\\" in text or "\x00" in text:
+        return "is empty or holds a backslash or NUL"
+    pure = PurePosixPath(text)
+    if pure.is_absolute() or ":" in pure.parts[0]:
+        return "is absolute; shard paths are relative to the dataset root"
+    if any(part in ("..", ".", "") for part in text.split("/")):
+        return "has an empty, '.' or '..' component"
+    return None

@@ -1,0 +1,140 @@
+"""Schemas: the named, typed fields of a record, their canonical JSON and their record-table dtype."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import SchemaError, UnsupportedVersionError
+from .layout import (
+    BASE_COLUMNS,
+    FIELD_COLUMNS,
+    MAX_FIELD_NAME_LENGTH,
+    MAX_FIELDS,
+    VARIABLE_TYPES,
+    column_name,
+)
+
+__all__ = ["IMAGE_CLASSIFICATION", "Field", "Schema"]
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RESERVED_NAMES = frozenset(name for name, _ in BASE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One named field of a record.
+
+    Attributes:
+        name: ASCII identifier, 1 to 64 characters, not "offset", "size" or "checksum".
+        type: one of "jpeg", "int64", "float64", "str", "bytes", "json".
+    """
+
+    name: str
+    type: str
+
+    @property
+    def is_variable(self) -> bool:
+        """True if the field's bytes live in the payload region rather than in the table."""
+        return self.type in VARIABLE_TYPES
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The ordered fields of every record in a dataset."""
+
+    fields: tuple[Field, ...]
+
+    def __post_init__(self) -> None:
+        if not self.fields:
+            raise SchemaError("a schema needs at least one field")
+        if len(self.fields) > MAX_FIELDS:
+            raise SchemaError(f"{len(self.fields)} fields exceed the limit of {MAX_FIELDS}")
+        seen: set[str] = set()
+        for field in self.fields:
+            if not isinstance(field.name, str) or len(field.name) > MAX_FIELD_NAME_LENGTH or not _NAME_RE.match(field.name):
+                raise SchemaError(
+                    f"field name {field.name!r} is not an ASCII identifier of 1 to {MAX_FIELD_NAME_LENGTH} characters"
+                )
+            if field.name in _RESERVED_NAMES:
+                raise SchemaError(f"field name {field.name!r} is reserved for the record table")
+            if field.name in seen:
+                raise SchemaError(f"field name {field.name!r} appears twice")
+            seen.add(field.name)
+            if field.type not in FIELD_COLUMNS:
+                raise UnsupportedVersionError(
+                    f"field {field.name!r} has type {field.type!r}, which this reader does not know "
+                    f"(known: {', '.join(sorted(FIELD_COLUMNS))}); upgrade shardfmt"
+                )
+
+    @classmethod
+    def of(cls, **types: str) -> Schema:
+        """Build a schema from keyword arguments in order: ``Schema.of(image="jpeg", label="int64")``."""
+        return cls(tuple(Field(name, type_) for name, type_ in types.items()))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(field.name for field in self.fields)
+
+    def field(self, name: str) -> Field:
+        """Return the field called `name`.
+
+        Raises:
+            SchemaError: no field has that name.
+        """
+        for field in self.fields:
+            if field.name == name:
+                return field
+        raise SchemaError(f"no field {name!r} in schema (fields: {', '.join(self.names)})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fields": [{"name": f.name, "type": f.type} for f in self.fields]}
+
+    def to_bytes(self) -> bytes:
+        """Return the canonical encoding stored in shards: sorted keys, no spaces, UTF-8."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def from_json(cls, value: Any) -> Schema:
+        """Parse the JSON form.
+
+        Raises:
+            SchemaError: the value is not a schema.
+            UnsupportedVersionError: a field type is unknown to this reader.
+        """
+        if not isinstance(value, dict) or not isinstance(value.get("fields"), list):
+            raise SchemaError('a schema is an object with a "fields" list')
+        fields = []
+        for i, item in enumerate(value["fields"]):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("type"), str):
+                raise SchemaError(f'schema field {i} needs string "name" and "type"')
+            fields.append(Field(item["name"], item["type"]))
+        return cls(tuple(fields))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Schema:
+        """Parse the encoding stored in shards (UTF-8 JSON)."""
+        try:
+            value = json.loads(bytes(data).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            raise SchemaError(f"schema is not valid UTF-8 JSON: {err}") from err
+        return cls.from_json(value)
+
+    def record_dtype(self) -> np.dtype[Any]:
+        """Return the packed, little-endian numpy dtype of one record-table row."""
+        columns = list(BASE_COLUMNS)
+        for field in self.fields:
+            columns.extend((column_name(field.name, col), fmt) for col, fmt in FIELD_COLUMNS[field.type])
+        return np.dtype(columns)
+
+    @property
+    def variable_fields(self) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if f.is_variable)
+
+
+IMAGE_CLASSIFICATION = Schema.of(image="jpeg", label="int64", key="str")
+"""The schema `shardfmt convert` writes for ImageFolder trees and listings."""
