@@ -1,0 +1,160 @@
+"""Crop rules, vectorised over a chunk of records: which box of the source each output comes from.
+
+Every pipeline maps (heights, widths, per-record random keys) to integer boxes
+(top, left, height, width) in source pixels plus a flip flag; the decoder then resizes each box
+to the fixed output size. Boxes come from the record table, so no payload is read to choose them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from ..sampling import uniforms
+
+__all__ = ["CenterCrop", "CropPlan", "Pipeline", "RandomResizedCrop", "Resize", "pipeline_from_config"]
+
+_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class CropPlan:
+    """Per-record boxes in source pixels and horizontal flips, all int64/bool arrays of one length."""
+
+    top: np.ndarray
+    left: np.ndarray
+    height: np.ndarray
+    width: np.ndarray
+    flip: np.ndarray
+
+
+def _size_pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, int) and 0 < v <= 65535 for v in pair):
+        raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
+    return (int(pair[0]), int(pair[1]))
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop (same parameters, same sampling rule) then a random flip.
+
+    Up to 10 attempts draw an area fraction uniformly from `scale` and a log-uniform aspect ratio
+    from `ratio`; the first box that fits is placed uniformly; otherwise a center crop clamped to
+    `ratio`. `flip` is the probability of a horizontal flip.
+    """
+
+    size: tuple[int, int] = (224, 224)
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: float = 0.5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair(self.size))
+        if not 0 < self.scale[0] <= self.scale[1] <= 1:
+            raise ValueError(f"scale must satisfy 0 < low <= high <= 1, got {self.scale}")
+        if not 0 < self.ratio[0] <= self.ratio[1]:
+            raise ValueError(f"ratio must satisfy 0 < low <= high, got {self.ratio}")
+        if not 0 <= self.flip <= 1:
+            raise ValueError(f"flip is a probability in [0, 1], got {self.flip}")
+
+    def plan(self, heights: np.ndarray, widths: np.ndarray, keys: np.ndarray) -> CropPlan:
+        n = len(heights)
+        h_src = heights.astype(np.float64)
+        w_src = widths.astype(np.float64)
+        u = uniforms(keys, 4 * _ATTEMPTS + 1).reshape(n, -1)
+        area = (h_src * w_src)[:, None]
+        target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[:, 0 : 4 * _ATTEMPTS : 4])
+        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        aspect = np.exp(log_lo + (log_hi - log_lo) * u[:, 1 : 4 * _ATTEMPTS : 4])
+        w = np.round(np.sqrt(target * aspect)).astype(np.int64)
+        h = np.round(np.sqrt(target / aspect)).astype(np.int64)
+        fits = (w > 0) & (w <= widths[:, None]) & (h > 0) & (h <= heights[:, None])
+        first = np.argmax(fits, axis=1)
+        found = fits[np.arange(n), first]
+        rows = np.arange(n)
+        h_pick, w_pick = h[rows, first], w[rows, first]
+        top = np.floor(u[rows, 4 * first + 2] * (heights - h_pick + 1)).astype(np.int64)
+        left = np.floor(u[rows, 4 * first + 3] * (widths - w_pick + 1)).astype(np.int64)
+        # torchvision's fallback: the whole image, clamped to the ratio range, centered.
+        in_ratio = w_src / h_src
+        fb_w = np.where(in_ratio < self.ratio[0], widths, np.where(in_ratio > self.ratio[1], np.round(h_src * self.ratio[1]), widths)).astype(np.int64)
+        fb_h = np.where(in_ratio < self.ratio[0], np.round(w_src / self.ratio[0]), heights).astype(np.int64)
+        fb_h = np.clip(fb_h, 1, heights)
+        fb_w = np.clip(fb_w, 1, widths)
+        return CropPlan(
+            top=np.where(found, top, (heights - fb_h) // 2),
+            left=np.where(found, left, (widths - fb_w) // 2),
+            height=np.where(found, h_pick, fb_h),
+            width=np.where(found, w_pick, fb_w),
+            flip=u[:, -1] < self.flip,
+        )
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "random_resized_crop", "size": list(self.size), "scale": list(self.scale), "ratio": list(self.ratio), "flip": self.flip}
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """Evaluation: resize the shorter side to `resize`, then take the centered `size` crop
+    (torchvision's Resize(resize) + CenterCrop(size)), as one box in source pixels."""
+
+    size: tuple[int, int] = (224, 224)
+    resize: int = 256
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair(self.size))
+        if self.resize < max(self.size):
+            raise ValueError(f"resize ({self.resize}) must be at least the crop size {self.size}")
+
+    def plan(self, heights: np.ndarray, widths: np.ndarray, keys: np.ndarray) -> CropPlan:
+        short = np.minimum(heights, widths).astype(np.float64)
+        factor = short / self.resize  # source pixels per resized pixel
+        new_h = np.where(heights <= widths, self.resize, np.floor(self.resize * heights / short)).astype(np.int64)
+        new_w = np.where(widths <= heights, self.resize, np.floor(self.resize * widths / short)).astype(np.int64)
+        crop_top = np.round((new_h - self.size[0]) / 2.0)
+        crop_left = np.round((new_w - self.size[1]) / 2.0)
+        height = np.clip(np.round(self.size[0] * factor), 1, heights).astype(np.int64)
+        width = np.clip(np.round(self.size[1] * factor), 1, widths).astype(np.int64)
+        top = np.clip(np.round(crop_top * factor), 0, heights - height).astype(np.int64)
+        left = np.clip(np.round(crop_left * factor), 0, widths - width).astype(np.int64)
+        return CropPlan(top, left, height, width, np.zeros(len(heights), bool))
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "center_crop", "size": list(self.size), "resize": self.resize}
+
+
+@dataclass(frozen=True)
+class Resize:
+    """Plain decode: the whole image resized to `size`, aspect ratio not kept."""
+
+    size: tuple[int, int] = (224, 224)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair(self.size))
+
+    def plan(self, heights: np.ndarray, widths: np.ndarray, keys: np.ndarray) -> CropPlan:
+        zeros = np.zeros(len(heights), np.int64)
+        return CropPlan(zeros, zeros, heights.astype(np.int64), widths.astype(np.int64), np.zeros(len(heights), bool))
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "resize", "size": list(self.size)}
+
+
+Pipeline = Union[RandomResizedCrop, CenterCrop, Resize]
+
+
+def pipeline_from_config(config: dict[str, Any]) -> Pipeline:
+    """Rebuild a pipeline from its `to_config()` form (how workers receive it)."""
+    op = config.get("op")
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k != "op"}
+    if op == "random_resized_crop":
+        return RandomResizedCrop(**params)
+    if op == "center_crop":
+        return CenterCrop(**params)
+    if op == "resize":
+        return Resize(**params)
+    raise ValueError(f"unknown pipeline op {op!r}")

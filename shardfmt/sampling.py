@@ -1,0 +1,133 @@
+"""Epoch orders: pure functions from (size, seed, epoch, rank, world size) to batches of indices.
+
+Nothing here holds state, so an order can be recomputed anywhere: in a worker, after a restart,
+or by a reader in another language (spec/sampling.md gives the same rules). Randomness comes
+from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's hidden state:
+
+- the shuffled order of an epoch is the stable argsort of ``hash(seed, ORDER, epoch, i)``;
+- the augmentation draws of record ``r`` are ``hash(seed, AUGMENT, epoch, r) + k`` for draw ``k``,
+  so a record is cropped the same way whichever rank, worker or batch handles it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["EpochPlan", "ORDER_STREAM", "AUGMENT_STREAM", "mix64", "record_keys", "sample_batches", "uniforms"]
+
+ORDER_STREAM = 0x4F52444552
+AUGMENT_STREAM = 0x4155474D
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser applied to uint64 values (wrapping arithmetic)."""
+    x = np.asarray(x, dtype=np.uint64) + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def record_keys(seed: int, stream: int, epoch: int, indices: np.ndarray) -> np.ndarray:
+    """Return ``mix64(mix64(mix64(mix64(seed) ^ stream) ^ epoch) ^ index)`` for each index."""
+    with np.errstate(over="ignore"):
+        base = mix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
+        base = mix64(base ^ np.uint64(stream))
+        base = mix64(base ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF))
+        return mix64(base ^ np.asarray(indices, dtype=np.uint64))
+
+
+def uniforms(keys: np.ndarray, count: int) -> np.ndarray:
+    """Return `count` uniform floats in [0, 1) per key: shape (len(keys), count), 53-bit precision."""
+    with np.errstate(over="ignore"):
+        draws = mix64(keys[:, None] + np.arange(1, count + 1, dtype=np.uint64)[None, :])
+    return (draws >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One rank's batches for one epoch: ``indices[bounds[b]:bounds[b + 1]]`` is batch ``b``."""
+
+    indices: np.ndarray
+    bounds: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def batch(self, number: int) -> np.ndarray:
+        return self.indices[self.bounds[number] : self.bounds[number + 1]]
+
+
+def check_split(num_records: int, *, batch_size: int, world_size: int, drop_last: bool) -> None:
+    """Raise ValueError if the records cannot give every rank the same number of non-empty batches."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if drop_last:
+        if num_records < world_size * batch_size:
+            raise ValueError(
+                f"{num_records} records make no full batch of {batch_size} on each of {world_size} ranks; "
+                "use drop_last=False or a smaller batch_size"
+            )
+        return
+    if num_records < world_size:
+        raise ValueError(f"{num_records} records cannot be split over {world_size} ranks")
+    if batch_size == 1 and num_records % world_size:
+        raise ValueError(
+            f"batch_size=1 with {num_records} records on {world_size} ranks would give ranks different "
+            "numbers of batches; use drop_last=True or a larger batch_size"
+        )
+
+
+def sample_batches(
+    num_records: int,
+    *,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> EpochPlan:
+    """Return rank `rank`'s batches of epoch `epoch`.
+
+    The epoch order is a permutation of all records (or 0..N-1 without `shuffle`); rank r takes
+    every world_size-th record of it starting at r, so ranks are disjoint.
+
+    - ``drop_last=True``: each rank gets ``N // (world_size * batch_size)`` full batches; the last
+      ``N mod (world_size * batch_size)`` records of this epoch's order are left out (other records
+      each epoch, since the order changes).
+    - ``drop_last=False``: every record exactly once. Each rank gets ``ceil(ceil(N / world_size) /
+      batch_size)`` batches, all full but the last; a rank with one record fewer than rank 0 may end
+      with batches of ``batch_size - 1`` and 1 records to keep the count equal.
+
+    Raises:
+        ValueError: the split is impossible (see `check_split`) or `rank` is out of range.
+    """
+    check_split(num_records, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside [0, {world_size})")
+    if shuffle:
+        keys = record_keys(seed, ORDER_STREAM, epoch, np.arange(num_records, dtype=np.uint64))
+        order = np.argsort(keys, kind="stable").astype(np.int64)
+    else:
+        order = np.arange(num_records, dtype=np.int64)
+    if drop_last:
+        per_rank = num_records // (world_size * batch_size)
+        mine = order[: per_rank * world_size * batch_size][rank::world_size]
+        return EpochPlan(mine, np.arange(per_rank + 1, dtype=np.int64) * batch_size)
+    mine = order[rank::world_size]
+    most = -(-num_records // world_size)
+    num_batches = -(-most // batch_size)
+    sizes = np.full(num_batches, batch_size, dtype=np.int64)
+    sizes[-1] = len(mine) - (num_batches - 1) * batch_size
+    if sizes[-1] == 0:
+        sizes[-2] -= 1
+        sizes[-1] = 1
+    return EpochPlan(mine, np.concatenate([[0], np.cumsum(sizes)]))

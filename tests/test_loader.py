@@ -1,0 +1,284 @@
+"""shardfmt.Loader: exact epochs, resume, failures surfaced, shared memory cleaned, pixels right."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, WorkerError, open_dataset
+from shardfmt.ops import CenterCrop, RandomResizedCrop
+from shardfmt.sampling import AUGMENT_STREAM, record_keys
+
+from .conftest import jpeg_bytes
+
+NUM_RECORDS = 103
+
+
+def shm_entries() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("shardfmt-")} if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture(scope="module")
+def indexed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """103 records whose label is their index, in several shards."""
+    out = tmp_path_factory.mktemp("indexed") / "ds"
+    rng = np.random.default_rng(11)
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, shard_size=60_000) as writer:
+        for i in range(NUM_RECORDS):
+            h, w = int(rng.integers(40, 90)), int(rng.integers(40, 90))
+            writer.write({"image": jpeg_bytes(h, w, seed=i), "label": i, "key": f"r{i}"})
+    return out
+
+
+def collect(loader: Loader, *, limit: int | None = None) -> tuple[list[list[int]], list[bytes]]:
+    labels, images = [], []
+    for step, (batch, label) in enumerate(loader):
+        if limit is not None and step >= limit:
+            break
+        labels.append(label.tolist())
+        images.append(bytes(batch.numpy().tobytes()))
+    return labels, images
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_record_once_per_epoch_and_epochs_differ(indexed_dataset: Path, num_workers: int) -> None:
+    with Loader(indexed_dataset, batch_size=16, num_workers=num_workers, size=32, seed=3) as loader:
+        assert len(loader) == 7
+        first, _ = collect(loader)
+        second, _ = collect(loader)
+    for epoch in (first, second):
+        assert sorted(x for batch in epoch for x in batch) == list(range(NUM_RECORDS))
+        assert [len(b) for b in epoch] == [16] * 6 + [7]
+    assert first != second
+    with Loader(indexed_dataset, batch_size=16, num_workers=num_workers, size=32, seed=3) as again:
+        assert collect(again)[0] == first
+
+
+def test_batches_are_uint8_nhwc_or_channels_last_nchw(indexed_dataset: Path) -> None:
+    with Loader(indexed_dataset, batch_size=8, num_workers=1, size=(24, 40), layout="NCHW", shuffle=False) as loader:
+        images, labels = next(iter(loader))
+        assert images.shape == (8, 3, 24, 40) and images.dtype == torch.uint8
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        assert labels.dtype == torch.int64 and labels.tolist() == list(range(8))
+    with Loader(indexed_dataset, batch_size=8, num_workers=0, size=24, copy=True) as loader:
+        images, _ = next(iter(loader))
+        assert images.shape == (8, 24, 24, 3) and images.is_contiguous()
+
+
+@pytest.mark.parametrize("stop", [0, 3, 7])
+def test_resume_gives_the_identical_remaining_stream(indexed_dataset: Path, stop: int) -> None:
+    settings = dict(batch_size=16, num_workers=2, size=32, seed=5)
+    with Loader(indexed_dataset, **settings) as reference:
+        collect(reference)  # epoch 0
+        expected_labels, expected_images = collect(reference)  # epoch 1
+    with Loader(indexed_dataset, **settings) as first:
+        collect(first)
+        iterator = iter(first)
+        for _ in range(stop):
+            next(iterator)
+        state = first.state_dict()
+    with Loader(indexed_dataset, **settings) as resumed:
+        resumed.load_state_dict(state)
+        labels, images = collect(resumed)
+        assert labels == expected_labels[stop:]
+        assert images == expected_images[stop:]
+        if stop == 7:  # the end of epoch 1: the next iteration is epoch 2
+            assert resumed.epoch == 2
+
+
+def test_resume_refuses_other_settings(indexed_dataset: Path) -> None:
+    with Loader(indexed_dataset, batch_size=16, num_workers=0, size=32, seed=5) as loader:
+        state = loader.state_dict()
+    with Loader(indexed_dataset, batch_size=8, num_workers=0, size=32, seed=5) as other:
+        with pytest.raises(ValueError, match="batch_size"):
+            other.load_state_dict(state)
+
+
+def test_unordered_delivery_covers_the_epoch_and_resumes(indexed_dataset: Path) -> None:
+    with Loader(indexed_dataset, batch_size=8, num_workers=2, size=32, ordered=False) as loader:
+        labels, _ = collect(loader)
+        assert sorted(x for b in labels for x in b) == list(range(NUM_RECORDS))
+        iterator = iter(loader)
+        seen = [next(iterator)[1].tolist() for _ in range(5)]
+        state = loader.state_dict()
+    with Loader(indexed_dataset, batch_size=8, num_workers=2, size=32, ordered=False) as resumed:
+        resumed.load_state_dict(state)
+        rest, _ = collect(resumed)
+    assert sorted(x for b in seen + rest for x in b) == list(range(NUM_RECORDS))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5, 8])
+def test_ranks_disjoint_equal_and_covering(indexed_dataset: Path, world_size: int) -> None:
+    per_rank = []
+    for rank in range(world_size):
+        with Loader(indexed_dataset, batch_size=4, num_workers=0, size=16, rank=rank, world_size=world_size) as loader:
+            labels, _ = collect(loader)
+            assert len(labels) == len(loader)
+            per_rank.append(labels)
+    assert len({len(labels) for labels in per_rank}) == 1
+    flat = [x for labels in per_rank for batch in labels for x in batch]
+    assert sorted(flat) == list(range(NUM_RECORDS))
+
+
+def test_two_process_gloo_run_splits_the_epoch(indexed_dataset: Path, tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import json, sys, torch.distributed as dist
+        from shardfmt import Loader
+        rank = int(sys.argv[1])
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/rendezvous", rank=rank, world_size=2)
+        with Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=1, size=16) as loader:
+            assert (loader.rank, loader.world_size) == (rank, 2)
+            labels = [b.tolist() for _, b in loader]
+        dist.barrier()
+        dist.destroy_process_group()
+        open("{tmp_path}/rank%d.json" % rank, "w").write(json.dumps(labels))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(rank)], env=env) for rank in range(2)]
+    assert [p.wait(timeout=90) for p in procs] == [0, 0]
+    import json
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1])
+    flat = [x for labels in ranks for batch in labels for x in batch]
+    assert sorted(flat) == list(range(NUM_RECORDS))
+
+
+def reference_crop(data: bytes, top: int, left: int, height: int, width: int, flip: bool, size: tuple[int, int]) -> np.ndarray:
+    image = Image.open(io.BytesIO(data)).convert("RGB").resize((size[1], size[0]), Image.BILINEAR, box=(left, top, left + width, top + height))
+    if flip:
+        image = image.transpose(Image.FLIP_LEFT_RIGHT)
+    return np.asarray(image)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.mark.parametrize("fast_decode, floor", [(False, 50.0), (True, 40.0)])
+@pytest.mark.parametrize("pipeline", [RandomResizedCrop((32, 32)), CenterCrop((32, 32), resize=36)])
+def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: object, fast_decode: bool, floor: float) -> None:
+    """Crops match PIL's Image.resize(BILINEAR, box=...) on the same boxes: mean PSNR above `floor`."""
+    reader = open_dataset(indexed_dataset)
+    scores = []
+    with Loader(indexed_dataset, batch_size=16, num_workers=0, pipeline=pipeline, seed=9, shuffle=False, fast_decode=fast_decode) as loader:
+        for images, labels in loader:
+            indices = labels.numpy()
+            infos = [reader[int(i)].image_info() for i in indices]
+            heights = np.array([info.height for info in infos])
+            widths = np.array([info.width for info in infos])
+            plan = pipeline.plan(heights, widths, record_keys(9, AUGMENT_STREAM, 0, indices.astype(np.uint64)))  # type: ignore[attr-defined]
+            for k, index in enumerate(indices):
+                expected = reference_crop(bytes(reader[int(index)]["image"]), int(plan.top[k]), int(plan.left[k]), int(plan.height[k]), int(plan.width[k]), bool(plan.flip[k]), (32, 32))
+                scores.append(psnr(images[k].numpy(), expected))
+    assert np.mean(scores) >= floor
+    assert np.percentile(scores, 5) >= 30.0
+
+
+def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(indexed_dataset, broken)
+    reader = open_dataset(broken)
+    shard_index, local = reader.locate(40)
+    shard = reader.shard(shard_index)
+    offset = int(shard.table[local]["image.offset"]) + 200
+    path = shard.path
+    reader.close()
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    before = shm_entries()
+    with pytest.raises(WorkerError) as info:
+        with Loader(broken, batch_size=8, num_workers=2, size=16, shuffle=False) as loader:
+            collect(loader)
+    assert info.value.path == path and info.value.record == local
+    assert "checksum" in str(info.value)
+    assert shm_entries() <= before
+
+
+def test_dev_shm_is_clean_after_close_and_after_an_error_in_the_loop(indexed_dataset: Path) -> None:
+    before = shm_entries()
+    loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
+    next(iter(loader))
+    assert shm_entries() - before, "the ring lives in /dev/shm while the loader runs"
+    loader.close()
+    assert shm_entries() <= before
+    with pytest.raises(RuntimeError, match="training step failed"):
+        with Loader(indexed_dataset, batch_size=8, num_workers=2, size=16) as loader:
+            for _ in loader:
+                raise RuntimeError("training step failed")
+    assert shm_entries() <= before
+
+
+def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
+    before = shm_entries()
+    script = f"from shardfmt import Loader\nfor batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16):\n    raise SystemExit(3)\n"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    assert subprocess.run([sys.executable, "-c", script], env=env, timeout=60).returncode == 3
+    assert shm_entries() <= before
+
+
+def test_a_killed_worker_is_reported_within_seconds(indexed_dataset: Path) -> None:
+    before = shm_entries()
+    loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
+    iterator = iter(loader)
+    next(iterator)
+    os.kill(loader._workers.processes[0].pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="killed by signal 9"):
+        for _ in range(100):
+            next(iterator)
+        list(loader)
+    assert time.monotonic() - start < 10
+    assert shm_entries() <= before
+    loader.close()
+
+
+def test_spawn_start_method_works(indexed_dataset: Path) -> None:
+    with Loader(indexed_dataset, batch_size=32, num_workers=1, size=16, start_method="spawn", shuffle=False) as loader:
+        labels, _ = collect(loader)
+    assert sorted(x for b in labels for x in b) == list(range(NUM_RECORDS))
+
+
+def test_dataset_in_a_torch_dataloader(indexed_dataset: Path) -> None:
+    from shardfmt import Dataset
+
+    dataset = Dataset(indexed_dataset, pipeline="eval", size=24)
+    assert len(dataset) == NUM_RECORDS
+    loader = torch.utils.data.DataLoader(dataset, batch_size=10, num_workers=2, shuffle=True)
+    labels = []
+    for images, label in loader:
+        assert images.shape[1:] == (3, 24, 24) and images.dtype == torch.uint8
+        labels.extend(label.tolist())
+    assert sorted(labels) == list(range(NUM_RECORDS))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_delivery_normalises_on_the_device(indexed_dataset: Path) -> None:
+    mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False) as cpu:
+        expected = [(images.clone(), labels.clone()) for images, labels in cpu]
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False, device="cuda", mean=mean, std=std, layout="NCHW") as gpu:
+        for (images, labels), (cpu_images, cpu_labels) in zip(gpu, expected):
+            assert images.device.type == "cuda" and images.dtype == torch.float32
+            reference = (cpu_images.float() - torch.tensor(mean)) / torch.tensor(std)
+            torch.testing.assert_close(images.cpu(), reference.permute(0, 3, 1, 2))
+            assert torch.equal(labels.cpu(), cpu_labels)

@@ -1,0 +1,66 @@
+"""Epoch orders: permutations, disjoint equal ranks, reproducibility."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardfmt.sampling import sample_batches
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    num_records=st.integers(1, 400),
+    batch_size=st.integers(2, 40),
+    world_size=st.integers(1, 8),
+    seed=st.integers(0, 2**63),
+    epoch=st.integers(0, 1000),
+    shuffle=st.booleans(),
+)
+def test_ranks_are_disjoint_equal_and_cover_the_epoch(num_records: int, batch_size: int, world_size: int, seed: int, epoch: int, shuffle: bool) -> None:
+    if num_records < world_size:
+        with pytest.raises(ValueError, match="cannot be split"):
+            sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, world_size=world_size)
+        return
+    plans = [
+        sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, rank=r, world_size=world_size, shuffle=shuffle)
+        for r in range(world_size)
+    ]
+    assert len({len(p) for p in plans}) == 1, "every rank gets the same number of batches"
+    everything = np.concatenate([p.indices for p in plans])
+    assert sorted(everything.tolist()) == list(range(num_records)), "every record exactly once"
+    for plan in plans:
+        sizes = np.diff(plan.bounds)
+        assert sizes.min() >= 1 and sizes.max() <= batch_size
+
+
+@settings(max_examples=100, deadline=None)
+@given(num_records=st.integers(1, 400), batch_size=st.integers(1, 40), world_size=st.integers(1, 8), seed=st.integers(0, 2**32))
+def test_drop_last_gives_full_equal_batches(num_records: int, batch_size: int, world_size: int, seed: int) -> None:
+    if num_records < world_size * batch_size:
+        with pytest.raises(ValueError, match="no full batch"):
+            sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=0, world_size=world_size, drop_last=True)
+        return
+    plans = [sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=0, rank=r, world_size=world_size, drop_last=True) for r in range(world_size)]
+    expected = num_records // (world_size * batch_size)
+    assert all(len(p) == expected for p in plans)
+    assert all((np.diff(p.bounds) == batch_size).all() for p in plans)
+    everything = np.concatenate([p.indices for p in plans])
+    assert len(set(everything.tolist())) == len(everything) == expected * world_size * batch_size
+
+
+def test_orders_are_reproducible_and_differ_between_epochs() -> None:
+    first = sample_batches(1000, batch_size=10, seed=7, epoch=0).indices
+    assert np.array_equal(first, sample_batches(1000, batch_size=10, seed=7, epoch=0).indices)
+    second = sample_batches(1000, batch_size=10, seed=7, epoch=1).indices
+    other_seed = sample_batches(1000, batch_size=10, seed=8, epoch=0).indices
+    assert not np.array_equal(first, second)
+    assert not np.array_equal(first, other_seed)
+    assert np.array_equal(sample_batches(1000, batch_size=10, seed=7, epoch=0, shuffle=False).indices, np.arange(1000))
+
+
+def test_batch_size_one_with_a_remainder_is_refused() -> None:
+    with pytest.raises(ValueError, match="drop_last=True"):
+        sample_batches(5, batch_size=1, seed=0, epoch=0, world_size=2)
