@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import signal
 import subprocess
@@ -43,9 +44,7 @@ def indexed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def collect(loader: Loader, *, limit: int | None = None) -> tuple[list[list[int]], list[bytes]]:
     labels, images = [], []
-    for step, (batch, label) in enumerate(loader):
-        if limit is not None and step >= limit:
-            break
+    for batch, label in itertools.islice(loader, limit):
         labels.append(label.tolist())
         images.append(bytes(batch.numpy().tobytes()))
     return labels, images
@@ -241,7 +240,7 @@ def test_a_killed_worker_is_reported_within_seconds(indexed_dataset: Path) -> No
     loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
     iterator = iter(loader)
     next(iterator)
-    os.kill(loader._workers.processes[0].pid, signal.SIGKILL)
+    os.kill(loader.worker_pids[0], signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(WorkerError, match="killed by signal 9"):
         for _ in range(100):
@@ -282,3 +281,16 @@ def test_cuda_delivery_normalises_on_the_device(indexed_dataset: Path) -> None:
             reference = (cpu_images.float() - torch.tensor(mean)) / torch.tensor(std)
             torch.testing.assert_close(images.cpu(), reference.permute(0, 3, 1, 2))
             assert torch.equal(labels.cpu(), cpu_labels)
+
+
+def test_breaking_out_continues_the_epoch_where_the_consumer_stopped(indexed_dataset: Path) -> None:
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, seed=4) as reference:
+        expected, _ = collect(reference)
+        expected_next, _ = collect(reference)
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, seed=4) as loader:
+        head, _ = collect(loader, limit=3)  # prefetched batches stay scheduled
+        rest, _ = collect(loader)
+        assert head + rest == expected
+        assert collect(loader)[0] == expected_next  # batches prefetched across the epoch boundary
+        loader.set_epoch(1)  # a jump discards whatever was prefetched
+        assert collect(loader)[0] == expected_next

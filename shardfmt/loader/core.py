@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
-import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from multiprocessing import connection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import SchemaError, ShardfmtError, WorkerError
+from ..errors import SchemaError
 from ..layout import column_name
 from ..ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
 from ..reader import DatasetReader
-from ..sampling import check_split, sample_batches
+from ..sampling import EpochPlan, check_split, sample_batches
+from .pool import Chunk, InlinePool, WorkerPool
 from .shm import SlotLayout, SlotRing
-from .worker import DONE, ERROR, HEADER, READY, STOP, TASK, ChunkFailure, ChunkProcessor, worker_main
 
 __all__ = ["Loader"]
 
@@ -63,33 +61,29 @@ def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int
     return (0 if rank is None else rank, 1 if world_size is None else world_size)
 
 
-class _Workers:
-    """The processes, pipes and shared memory of one loader; `shutdown` is safe to call twice and
-    runs from a weakref finaliser too, so nothing outlives the loader."""
+@dataclass
+class _Item:
+    """A batch scheduled into a slot: it is ready once none of its chunks is pending or in flight."""
 
-    def __init__(self) -> None:
-        self.processes: list[Any] = []
-        self.conns: list[Any] = []
-        self.ring: SlotRing | None = None
+    epoch: int
+    batch: int
+    slot: int
+    count: int
 
-    def shutdown(self) -> None:
-        for conn in self.conns:
-            try:
-                conn.send_bytes(HEADER.pack(STOP, 0, 0, 0, 0))
-            except (OSError, ValueError):
-                pass
-        deadline = time.monotonic() + 2.0
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-        for conn in self.conns:
-            conn.close()
-        self.processes, self.conns = [], []
+
+@dataclass
+class _Resources:
+    """What must be released even if the loader is never closed: a weakref finaliser calls
+    `release` at garbage collection or interpreter exit."""
+
+    pool: Any = None
+    ring: SlotRing | None = None
+    extra: list[Any] = field(default_factory=list)
+
+    def release(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
         if self.ring is not None:
             self.ring.unlink()
             self.ring = None
@@ -213,12 +207,13 @@ class Loader:
         }
         self._chunk = max(1, min(64, math.ceil(batch_size / (2 * max(1, self.num_workers)))))
         self._start_method = start_method
-        self._workers = _Workers()
-        self._finalizer = weakref.finalize(self, self._workers.shutdown)
-        self._processor: ChunkProcessor | None = None
-        self._current: Any = None
-        self._outstanding: dict[tuple[int, int], tuple[int, int]] = {}
-        self._load: list[int] = []
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.release)
+        self._pool: WorkerPool | InlinePool | None = None
+        self._free: list[int] = []
+        self._queue: deque[_Item] = deque()
+        self._pending: deque[Chunk] = deque()
+        self._plans: dict[int, EpochPlan] = {}
         self._closed = False
         self._device = torch.device(device) if device is not None else None
         self._stage: Any = None
@@ -235,6 +230,11 @@ class Loader:
     def shared_memory_bytes(self) -> int:
         """Bytes of shared memory the slot ring uses (see the module docstring)."""
         return self.layout_spec.total_bytes
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (empty before the first iteration or with num_workers=0)."""
+        return [p.pid for p in self._pool.processes] if isinstance(self._pool, WorkerPool) else []
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -277,10 +277,8 @@ class Loader:
     def close(self) -> None:
         """Stop the workers and remove the shared memory. Safe to call more than once."""
         self._closed = True
+        self._pool = None
         self._finalizer()
-        if self._processor is not None:
-            self._processor.close()
-            self._processor = None
         self._dataset.close()
 
     def __enter__(self) -> Loader:
@@ -290,15 +288,15 @@ class Loader:
         self.close()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield this epoch's remaining batches as (images, labels); then the epoch advances."""
         if self._closed:
             raise RuntimeError("this Loader is closed")
-        self._start()
         try:
-            self._drain()
+            self._start()
         except BaseException:
             self.close()
             raise
-        return self._run_epoch()
+        return self._stream()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -316,228 +314,137 @@ class Loader:
         }
 
     def _start(self) -> None:
-        if self._workers.ring is not None or self._processor is not None:
+        if self._pool is not None:
             return
         if self.num_workers == 0:
-            ring = SlotRing("in-process", self.layout_spec, memoryview(bytearray(self.layout_spec.total_bytes)), None)
-            self._processor = ChunkProcessor(self._config, ring)
-            self._ring = ring
-            self._make_tensors()
-            return
-        ring = SlotRing.create(self.layout_spec)
-        self._workers.ring = ring
-        self._ring = ring
-        self._make_tensors()
-        context = multiprocessing.get_context(self._start_method)
-        self._current = context.Array("q", [-1] * self.num_workers)
-        config = dict(self._config, shm_name=ring.name)
-        try:
-            for worker_id in range(self.num_workers):
-                parent_end, child_end = context.Pipe(duplex=True)
-                process = context.Process(
-                    target=worker_main,
-                    args=(worker_id, child_end, config, self._current),
-                    name=f"shardfmt-worker-{worker_id}",
-                    daemon=True,
-                )
-                process.start()
-                child_end.close()
-                self._workers.processes.append(process)
-                self._workers.conns.append(parent_end)
-            self._load = [0] * self.num_workers
-            pending = set(range(self.num_workers))
-            deadline = time.monotonic() + self.timeout
-            while pending:
-                for worker_id in list(pending):
-                    if self._receive(worker_id, deadline=deadline) == READY:
-                        pending.discard(worker_id)
-        except BaseException:
-            self.close()
-            raise
-
-    def _make_tensors(self) -> None:
+            self._ring = SlotRing("in-process", self.layout_spec, memoryview(bytearray(self.layout_spec.total_bytes)), None)
+            self._pool = InlinePool(config=self._config, ring=self._ring)
+        else:
+            self._ring = SlotRing.create(self.layout_spec)
+            self._resources.ring = self._ring
+            self._pool = WorkerPool(
+                config=self._config, ring=self._ring, num_workers=self.num_workers, start_method=self._start_method, timeout=self.timeout, dataset=self._dataset
+            )
+        self._resources.pool = self._pool
+        self._free = list(range(self.layout_spec.num_slots))
         self._images = [torch.from_numpy(a) for a in self._ring.images]
         self._labels = [torch.from_numpy(a) for a in self._ring.labels]
         if self._stage is not None:
             self._stage.pin(self._ring)
 
-    def _receive(self, worker_id: int, *, deadline: float) -> int:
-        """Wait for one message from `worker_id`; return its op. Raises WorkerError on failure."""
-        conn = self._workers.conns[worker_id]
-        process = self._workers.processes[worker_id]
-        while not conn.poll(0.05):
-            if not process.is_alive() and not conn.poll(0):
-                self._raise_dead(worker_id)
-            if time.monotonic() > deadline:
-                self._raise_stalled()
-        return self._handle(worker_id, conn)
-
-    def _handle(self, worker_id: int, conn: Any) -> int:
-        try:
-            message = conn.recv_bytes()
-        except (EOFError, OSError):
-            self._raise_dead(worker_id)
-        op, slot, row, _epoch, _count = HEADER.unpack_from(message)
-        if op == ERROR:
-            info = json.loads(message[HEADER.size :].decode())
-            self.close()
-            raise WorkerError(
-                f"worker {worker_id} failed on dataset record {info['index']}: {info['kind']}: {info['message']}\n"
-                f"{info['trace']}",
-                path=info.get("shard"),
-                offset=info.get("offset"),
-                record=info.get("record"),
+    def _plan(self, epoch: int) -> EpochPlan:
+        plan = self._plans.get(epoch)
+        if plan is None:
+            plan = sample_batches(
+                self.num_records,
+                batch_size=self.batch_size,
+                seed=self.seed,
+                epoch=epoch,
+                rank=self.rank,
+                world_size=self.world_size,
+                shuffle=self.shuffle,
+                drop_last=self.drop_last,
             )
-        if op == DONE:
-            self._load[worker_id] -= 1
-            self._outstanding.pop((slot, row), None)
-        return int(op)
+            self._plans = {e: p for e, p in self._plans.items() if e >= epoch - 1}
+            self._plans[epoch] = plan
+        return plan
 
-    def _raise_dead(self, worker_id: int) -> None:
-        process = self._workers.processes[worker_id]
-        process.join(0.1)
-        code = process.exitcode
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-        index = int(self._current[worker_id]) if self._current is not None else -1
-        shard = record = None
-        if index >= 0:
-            shard_index, record = self._dataset.locate(index)
-            shard = str(self._dataset.root / self._dataset.manifest.shards[shard_index].path)
-        self.close()
-        where = f" while decoding dataset record {index}" if index >= 0 else ""
-        raise WorkerError(f"worker {worker_id} (pid {process.pid}) {how}{where}", path=shard, record=record)
-
-    def _raise_stalled(self) -> None:
-        busy = [int(i) for i in self._current] if self._current is not None else []
-        self.close()
-        raise WorkerError(f"no batch progress for {self.timeout:.0f} s; workers are on dataset records {busy}")
-
-    def _wait(self) -> None:
-        """Block until at least one message arrived and was handled."""
-        deadline = time.monotonic() + self.timeout
-        sentinels = {p.sentinel: i for i, p in enumerate(self._workers.processes)}
-        conns = {id(c): i for i, c in enumerate(self._workers.conns)}
-        while True:
-            ready = connection.wait(list(self._workers.conns) + list(sentinels), timeout=min(1.0, self.timeout))
-            handled = False
-            for item in ready:
-                if item in sentinels:
-                    worker_id = sentinels[item]
-                    if not self._workers.conns[worker_id].poll(0):
-                        self._raise_dead(worker_id)
-                    continue
-                self._handle(conns[id(item)], item)
-                handled = True
-            if handled:
-                return
-            if time.monotonic() > deadline:
-                self._raise_stalled()
-
-    def _drain(self) -> None:
-        """Wait for chunks still in flight from an abandoned iteration."""
-        while self._outstanding:
-            self._wait()
-
-    def _dispatch(self, pending: deque[tuple[int, int, np.ndarray]]) -> None:
-        while pending:
-            worker_id = min(range(self.num_workers), key=self._load.__getitem__)
-            if self._load[worker_id] >= 2:
-                return
-            slot, row, indices = pending.popleft()
-            message = HEADER.pack(TASK, slot, row, self.epoch, len(indices)) + indices.tobytes()
-            self._workers.conns[worker_id].send_bytes(message)
-            self._load[worker_id] += 1
-            self._outstanding[(slot, row)] = (worker_id, 0)
-
-    def _run_epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        plan = sample_batches(
-            self.num_records,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            epoch=self.epoch,
-            rank=self.rank,
-            world_size=self.world_size,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
+    def _reconcile(self, epoch: int, expected: list[int]) -> tuple[int, int]:
+        """Keep batches already scheduled if they are exactly what comes next (the start of this
+        epoch's remaining batches, then the start of the next epoch); else discard them.
+        Returns the scheduling cursor (epoch, index into that epoch's list)."""
+        ours = [item.batch for item in self._queue if item.epoch == epoch]
+        ahead = [item.batch for item in self._queue if item.epoch == epoch + 1]
+        keep = (
+            len(ours) + len(ahead) == len(self._queue)
+            and ours == expected[: len(ours)]
+            and ahead == list(range(len(ahead)))
+            and (not ahead or len(ours) == len(expected))
         )
-        todo = deque(b for b in range(self._position, len(plan)) if b not in self._delivered)
-        free = list(range(self.layout_spec.num_slots))
-        slot_of: dict[int, int] = {}
-        scheduled: deque[int] = deque()
-        pending: deque[tuple[int, int, np.ndarray]] = deque()
-        try:
-            while todo or scheduled:
-                while todo and free:
-                    batch = todo.popleft()
-                    slot = free.pop()
-                    slot_of[batch] = slot
-                    scheduled.append(batch)
-                    indices = plan.batch(batch)
-                    for row in range(0, len(indices), self._chunk):
-                        pending.append((slot, row, np.ascontiguousarray(indices[row : row + self._chunk])))
-                if self._processor is not None:
-                    while pending:
-                        slot, row, indices = pending.popleft()
-                        self._process_here(slot, row, indices)
-                else:
-                    self._dispatch(pending)
-                ready = self._ready_batch(scheduled, slot_of, pending)
-                if ready is None:
-                    self._wait()
+        if not keep:
+            self._pending.clear()
+            self._pool.drain()  # type: ignore[union-attr]
+            self._queue.clear()
+            self._free = list(range(self.layout_spec.num_slots))
+            return epoch, 0
+        return (epoch + 1, len(ahead)) if ahead else (epoch, len(ours))
+
+    def _schedule(self, cursor: tuple[int, int], expected: list[int]) -> tuple[int, int]:
+        """Fill free slots with the next batches, running on into the next epoch."""
+        epoch, index = cursor
+        while self._free:
+            if epoch == self.epoch:
+                if index >= len(expected):
+                    epoch, index = epoch + 1, 0
                     continue
-                scheduled.remove(ready)
-                slot = slot_of.pop(ready)
-                count = len(plan.batch(ready))
-                self._delivered.add(ready)
+                batch = expected[index]
+            else:
+                plan_next = self._plan(epoch)
+                if index >= len(plan_next) or epoch > self.epoch + 1:
+                    break
+                batch = index
+            indices = self._plan(epoch).batch(batch)
+            slot = self._free.pop()
+            self._queue.append(_Item(epoch, batch, slot, len(indices)))
+            for row in range(0, len(indices), self._chunk):
+                self._pending.append((slot, row, epoch, np.ascontiguousarray(indices[row : row + self._chunk])))
+            index += 1
+        return epoch, index
+
+    def _take_ready(self, epoch: int) -> _Item | None:
+        busy = self._pool.busy_slots | {chunk[0] for chunk in self._pending}  # type: ignore[union-attr]
+        for position, item in enumerate(self._queue):
+            if item.epoch != epoch:
+                return None
+            if item.slot not in busy:
+                del self._queue[position]
+                return item
+            if self.ordered:
+                return None
+        return None
+
+    def _stream(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch = self.epoch
+        plan = self._plan(epoch)
+        expected = [b for b in range(self._position, len(plan)) if b not in self._delivered]
+        held: int | None = None
+        try:
+            cursor = self._reconcile(epoch, expected)
+            remaining = len(expected)
+            while remaining:
+                cursor = self._schedule(cursor, expected)
+                self._pool.feed(self._pending)  # type: ignore[union-attr]
+                item = self._take_ready(epoch)
+                if item is None:
+                    self._pool.wait()  # type: ignore[union-attr]
+                    continue
+                remaining -= 1
+                self._delivered.add(item.batch)
                 while self._position in self._delivered:
                     self._delivered.discard(self._position)
                     self._position += 1
-                images, labels = self._images[slot][:count], self._labels[slot][:count]
+                images, labels = self._images[item.slot][: item.count], self._labels[item.slot][: item.count]
                 if self._stage is not None:
                     images, labels, done = self._stage.transfer(images, labels)
+                    held = item.slot
                     yield images, labels
                     done.synchronize()  # the copy out of the slot is over before the slot is refilled
-                    free.append(slot)
-                    continue
-                if self.layout == "NCHW":
-                    images = images.permute(0, 3, 1, 2)
-                if self.copy:
+                elif self.copy:
                     images, labels = images.clone(), labels.clone()
-                    free.append(slot)
-                    yield images, labels
+                    self._free.append(item.slot)
+                    yield (images.permute(0, 3, 1, 2) if self.layout == "NCHW" else images), labels
+                    continue
                 else:
-                    yield images, labels
-                    free.append(slot)
-            self.epoch += 1
-            self._position = 0
-            self._delivered = set()
-        except ShardfmtError:
-            self.close()
-            raise
+                    held = item.slot
+                    yield (images.permute(0, 3, 1, 2) if self.layout == "NCHW" else images), labels
+                self._free.append(held)
+                held = None
+            self.epoch, self._position, self._delivered = epoch + 1, 0, set()
         except GeneratorExit:
             raise
         except BaseException:
             self.close()
             raise
-
-    def _ready_batch(self, scheduled: deque[int], slot_of: dict[int, int], pending: deque[tuple[int, int, np.ndarray]]) -> int | None:
-        busy_slots = {slot for slot, _row in self._outstanding} | {slot for slot, _row, _idx in pending}
-        if self.ordered:
-            head = scheduled[0]
-            return head if slot_of[head] not in busy_slots else None
-        for batch in scheduled:
-            if slot_of[batch] not in busy_slots:
-                return batch
-        return None
-
-    def _process_here(self, slot: int, row: int, indices: np.ndarray) -> None:
-        try:
-            self._processor.process(slot, row, self.epoch, indices)  # type: ignore[union-attr]
-        except ChunkFailure as failure:
-            info = failure.fields
-            raise WorkerError(
-                f"decoding dataset record {info['index']} failed: {info['kind']}: {info['message']}",
-                path=info["shard"],
-                offset=info["offset"],
-                record=info["record"],
-            ) from failure
+        finally:
+            if held is not None and not self._closed:
+                self._free.append(held)
