@@ -294,3 +294,17 @@ def test_breaking_out_continues_the_epoch_where_the_consumer_stopped(indexed_dat
         assert collect(loader)[0] == expected_next  # batches prefetched across the epoch boundary
         loader.set_epoch(1)  # a jump discards whatever was prefetched
         assert collect(loader)[0] == expected_next
+
+
+def test_too_little_shared_memory_is_a_clear_error(indexed_dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space, raising=False)
+    before = shm_entries()
+    loader = Loader(indexed_dataset, batch_size=8, num_workers=1, size=16)
+    with pytest.raises(MemoryError, match="--shm-size"):
+        next(iter(loader))
+    assert shm_entries() <= before

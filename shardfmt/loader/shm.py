@@ -76,9 +76,17 @@ class SlotRing:
 
     @classmethod
     def create(cls, layout: SlotLayout) -> SlotRing:
+        """Create the segment and reserve its pages now, so that a too-small /dev/shm fails here
+        with a clear error instead of killing a worker with SIGBUS later.
+
+        Raises:
+            MemoryError: the shared memory cannot be reserved.
+        """
         name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
         owner = shared_memory.SharedMemory(name=name, create=True, size=max(layout.total_bytes, 1))
         try:
+            if os.name == "posix":
+                _reserve(owner.name, layout.total_bytes)
             buffer = _map(owner.name, layout.total_bytes) if os.name == "posix" else owner.buf
         except BaseException:
             owner.close()
@@ -113,5 +121,25 @@ def _map(name: str, size: int) -> mmap.mmap:
     fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
     try:
         return mmap.mmap(fd, max(size, 1))
+    finally:
+        os.close(fd)
+
+
+def _reserve(name: str, size: int) -> None:
+    import _posixshmem
+
+    fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
+    try:
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, max(size, 1))
+    except OSError as err:
+        free = ""
+        if os.path.isdir("/dev/shm"):
+            stats = os.statvfs("/dev/shm")
+            free = f"; /dev/shm has {stats.f_bavail * stats.f_frsize} bytes free"
+        raise MemoryError(
+            f"cannot reserve {size} bytes of shared memory for the batch slots ({err.strerror}){free}. "
+            "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
+        ) from err
     finally:
         os.close(fd)
