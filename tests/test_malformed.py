@@ -7,26 +7,39 @@ dtypes, reseals the checksums that should still hold, and asserts the exact clas
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import jpeg_bytes
+from shardbytes import ShardBytes, build_shard
 
 from shardfmt import (
+    ChecksumError,
     DatasetNotFoundError,
     DatasetWriter,
     FormatError,
+    LimitError,
     ManifestError,
     Schema,
     ShardfmtError,
     ShardNotFoundError,
+    ShardReader,
     UnsupportedVersionError,
     open_dataset,
 )
-from shardfmt.layout import MAX_CLASSES, MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE
+from shardfmt.layout import (
+    MAX_CLASSES,
+    MAX_FIELD_SIZE,
+    MAX_RECORDS_PER_SHARD,
+    MAX_SCHEMA_SIZE,
+    MAX_SHARD_SIZE,
+)
 
 SCALARS = Schema.of(label="int64", score="float64")
 
@@ -203,3 +216,454 @@ def test_manifest_schema_disagrees_with_shard(dataset: Path) -> None:
     with open_dataset(dataset) as reader, pytest.raises(ShardfmtError) as info:
         reader[0]
     check_error(info.value, ManifestError, path=path, says="schema that differs")
+
+
+# --- shards ----------------------------------------------------------------------------------
+# Every case starts from the same valid three-record shard, breaks one rule and returns what the
+# reader must report: (class, offset, record, words of the message, "open" or "read").
+
+MIXED = Schema.of(image="jpeg", data="bytes", label="int64", key="str", meta="json")
+Expect = tuple[type[ShardfmtError], "int | None", "int | None", str, str]
+SHARD_CASES: dict[str, Callable[[ShardBytes], Expect]] = {}
+
+
+@functools.cache
+def valid_shard() -> bytes:
+    records = [
+        {
+            "image": jpeg_bytes(8 + 8 * i, 8 + 4 * i, seed=i),
+            "data": bytes(range(50 * i)),
+            "label": i - 1,
+            "key": f"k{i}",
+            "meta": {"i": i},
+        }
+        for i in range(3)
+    ]
+    return build_shard(MIXED, records)
+
+
+def shard_case(function: Callable[[ShardBytes], Expect]) -> Callable[[ShardBytes], Expect]:
+    SHARD_CASES[function.__name__.removeprefix("case_").replace("_", "-")] = function
+    return function
+
+
+def read_everything(path: Path) -> None:
+    """Open a shard and read every field of every record (verify is on)."""
+    with ShardReader(path) as reader:
+        for record in reader:
+            for name in record:
+                record[name]
+
+
+# Sizes and the header.
+
+
+@shard_case
+def case_shorter_than_header_and_footer(s: ShardBytes) -> Expect:
+    s.truncate(127)
+    return FormatError, 0, None, "shorter than header and footer (128)", "open"
+
+
+@shard_case
+def case_bad_magic(s: ShardBytes) -> Expect:
+    s.header()["magic"] = b"\x89SHARD\n\n"  # a text-mode transfer turned CR LF into LF
+    return FormatError, 0, None, "not a shardfmt shard", "open"
+
+
+@shard_case
+def case_unknown_major(s: ShardBytes) -> Expect:
+    s.header()["major"] = 2
+    s.reseal_header()
+    return UnsupportedVersionError, 8, None, "format version 2.0 needs a reader for major version 2", "open"
+
+
+@shard_case
+def case_major_zero(s: ShardBytes) -> Expect:
+    s.header()["major"] = 0
+    s.reseal_header()
+    return UnsupportedVersionError, 8, None, "this reader knows 1.x", "open"
+
+
+@shard_case
+def case_unknown_flag(s: ShardBytes) -> Expect:
+    s.header()["flags"] = 1 << 31
+    s.reseal_header()
+    return UnsupportedVersionError, 12, None, "flags 0x80000000", "open"
+
+
+@shard_case
+def case_alignment_not_power_of_two(s: ShardBytes) -> Expect:
+    s.header()["alignment"] = 96
+    s.reseal_header()
+    return FormatError, 28, None, "alignment 96 is not a power of two", "open"
+
+
+@shard_case
+def case_alignment_too_small(s: ShardBytes) -> Expect:
+    s.header()["alignment"] = 4
+    s.reseal_header()
+    return FormatError, 28, None, "from 8 to 65536", "open"
+
+
+@shard_case
+def case_alignment_too_large(s: ShardBytes) -> Expect:
+    s.header()["alignment"] = 1 << 17
+    s.reseal_header()
+    return FormatError, 28, None, "alignment 131072", "open"
+
+
+@shard_case
+def case_schema_too_large(s: ShardBytes) -> Expect:
+    s.header()["schema_size"] = MAX_SCHEMA_SIZE + 1
+    return LimitError, 24, None, f"schema of {MAX_SCHEMA_SIZE + 1} bytes exceeds the limit of {MAX_SCHEMA_SIZE}", "open"
+
+
+@shard_case
+def case_header_size_not_rounded(s: ShardBytes) -> Expect:
+    s.header()["header_size"] += 64
+    s.reseal_header()
+    return FormatError, 16, None, "header_size 320 is not 64 + schema_size 164 rounded up to 64", "open"
+
+
+@shard_case
+def case_header_past_end(s: ShardBytes) -> Expect:
+    s.header()["schema_size"] = 60_000
+    s.header()["header_size"] = 60_096
+    return FormatError, 16, None, f"header of 60096 bytes runs past the end of the file ({len(s)})", "open"
+
+
+@shard_case
+def case_header_reserved(s: ShardBytes) -> Expect:
+    s.header()["reserved"][0, 2] = 1
+    s.reseal_header()
+    return FormatError, 32, None, "reserved header bytes [32, 56) are not zero", "open"
+
+
+@shard_case
+def case_header_checksum_schema(s: ShardBytes) -> Expect:
+    s.data[64 + 10] ^= 0x20  # a bit flip inside the schema text
+    return ChecksumError, 56, None, "header checksum does not match", "open"
+
+
+@shard_case
+def case_header_checksum_minor(s: ShardBytes) -> Expect:
+    s.header()["minor"] = 7  # any minor is readable, but the checksum covers it
+    return ChecksumError, 56, None, "header or schema is corrupt", "open"
+
+
+@shard_case
+def case_header_padding(s: ShardBytes) -> Expect:
+    s.data[64 + s.schema_size] = 0x20
+    return FormatError, 64 + s.schema_size, None, "header padding is not zero", "open"
+
+
+@shard_case
+def case_schema_not_json(s: ShardBytes) -> Expect:
+    s.data[64] = ord("[")
+    s.reseal_header()
+    return FormatError, 64, None, "schema: schema is not valid UTF-8 JSON", "open"
+
+
+@shard_case
+def case_schema_duplicate_field(s: ShardBytes) -> Expect:
+    s.replace_schema(s.schema_bytes.replace(b'"data"', b'"meta"'))
+    return FormatError, 64, None, "field name 'meta' appears twice", "open"
+
+
+@shard_case
+def case_unknown_field_type(s: ShardBytes) -> Expect:
+    s.replace_schema(s.schema_bytes.replace(b'"bytes"', b'"tiff5"'))
+    return UnsupportedVersionError, 64, None, "type 'tiff5', which this reader does not know", "open"
+
+
+# The footer.
+
+
+@shard_case
+def case_footer_magic(s: ShardBytes) -> Expect:
+    s.footer()["magic"] = b"SHARDEN\x00"
+    return FormatError, len(s) - 8, None, "footer magic", "open"
+
+
+@shard_case
+def case_footer_checksum(s: ShardBytes) -> Expect:
+    s.footer()["table_checksum"] ^= 1
+    return ChecksumError, s.footer_offset + 48, None, "footer checksum does not match", "open"
+
+
+@shard_case
+def case_footer_reserved(s: ShardBytes) -> Expect:
+    s.footer()["reserved"][0, 1] = 1
+    s.reseal_footer()
+    return FormatError, s.footer_offset + 20, None, "reserved footer bytes are not zero", "open"
+
+
+@shard_case
+def case_record_size(s: ShardBytes) -> Expect:
+    s.footer()["record_size"] = 96
+    s.reseal_footer()
+    return FormatError, s.footer_offset + 16, None, "record_size 96 differs from the 104 bytes the schema defines", "open"
+
+
+@shard_case
+def case_num_records_over_limit(s: ShardBytes) -> Expect:
+    s.footer()["num_records"] = MAX_RECORDS_PER_SHARD + 1
+    s.reseal_footer()
+    return LimitError, s.footer_offset + 8, None, f"{MAX_RECORDS_PER_SHARD + 1} records exceed the limit", "open"
+
+
+@shard_case
+def case_num_records_off_by_one(s: ShardBytes) -> Expect:
+    s.footer()["num_records"] = 4
+    s.reseal_footer()
+    return FormatError, s.footer_offset, None, "table [3136, 3552) of 4 records does not end where the footer starts (3448)", "open"
+
+
+@shard_case
+def case_table_offset_unaligned(s: ShardBytes) -> Expect:
+    s.footer()["table_offset"] += 8
+    s.reseal_footer()
+    return FormatError, s.footer_offset, None, "table offset 3144 is unaligned or outside [256, 3448]", "open"
+
+
+@shard_case
+def case_table_offset_inside_header(s: ShardBytes) -> Expect:
+    s.footer()["table_offset"] = 192
+    s.reseal_footer()
+    return FormatError, s.footer_offset, None, "outside [256, 3448]", "open"
+
+
+@shard_case
+def case_table_checksum(s: ShardBytes) -> Expect:
+    s.table()["label"][1] = 5
+    s.reseal_footer()
+    return ChecksumError, s.table_offset, None, "record table checksum does not match", "open"
+
+
+# The record table (its checksums resealed, so only the structural rule is broken).
+
+
+@shard_case
+def case_record_outside_payload(s: ShardBytes) -> Expect:
+    s.table()["size"][2] = 1 << 63
+    s.reseal_table()
+    return FormatError, s.column_offset(2, "offset"), 2, "record span lies outside the payload region", "open"
+
+
+@shard_case
+def case_first_record_after_header(s: ShardBytes) -> Expect:
+    s.table()["offset"][0] += 64
+    s.table()["size"][0] -= 64
+    s.reseal_table()
+    return FormatError, s.column_offset(0, "offset"), 0, "records must be contiguous", "open"
+
+
+@shard_case
+def case_records_gap(s: ShardBytes) -> Expect:
+    s.table()["offset"][1] += 64
+    s.reseal_table()
+    return FormatError, s.column_offset(1, "offset"), 1, "does not start where the previous one ends", "open"
+
+
+@shard_case
+def case_records_overlap(s: ShardBytes) -> Expect:
+    s.table()["offset"][2] = s.table()["offset"][1]
+    s.reseal_table()
+    return FormatError, s.column_offset(2, "offset"), 2, "does not start where the previous one ends", "open"
+
+
+@shard_case
+def case_last_record_short_of_table(s: ShardBytes) -> Expect:
+    s.table()["size"][2] -= 64
+    s.reseal_table()
+    return FormatError, s.column_offset(2, "offset"), 2, "last record ends at 3072, not at the table (3136)", "open"
+
+
+@shard_case
+def case_record_size_unaligned(s: ShardBytes) -> Expect:
+    table = s.table()
+    table["size"][0] -= 8
+    table["offset"][1] -= 8
+    table["size"][1] += 8
+    s.reseal_table()
+    return FormatError, s.column_offset(0, "size"), 0, "record size is not a multiple of the alignment 64", "open"
+
+
+@shard_case
+def case_field_over_size_limit(s: ShardBytes) -> Expect:
+    s.table()["data.size"][1] = MAX_FIELD_SIZE + 1
+    s.reseal_table()
+    return LimitError, s.column_offset(1, "data.size"), 1, f"larger than the limit of {MAX_FIELD_SIZE} bytes", "open"
+
+
+@shard_case
+def case_field_unaligned(s: ShardBytes) -> Expect:
+    s.table()["data.offset"][1] += 8
+    s.reseal_table()
+    return FormatError, s.column_offset(1, "data.offset"), 1, "field 'data' payload is not at the next aligned offset", "open"
+
+
+@shard_case
+def case_field_beyond_record(s: ShardBytes) -> Expect:
+    s.table()["meta.size"][0] += 64
+    s.reseal_table()
+    return FormatError, s.column_offset(0, "size"), 0, "record span does not end at the aligned end of its last field", "open"
+
+
+@shard_case
+def case_record_longer_than_its_fields(s: ShardBytes) -> Expect:
+    # Record 1 takes the first 64 bytes of record 2 as trailing padding; record 2's fields move
+    # along, so record 1 is the first whose span ends past the aligned end of its last field.
+    table = s.table()
+    table["size"][1] += 64
+    for column in ("offset", "image.offset", "data.offset", "key.offset", "meta.offset"):
+        table[column][2] += 64
+    table["size"][2] -= 64
+    s.reseal_table()
+    return FormatError, s.column_offset(1, "size"), 1, "record span does not end at the aligned end", "open"
+
+
+@shard_case
+def case_image_zero_width(s: ShardBytes) -> Expect:
+    s.table()["image.width"][1] = 0
+    s.reseal_table()
+    return FormatError, s.column_offset(1, "image.height"), 1, "image 'image' has a zero height or width", "open"
+
+
+@shard_case
+def case_image_channels(s: ShardBytes) -> Expect:
+    s.table()["image.channels"][2] = 4
+    s.reseal_table()
+    return FormatError, s.column_offset(2, "image.channels"), 2, "channels are not 1 or 3", "open"
+
+
+@shard_case
+def case_image_reserved(s: ShardBytes) -> Expect:
+    s.table()["image.reserved"][0] = 1
+    s.reseal_table()
+    return FormatError, s.column_offset(0, "image.reserved"), 0, "reserved column is not zero", "open"
+
+
+# Payloads: the structure is valid, reading fails.
+
+
+@shard_case
+def case_record_checksum(s: ShardBytes) -> Expect:
+    start = int(s.table()["data.offset"][1])
+    s.data[start + 3] ^= 0x01
+    return ChecksumError, int(s.table()["offset"][1]), 1, "payload [1088, 2048) does not match its checksum", "read"
+
+
+@shard_case
+def case_record_padding_checksum(s: ShardBytes) -> Expect:
+    row = s.table()[2]
+    s.data[int(row["offset"]) + int(row["size"]) - 1] = 0xFF  # the zero padding is covered too
+    return ChecksumError, int(row["offset"]), 2, "the shard is corrupt", "read"
+
+
+# Truncated and extended files.
+
+
+@shard_case
+def case_truncated_by_one_byte(s: ShardBytes) -> Expect:
+    s.truncate(len(s) - 1)
+    return FormatError, len(s) - 8, None, "file truncated or extended?", "open"
+
+
+@shard_case
+def case_truncated_to_half(s: ShardBytes) -> Expect:
+    s.truncate(len(s) // 2)
+    return FormatError, len(s) - 8, None, "footer magic", "open"
+
+
+@shard_case
+def case_extended_by_zeros(s: ShardBytes) -> Expect:
+    s.extend(bytes(64))
+    return FormatError, len(s) - 8, None, "footer magic is b'\\x00", "open"
+
+
+@shard_case
+def case_extended_by_a_valid_footer(s: ShardBytes) -> Expect:
+    s.extend(bytes(s.data[-64:]))  # a second, valid footer: only the table placement is wrong
+    return FormatError, len(s) - 64, None, "does not end where the footer starts", "open"
+
+
+# The cases above, each in a file of its own.
+
+
+@pytest.mark.parametrize("case", sorted(SHARD_CASES))
+def test_bad_shard(tmp_path: Path, case: str) -> None:
+    shard = ShardBytes(valid_shard())
+    cls, offset, record, says, when = SHARD_CASES[case](shard)
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    if when == "read":
+        ShardReader(path).close()  # the structure is fine: only reading the payload fails
+    with pytest.raises(ShardfmtError) as info:
+        read_everything(path)
+    check_error(info.value, cls, path=path, offset=offset, record=record, says=says)
+
+
+def test_shard_cases_start_from_a_valid_shard(tmp_path: Path) -> None:
+    path = tmp_path / "good.shard"
+    path.write_bytes(valid_shard())
+    read_everything(path)
+
+
+# Byte sources the reader cannot map.
+
+
+class SizedSource:
+    """A byte source that claims a size, serves the valid shard's header, and zeros elsewhere."""
+
+    zero_copy = False
+
+    def __init__(self, size: int) -> None:
+        self.path = "huge.shard"
+        self.size = size
+
+    def read(self, start: int, stop: int) -> memoryview:
+        head = valid_shard()[:256]
+        return memoryview(head[start:stop] + bytes(max(0, stop - max(start, len(head)))))
+
+    def close(self) -> None:
+        pass
+
+
+def test_shard_over_size_limit_is_refused_before_reading() -> None:
+    with pytest.raises(ShardfmtError) as info:
+        ShardReader("huge.shard", source=SizedSource(MAX_SHARD_SIZE + 1))
+    check_error(info.value, LimitError, path="huge.shard", offset=0, says=f"over the shard limit of {MAX_SHARD_SIZE}")
+
+
+@pytest.mark.parametrize("num_records", [MAX_RECORDS_PER_SHARD + 1, (1 << 64) - 1, MAX_RECORDS_PER_SHARD])
+def test_huge_record_count_allocates_nothing(tmp_path: Path, num_records: int) -> None:
+    shard = ShardBytes(valid_shard())
+    shard.footer()["num_records"] = num_records
+    shard.reseal_footer()
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShardfmtError) as info:
+            ShardReader(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Within the limit the count is still refused, by the table placement rule, before any read.
+    expected = LimitError if num_records > MAX_RECORDS_PER_SHARD else FormatError
+    check_error(info.value, expected, path=path, offset=shard.footer_offset + (8 if expected is LimitError else 0))
+    assert peak < 256 * 1024, f"peak {peak} bytes"
+
+
+def test_empty_shard_with_payload_bytes(tmp_path: Path) -> None:
+    shard = ShardBytes(build_shard(MIXED, []))
+    header_size = int(shard.header()[0]["header_size"])
+    shard.data[header_size:header_size] = bytes(64)  # 64 bytes between header and (empty) table
+    shard.footer()["table_offset"] = header_size + 64
+    shard.reseal_table()
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    with pytest.raises(ShardfmtError) as info:
+        ShardReader(path)
+    check_error(info.value, FormatError, path=path, offset=header_size, says="no records, yet 64 payload bytes")
