@@ -317,13 +317,17 @@ class Record(Mapping[str, Any]):
             try:
                 return bytes(data).decode("utf-8")
             except UnicodeDecodeError as err:
-                raise FormatError(f"field {name!r} is not valid UTF-8: {err}", path=self.shard, record=self.index) from err
+                raise self._invalid(name, f"is not valid UTF-8: {err}") from err
         if field.type == "json":
             try:
                 return json.loads(bytes(data).decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as err:
-                raise FormatError(f"field {name!r} is not valid JSON: {err}", path=self.shard, record=self.index) from err
+                raise self._invalid(name, f"is not valid JSON: {err}") from err
         return data
+
+    def _invalid(self, name: str, problem: str) -> FormatError:
+        offset = int(self._shard.table[self.index][column_name(name, "offset")])
+        return FormatError(f"field {name!r} {problem}", path=self.shard, offset=offset, record=self.index)
 
     def image_info(self, name: str = "image") -> ImageInfo:
         return self._shard.image_info(self.index, name)

@@ -561,6 +561,22 @@ def case_record_padding_checksum(s: ShardBytes) -> Expect:
     return ChecksumError, int(row["offset"]), 2, "the shard is corrupt", "read"
 
 
+@shard_case
+def case_str_not_utf8(s: ShardBytes) -> Expect:
+    start = int(s.table()["key.offset"][0])
+    s.data[start] = 0xFF
+    s.reseal_record(0)
+    return FormatError, start, 0, "field 'key' is not valid UTF-8", "read"
+
+
+@shard_case
+def case_json_not_json(s: ShardBytes) -> Expect:
+    start = int(s.table()["meta.offset"][1])
+    s.data[start] = ord("]")
+    s.reseal_record(1)
+    return FormatError, start, 1, "field 'meta' is not valid JSON", "read"
+
+
 # Truncated and extended files.
 
 
