@@ -672,6 +672,12 @@ def test_huge_record_count_allocates_nothing(tmp_path: Path, num_records: int) -
     assert peak < 256 * 1024, f"peak {peak} bytes"
 
 
+def test_directory_is_not_a_shard(tmp_path: Path) -> None:
+    with pytest.raises(ShardfmtError) as info:
+        ShardReader(tmp_path)
+    check_error(info.value, ShardNotFoundError, path=tmp_path, says="not a regular file")
+
+
 def test_empty_shard_with_payload_bytes(tmp_path: Path) -> None:
     shard = ShardBytes(build_shard(MIXED, []))
     header_size = int(shard.header()[0]["header_size"])
