@@ -12,7 +12,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from .checksum import format_checksum, parse_checksum
@@ -232,9 +232,9 @@ def _unsafe_path(text: str) -> str | None:
     """Return why a shard path could escape the dataset root, or None if it is safe."""
     if not text or "\\" in text or "\x00" in text:
         return "is empty or holds a backslash or NUL"
-    pure = PurePosixPath(text)
-    if pure.is_absolute() or ":" in pure.parts[0]:
+    parts = text.split("/")
+    if text.startswith("/") or ":" in parts[0]:
         return "is absolute; shard paths are relative to the dataset root"
-    if any(part in ("..", ".", "") for part in text.split("/")):
+    if any(part in ("..", ".", "") for part in parts):
         return "has an empty, '.' or '..' component"
     return None

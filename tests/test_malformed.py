@@ -148,7 +148,7 @@ def test_bad_manifest_field(dataset: Path, case: str) -> None:
 
 @pytest.mark.parametrize(
     "shard_path",
-    ["../x.shard", "/etc/passwd", "a/../../x", "./shard-00000.shard", "a//b", "a/", "", "C:/x", "c:x", "a\\..\\x", "x\x00"],
+    ["../x.shard", "/etc/passwd", "a/../../x", "./shard-00000.shard", "a//b", "a/", "", ".", "..", "C:/x", "c:x", "a\\..\\x", "x\x00"],
 )
 def test_manifest_shard_path_must_stay_under_the_root(dataset: Path, shard_path: str) -> None:
     path = rewrite_manifest(dataset, set_key("shards", 0, "path", value=shard_path))
