@@ -7,7 +7,7 @@ shuffled batches with `Loader`. The converter and the reader work without torch;
 
 from __future__ import annotations
 
-from typing import Any
+import typing
 
 from .errors import (
     ChecksumError,
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     # The torch-facing names load torch only when asked for.
     if name in ("Loader", "Dataset"):
         from . import loader

@@ -6,11 +6,14 @@ implementations in C, C++, Rust, Go and Java, so other readers need no exotic de
 
 from __future__ import annotations
 
+import re
+
 import xxhash
 
 __all__ = ["ALGORITHM", "Hasher", "checksum", "format_checksum", "parse_checksum"]
 
 ALGORITHM = "xxh3_64"
+_MANIFEST_FORM = re.compile(ALGORITHM + r":([0-9a-f]{16})")
 
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
@@ -40,9 +43,9 @@ def parse_checksum(text: str) -> int:
     """Parse the manifest form of a checksum.
 
     Raises:
-        ValueError: not ``xxh3_64:`` followed by 16 hex digits.
+        ValueError: not ``xxh3_64:`` followed by 16 lower-case hex digits.
     """
-    prefix, _, digits = text.partition(":")
-    if prefix != ALGORITHM or len(digits) != 16:
-        raise ValueError(f"checksum {text!r} is not '{ALGORITHM}:' and 16 hex digits")
-    return int(digits, 16)
+    match = _MANIFEST_FORM.fullmatch(text)
+    if match is None:
+        raise ValueError(f"checksum {text[:40]!r} is not '{ALGORITHM}:' and 16 lower-case hex digits")
+    return int(match.group(1), 16)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from .checksum import format_checksum, parse_checksum
@@ -24,6 +25,8 @@ __all__ = ["MANIFEST_NAME", "Manifest", "ShardEntry", "find_manifest"]
 
 MANIFEST_NAME = "manifest.json"
 SHARD_FORMATS = ("binary",)
+_VERSION_RE = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
+"""ASCII digits only, at most five (the header stores each part as a u16)."""
 
 
 @dataclass(frozen=True)
@@ -148,11 +151,12 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
     if not isinstance(value, dict):
         raise fail("the manifest is not a JSON object")
     if value.get("format") != "shardfmt":
-        raise fail(f'"format" is {value.get("format")!r}, expected "shardfmt"')
+        raise fail(f'"format" is {_show(value.get("format"))}, expected "shardfmt"')
     version = need(value, "format_version", str, "manifest")
-    major, _, minor = version.partition(".")
-    if not (major.isdigit() and minor.isdigit()):
-        raise fail(f'"format_version" {version!r} is not "MAJOR.MINOR"')
+    parts = _VERSION_RE.fullmatch(version)
+    if parts is None:
+        raise fail(f'"format_version" {_show(version)} is not "MAJOR.MINOR" in decimal digits')
+    major, minor = parts.groups()
     if int(major) != FORMAT_VERSION[0]:
         raise UnsupportedVersionError(
             f"format version {version} needs a reader for major version {major}; this reader knows "
@@ -161,9 +165,11 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         )
     shard_format = need(value, "shard_format", str, "manifest")
     if shard_format not in SHARD_FORMATS:
-        raise UnsupportedVersionError(f'shard_format {shard_format!r} is unknown to this reader', path=path)
+        raise UnsupportedVersionError(f"shard_format {_show(shard_format)} is unknown to this reader", path=path)
     try:
         schema = Schema.from_json(need(value, "schema", dict, "manifest"))
+    except UnsupportedVersionError as err:
+        raise UnsupportedVersionError(f"schema: {err.message}", path=path) from err
     except SchemaError as err:
         raise fail(f"schema: {err.message}") from err
     classes = value.get("classes")
@@ -184,9 +190,9 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         shard_path = need(raw, "path", str, where)
         problem = _unsafe_path(shard_path)
         if problem:
-            raise fail(f"{where}: path {shard_path!r} {problem}")
+            raise fail(f"{where}: path {_show(shard_path)} {problem}")
         if shard_path in seen:
-            raise fail(f"{where}: path {shard_path!r} is listed twice")
+            raise fail(f"{where}: path {_show(shard_path)} is listed twice")
         seen.add(shard_path)
         num_records = need(raw, "num_records", int, where)
         size = need(raw, "size", int, where)
@@ -216,13 +222,19 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
     return manifest
 
 
+def _show(value: Any, limit: int = 60) -> str:
+    """Return repr(value), shortened so that a hostile manifest cannot flood an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
 def _unsafe_path(text: str) -> str | None:
     """Return why a shard path could escape the dataset root, or None if it is safe."""
     if not text or "\\" in text or "\x00" in text:
         return "is empty or holds a backslash or NUL"
-    pure = PurePosixPath(text)
-    if pure.is_absolute() or ":" in pure.parts[0]:
+    parts = text.split("/")
+    if text.startswith("/") or ":" in parts[0]:
         return "is absolute; shard paths are relative to the dataset root"
-    if any(part in ("..", ".", "") for part in text.split("/")):
+    if any(part in ("..", ".", "") for part in parts):
         return "has an empty, '.' or '..' component"
     return None

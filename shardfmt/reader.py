@@ -203,7 +203,12 @@ class ShardReader:
             if field.is_variable:
                 f_off = table[column_name(field.name, "offset")]
                 f_size = table[column_name(field.name, "size")]
-                self._raise_first(f_size > np.uint64(MAX_FIELD_SIZE), f"field {field.name!r} is larger than the limit of {MAX_FIELD_SIZE} bytes", column_name(field.name, "size"))
+                self._raise_first(
+                    f_size > np.uint64(MAX_FIELD_SIZE),
+                    f"field {field.name!r} is larger than the limit of {MAX_FIELD_SIZE} bytes",
+                    column_name(field.name, "size"),
+                    LimitError,
+                )
                 expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
                 self._raise_first(f_off != expected, f"field {field.name!r} payload is not at the next aligned offset of its record", column_name(field.name, "offset"))
                 position = f_off + f_size
@@ -218,11 +223,13 @@ class ShardReader:
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
         self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
 
-    def _raise_first(self, bad: np.ndarray[Any, Any], message: str, column: str) -> None:
+    def _raise_first(
+        self, bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError
+    ) -> None:
         if bad.any():
             i = int(np.argmax(bad))
             offset = self.table_offset + i * self.dtype.itemsize + self.dtype.fields[column][1]  # type: ignore[index]
-            raise self._fail(FormatError, message, offset, i)
+            raise self._fail(cls, message, offset, i)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -310,13 +317,17 @@ class Record(Mapping[str, Any]):
             try:
                 return bytes(data).decode("utf-8")
             except UnicodeDecodeError as err:
-                raise FormatError(f"field {name!r} is not valid UTF-8: {err}", path=self.shard, record=self.index) from err
+                raise self._invalid(name, f"is not valid UTF-8: {err}") from err
         if field.type == "json":
             try:
                 return json.loads(bytes(data).decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as err:
-                raise FormatError(f"field {name!r} is not valid JSON: {err}", path=self.shard, record=self.index) from err
+                raise self._invalid(name, f"is not valid JSON: {err}") from err
         return data
+
+    def _invalid(self, name: str, problem: str) -> FormatError:
+        offset = int(self._shard.table[self.index][column_name(name, "offset")])
+        return FormatError(f"field {name!r} {problem}", path=self.shard, offset=offset, record=self.index)
 
     def image_info(self, name: str = "image") -> ImageInfo:
         return self._shard.image_info(self.index, name)

@@ -34,6 +34,7 @@ from .layout import (
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SCHEMA_SIZE,
+    MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
     SHARD_SUFFIX,
     align_up,
@@ -132,7 +133,8 @@ class ShardWriter:
 
         Raises:
             SchemaError: a field is missing, extra, of the wrong type, too large, or a "jpeg"
-                value is not a JPEG with 1 or 3 channels that libjpeg-turbo decodes.
+                value is not a JPEG with 1 or 3 channels that libjpeg-turbo decodes; or the
+                record would take the shard past MAX_SHARD_SIZE or MAX_RECORDS_PER_SHARD.
         """
         if self._closed:
             raise ValueError("write() on a closed ShardWriter")
@@ -163,6 +165,9 @@ class ShardWriter:
         end = align_up(position, self.alignment)
         if end > position:
             pieces.append(bytes(end - position))
+        grown = self.size + (end - start) + self._dtype.itemsize
+        if grown > MAX_SHARD_SIZE:
+            raise SchemaError(f"record {index} would grow the shard to {grown} bytes, over the limit of {MAX_SHARD_SIZE}")
         record_hasher = Hasher()
         for piece in pieces:
             record_hasher.update(piece)

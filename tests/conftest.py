@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,9 @@ import simplejpeg
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
 from shardfmt.sample import make_image, make_imagefolder
+
+# tools/ holds the vector generator and the byte-level shard builder the format tests share.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 
 def jpeg_bytes(height: int = 24, width: int = 32, *, seed: int = 0, quality: int = 90) -> bytes:

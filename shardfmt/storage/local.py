@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 
 from ..errors import ShardNotFoundError
 
@@ -12,7 +13,7 @@ class LocalFile:
     """A memory-mapped local file (see `ByteSource`).
 
     Raises:
-        ShardNotFoundError: the file does not exist.
+        ShardNotFoundError: the file does not exist, or is not a regular file.
     """
 
     zero_copy = True
@@ -24,7 +25,10 @@ class LocalFile:
         except FileNotFoundError as err:
             raise ShardNotFoundError("shard file does not exist", path=self.path) from err
         try:
-            self.size = os.fstat(fd).st_size
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise ShardNotFoundError("is not a regular file, so it cannot be a shard", path=self.path)
+            self.size = status.st_size
             self._map: mmap.mmap | None = (
                 mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
             )

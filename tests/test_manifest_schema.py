@@ -1,0 +1,146 @@
+"""spec/manifest.schema.json: manifests that DatasetWriter writes validate against it, manifests the
+reader rejects are rejected by it too (where JSON Schema can say so), and its patterns accept
+exactly what the reader accepts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from test_malformed import BAD_MANIFESTS
+
+from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Schema
+from shardfmt.checksum import parse_checksum
+from shardfmt.layout import (
+    FIELD_COLUMNS,
+    MAX_CLASSES,
+    MAX_FIELD_NAME_LENGTH,
+    MAX_FIELDS,
+    MAX_RECORDS_PER_SHARD,
+    MAX_SHARD_SIZE,
+    MAX_SHARDS,
+)
+from shardfmt.manifest import _VERSION_RE, _unsafe_path
+
+jsonschema = pytest.importorskip("jsonschema")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "spec" / "manifest.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+ALL_TYPES = Schema.of(image="jpeg", label="int64", score="float64", key="str", blob="bytes", meta="json")
+
+
+def test_schema_is_valid_draft_2020_12() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def write(root: Path, schema: Schema, records: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+    with DatasetWriter(root, schema=schema, **options) as writer:
+        for record in records:
+            writer.write(record)
+    value: dict[str, Any] = json.loads((root / "manifest.json").read_text())
+    return value
+
+
+def test_written_manifests_validate(tmp_path: Path) -> None:
+    from conftest import jpeg_bytes
+
+    image = jpeg_bytes(8, 8)
+    manifests = [
+        write(tmp_path / "empty", IMAGE_CLASSIFICATION, []),
+        write(
+            tmp_path / "classes",
+            IMAGE_CLASSIFICATION,
+            [{"image": image, "label": i % 2, "key": f"k{i}"} for i in range(6)],
+            classes=["chat", "h\u00e9risson"],
+            shard_size=2048,
+            options={"quality": 90, "nested": {"list": [1, None]}},
+        ),
+        write(
+            tmp_path / "all-types",
+            ALL_TYPES,
+            [{"image": image, "label": -1, "score": math.inf, "key": "\u65e5", "blob": b"", "meta": {"a": [1]}}],
+        ),
+    ]
+    assert len(manifests[1]["shards"]) > 1
+    for manifest in manifests:
+        VALIDATOR.validate(manifest)
+
+
+def test_vector_manifests_validate() -> None:
+    for path in sorted((ROOT / "spec" / "vectors").glob("v*/dataset/manifest.json")):
+        VALIDATOR.validate(json.loads(path.read_text()))
+
+
+def test_schema_states_the_layout_limits() -> None:
+    shard = SCHEMA["$defs"]["shard"]["properties"]
+    fields = SCHEMA["$defs"]["schema"]["properties"]["fields"]
+    assert SCHEMA["properties"]["classes"]["maxItems"] == MAX_CLASSES
+    assert SCHEMA["properties"]["shards"]["maxItems"] == MAX_SHARDS
+    assert shard["num_records"]["maximum"] == MAX_RECORDS_PER_SHARD
+    assert shard["size"]["maximum"] == MAX_SHARD_SIZE
+    assert fields["maxItems"] == MAX_FIELDS
+    assert f"{{0,{MAX_FIELD_NAME_LENGTH - 1}}}" in SCHEMA["$defs"]["field"]["properties"]["name"]["pattern"]
+    assert sorted(SCHEMA["$defs"]["field"]["properties"]["type"]["enum"]) == sorted(FIELD_COLUMNS)
+
+
+# JSON Schema cannot express uniqueness of a key across array items or sums over them; an unknown
+# shard_format or major version is well-formed, and refused by the reader as too new. The class
+# limit is checked above: validating a million items one by one takes seconds.
+NOT_EXPRESSIBLE = {"duplicate-path", "total-records", "total-bytes", "shard-format", "version-major", "classes-limit"}
+
+
+@pytest.mark.parametrize("case", sorted(set(BAD_MANIFESTS) - NOT_EXPRESSIBLE))
+def test_schema_rejects_what_the_reader_rejects(tmp_path: Path, case: str) -> None:
+    manifest = write(tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=300)
+    assert len(manifest["shards"]) == 2
+    change, _, _ = BAD_MANIFESTS[case]
+    change(manifest)
+    assert not VALIDATOR.is_valid(manifest)
+
+
+def validates(definition: dict[str, Any], value: str) -> bool:
+    return bool(jsonschema.Draft202012Validator(definition).is_valid(value))
+
+
+PATH_PIECES = st.sampled_from(["a", "b.shard", ".", "..", "/", ":", "\\", "\x00", "\n", "\u00e9", "C:"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PATH_PIECES, max_size=8).map("".join))
+@example("../x")
+@example("/etc/passwd")
+@example("a/b:c")
+@example("x.shard\n")
+@example("..\n")
+def test_shard_path_pattern_is_the_reader_rule(path: str) -> None:
+    assert validates(SCHEMA["$defs"]["shard_path"], path) == (_unsafe_path(path) is None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="0123456789.\u0661\u00b2 +\n", max_size=14))
+@example("1.0")
+@example("1.0\n")
+@example("123456.0")
+def test_format_version_pattern_is_the_reader_rule(version: str) -> None:
+    assert validates(SCHEMA["properties"]["format_version"], version) == (_VERSION_RE.fullmatch(version) is not None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="0123456789abcdefABx_:-+ ", max_size=20).map(lambda s: "xxh3_64:" + s))
+@example("xxh3_64:0123456789abcdef")
+@example("xxh3_64:0123456789abcdef\n")
+def test_checksum_pattern_is_the_reader_rule(text: str) -> None:
+    try:
+        parse_checksum(text)
+        accepted = True
+    except ValueError:
+        accepted = False
+    checksum_schema = SCHEMA["$defs"]["shard"]["properties"]["checksum"]
+    assert validates(checksum_schema, text) == accepted

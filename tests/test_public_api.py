@@ -1,0 +1,39 @@
+"""The public API: `shardfmt.__all__` is sorted and lists every public top-level name."""
+
+from __future__ import annotations
+
+import __future__
+import types
+
+import shardfmt
+
+
+def isort_key(name: str) -> tuple[int, str]:
+    """Constants (SCREAMING_SNAKE_CASE) first, then classes (CamelCase), then everything else."""
+    if name.isupper():
+        return 0, name
+    if name[:1].isupper():
+        return 1, name
+    return 2, name
+
+
+def test_all_is_sorted() -> None:
+    assert shardfmt.__all__ == sorted(shardfmt.__all__, key=isort_key)
+    assert len(set(shardfmt.__all__)) == len(shardfmt.__all__)
+
+
+def test_all_lists_every_public_name() -> None:
+    public = {
+        name
+        for name, value in vars(shardfmt).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)  # submodules appear as they are imported
+        and not isinstance(value, __future__._Feature)  # `from __future__ import annotations`
+    }
+    assert public == set(shardfmt.__all__) - {"__version__"}
+
+
+def test_every_listed_name_exists() -> None:
+    for name in shardfmt.__all__:
+        assert getattr(shardfmt, name) is not None, name
+    assert isinstance(shardfmt.__version__, str)
