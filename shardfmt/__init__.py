@@ -36,6 +36,7 @@ __all__ = [
     "IMAGE_CLASSIFICATION",
     "ChecksumError",
     "ConvertError",
+    "Dataset",
     "DatasetNotFoundError",
     "DatasetReader",
     "DatasetWriter",
@@ -44,6 +45,7 @@ __all__ = [
     "FormatError",
     "ImageInfo",
     "LimitError",
+    "Loader",
     "Manifest",
     "ManifestError",
     "Record",
@@ -62,9 +64,13 @@ __all__ = [
 ]
 
 
+_LAZY = ("Dataset", "Loader")
+"""Public names that import torch, so they load on first access."""
+
+
 def __getattr__(name: str) -> typing.Any:
     # The torch-facing names load torch only when asked for.
-    if name in ("Loader", "Dataset"):
+    if name in _LAZY:
         from . import loader
 
         return getattr(loader, name)

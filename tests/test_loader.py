@@ -21,7 +21,7 @@ from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, WorkerError, o
 from shardfmt.ops import CenterCrop, RandomResizedCrop
 from shardfmt.sampling import AUGMENT_STREAM, record_keys
 
-from .conftest import jpeg_bytes
+from conftest import jpeg_bytes
 
 NUM_RECORDS = 103
 

@@ -30,7 +30,19 @@ def test_all_lists_every_public_name() -> None:
         and not isinstance(value, types.ModuleType)  # submodules appear as they are imported
         and not isinstance(value, __future__._Feature)  # `from __future__ import annotations`
     }
-    assert public == set(shardfmt.__all__) - {"__version__"}
+    assert public | set(shardfmt._LAZY) == set(shardfmt.__all__) - {"__version__"}
+
+
+def test_lazy_names_keep_torch_out_of_the_reader() -> None:
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    code = "import sys, shardfmt; shardfmt.open_dataset; print('torch' in sys.modules)"
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert result.stdout.strip() == "False"
 
 
 def test_every_listed_name_exists() -> None:

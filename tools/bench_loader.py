@@ -1,0 +1,753 @@
+"""Benchmark `shardfmt.Loader` against the usual PyTorch input paths, on the same images, in one run.
+
+Contenders. Every loader delivers ``--epochs`` x ``--images`` images per run as uint8 batches of
+shape (B, 3, 224, 224) with int64 labels, augmented by RandomResizedCrop(224) (torchvision's
+default scale (0.08, 1) and ratio (3/4, 4/3)) and a horizontal flip with probability 0.5; the
+bench checks the shape of every batch and that each epoch delivers every label exactly as often
+as the dataset holds it.
+
+  shardfmt        ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the JPEG bytes written
+                  unchanged into shardfmt shards with `DatasetWriter` (not the converter, so that
+                  every contender decodes byte-identical files); once with ``fast_decode=True``
+                  (the default) and once with ``fast_decode=False``.
+  PIL DataLoader  ``torch.utils.data.DataLoader(shuffle=True, persistent_workers=True)`` with the
+                  default collate, over an ImageFolder-style Dataset of (path, label): PIL
+                  ``Image.open(...).convert("RGB")``, torchvision's RandomResizedCrop.get_params
+                  (reimplemented: torchvision has no CPU wheel here), ``Image.resize((224, 224),
+                  BILINEAR, box=...)``, ``transpose`` for the flip, numpy to a CHW tensor.
+  webdataset      the webdataset library over the same JPEG bytes in its own tar shards (written
+                  in a shuffled order with ``ShardWriter``, ``jpg`` + ``cls``, at least two shards
+                  per worker and split across workers by webdataset), ``.shuffle(1000)``,
+                  simplejpeg decode (exact IDCT), the same get_params, the crop resized with
+                  torch's antialiased bilinear kernel (torchvision's tensor resize; PIL-free),
+                  ``.batched()`` inside the workers of a ``DataLoader(batch_size=None)``.
+  decode limit    ``simplejpeg.decode_jpeg`` of the JPEG bytes already in RAM, in this process on
+                  one thread with nothing else running, times ``os.cpu_count()``; with the exact
+                  IDCT (the limit the targets use) and with the fast IDCT and upsampling. The
+                  one-core figures are printed too.
+
+Columns, for each loader:
+
+  images/s     images delivered / seconds from constructing the loader to receiving the last
+               batch of the last epoch. Worker start-up counts; dataset preparation does not.
+  CPU s        user + system CPU time of this process (``getrusage(RUSAGE_SELF)``, less the CPU
+               of the memory sampler thread) plus that of every worker process
+               (``getrusage(RUSAGE_CHILDREN)``, counted once the loader is closed and its workers
+               are reaped), as deltas over the run.
+  PSS / RSS    the largest sum, over the samples a thread takes every 50 ms, of the PSS and of
+               the RSS of this process and every process started during the run. PSS divides each
+               shared page among the processes that map it, so the shared-memory batch ring and
+               the pages workers share with the parent after fork count once; RSS counts them in
+               each process and is an upper bound. Both include this process's own baseline
+               (torch imported: a few hundred MiB). Spikes shorter than 50 ms can be missed.
+  first batch  seconds from constructing a fresh loader to receiving its first batch, in a
+               separate start before the timed run.
+
+All files are read from the page cache (they were just written or read), so this measures the CPU
+cost of loading, not the disk. Timings are only as quiet as the machine: the load average is
+printed before and after.
+
+Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
+`shardfmt.sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
+of selected images, the shardfmt and webdataset copies; delete the directory to rebuild.
+
+Usage::
+
+    PYTHONPATH=. python tools/bench_loader.py --work-dir /tmp/bench --json out.json --chart out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing import resource_tracker
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL
+import psutil
+import simplejpeg
+import torch
+import webdataset as wds
+from PIL import Image
+from torch.utils.data import DataLoader, default_collate
+
+import shardfmt
+from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
+from shardfmt.sample import make_imagefolder
+
+OUTPUT_SIZE = 224
+SCALE = (0.08, 1.0)
+RATIO = (3 / 4, 4 / 3)
+CONTENDERS = ("shardfmt", "pil", "webdataset", "decode")
+SAMPLE_INTERVAL = 0.05
+WDS_SHUFFLE_BUFFER = 1000
+GENERATED_SIZE = (362, 416)
+GENERATED_QUALITY = 95
+JPEG_SUFFIXES = (".jpg", ".jpeg")
+
+SHARDFMT_FAST = "shardfmt fast_decode=True"
+SHARDFMT_EXACT = "shardfmt fast_decode=False"
+PIL_LOADER = "PIL DataLoader"
+WEBDATASET = "webdataset"
+LIMIT_EXACT = "decode limit, exact IDCT"
+LIMIT_FAST = "decode limit, fast IDCT"
+ONE_CORE_EXACT = "  decode on 1 core, exact IDCT"
+ONE_CORE_FAST = "  decode on 1 core, fast IDCT"
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class BenchError(RuntimeError):
+    """A contender delivered something other than what every contender must deliver."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """The images every contender reads, and the directory their derived copies live in."""
+
+    files: tuple[Path, ...]
+    labels: tuple[int, ...]
+    classes: tuple[str, ...]
+    root: Path
+    derived: Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    batch_size: int
+    workers: int
+    epochs: int
+
+
+@dataclass(frozen=True)
+class Result:
+    """One row of the table. `parallel` scales a one-core measurement to the machine."""
+
+    name: str
+    images: int
+    seconds: float
+    parallel: int = 1
+    cpu_seconds: float | None = None
+    peak_pss_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    first_batch_seconds: float | None = None
+    shared_memory_bytes: int | None = None
+    note: str = ""
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images * self.parallel / self.seconds
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An opened loader: `epoch()` iterates one epoch of (images, labels); `close()` stops it."""
+
+    epoch: Callable[[], Iterator[Batch]]
+    close: Callable[[], None]
+    shared_memory_bytes: int | None = None
+
+
+@dataclass
+class TreeSampler:
+    """Samples the summed PSS and RSS of this process and its new descendants in a thread."""
+
+    exclude: set[int]
+    peak_pss: int = 0
+    peak_rss: int = 0
+    cpu_seconds: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bench-memory-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        start = time.thread_time()
+        me = psutil.Process()
+        while True:
+            self._sample(me)
+            if self._stop.wait(SAMPLE_INTERVAL):
+                break
+        self._sample(me)
+        self.cpu_seconds = time.thread_time() - start
+
+    def _sample(self, me: psutil.Process) -> None:
+        processes = [me] + [p for p in me.children(recursive=True) if p.pid not in self.exclude]
+        pss = rss = 0
+        for process in processes:
+            try:
+                info = process.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            rss += info.rss
+            pss += getattr(info, "pss", info.rss)
+        self.peak_pss = max(self.peak_pss, pss)
+        self.peak_rss = max(self.peak_rss, rss)
+
+
+def say(message: str) -> None:
+    """Progress goes to stderr; the report goes to stdout."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- the crop every contender uses ------------------------------------------------------------
+
+
+def crop_params(height: int, width: int) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params with its default scale and ratio, drawing from
+    torch's generator in the same order: returns (top, left, height, width)."""
+    area = height * width
+    log_ratio = torch.log(torch.tensor(RATIO))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(SCALE[0], SCALE[1]).item()
+        aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
+        box_width = int(round(math.sqrt(target_area * aspect_ratio)))
+        box_height = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < box_width <= width and 0 < box_height <= height:
+            top = int(torch.randint(0, height - box_height + 1, size=(1,)).item())
+            left = int(torch.randint(0, width - box_width + 1, size=(1,)).item())
+            return top, left, box_height, box_width
+    in_ratio = width / height
+    if in_ratio < min(RATIO):
+        box_width, box_height = width, int(round(width / min(RATIO)))
+    elif in_ratio > max(RATIO):
+        box_height, box_width = height, int(round(height * max(RATIO)))
+    else:
+        box_height, box_width = height, width
+    return (height - box_height) // 2, (width - box_width) // 2, box_height, box_width
+
+
+class FolderDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """ImageFolder with a torchvision-equivalent RandomResizedCrop(224) + RandomHorizontalFlip in PIL."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
+        self.samples = list(samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.samples[index]
+        with open(path, "rb") as file:
+            image = Image.open(file).convert("RGB")
+        top, left, height, width = crop_params(image.height, image.width)
+        box = (left, top, left + width, top + height)
+        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR, box=box)
+        if torch.rand(1).item() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.array(image)).permute(2, 0, 1), label
+
+
+def decode_and_crop(sample: tuple[bytes, bytes]) -> tuple[torch.Tensor, int]:
+    """webdataset's map step: simplejpeg decode, the torchvision crop, torch's antialiased
+    bilinear resize (what torchvision does on tensors), flip."""
+    data, label = sample
+    pixels = simplejpeg.decode_jpeg(data, colorspace="RGB")
+    top, left, height, width = crop_params(pixels.shape[0], pixels.shape[1])
+    box = torch.from_numpy(pixels[top : top + height, left : left + width]).permute(2, 0, 1).unsqueeze(0)
+    image = torch.nn.functional.interpolate(box, size=(OUTPUT_SIZE, OUTPUT_SIZE), mode="bilinear", antialias=True, align_corners=False)[0]
+    if torch.rand(1).item() < 0.5:
+        image = image.flip(2)
+    return image, int(label)
+
+
+# -- the contenders: each opens a Stream ------------------------------------------------------
+
+
+def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool) -> Stream:
+    loader = shardfmt.Loader(
+        source.derived / "shardfmt",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        size=OUTPUT_SIZE,
+        pipeline="train",
+        fast_decode=fast_decode,
+        layout="NCHW",
+    )
+    return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
+
+
+def open_pil_dataloader(source: Source, settings: Settings) -> Stream:
+    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels)])
+    loader = DataLoader(
+        dataset,
+        batch_size=settings.batch_size,
+        shuffle=True,
+        num_workers=settings.workers,
+        persistent_workers=settings.workers > 0,
+    )
+    return Stream(epoch=lambda: iter(loader), close=lambda: shutdown_dataloader(loader))
+
+
+def open_webdataset(source: Source, settings: Settings) -> Stream:
+    urls = webdataset_shards(source, settings)
+    dataset = (
+        wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
+        .shuffle(WDS_SHUFFLE_BUFFER)
+        .to_tuple("jpg", "cls")
+        .map(decode_and_crop)
+        .batched(settings.batch_size, collation_fn=default_collate, partial=True)
+    )
+    loader = DataLoader(dataset, batch_size=None, num_workers=settings.workers, persistent_workers=settings.workers > 0)
+    return Stream(epoch=lambda: iter(loader), close=lambda: shutdown_dataloader(loader))
+
+
+def shutdown_dataloader(loader: DataLoader) -> None:  # type: ignore[type-arg]
+    """Stop a DataLoader's persistent workers now (DataLoader itself only does so when collected)."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    loader._iterator = None
+
+
+def measure_decode(source: Source, settings: Settings, *, fast: bool) -> tuple[Result, Result]:
+    """Decode every image `epochs` times in this process on one thread, bytes already in RAM;
+    return the limit (one core times os.cpu_count()) and the one-core row."""
+    cores = os.cpu_count() or 1
+    simplejpeg.decode_jpeg(source.files[0].read_bytes(), colorspace="RGB", fastdct=fast, fastupsample=fast)
+    seconds = cpu = 0.0
+    images = 0
+    for start in range(0, len(source.files), 256):
+        blobs = [path.read_bytes() for path in source.files[start : start + 256]]
+        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        for _ in range(settings.epochs):
+            for data in blobs:
+                simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=fast, fastupsample=fast)
+        seconds += time.perf_counter() - wall0
+        cpu += time.thread_time() - cpu0
+        images += settings.epochs * len(blobs)
+    limit, one_core = (LIMIT_FAST, ONE_CORE_FAST) if fast else (LIMIT_EXACT, ONE_CORE_EXACT)
+    note = f"one core x {cores} cores"
+    return (
+        Result(limit, images, seconds, parallel=cores, cpu_seconds=cpu, note=note),
+        Result(one_core, images, seconds, cpu_seconds=cpu),
+    )
+
+
+# -- measuring a loader -----------------------------------------------------------------------
+
+
+def child_pids() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def wait_for_children(baseline: set[int], *, timeout: float = 15.0) -> bool:
+    """Wait until every process started since `baseline` was taken is gone (and so reaped)."""
+    deadline = time.monotonic() + timeout
+    while child_pids() - baseline:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def cpu_seconds_so_far() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def check_batch(name: str, images: torch.Tensor, labels: torch.Tensor, batch_size: int) -> None:
+    count = len(labels)
+    if not 1 <= count <= batch_size:
+        raise BenchError(f"{name}: a batch of {count} labels, expected 1 to {batch_size}")
+    if tuple(images.shape) != (count, 3, OUTPUT_SIZE, OUTPUT_SIZE) or images.dtype != torch.uint8:
+        raise BenchError(f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) uint8")
+    if labels.dtype != torch.int64:
+        raise BenchError(f"{name}: labels are {labels.dtype}, expected int64")
+
+
+def consume(name: str, stream: Stream, source: Source, settings: Settings) -> int:
+    """Run every epoch, checking each batch, and that each epoch delivers every label as often
+    as the dataset holds it; return the images delivered."""
+    expected = torch.bincount(torch.tensor(source.labels), minlength=len(source.classes))
+    total = 0
+    for epoch in range(settings.epochs):
+        counts = torch.zeros_like(expected)
+        for images, labels in stream.epoch():
+            check_batch(name, images, labels, settings.batch_size)
+            counts += torch.bincount(labels, minlength=len(expected))[: len(expected)]
+            total += len(labels)
+        if not torch.equal(counts, expected):
+            raise BenchError(f"{name}: epoch {epoch} delivered {int(counts.sum())} images with other labels than the dataset's {len(source.files)}")
+    return total
+
+
+def measure_loader(name: str, open_stream: Callable[[], Stream], source: Source, settings: Settings) -> Result:
+    """Time the first batch from a fresh start, then a full run of every epoch from another."""
+    baseline = child_pids()
+    say(f"{name}: first batch")
+    start = time.perf_counter()
+    stream = open_stream()
+    try:
+        iterator = stream.epoch()
+        images, labels = next(iterator)
+        first_batch = time.perf_counter() - start
+        check_batch(name, images, labels, settings.batch_size)
+        if int(images.max()) == 0:
+            raise BenchError(f"{name}: the first batch is all zeros")
+        del iterator, images, labels
+    finally:
+        stream.close()
+    gc.collect()
+    if not wait_for_children(baseline):
+        say(f"{name}: workers of the first-batch start are still running; CPU time may be off")
+
+    say(f"{name}: {settings.epochs} epochs of {len(source.files)} images")
+    sampler = TreeSampler(exclude=baseline)
+    cpu_before = cpu_seconds_so_far()
+    sampler.start()
+    start = time.perf_counter()
+    stream = open_stream()
+    try:
+        images_done = consume(name, stream, source, settings)
+        seconds = time.perf_counter() - start
+    finally:
+        stream.close()
+        gc.collect()
+        reaped = wait_for_children(baseline)
+        sampler.stop()
+    cpu = cpu_seconds_so_far() - cpu_before - sampler.cpu_seconds
+    result = Result(
+        name,
+        images_done,
+        seconds,
+        cpu_seconds=cpu,
+        peak_pss_bytes=sampler.peak_pss,
+        peak_rss_bytes=sampler.peak_rss,
+        first_batch_seconds=first_batch,
+        shared_memory_bytes=stream.shared_memory_bytes,
+        note="" if reaped else "workers not reaped: their CPU is missing",
+    )
+    say(f"{name}: {result.images_per_second:.0f} images/s")
+    return result
+
+
+# -- data preparation -------------------------------------------------------------------------
+
+
+def generate_imagefolder(work_dir: Path, images: int) -> Path:
+    """An ImageNet-like ImageFolder of at least `images` JPEGs (100 classes), cached."""
+    num_classes = min(100, images)
+    per_class = -(-images // num_classes)
+    root = work_dir / f"imagefolder-{num_classes}x{per_class}-q{GENERATED_QUALITY}"
+    marker = root / ".complete"
+    if marker.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    say(f"generating {num_classes * per_class} JPEGs in {root} (cached for later runs with this --work-dir)")
+    make_imagefolder(root, num_classes=num_classes, per_class=per_class, size=GENERATED_SIZE, quality=GENERATED_QUALITY)
+    marker.write_text("complete\n")
+    return root
+
+
+def load_source(root: Path, work_dir: Path, images: int | None) -> Source:
+    """List root/<class>/<file>.jpg; keep a seeded subset of `images` if there are more."""
+    classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+    pairs = [
+        (path, label)
+        for label, name in enumerate(classes)
+        for path in sorted((root / name).iterdir())
+        if path.suffix.lower() in JPEG_SUFFIXES and path.is_file()
+    ]
+    if not pairs:
+        raise SystemExit(f"no .jpg/.jpeg files under {root}/<class>/")
+    if images is not None and images < len(pairs):
+        keep = np.sort(np.random.default_rng(0).choice(len(pairs), images, replace=False))
+        pairs = [pairs[i] for i in keep]
+    digest = hashlib.sha256(str(root.resolve()).encode())
+    for path, label in pairs:
+        stat = path.stat()
+        digest.update(f"{path.relative_to(root)}\t{label}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+    derived = work_dir / f"derived-{digest.hexdigest()[:12]}"
+    derived.mkdir(parents=True, exist_ok=True)
+    return Source(
+        files=tuple(path for path, _ in pairs),
+        labels=tuple(label for _, label in pairs),
+        classes=tuple(classes),
+        root=root,
+        derived=derived,
+    )
+
+
+def prepare_shardfmt(source: Source) -> None:
+    out = source.derived / "shardfmt"
+    if (out / "manifest.json").exists():  # written last: the commit point of the dataset
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    say(f"writing shardfmt shards to {out}")
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes) as writer:
+        for path, label in zip(source.files, source.labels):
+            key = path.relative_to(source.root).with_suffix("").as_posix()
+            writer.write({"image": path.read_bytes(), "label": label, "key": key})
+
+
+def webdataset_dir(source: Source, settings: Settings) -> tuple[Path, int]:
+    """Where the tar shards go and how many images each holds: at least 2 shards per worker."""
+    num_shards = min(len(source.files), max(8, 2 * settings.workers))
+    per_shard = -(-len(source.files) // num_shards)
+    return source.derived / f"webdataset-{per_shard}-per-shard", per_shard
+
+
+def webdataset_shards(source: Source, settings: Settings) -> list[str]:
+    out, _ = webdataset_dir(source, settings)
+    return sorted(str(path) for path in out.glob("shard-*.tar"))
+
+
+def prepare_webdataset(source: Source, settings: Settings) -> None:
+    out, per_shard = webdataset_dir(source, settings)
+    marker = out / ".complete"
+    if marker.exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    say(f"writing webdataset tar shards to {out}")
+    order = np.random.default_rng(0).permutation(len(source.files))
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxcount=per_shard, verbose=0) as sink:
+        for index in order:
+            path, label = source.files[index], source.labels[index]
+            sink.write({"__key__": f"{int(index):08d}", "jpg": path.read_bytes(), "cls": label})
+    workers = max(1, settings.workers)
+    if len(webdataset_shards(source, settings)) < workers:
+        raise SystemExit(f"{len(source.files)} images make fewer tar shards than {workers} workers; use more --images")
+    marker.write_text("complete\n")
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable,
+        "cpu_model": model,
+        "memory_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "simplejpeg": simplejpeg.__version__,
+        "pillow": PIL.__version__,
+        "webdataset": getattr(wds, "__version__", "unknown"),
+        "numpy": np.__version__,
+        "shardfmt": shardfmt.__version__,
+        "start_method": multiprocessing.get_start_method(),
+    }
+
+
+def print_machine(machine: dict[str, Any], settings: Settings, source: Source) -> None:
+    print(f"machine: {machine['cpu_count']} CPUs ({machine['usable_cpus']} usable), {machine['cpu_model']}, {machine['memory_bytes'] / 2**30:.0f} GiB")
+    print(
+        f"versions: python {machine['python']}, torch {machine['torch']}, simplejpeg {machine['simplejpeg']}, "
+        f"pillow {machine['pillow']}, webdataset {machine['webdataset']}, numpy {machine['numpy']}, shardfmt {machine['shardfmt']}"
+    )
+    sizes = [path.stat().st_size for path in source.files]
+    print(
+        f"data: {len(source.files)} JPEGs in {len(source.classes)} classes, mean {np.mean(sizes) / 1000:.0f} KB, from {source.root}; "
+        f"batch {settings.batch_size}, {settings.workers} workers, {settings.epochs} epochs, start method {machine['start_method']}"
+    )
+
+
+def mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.0f}"
+
+
+def print_table(results: list[Result]) -> None:
+    header = f"{'contender':<32} {'images':>7} {'seconds':>8} {'images/s':>9} {'CPU s':>7} {'CPU ms/img':>10} {'PSS MiB':>8} {'RSS MiB':>8} {'1st batch s':>11}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        cpu = "-" if r.cpu_seconds is None else f"{r.cpu_seconds:.1f}"
+        per_image = "-" if r.cpu_seconds is None else f"{1000 * r.cpu_seconds / r.images:.2f}"
+        first = "-" if r.first_batch_seconds is None else f"{r.first_batch_seconds:.2f}"
+        line = (
+            f"{r.name:<32} {r.images:>7} {r.seconds:>8.2f} {r.images_per_second:>9.0f} {cpu:>7} {per_image:>10} "
+            f"{mib(r.peak_pss_bytes):>8} {mib(r.peak_rss_bytes):>8} {first:>11}"
+        )
+        print(f"{line}  {r.note}".rstrip())
+    for r in results:
+        if r.shared_memory_bytes is not None:
+            print(f"{r.name}: Loader.shared_memory_bytes = {r.shared_memory_bytes} ({mib(r.shared_memory_bytes)} MiB, part of its PSS)")
+
+
+RATIOS = (
+    (SHARDFMT_FAST, PIL_LOADER, 2.4),
+    (SHARDFMT_EXACT, PIL_LOADER, None),
+    (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
+    (SHARDFMT_FAST, LIMIT_FAST, None),
+    (SHARDFMT_EXACT, LIMIT_EXACT, None),
+    (WEBDATASET, LIMIT_EXACT, None),
+    (WEBDATASET, PIL_LOADER, None),
+)
+
+
+def compute_ratios(results: list[Result]) -> list[dict[str, Any]]:
+    speed = {r.name: r.images_per_second for r in results}
+    rows = []
+    for top, bottom, target in RATIOS:
+        value = speed[top] / speed[bottom] if top in speed and bottom in speed else None
+        rows.append({"numerator": top, "denominator": bottom, "ratio": value, "target": target})
+    return rows
+
+
+def print_ratios(ratios: list[dict[str, Any]]) -> None:
+    for row in ratios:
+        label = f"{row['numerator']} / {row['denominator']}"
+        if row["ratio"] is None:
+            print(f"ratio {label:<56} n/a (not run)")
+            continue
+        verdict = ""
+        if row["target"] is not None:
+            verdict = f"  target >= {row['target']}x: {'met' if row['ratio'] >= row['target'] else 'NOT met'}"
+        print(f"ratio {label:<56} {row['ratio']:5.2f}x{verdict}")
+
+
+def write_chart(path: Path, results: list[Result], machine: dict[str, Any], settings: Settings) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loaders = [r for r in results if r.first_batch_seconds is not None]
+    limits = {r.name: r.images_per_second for r in results if r.name in (LIMIT_EXACT, LIMIT_FAST)}
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    names = [r.name.replace(" fast_decode", "\nfast_decode") for r in loaders]
+    bars = axes.bar(names, [r.images_per_second for r in loaders], color="#4c72b0")
+    axes.bar_label(bars, fmt="%.0f")
+    for name, style in ((LIMIT_EXACT, "-"), (LIMIT_FAST, "--")):
+        if name in limits:
+            axes.axhline(limits[name], color="#c44e52", linestyle=style, label=f"{name}: {limits[name]:.0f}/s")
+    if limits:
+        axes.legend(loc="upper right")
+    axes.set_ylabel("images/s")
+    axes.set_title(
+        f"RandomResizedCrop 224 + flip, batch {settings.batch_size}, {settings.workers} workers\n"
+        f"{machine['cpu_model']}, {machine['cpu_count']} CPUs",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--images", type=int, default=None, help="images to use (default 5000; with --src, all of them)")
+    parser.add_argument("--src", type=Path, help="an existing ImageFolder (root/<class>/<image>.jpg) instead of generated images")
+    parser.add_argument("--work-dir", type=Path, help="keep generated data here between runs (default: a temporary directory)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of every loader (default 2)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--epochs", type=int, default=2, help="passes over the images per contender (default 2)")
+    parser.add_argument("--only", default=",".join(CONTENDERS), help=f"comma list of contenders out of {','.join(CONTENDERS)}")
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    parser.add_argument("--chart", type=Path, help="write a bar chart of images/s here (PNG)")
+    args = parser.parse_args(argv)
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(args.only) - set(CONTENDERS))
+    if unknown or not args.only:
+        parser.error(f"--only takes names out of {','.join(CONTENDERS)}, got {','.join(unknown) or 'none'}")
+    if args.images is not None and args.images < 1:
+        parser.error("--images must be at least 1")
+    if args.batch_size < 1 or args.epochs < 1 or args.workers < 0:
+        parser.error("--batch-size and --epochs must be at least 1, --workers at least 0")
+    return args
+
+
+def run(args: argparse.Namespace, work_dir: Path) -> int:
+    settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=args.epochs)
+    if args.src is not None:
+        source = load_source(args.src, work_dir, args.images)
+    else:
+        images = 5000 if args.images is None else args.images
+        source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
+    if len(source.files) < max(1, settings.workers):
+        raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
+    if "shardfmt" in args.only:
+        prepare_shardfmt(source)
+    if "webdataset" in args.only:
+        prepare_webdataset(source, settings)
+    resource_tracker.ensure_running()  # started now, so that it is not taken for a worker
+
+    machine = machine_info()
+    load_before = os.getloadavg()
+    results: list[Result] = []
+    if "shardfmt" in args.only:
+        for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
+            results.append(measure_loader(name, lambda fast=fast: open_shardfmt(source, settings, fast_decode=fast), source, settings))
+    if "pil" in args.only:
+        results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
+    if "webdataset" in args.only:
+        results.append(measure_loader(WEBDATASET, lambda: open_webdataset(source, settings), source, settings))
+    if "decode" in args.only:
+        for fast in (False, True):
+            say(f"decode limit, {'fast' if fast else 'exact'} IDCT")
+            results.extend(measure_decode(source, settings, fast=fast))
+    load_after = os.getloadavg()
+
+    print()
+    print_machine(machine, settings, source)
+    print(f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {machine['cpu_count']} CPUs")
+    print()
+    print_table(results)
+    print()
+    ratios = compute_ratios(results)
+    print_ratios(ratios)
+    if args.json is not None:
+        document = {
+            "machine": machine,
+            "settings": asdict(settings) | {"images": len(source.files), "source": str(source.root), "only": args.only},
+            "load_average": {"before": load_before, "after": load_after},
+            "results": [asdict(r) | {"images_per_second": r.images_per_second} for r in results],
+            "ratios": ratios,
+        }
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    if args.chart is not None:
+        write_chart(args.chart, results, machine, settings)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        return run(args, args.work_dir)
+    with tempfile.TemporaryDirectory(prefix="shardfmt-bench-") as temporary:
+        return run(args, Path(temporary))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
