@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -52,12 +51,12 @@ class DemoResult:
 def run_demo(
     directory: str | os.PathLike[str], *, images: int = 500, workers: int | None = None, batch_size: int = 64
 ) -> DemoResult:
-    """Generate about `images` JPEGs of 416x362 px in 10 classes, convert and read them.
+    """Generate `images` JPEGs of about 416x362 px in up to 10 classes, convert and read them back.
 
     Args:
         directory: where ``imagefolder/`` and ``dataset/`` are written; a previous demo's
             folders there are replaced.
-        images: how many JPEGs to generate (rounded up to fill the classes).
+        images: how many JPEGs to generate.
         workers: conversion processes (None: one per CPU).
         batch_size: batch size for the loader, when it is available.
 
@@ -75,9 +74,9 @@ def run_demo(
         if not (source / _MARKER).exists():
             raise ConvertError("exists and was not made by the demo; choose another --dir", path=source)
         shutil.rmtree(source)
-    num_classes = min(10, images)
+    num_classes = max(n for n in range(1, 11) if images % n == 0)
     start = time.perf_counter()
-    make_imagefolder(source, num_classes=num_classes, per_class=math.ceil(images / num_classes), size=(362, 416), quality=95)
+    make_imagefolder(source, num_classes=num_classes, per_class=images // num_classes, size=(362, 416), quality=95)
     (source / _MARKER).touch()
     generated = time.perf_counter() - start
 
