@@ -31,6 +31,7 @@ Awkward inputs are handled on purpose, and every file that does not become a rec
   in the root folder;
 - a class folder with no records keeps its class, so labels match torchvision's; the manifest
   counts such classes in ``stats.empty_classes``;
+- the hidden-file rule is for discovery only: a path a listing names is converted even if hidden;
 - file names that are not UTF-8 keep their record; the key shows each undecodable byte as ``\\xNN``.
 
 The run goes on after a reject. With ``strict`` it still finishes and writes everything, then
@@ -211,12 +212,12 @@ def convert(
         atomic_write_bytes(plan_path, json.dumps(plan, sort_keys=True, separators=(",", ":")).encode())
     tasks = [
         ShardTask(
-            index,
-            str(scan.root),
-            str(out),
-            tuple((i, *plan["inputs"][i][:2], plan["inputs"][i][3]) for i in range(start, stop)),
-            max_side,
-            quality,
+            index=index,
+            root=str(scan.root),
+            out=str(out),
+            inputs=tuple((i, path, size, label) for i, (path, size, _, label) in enumerate(plan["inputs"][start:stop], start)),
+            max_side=max_side,
+            quality=quality,
         )
         for index, (start, stop) in enumerate(plan["shards"])
     ]

@@ -284,7 +284,7 @@ def _scan_listing(listing: Path) -> SourceScan:
     root = listing.parent
     scanner = _Scanner(root)
     for line, path, label in rows:
-        if isinstance(label, str) and classes is None or not isinstance(label, str) and classes is not None:
+        if isinstance(label, str) != (classes is not None):
             raise ConvertError(f"line {line}: labels must be all integers or all strings", path=listing)
         if isinstance(label, str):
             if not label:

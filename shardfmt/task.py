@@ -57,7 +57,7 @@ class ShardTask:
     quality: int
 
 
-def sidecar_path(out: str | os.PathLike[str], index: int) -> Path:
+def sidecar_path(out: str | os.PathLike[str], *, index: int) -> Path:
     """Return where the sidecar of shard `index` is written."""
     return Path(out) / WORK_DIR / f"shard-{index:05d}.json"
 
@@ -151,7 +151,7 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
             "passthrough": passthrough,
             "reencoded": reencoded,
         }
-        atomic_write_bytes(sidecar_path(task.out, task.index), json.dumps(sidecar, sort_keys=True).encode())
+        atomic_write_bytes(sidecar_path(task.out, index=task.index), json.dumps(sidecar, sort_keys=True).encode())
         return sidecar, False
     except Exception as err:
         raise WorkerError(
@@ -169,7 +169,7 @@ def _ignore(count: int) -> None:
 def _finished_sidecar(task: ShardTask) -> dict[str, Any] | None:
     """Return the sidecar of a shard a previous run finished, if the shard file agrees with it."""
     try:
-        sidecar = json.loads(sidecar_path(task.out, task.index).read_bytes())
+        sidecar = json.loads(sidecar_path(task.out, index=task.index).read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(sidecar, dict) or sidecar.get("index") != task.index or sidecar.get("inputs") != len(task.inputs):
