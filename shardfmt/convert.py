@@ -60,6 +60,7 @@ import re
 import shutil
 import signal
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -415,9 +416,7 @@ def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> 
     rejects = [{"path": path, "reason": reason, "detail": detail} for _, path, reason, detail in ordered]
     report = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
     atomic_write_bytes(out / REJECTS_NAME, report.encode())
-    by_reason: dict[str, int] = {}
-    for reject in rejects:
-        by_reason[reject["reason"]] = by_reason.get(reject["reason"], 0) + 1
+    by_reason = dict(Counter(reject["reason"] for reject in rejects))
     classes = plan["classes"]
     labels = {item[3] for number, item in enumerate(inputs) if number not in rejected}
     stats = {

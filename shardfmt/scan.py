@@ -41,7 +41,16 @@ from typing import Any
 
 from .errors import ConvertError
 
-__all__ = ["LISTING_SUFFIXES", "ScanReject", "SourceFile", "SourceScan", "display_path", "record_key", "scan_source"]
+__all__ = [
+    "LISTING_SUFFIXES",
+    "ScanReject",
+    "SourceFile",
+    "SourceScan",
+    "describe_os_error",
+    "display_path",
+    "record_key",
+    "scan_source",
+]
 
 LISTING_SUFFIXES = (".csv", ".jsonl")
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
@@ -140,7 +149,8 @@ def scan_source(src: str | os.PathLike[str]) -> SourceScan:
     )
 
 
-def _os_detail(err: OSError) -> str:
+def describe_os_error(err: OSError) -> str:
+    """Return the reject detail for an OS error: its message and errno, without the path."""
     return f"{err.strerror or err}" + (f" (errno {err.errno})" if err.errno else "")
 
 
@@ -171,7 +181,7 @@ class _Scanner:
             with os.scandir(self.root) as it:
                 entries = sorted(it, key=lambda entry: entry.name)
         except OSError as err:
-            raise ConvertError(f"cannot list the source folder: {_os_detail(err)}", path=self.root) from err
+            raise ConvertError(f"cannot list the source folder: {describe_os_error(err)}", path=self.root) from err
         classes: list[str] = []
         for entry in entries:
             if entry.name.startswith("."):
@@ -202,7 +212,7 @@ class _Scanner:
                 with os.scandir(self.root / folder.path) as it:
                     entries = list(it)
             except OSError as err:
-                reject = ("unreadable", f"cannot list the folder: {_os_detail(err)}")
+                reject = ("unreadable", f"cannot list the folder: {describe_os_error(err)}")
                 found.append((folder.path, [_Item(folder.path, folder.path, reject)]))
                 continue
             for entry in entries:
@@ -248,7 +258,7 @@ def _enter(entry: os.DirEntry[str], rel: str, ancestors: tuple[tuple[tuple[int, 
     try:
         identity = _identity(entry.stat())
     except OSError as err:
-        return _Item(entry.name, rel, ("unreadable", _os_detail(err)))
+        return _Item(entry.name, rel, ("unreadable", describe_os_error(err)))
     for ancestor, ancestor_rel in ancestors:
         if ancestor == identity:
             target = display_path(ancestor_rel) if ancestor_rel else "the source root"
@@ -261,7 +271,7 @@ def _file_item(entry: os.DirEntry[str], rel: str, label: int) -> _Item:
         st = entry.stat()
     except OSError as err:
         broken = " (broken symbolic link)" if entry.is_symlink() else ""
-        return _Item(entry.name, rel, ("unreadable", _os_detail(err) + broken))
+        return _Item(entry.name, rel, ("unreadable", describe_os_error(err) + broken))
     if not stat.S_ISREG(st.st_mode):
         return _Item(entry.name, rel, ("unreadable", "not a regular file"))
     return _Item(entry.name, rel, source=SourceFile(rel, label, st.st_size, st.st_mtime_ns))
@@ -296,7 +306,7 @@ def _scan_listing(listing: Path) -> SourceScan:
         try:
             st = os.stat(root / rel)
         except OSError as err:
-            scanner.emit(_Item(rel, rel, ("unreadable", _os_detail(err))))
+            scanner.emit(_Item(rel, rel, ("unreadable", describe_os_error(err))))
             continue
         if not stat.S_ISREG(st.st_mode):
             scanner.emit(_Item(rel, rel, ("unreadable", "not a regular file")))

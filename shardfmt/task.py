@@ -25,7 +25,7 @@ from .errors import RejectError, WorkerError
 from .fileio import atomic_write_bytes
 from .layout import MAX_FIELD_SIZE
 from .normalise import REENCODE_REASONS, normalise_image
-from .scan import display_path, record_key
+from .scan import describe_os_error, display_path, record_key
 from .schema import IMAGE_CLASSIFICATION
 from .writer import ShardWriter, shard_name
 
@@ -74,7 +74,7 @@ def read_input(path: str, *, size_hint: int) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
-        raise RejectError(f"{err.strerror} (errno {err.errno})", reason="unreadable") from err
+        raise RejectError(describe_os_error(err), reason="unreadable") from err
     try:
         data = os.read(fd, size_hint + 1)
         if len(data) > size_hint:  # the file grew since it was planned: read the rest
@@ -86,7 +86,7 @@ def read_input(path: str, *, size_hint: int) -> bytes:
             data = b"".join(chunks)
         return data
     except OSError as err:
-        raise RejectError(f"{err.strerror} (errno {err.errno})", reason="unreadable") from err
+        raise RejectError(describe_os_error(err), reason="unreadable") from err
     finally:
         os.close(fd)
 

@@ -62,9 +62,12 @@ def write_webdataset(src: Path, out: Path, *, shard_size: int) -> int:
     return count
 
 
-def timed(run: Callable[[], object], *, repeat: int) -> float:
+def timed(run: Callable[[], object], *, clear: Path, repeat: int) -> float:
+    """Return the best wall time of `repeat` runs, each into an emptied `clear` (not timed)."""
     best = float("inf")
     for _ in range(repeat):
+        shutil.rmtree(clear, ignore_errors=True)
+        os.sync()
         start = time.perf_counter()
         run()
         best = min(best, time.perf_counter() - start)
@@ -113,17 +116,11 @@ def main() -> None:
 
         rows: list[tuple[str, float]] = []
         for workers in args.workers:
-            seconds = timed(
-                lambda: convert(src, temp / f"shardfmt-{workers}", workers=workers, shard_size=args.shard_size, overwrite=True),
-                repeat=args.repeat,
-            )
+            out = temp / f"shardfmt-{workers}"
+            seconds = timed(lambda: convert(src, out, workers=workers, shard_size=args.shard_size), clear=out, repeat=args.repeat)
             rows.append((f"shardfmt convert, {workers} worker{'s' if workers > 1 else ''}", seconds))
 
-        def webdataset_run() -> None:
-            shutil.rmtree(temp / "wds", ignore_errors=True)
-            write_webdataset(src, temp / "wds", shard_size=args.shard_size)
-
-        reference = timed(webdataset_run, repeat=args.repeat)
+        reference = timed(lambda: write_webdataset(src, temp / "wds", shard_size=args.shard_size), clear=temp / "wds", repeat=args.repeat)
         rows.append(("webdataset.ShardWriter (no checks)", reference))
 
         print()
