@@ -5,19 +5,24 @@ or by a reader in another language (spec/sampling.md gives the same rules). Rand
 from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's hidden state:
 
 - the shuffled order of an epoch is the stable argsort of ``hash(seed, ORDER, epoch, i)``;
+- the windowed (block-shuffled) order, for datasets read through a cache smaller than they are,
+  first sorts the shards by ``hash(seed, SHARD, epoch, s)``, cuts that order into windows of
+  `window` shards, and shuffles records within each window only (`window_order`);
 - the augmentation draws of record ``r`` are ``hash(seed, AUGMENT, epoch, r) + k`` for draw ``k``,
   so a record is cropped the same way whichever rank, worker or batch handles it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EpochPlan", "ORDER_STREAM", "AUGMENT_STREAM", "mix64", "record_keys", "sample_batches", "uniforms"]
+__all__ = ["EpochPlan", "ORDER_STREAM", "AUGMENT_STREAM", "SHARD_STREAM", "mix64", "record_keys", "sample_batches", "uniforms", "window_order"]
 
 ORDER_STREAM = 0x4F52444552
+SHARD_STREAM = 0x5348415244
 AUGMENT_STREAM = 0x4155474D
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -84,6 +89,37 @@ def check_split(num_records: int, *, batch_size: int, world_size: int, drop_last
         )
 
 
+def window_order(shard_sizes: Sequence[int] | np.ndarray, *, seed: int, epoch: int, window: int) -> np.ndarray:
+    """Return the block-shuffled order of an epoch: a permutation of all records.
+
+    Shards are ordered by ``record_keys(seed, SHARD_STREAM, epoch, shard)`` (stable argsort);
+    position p in that order belongs to window ``p // window``. Records are then sorted by
+    (their shard's window, ``record_keys(seed, ORDER_STREAM, epoch, record)``, record), so each
+    window's records come together, shuffled among themselves, and only about `window` shards
+    are read at any time. With ``window >= len(shard_sizes)`` this is the full shuffle that
+    `sample_batches` uses without a window, record for record.
+
+    Args:
+        shard_sizes: records per shard, in manifest order (records are numbered across shards).
+        seed, epoch: as for `sample_batches`.
+        window: shards per window, at least 1.
+
+    Raises:
+        ValueError: `window` is below 1 or a shard size is negative.
+    """
+    if window < 1:
+        raise ValueError(f"window must be at least 1 shard, got {window}")
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    if (sizes < 0).any():
+        raise ValueError("shard sizes must not be negative")
+    num_shards, num_records = len(sizes), int(sizes.sum())
+    shard_rank = np.empty(num_shards, np.int64)
+    shard_rank[np.argsort(record_keys(seed, SHARD_STREAM, epoch, np.arange(num_shards, dtype=np.uint64)), kind="stable")] = np.arange(num_shards)
+    record_window = np.repeat(shard_rank // window, sizes)
+    keys = record_keys(seed, ORDER_STREAM, epoch, np.arange(num_records, dtype=np.uint64))
+    return np.lexsort((keys, record_window)).astype(np.int64)
+
+
 def sample_batches(
     num_records: int,
     *,
@@ -94,11 +130,15 @@ def sample_batches(
     world_size: int = 1,
     shuffle: bool = True,
     drop_last: bool = False,
+    shard_sizes: Sequence[int] | np.ndarray | None = None,
+    window: int | None = None,
 ) -> EpochPlan:
     """Return rank `rank`'s batches of epoch `epoch`.
 
     The epoch order is a permutation of all records (or 0..N-1 without `shuffle`); rank r takes
-    every world_size-th record of it starting at r, so ranks are disjoint.
+    every world_size-th record of it starting at r, so ranks are disjoint. With `window`, the
+    permutation is `window_order` over `shard_sizes` (a block shuffle); the split over ranks and
+    batches is the same.
 
     - ``drop_last=True``: each rank gets ``N // (world_size * batch_size)`` full batches; the last
       ``N mod (world_size * batch_size)`` records of this epoch's order are left out (other records
@@ -108,12 +148,17 @@ def sample_batches(
       with batches of ``batch_size - 1`` and 1 records to keep the count equal.
 
     Raises:
-        ValueError: the split is impossible (see `check_split`) or `rank` is out of range.
+        ValueError: the split is impossible (see `check_split`), `rank` is out of range, or a
+            `window` comes without matching `shard_sizes`.
     """
     check_split(num_records, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside [0, {world_size})")
-    if shuffle:
+    if window is not None and shuffle:
+        if shard_sizes is None or int(np.sum(shard_sizes)) != num_records:
+            raise ValueError("a window needs shard_sizes that add up to num_records")
+        order = window_order(shard_sizes, seed=seed, epoch=epoch, window=window)
+    elif shuffle:
         keys = record_keys(seed, ORDER_STREAM, epoch, np.arange(num_records, dtype=np.uint64))
         order = np.argsort(keys, kind="stable").astype(np.int64)
     else:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.sampling import sample_batches
+from shardfmt.sampling import SHARD_STREAM, record_keys, sample_batches, window_order
 
 
 @settings(max_examples=150, deadline=None)
@@ -64,3 +64,54 @@ def test_orders_are_reproducible_and_differ_between_epochs() -> None:
 def test_batch_size_one_with_a_remainder_is_refused() -> None:
     with pytest.raises(ValueError, match="drop_last=True"):
         sample_batches(5, batch_size=1, seed=0, epoch=0, world_size=2)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    shard_sizes=st.lists(st.integers(0, 40), min_size=1, max_size=25),
+    window=st.integers(1, 30),
+    batch_size=st.integers(2, 16),
+    world_size=st.integers(1, 6),
+    seed=st.integers(0, 2**63),
+    epoch=st.integers(0, 100),
+)
+def test_windowed_orders_keep_exact_epochs_and_equal_ranks(shard_sizes: list[int], window: int, batch_size: int, world_size: int, seed: int, epoch: int) -> None:
+    num_records = sum(shard_sizes)
+    if num_records < world_size:
+        return
+    plans = [
+        sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, rank=r, world_size=world_size, shard_sizes=shard_sizes, window=window)
+        for r in range(world_size)
+    ]
+    assert len({len(p) for p in plans}) == 1
+    everything = np.concatenate([p.indices for p in plans])
+    assert sorted(everything.tolist()) == list(range(num_records))
+    order = window_order(shard_sizes, seed=seed, epoch=epoch, window=window)
+    assert np.array_equal(plans[0].indices, order[0::world_size])
+    # shards in the order of their SHARD_STREAM keys, cut into windows: each window's records
+    # come together in the order, so at most `window` shards are read at a time
+    shard_keys = record_keys(seed, SHARD_STREAM, epoch, np.arange(len(shard_sizes), dtype=np.uint64))
+    shard_window = np.empty(len(shard_sizes), np.int64)
+    shard_window[np.argsort(shard_keys, kind="stable")] = np.arange(len(shard_sizes)) // window
+    shard_of = np.repeat(np.arange(len(shard_sizes)), shard_sizes)
+    windows_along_order = shard_window[shard_of[order]]
+    assert (np.diff(windows_along_order) >= 0).all()
+
+
+def test_a_window_covering_every_shard_is_the_full_shuffle() -> None:
+    sizes = [13, 0, 7, 21, 9]
+    full = sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1)
+    windowed = sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1, shard_sizes=sizes, window=5)
+    assert np.array_equal(full.indices, windowed.indices) and np.array_equal(full.bounds, windowed.bounds)
+    assert not np.array_equal(full.indices, sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1, shard_sizes=sizes, window=2).indices)
+
+
+def test_windowed_orders_are_reproducible_and_change_by_epoch() -> None:
+    sizes = [100] * 10
+    first = window_order(sizes, seed=1, epoch=0, window=3)
+    assert np.array_equal(first, window_order(sizes, seed=1, epoch=0, window=3))
+    assert not np.array_equal(first, window_order(sizes, seed=1, epoch=1, window=3))
+    with pytest.raises(ValueError, match="window"):
+        window_order(sizes, seed=1, epoch=0, window=0)
+    with pytest.raises(ValueError, match="shard_sizes"):
+        sample_batches(1000, batch_size=10, seed=0, epoch=0, window=2)
