@@ -1,7 +1,8 @@
 """shardfmt: image training data that loads at the JPEG decode limit.
 
 Convert an ImageFolder tree once (`shardfmt convert`), then read it with `open_dataset` or load
-shuffled batches with `Loader`. The converter and the reader work without torch; `Loader` and
+shuffled batches with `Loader`, from a local folder or from a URL (S3, GCS, HTTP, ... through
+fsspec; see `RemoteOptions`). The converter and the reader work without torch; `Loader` and
 `Dataset` import it when first used.
 """
 
@@ -18,6 +19,7 @@ from .errors import (
     LimitError,
     ManifestError,
     RejectError,
+    RemoteError,
     SchemaError,
     ShardfmtError,
     ShardNotFoundError,
@@ -28,6 +30,7 @@ from .layout import FORMAT_VERSION
 from .manifest import Manifest, ShardEntry
 from .reader import DatasetReader, ImageInfo, Record, ShardReader, open_dataset
 from .schema import IMAGE_CLASSIFICATION, Field, Schema
+from .storage import RemoteOptions, RetryPolicy
 from .writer import DatasetWriter, ShardInfo, ShardWriter
 
 __version__ = "0.1.0"
@@ -51,6 +54,9 @@ __all__ = [
     "ManifestError",
     "Record",
     "RejectError",
+    "RemoteError",
+    "RemoteOptions",
+    "RetryPolicy",
     "Schema",
     "SchemaError",
     "ShardEntry",

@@ -13,6 +13,7 @@ The hierarchy::
     ├── ShardNotFoundError (FileNotFoundError)     a shard named by the manifest is missing
     ├── DecodeError (ValueError)            an image payload cannot be decoded
     ├── ConvertError                        a conversion cannot start or continue
+    ├── RemoteError (OSError)               a remote store failed, after retrying what was transient
     ├── RejectError (ValueError)            one input file cannot become a record (`.reason` says why)
     └── WorkerError (RuntimeError)          a loader worker raised or died
 
@@ -33,6 +34,7 @@ __all__ = [
     "LimitError",
     "ManifestError",
     "RejectError",
+    "RemoteError",
     "SchemaError",
     "ShardNotFoundError",
     "ShardfmtError",
@@ -125,6 +127,11 @@ class DecodeError(ShardfmtError, ValueError):
 
 class ConvertError(ShardfmtError):
     """A conversion cannot start or continue (output not empty, options changed on resume, ...)."""
+
+
+class RemoteError(ShardfmtError, OSError):
+    """A remote store (S3, GCS, HTTP, ...) failed: the message says what was asked, how many
+    attempts were made and what the store answered, with every credential replaced by ``***``."""
 
 
 class RejectError(ShardfmtError, ValueError):

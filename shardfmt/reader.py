@@ -11,9 +11,9 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ from .layout import (
 )
 from .manifest import Manifest
 from .schema import Schema
-from .storage import ByteSource, open_source
+from .storage import ByteSource, RemoteOptions, locate_dataset, open_source
 
 __all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset"]
 
@@ -349,11 +349,10 @@ class DatasetReader:
     against the manifest's size on open. Use `open_dataset` to make one.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
-        self.manifest = Manifest.load(path)
-        from .manifest import find_manifest
-
-        self.root = find_manifest(path).parent
+    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True, remote: RemoteOptions | None = None) -> None:
+        self.location = locate_dataset(path, remote=remote)
+        self.manifest = self.location.load_manifest()
+        self.root = self.location.root
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
@@ -369,18 +368,34 @@ class DatasetReader:
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
-            reader = ShardReader(self.root / entry.path, verify=self.verify, expected_size=entry.size)
+            source = self.location.open_shard(entry, self.schema)
+            reader = ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
             if len(reader) != entry.num_records:
                 reader.close()
                 raise ManifestError(
                     f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}",
-                    path=self.root / "manifest.json",
+                    path=self.location.manifest_path,
                 )
             if reader.schema != self.schema:
                 reader.close()
-                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=self.root / "manifest.json")
+                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=self.location.manifest_path)
             self._readers[shard_index] = reader
         return reader
+
+    def shard_path(self, shard_index: int) -> str:
+        """How messages name shard number `shard_index` (a path, or a URL without credentials)."""
+        return self.location.shard_path(self.manifest.shards[shard_index])
+
+    def open_shards(self, shard_indices: Sequence[int], *, threads: int = 16) -> None:
+        """Open several shards at once, `threads` at a time for a remote dataset (each costs
+        two range reads), in this thread for a local one."""
+        todo = [i for i in shard_indices if i not in self._readers]
+        if not self.location.is_remote or len(todo) < 2:
+            for i in todo:
+                self.shard(i)
+            return
+        with ThreadPoolExecutor(min(threads, len(todo))) as pool:
+            list(pool.map(self.shard, todo))
 
     def locate(self, index: int) -> tuple[int, int]:
         """Return (shard number, record number within it) of dataset record `index`."""
@@ -411,12 +426,15 @@ class DatasetReader:
         self.close()
 
 
-def open_dataset(path: str | os.PathLike[str], *, verify: bool = True) -> DatasetReader:
-    """Open a dataset by its directory or its manifest.json.
+def open_dataset(path: str | os.PathLike[str], *, verify: bool = True, remote: RemoteOptions | None = None) -> DatasetReader:
+    """Open a dataset by its directory or its manifest.json, locally or by URL.
 
     Args:
-        path: the dataset root or its manifest.
+        path: the dataset root or its manifest: a local path, or a URL that fsspec can open
+            (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...).
         verify: check each record's checksum when its payload is read.
+        remote: for a URL, how to read it: range reads (default) or a local shard cache,
+            credentials, retries (see `RemoteOptions`).
 
     Returns:
         A `DatasetReader`: ``len()``, ``reader[i]`` -> `Record`, iteration in order.
@@ -424,5 +442,6 @@ def open_dataset(path: str | os.PathLike[str], *, verify: bool = True) -> Datase
     Raises:
         DatasetNotFoundError: no manifest (not a dataset, or an unfinished conversion).
         ManifestError, UnsupportedVersionError: the manifest is invalid or too new.
+        RemoteError: a remote store failed after its retries.
     """
-    return DatasetReader(Path(path), verify=verify)
+    return DatasetReader(path, verify=verify, remote=remote)

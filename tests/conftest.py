@@ -110,3 +110,15 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()
     }
+
+
+@pytest.fixture(scope="module")
+def small_dataset_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `small_dataset` records, written once per test module."""
+    out = tmp_path_factory.mktemp("small") / "ds"
+    rng = np.random.default_rng(3)
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, shard_size=8192, classes=["a", "b", "c"]) as writer:
+        for i in range(40):
+            h, w = int(rng.integers(20, 60)), int(rng.integers(20, 60))
+            writer.write({"image": jpeg_bytes(h, w, seed=i), "label": i % 3, "key": f"rec{i:03d}"})
+    return out

@@ -31,7 +31,9 @@ from ..layout import column_name
 from ..ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
 from ..reader import DatasetReader
 from ..sampling import EpochPlan, check_split, sample_batches
+from ..storage import RemoteOptions, is_url
 from .pool import Chunk, InlinePool, WorkerPool
+from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
 
 __all__ = ["Loader"]
@@ -87,13 +89,16 @@ class _Resources:
         if self.ring is not None:
             self.ring.unlink()
             self.ring = None
+        for item in self.extra:
+            item.close()
+        self.extra = []
 
 
 class Loader:
     """Shuffled batches from a shardfmt dataset, decoded by worker processes into shared memory.
 
     Args:
-        path: the dataset directory or its manifest.json.
+        path: the dataset directory or its manifest.json, or a URL (``s3://bucket/prefix``, ...).
         batch_size: records per batch.
         shuffle: a seeded permutation per epoch (else dataset order).
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
@@ -118,6 +123,12 @@ class Loader:
         start_method: multiprocessing start method; default the platform's.
         timeout: seconds without progress after which a stalled worker is reported.
         image_field, label_field: field names (label_field=None gives zero labels).
+        remote: for a dataset given by URL, how to read it (range reads or a local shard cache,
+            credentials, retries; see `RemoteOptions`). With a cache, the loader downloads the
+            shards its coming batches need ahead of the workers.
+        window: shuffle shards, then records within windows of this many shards (see
+            `sampling.window_order`), so that only about `window` shards are read at a time;
+            None shuffles all records at once.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
@@ -151,12 +162,17 @@ class Loader:
         timeout: float = 120.0,
         image_field: str = "image",
         label_field: str | None = "label",
+        remote: RemoteOptions | None = None,
+        window: int | None = None,
     ) -> None:
         if layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
-        self.path = Path(path)
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1 shard, got {window}")
+        self.path: str | Path = os.fspath(path) if is_url(os.fspath(path)) else Path(path)
+        self.window = window
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -173,7 +189,7 @@ class Loader:
         self._position = 0
         self._delivered: set[int] = set()
 
-        self._dataset = DatasetReader(self.path, verify=verify)
+        self._dataset = DatasetReader(self.path, verify=verify, remote=remote)
         schema = self._dataset.schema
         if schema.field(image_field).type != "jpeg":
             raise SchemaError(f"field {image_field!r} is {schema.field(image_field).type!r}, the loader needs 'jpeg'")
@@ -184,6 +200,7 @@ class Loader:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
         max_h = max_w = 1
+        self._dataset.open_shards(range(len(self._dataset.manifest.shards)))
         for shard_index in range(len(self._dataset.manifest.shards)):
             table = self._dataset.shard(shard_index).table
             if len(table):
@@ -194,6 +211,7 @@ class Loader:
         self.layout_spec = SlotLayout(prefetch + 1, batch_size, self.image_shape)
         self._config: dict[str, Any] = {
             "path": str(self.path),
+            "remote": remote,
             "verify": verify,
             "image_field": image_field,
             "label_field": label_field,
@@ -215,6 +233,11 @@ class Loader:
         self._queue: deque[_Item] = deque()
         self._pending: deque[Chunk] = deque()
         self._plans: dict[int, EpochPlan] = {}
+        self._shard_sizes = np.diff(self._dataset.cumulative)
+        self._prefetcher: ShardPrefetcher | None = None
+        if self._dataset.location.cache is not None and remote is not None and remote.prefetch_shards:
+            self._prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
+            self._resources.extra.append(self._prefetcher)
         self._closed = False
         self._device = torch.device(device) if device is not None else None
         self._stage: Any = None
@@ -312,6 +335,7 @@ class Loader:
             "rank": self.rank,
             "world_size": self.world_size,
             "ordered": self.ordered,
+            "window": self.window,
             "pipeline": json.dumps(self.pipeline.to_config(), sort_keys=True),
         }
 
@@ -346,6 +370,8 @@ class Loader:
                 world_size=self.world_size,
                 shuffle=self.shuffle,
                 drop_last=self.drop_last,
+                shard_sizes=self._shard_sizes,
+                window=self.window,
             )
             self._plans = {e: p for e, p in self._plans.items() if e >= epoch - 1}
             self._plans[epoch] = plan
@@ -386,6 +412,8 @@ class Loader:
                     break
                 batch = index
             indices = self._plan(epoch).batch(batch)
+            if self._prefetcher is not None:
+                self._prefetcher.schedule(epoch, self._plan(epoch), batch)
             slot = self._free.pop()
             self._queue.append(_Item(epoch, batch, slot, len(indices)))
             for row in range(0, len(indices), self._chunk):

@@ -17,6 +17,7 @@ from ..errors import DecodeError
 from ..layout import column_name
 from ..ops import ImageDecoder, Pipeline
 from ..reader import DatasetReader
+from ..storage import RemoteOptions
 from .core import _resolve_pipeline
 
 __all__ = ["Dataset"]
@@ -33,6 +34,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         verify: check each record's checksum before decoding.
         fast_decode: libjpeg-turbo's fast IDCT and upsampling (see `Loader`).
         image_field, label_field: field names.
+        remote: for a dataset given by URL, how to read it (see `RemoteOptions`).
 
     Random crops and flips draw from torch's random generator, so DataLoader's per-worker
     seeding makes them differ between workers and epochs.
@@ -49,6 +51,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         fast_decode: bool = True,
         image_field: str = "image",
         label_field: str | None = "label",
+        remote: RemoteOptions | None = None,
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
@@ -59,7 +62,8 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         self.fast_decode = fast_decode
         self.image_field = image_field
         self.label_field = label_field
-        reader = DatasetReader(self.path, verify=verify)
+        self.remote = remote
+        reader = DatasetReader(self.path, verify=verify, remote=remote)
         self._length = len(reader)
         reader.close()
         self._reader: DatasetReader | None = None
@@ -75,7 +79,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self._reader is None:
-            self._reader = DatasetReader(self.path, verify=self.verify)
+            self._reader = DatasetReader(self.path, verify=self.verify, remote=self.remote)
         shard_index, local = self._reader.locate(index)
         shard = self._reader.shard(shard_index)
         row = shard.table[local]

@@ -131,7 +131,7 @@ class WorkerPool:
         shard = record = None
         if index >= 0:
             shard_index, record = self.dataset.locate(index)
-            shard = str(self.dataset.root / self.dataset.manifest.shards[shard_index].path)
+            shard = self.dataset.shard_path(shard_index)
         where = f" while decoding dataset record {index}" if index >= 0 else ""
         raise WorkerError(f"worker {worker_id} (pid {process.pid}) {how}{where}", path=shard, record=record)
 

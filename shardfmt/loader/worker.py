@@ -51,7 +51,7 @@ class ChunkProcessor:
     def __init__(self, config: dict[str, Any], ring: SlotRing) -> None:
         self.config = config
         self.ring = ring
-        self.dataset = DatasetReader(config["path"], verify=config["verify"])
+        self.dataset = DatasetReader(config["path"], verify=config["verify"], remote=config.get("remote"))
         self.image_field = config["image_field"]
         self.label_field = config["label_field"]
         self.pipeline = pipeline_from_config(config["pipeline"])
@@ -126,7 +126,7 @@ class ChunkProcessor:
     def locate(self, index: int) -> tuple[str, int]:
         """Return (shard path, record) of dataset record `index`."""
         shard, local = self.dataset.locate(index)
-        return str(self.dataset.root / self.dataset.manifest.shards[shard].path), local
+        return self.dataset.shard_path(shard), local
 
     def close(self) -> None:
         self.dataset.close()

@@ -1,13 +1,43 @@
-"""Byte sources behind one small protocol: a size, range reads, and (locally) a zero-copy map."""
+"""Byte sources and stores behind small protocols: local files (memory-mapped), remote objects
+through fsspec (range reads), and a local cache of whole remote shards."""
 
 from __future__ import annotations
 
-from .local import LocalFile
-from .protocol import ByteSource
+from .local import LocalFile, LocalStore
+from .options import DEFAULT_CACHE_SIZE, DatasetLocation, RemoteOptions, default_cache_dir, locate_dataset
+from .protocol import ByteSource, Store
+from .retry import RetryPolicy
+from .urls import Redactor, is_url
 
-__all__ = ["ByteSource", "LocalFile", "open_source"]
+__all__ = [
+    "DEFAULT_CACHE_SIZE",
+    "ByteSource",
+    "DatasetLocation",
+    "LocalFile",
+    "LocalStore",
+    "Redactor",
+    "RemoteOptions",
+    "RetryPolicy",
+    "Store",
+    "default_cache_dir",
+    "is_url",
+    "locate_dataset",
+    "open_source",
+    "open_store",
+]
 
 
 def open_source(path: str) -> ByteSource:
     """Open `path` for range reads. Local paths are memory-mapped."""
     return LocalFile(path)
+
+
+def open_store(location: str, *, remote: RemoteOptions | None = None) -> Store:
+    """Open a local folder or a URL as a `Store` (credentials from `remote.storage_options`)."""
+    from .remote import FsspecStore
+    from .urls import local_path
+
+    if not is_url(location):
+        return LocalStore(local_path(location))
+    options = remote if remote is not None else RemoteOptions()
+    return FsspecStore(location, storage_options=options.storage_options, retry=options.retry)

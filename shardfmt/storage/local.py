@@ -1,12 +1,16 @@
-"""Local files, memory-mapped read-only: range reads are zero-copy views of the page cache."""
+"""Local files, memory-mapped read-only (range reads are zero-copy views of the page cache), and
+the local folder as a `Store`."""
 
 from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import stat
+from pathlib import Path
 
 from ..errors import ShardNotFoundError
+from ..fileio import atomic_write_bytes, temp_path
 
 
 class LocalFile:
@@ -47,3 +51,65 @@ class LocalFile:
                 self._map.close()
         except BufferError:
             pass
+
+
+class LocalStore:
+    """A local folder as a `Store`: files open memory-mapped; writes go through a temporary name
+    and a rename, so they are atomic."""
+
+    supports_writes = True
+    supports_listing = True
+    atomic_writes = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.path = Path(root)
+        self.root = os.fspath(root)
+
+    def _file(self, key: str) -> Path:
+        return self.path / key
+
+    def describe(self, key: str) -> str:
+        return os.fspath(self._file(key))
+
+    def get(self, key: str, *, start: int | None = None, stop: int | None = None, exact: bool = True) -> bytes:
+        with open(self._file(key), "rb") as file:
+            if start:
+                file.seek(start)
+            return file.read() if stop is None else file.read(stop - (start or 0))
+
+    def open(self, key: str, *, size: int, windows: tuple[tuple[int, int], ...] = ()) -> LocalFile:
+        return LocalFile(self._file(key))
+
+    def get_file(self, key: str, path: str) -> None:
+        shutil.copyfile(self._file(key), path)
+
+    def put(self, key: str, data: bytes) -> None:
+        target = self._file(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, data)
+
+    def put_file(self, key: str, path: str) -> None:
+        target = self._file(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = temp_path(target)
+        shutil.copyfile(path, temp)
+        os.replace(temp, target)
+
+    def delete(self, key: str) -> None:
+        try:
+            os.unlink(self._file(key))
+        except FileNotFoundError:
+            pass
+
+    def list(self, prefix: str = "") -> dict[str, dict[str, object]]:
+        found: dict[str, dict[str, object]] = {}
+        base = self._file(prefix) if prefix else self.path
+        for folder, _, names in os.walk(base):
+            for name in names:
+                full = Path(folder) / name
+                status = full.stat()
+                found[full.relative_to(self.path).as_posix()] = {"size": status.st_size, "version": str(status.st_mtime_ns)}
+        return found
+
+    def exists(self, key: str) -> bool:
+        return self._file(key).exists()

@@ -1,0 +1,169 @@
+"""How a remote dataset is read: `RemoteOptions` (range reads or a local shard cache, credentials,
+retries, prefetch) and `DatasetLocation`, which opens the manifest and the shards of a dataset
+from a local folder or a URL.
+
+Opening costs a bounded number of requests: the manifest is one GET; a shard is two range reads,
+its header (whose size the manifest's schema gives) and its record table with the footer (which
+start ``num_records * record_size + 64`` bytes before the end, both known from the manifest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ..errors import DatasetNotFoundError, ManifestError
+from ..layout import DEFAULT_ALIGNMENT, FOOTER_SIZE, HEADER_SIZE, MAX_MANIFEST_SIZE, align_up
+from ..manifest import Manifest, ShardEntry, find_manifest
+from ..schema import Schema
+from .cache import CachedFile, ShardCache
+from .local import LocalFile, LocalStore
+from .protocol import ByteSource, Store
+from .remote import FsspecStore
+from .retry import RetryPolicy
+from .urls import is_url, local_path, split_manifest_url
+
+__all__ = ["DEFAULT_CACHE_SIZE", "DatasetLocation", "RemoteOptions", "default_cache_dir", "locate_dataset", "shard_windows"]
+
+DEFAULT_CACHE_SIZE: Final = 32 << 30
+"""Default size limit of the shard cache: 32 GiB."""
+MODES: Final = ("range", "cache")
+
+
+def default_cache_dir() -> str:
+    """``$SHARDFMT_CACHE_DIR``, else ``$XDG_CACHE_HOME/shardfmt``, else ``~/.cache/shardfmt``."""
+    if os.environ.get("SHARDFMT_CACHE_DIR"):
+        return os.environ["SHARDFMT_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "shardfmt")
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How to read a dataset given by URL.
+
+    Attributes:
+        mode: "range" (default): records are fetched on demand with ranged GETs, nothing is
+            written locally. "cache": each shard is downloaded whole into `cache_dir` on first
+            use, checked against the manifest's checksum, and read memory-mapped from there.
+        cache_dir: the cache folder (default `default_cache_dir()`); one folder may serve many
+            processes and datasets at once.
+        cache_size: bytes the cache may hold before the least recently used shards are removed
+            (default 32 GiB); at least the largest shard.
+        storage_options: passed to fsspec: credentials, ``endpoint_url``, ``anon``, ...; kept
+            out of `repr`, error messages and logs.
+        retry: attempts and backoff of every request.
+        prefetch_shards: with mode "cache", how many shards the `Loader` downloads ahead of the
+            ones its workers are reading, in the order its batches need them.
+        prefetch_threads: parallel downloads of the prefetcher.
+    """
+
+    mode: str = "range"
+    cache_dir: str | None = None
+    cache_size: int = DEFAULT_CACHE_SIZE
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    retry: RetryPolicy = RetryPolicy()
+    prefetch_shards: int = 4
+    prefetch_threads: int = 4
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.cache_size < 1:
+            raise ValueError(f"cache_size must be positive, got {self.cache_size}")
+        if self.prefetch_shards < 0 or self.prefetch_threads < 1:
+            raise ValueError("prefetch_shards must be >= 0 and prefetch_threads >= 1")
+
+
+def shard_windows(entry: ShardEntry, schema: Schema) -> tuple[tuple[int, int], ...]:
+    """The two ranges that validating a shard reads: its header, and its table with the footer.
+
+    The header is 64 bytes plus the canonical schema, padded to the default alignment; a shard
+    written with a larger alignment or another schema encoding only costs a further read.
+    """
+    header = align_up(HEADER_SIZE + len(schema.to_bytes()), DEFAULT_ALIGNMENT)
+    table = entry.size - FOOTER_SIZE - entry.num_records * schema.record_dtype().itemsize
+    return ((0, min(header, entry.size)), (max(0, table), entry.size))
+
+
+@dataclass
+class DatasetLocation:
+    """Where a dataset lives and how its shards open.
+
+    Attributes:
+        store: the folder or bucket prefix holding manifest.json and the shards.
+        manifest_key: the manifest's key in the store.
+        root: the dataset root: a `Path` for a local dataset, the URL (without credentials)
+            for a remote one.
+        manifest_path: how messages name the manifest.
+        cache: the shard cache in mode "cache", else None.
+    """
+
+    store: Store
+    manifest_key: str
+    root: Path | str
+    manifest_path: str
+    cache: ShardCache | None = None
+    namespace: str = ""
+
+    @property
+    def is_remote(self) -> bool:
+        return not isinstance(self.store, LocalStore)
+
+    def load_manifest(self) -> Manifest:
+        """Read and validate the manifest: one GET for a remote dataset (see `Manifest.load`)."""
+        if not self.is_remote:
+            return Manifest.load(self.manifest_path)
+        try:
+            data = self.store.get(self.manifest_key, start=0, stop=MAX_MANIFEST_SIZE + 1, exact=False)
+        except FileNotFoundError as err:
+            raise DatasetNotFoundError(
+                "no manifest.json: not a shardfmt dataset, or its conversion has not finished", path=self.root
+            ) from err
+        if len(data) > MAX_MANIFEST_SIZE:
+            raise ManifestError(f"more than the manifest limit of {MAX_MANIFEST_SIZE} bytes", path=self.manifest_path)
+        return Manifest.from_bytes(data, path=self.manifest_path)
+
+    def shard_path(self, entry: ShardEntry) -> str:
+        """How messages name the shard of `entry`."""
+        return self.store.describe(entry.path)
+
+    def open_shard(self, entry: ShardEntry, schema: Schema) -> ByteSource:
+        """Open a shard for `ShardReader`: mapped if local, two range reads if remote."""
+        if not self.is_remote:
+            return LocalFile(self.store.describe(entry.path))
+        windows = shard_windows(entry, schema)
+        if self.cache is not None:
+            return CachedFile(self.store, entry.path, size=entry.size, checksum=entry.checksum, cache=self.cache, namespace=self.namespace, windows=windows)
+        return self.store.open(entry.path, size=entry.size, windows=windows)
+
+    def fetch_shard(self, entry: ShardEntry) -> None:
+        """Bring a whole shard into the cache (mode "cache"); nothing otherwise."""
+        if self.cache is not None:
+            self.cache.fetch(self.store, entry.path, size=entry.size, checksum=entry.checksum, namespace=self.namespace)
+
+
+def locate_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> DatasetLocation:
+    """Find the dataset at a local path or URL (its root, or its manifest.json).
+
+    Raises:
+        RemoteError: the URL's scheme has no fsspec implementation installed.
+    """
+    options = remote if remote is not None else RemoteOptions()
+    text = os.fspath(path)
+    if not is_url(text):
+        manifest = find_manifest(local_path(text))
+        return DatasetLocation(LocalStore(manifest.parent), manifest.name, manifest.parent, os.fspath(manifest))
+    root, key = split_manifest_url(text)
+    store = FsspecStore(root, storage_options=options.storage_options, retry=options.retry)
+    cache = None
+    namespace = ""
+    if options.mode == "cache":
+        cache = ShardCache(options.cache_dir or default_cache_dir(), size_limit=options.cache_size)
+        namespace = hashlib.sha256(store.root.encode()).hexdigest()[:16]
+    return DatasetLocation(store, key, store.root, store.describe(key), cache, namespace)
+

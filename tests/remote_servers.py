@@ -1,0 +1,236 @@
+"""Servers on 127.0.0.1 for the remote-storage tests: an S3-compatible server (moto), an HTTP
+server with Range support and fault injection, and a TCP proxy that drops one connection.
+
+Every server binds to loopback only, on a port the kernel picks, and is stopped by its fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+S3_CREDENTIALS = {"key": "shardfmt-test-key", "secret": "shardfmt-test-secret"}
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """Run moto's S3 server on 127.0.0.1; yield its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def make_bucket(endpoint: str, bucket: str) -> None:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_CREDENTIALS["key"],
+        aws_secret_access_key=S3_CREDENTIALS["secret"],
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=bucket)
+
+
+def s3_options(endpoint: str) -> dict[str, Any]:
+    """fsspec storage options for the moto server."""
+    return {**S3_CREDENTIALS, "endpoint_url": endpoint, "client_kwargs": {"region_name": "us-east-1"}}
+
+
+class RangeServer(ThreadingHTTPServer):
+    """Serves files under `root` with GET, HEAD and single byte ranges.
+
+    Attributes:
+        requests: GET and HEAD requests per path.
+        drop_once: path suffixes whose next GET sends its headers and half its body, then closes
+            the connection (each suffix once).
+        corrupt_once: path suffixes whose next whole-object GET has byte 200 of its body flipped (each once).
+    """
+
+    daemon_threads = True
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(("127.0.0.1", 0), _RangeHandler)
+        self.root = root
+        self.requests: Counter[str] = Counter()
+        self.drop_once: set[str] = set()
+        self.dropped: list[str] = []
+        self.corrupt_once: set[str] = set()
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _RangeHandler(BaseHTTPRequestHandler):
+    server: RangeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _file(self) -> Path | None:
+        relative = self.path.split("?", 1)[0].lstrip("/")
+        path = (self.server.root / relative).resolve()
+        if self.server.root.resolve() not in path.parents or not path.is_file():
+            return None
+        return path
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, *, body: bool) -> None:
+        path = self._file()
+        with self.server.lock:
+            self.server.requests[self.path] += 1
+        if path is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = path.read_bytes()
+        start, stop = 0, len(data)
+        match = _RANGE.match(self.headers.get("Range", ""))
+        if match:
+            first, last = match.groups()
+            if first:
+                start, stop = int(first), min(len(data), int(last) + 1) if last else len(data)
+            else:
+                start = max(0, len(data) - int(last))
+            if start >= stop:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(stop - start))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if not body:
+            return
+        payload = data[start:stop]
+        with self.server.lock:
+            victim = next((s for s in self.server.drop_once if self.path.endswith(s) and len(payload) > 256), None)
+            if victim is not None:
+                self.server.drop_once.discard(victim)
+                self.server.dropped.append(self.path)
+            whole = "Range" not in self.headers
+            spoil = next((s for s in self.server.corrupt_once if self.path.endswith(s) and whole and len(payload) > 256), None)
+            if spoil is not None:
+                self.server.corrupt_once.discard(spoil)
+        if spoil is not None:
+            payload = payload[:200] + bytes([payload[200] ^ 0xFF]) + payload[201:]
+        if victim is not None:
+            self.wfile.write(payload[: len(payload) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.wfile.write(payload)
+
+
+@contextlib.contextmanager
+def range_server(root: Path) -> Iterator[RangeServer]:
+    server = RangeServer(root)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class DroppingProxy:
+    """A TCP proxy on 127.0.0.1 to `upstream` that cuts one connection once it has relayed
+    `drop_after` bytes of responses (when armed): a connection dropped mid-response."""
+
+    def __init__(self, upstream: tuple[str, int], *, drop_after: int) -> None:
+        self.upstream = upstream
+        self.drop_after = drop_after
+        self.armed = False
+        self.drops = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, responses: bool) -> None:
+        relayed = 0
+        try:
+            while chunk := source.recv(65536):
+                if responses:
+                    with self._lock:
+                        cut = self.armed and relayed + len(chunk) > self.drop_after
+                        if cut:
+                            self.armed = False
+                            self.drops += 1
+                    if cut:
+                        sink.sendall(chunk[: max(0, self.drop_after - relayed)])
+                        break
+                    relayed += len(chunk)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        self._thread.join(2)
+
+
+def upload_tree(fs: Any, local: Path, remote: str) -> None:
+    """Copy every file under `local` to `remote` (an fsspec path)."""
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            fs.put_file(os.fspath(path), f"{remote}/{path.relative_to(local).as_posix()}")

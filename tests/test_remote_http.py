@@ -1,0 +1,218 @@
+"""Datasets read by URL from a local HTTP server with Range support: bounded requests on open,
+range reads and the shard cache, a dropped connection, a corrupt object, no credential in any
+message."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("aiohttp", reason="HTTP URLs need fsspec's HTTP filesystem (aiohttp)")
+
+import shardfmt.storage.remote
+from remote_servers import RangeServer, range_server
+from shardfmt import (
+    ChecksumError,
+    DatasetNotFoundError,
+    Loader,
+    RemoteError,
+    RemoteOptions,
+    RetryPolicy,
+    ShardfmtError,
+    open_dataset,
+)
+from shardfmt.storage.cache import ShardCache
+
+FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
+
+
+@pytest.fixture(autouse=True)
+def separate_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test shards are small: keep their header and table reads apart, as for real shards."""
+    monkeypatch.setattr(shardfmt.storage.remote, "MERGE_GAP", 0)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, small_dataset_module: Path) -> Iterator[tuple[RangeServer, Path]]:
+    root = tmp_path_factory.mktemp("www")
+    shutil.copytree(small_dataset_module, root / "ds")
+    with range_server(root) as server:
+        yield server, root / "ds"
+
+
+@pytest.fixture
+def server(served: tuple[RangeServer, Path]) -> RangeServer:
+    served[0].requests.clear()
+    return served[0]
+
+
+def record_bytes(reader: object) -> list[tuple[bytes, int, str]]:
+    return [(bytes(r["image"]), r["label"], r["key"]) for r in reader]  # type: ignore[attr-defined]
+
+
+def test_open_costs_one_get_for_the_manifest_and_two_per_shard(server: RangeServer, small_dataset_module: Path) -> None:
+    reader = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
+    assert sum(server.requests.values()) == 1
+    reader.open_shards(range(len(reader.manifest.shards)))
+    shards = len(reader.manifest.shards)
+    assert shards >= 3
+    assert sum(server.requests.values()) == 1 + 2 * shards
+    assert not any("HEAD" in path for path in server.requests)
+    local = open_dataset(small_dataset_module)
+    assert record_bytes(reader) == record_bytes(local)
+    assert reader.shard_path(0) == f"{server.url}/ds/shard-00000.shard"
+
+
+def test_nearby_windows_merge_into_one_read(server: RangeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shardfmt.storage.remote, "MERGE_GAP", 256 * 1024)
+    reader = open_dataset(f"{server.url}/ds/manifest.json", remote=RemoteOptions(retry=FAST))
+    reader.shard(1)
+    assert sum(server.requests.values()) == 2
+
+
+def test_a_connection_dropped_mid_shard_is_retried(server: RangeServer, small_dataset_module: Path, caplog: pytest.LogCaptureFixture) -> None:
+    server.drop_once = {"shard-00001.shard"}
+    with caplog.at_level(logging.WARNING, logger="shardfmt.storage"):
+        reader = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
+        assert record_bytes(reader) == record_bytes(open_dataset(small_dataset_module))
+    assert server.dropped and server.dropped[0].endswith("shard-00001.shard")
+    assert any("retrying" in message for message in caplog.messages)
+
+
+def test_cache_mode_downloads_each_shard_once_and_verifies(server: RangeServer, small_dataset_module: Path, tmp_path: Path) -> None:
+    options = RemoteOptions(mode="cache", cache_dir=str(tmp_path / "cache"), retry=FAST)
+    reader = open_dataset(f"{server.url}/ds", remote=options)
+    assert record_bytes(reader) == record_bytes(open_dataset(small_dataset_module))
+    full_gets = [p for p in server.requests if p.endswith(".shard")]
+    cache = reader.location.cache
+    assert cache is not None and cache.downloads == len(reader.manifest.shards) == len(full_gets)
+    again = open_dataset(f"{server.url}/ds", remote=options)
+    before = sum(server.requests.values())
+    assert record_bytes(again)[5] == record_bytes(reader)[5]
+    again.close()
+    assert again.location.cache is not None and again.location.cache.downloads == 0
+    assert sum(server.requests.values()) - before == 2 * len(reader.manifest.shards)  # header and table reads only
+
+
+def test_a_corrupt_download_is_fetched_again(server: RangeServer, tmp_path: Path) -> None:
+    server.corrupt_once = {"shard-00002.shard"}
+    reader = open_dataset(f"{server.url}/ds", remote=RemoteOptions(mode="cache", cache_dir=str(tmp_path), retry=FAST))
+    shard = reader.shard(2)
+    assert len([bytes(record["image"]) for record in shard]) == len(shard)
+    assert not server.corrupt_once
+    assert reader.location.cache is not None and reader.location.cache.downloads == 2
+
+
+def test_a_corrupt_object_is_named(served: tuple[RangeServer, Path], tmp_path: Path) -> None:
+    server, root = served
+    bad = root.parent / "bad"
+    shutil.copytree(root, bad)
+    shard = bad / "shard-00001.shard"
+    data = bytearray(shard.read_bytes())
+    data[300] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    reader = open_dataset(f"{server.url}/bad", remote=RemoteOptions(mode="cache", cache_dir=str(tmp_path), retry=FAST))
+    with pytest.raises(ChecksumError, match="downloaded twice") as info:
+        reader[int(reader.cumulative[1])]["image"]
+    assert info.value.path == f"{server.url}/bad/shard-00001.shard"
+    ranged = open_dataset(f"{server.url}/bad", remote=RemoteOptions(retry=FAST))
+    with pytest.raises(ChecksumError, match="does not match its checksum"):
+        for record in ranged:
+            record["image"]
+
+
+def test_the_cache_keeps_to_its_size_limit(server: RangeServer, tmp_path: Path) -> None:
+    probe = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
+    sizes = [entry.size for entry in probe.manifest.shards]
+    limit = max(sizes) * 2 + 10
+    options = RemoteOptions(mode="cache", cache_dir=str(tmp_path), cache_size=limit, retry=FAST)
+    reader = open_dataset(f"{server.url}/ds", remote=options)
+    for record in reader:
+        record["image"]
+    cache = reader.location.cache
+    assert cache is not None
+    assert 0 < cache.usage() <= limit
+    too_small = open_dataset(f"{server.url}/ds", remote=RemoteOptions(mode="cache", cache_dir=str(tmp_path / "tiny"), cache_size=100, retry=FAST))
+    with pytest.raises(RemoteError, match="raise cache_size"):
+        too_small[0]["image"]
+
+
+def _fetch_all(url: str, cache_dir: str, barrier: object, results: object) -> None:
+    reader = open_dataset(url, remote=RemoteOptions(mode="cache", cache_dir=cache_dir, retry=FAST))
+    barrier.wait()  # type: ignore[attr-defined]
+    for index in range(len(reader.manifest.shards)):
+        reader.location.fetch_shard(reader.manifest.shards[index])
+    assert reader.location.cache is not None
+    results.put(reader.location.cache.downloads)  # type: ignore[attr-defined]
+
+
+def test_processes_sharing_a_cache_download_each_shard_once(server: RangeServer, tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(3), context.Queue()
+    processes = [context.Process(target=_fetch_all, args=(f"{server.url}/ds", str(tmp_path), barrier, results)) for _ in range(3)]
+    for process in processes:
+        process.start()
+    downloads = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(10)
+    shards = len(list((tmp_path / "shards").rglob("*.shard")))
+    assert shards >= 3 and sum(downloads) == shards
+    assert not [name for name in (tmp_path / "shards").rglob(".*tmp*")]
+
+
+def test_loader_over_http_with_workers(server: RangeServer, small_dataset_module: Path) -> None:
+    for mode in ("range", "cache"):
+        remote = RemoteOptions(mode=mode, cache_dir=str(server.root / f"cache-{mode}"), retry=FAST)
+        with Loader(f"{server.url}/ds", batch_size=8, num_workers=2, size=16, remote=remote, window=2) as loader:
+            labels = [b.tolist() for _, b in loader]
+        with Loader(small_dataset_module, batch_size=8, num_workers=0, size=16, window=2) as local:
+            assert labels == [b.tolist() for _, b in local]
+
+
+def test_missing_dataset_and_unreachable_server_keep_credentials_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    secret_headers = {"headers": {"X-Api-Key": "tok-9f8e7d6c5b4a"}}
+    with range_server(tmp_path) as server:
+        url = server.url.replace("http://", "http://alice:pw-0a1b2c3d4e@") + "/nothing?X-Amz-Signature=sig-1234abcd"
+        with pytest.raises(DatasetNotFoundError) as missing:
+            open_dataset(url, remote=RemoteOptions(storage_options=secret_headers, retry=FAST))
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = RemoteOptions(storage_options=secret_headers, retry=FAST)
+    with caplog.at_level(logging.DEBUG, logger="shardfmt"), pytest.raises(RemoteError) as refused:
+        open_dataset(f"http://alice:pw-0a1b2c3d4e@127.0.0.1:{port}/ds?X-Amz-Signature=sig-1234abcd", remote=options)
+    assert "after 3 attempts" in str(refused.value)
+    texts = [str(missing.value), str(refused.value), repr(options), *caplog.messages]
+    for error in (missing.value, refused.value):
+        cause: BaseException | None = error
+        while cause is not None:
+            texts.append(str(cause))
+            cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    for secret in ("pw-0a1b2c3d4e", "tok-9f8e7d6c5b4a", "sig-1234abcd"):
+        assert not any(secret in text for text in texts), secret
+    assert "127.0.0.1" in str(refused.value)
+
+
+def test_only_shardfmt_errors_for_a_truncated_remote_shard(served: tuple[RangeServer, Path]) -> None:
+    server, root = served
+    cut = root.parent / "cut"
+    shutil.copytree(root, cut)
+    shard = cut / "shard-00000.shard"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    reader = open_dataset(f"{server.url}/cut", remote=RemoteOptions(retry=FAST))
+    with pytest.raises(ShardfmtError):
+        reader.shard(0)
+
+
+def test_cache_entries_are_named_by_content(tmp_path: Path) -> None:
+    cache = ShardCache(tmp_path, size_limit=1 << 20)
+    path = cache.entry_path("ns", "a/b.shard", size=10, checksum=0xABC)
+    assert path.name == "0000000000000abc-10-a%2Fb.shard"
+    assert np.isscalar(cache.usage())
