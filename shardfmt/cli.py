@@ -74,6 +74,10 @@ def main(debug: bool) -> None:
 
 _CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, or a .csv/.jsonl listing) into a dataset in OUT.
 
+SRC and OUT may be URLs that fsspec opens (s3://bucket/prefix, gs://..., az://...; SRC also
+http(s)://). Credentials come from the usual places (environment, ~/.aws, instance roles) or
+--storage-options; they never appear in messages.
+
 Baseline JPEGs are kept byte for byte after a strict decode check; other images are re-encoded;
 files that cannot be stored (not an image, corrupt, over {MAX_PIXELS:,} pixels, hidden, ...) are
 listed in OUT/rejects.jsonl with a reason. An interrupted run continues with --resume.
@@ -84,12 +88,14 @@ Examples:
   shardfmt convert train.csv out/ --max-side 512 --quality 90 --workers 8
   shardfmt convert ~/data/pets out/ --resume      # after a crash or Ctrl-C
   shardfmt convert ~/data/pets out/ --overwrite --strict --quiet
+  shardfmt convert ~/data/imagenet/train s3://bucket/imagenet-train
+  shardfmt convert s3://bucket/raw/train s3://bucket/train --engine ray
 """
 
 
 @main.command("convert", help=_CONVERT_HELP)
-@click.argument("src", type=click.Path(path_type=Path))
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("src")
+@click.argument("out")
 @click.option("--shard-size", type=ByteSize(), default=f"{DEFAULT_SHARD_SIZE >> 20}MiB", show_default=True,
               help="Input bytes per shard.")
 @click.option("--max-side", type=click.IntRange(min=1), default=None,
@@ -102,18 +108,37 @@ Examples:
 @click.option("--overwrite", is_flag=True, help="Remove shardfmt's files from OUT first (nothing else is touched).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any input was rejected (after writing everything).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool here; ray: one task per shard on the running Ray cluster (or a local one).")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON",
+              help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.')
 @_reports_errors
-def convert_command(src: Path, out: Path, shard_size: int, max_side: int | None, quality: int, workers: int | None,
-                    resume: bool, overwrite: bool, strict: bool, quiet: bool) -> None:
+def convert_command(src: str, out: str, shard_size: int, max_side: int | None, quality: int, workers: int | None,
+                    resume: bool, overwrite: bool, strict: bool, quiet: bool, engine: str, storage_options: str | None) -> None:
     from .convert import convert
+    from .storage import RemoteOptions
 
+    remote = RemoteOptions(storage_options=_parse_storage_options(storage_options))
     result = convert(src, out, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers,
-                     resume=resume, overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty())
+                     resume=resume, overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
+                     engine=engine, remote=remote)
     if not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
                    f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
-                   f"{result.input_bytes / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s){kept}: {out}")
+                   f"{result.input_bytes / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s){kept}: {result.path}")
+
+
+def _parse_storage_options(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise click.BadParameter(f"not JSON: {err.msg}", param_hint="--storage-options") from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--storage-options")
+    return value
 
 
 @main.command("info")

@@ -79,13 +79,16 @@ from .manifest import MANIFEST_NAME, Manifest, ShardEntry
 from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
 from .scan import SourceScan, display_path, scan_source
 from .schema import IMAGE_CLASSIFICATION
+from .storage import RemoteOptions
+from .storage.urls import is_url
 from .task import WORK_DIR, ShardTask, run_shard_task
 from .writer import DEFAULT_SHARD_SIZE, shard_name
 
-__all__ = ["PLAN_NAME", "REJECTS_NAME", "ConvertResult", "convert", "plan_shards"]
+__all__ = ["ENGINES", "PLAN_NAME", "REJECTS_NAME", "ConvertResult", "build_outputs", "convert", "plan_shards"]
 
 PLAN_NAME: Final = "plan.json"
 REJECTS_NAME: Final = "rejects.jsonl"
+ENGINES: Final = ("local", "ray")
 _PLAN_VERSION: Final = 1
 _OWN_NAME = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard|\.shardfmt-work)\Z")
 _OWN_TEMP = re.compile(r"\.(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard)\.tmp-\d+\Z")
@@ -97,7 +100,7 @@ class ConvertResult:
     """What a conversion did.
 
     Attributes:
-        path: the output folder.
+        path: the output folder (or URL, without credentials).
         manifest: the manifest written there.
         num_inputs: candidate files found (rejects found while scanning are not among them).
         num_records: records written.
@@ -107,7 +110,7 @@ class ConvertResult:
         seconds: wall time of the whole call.
     """
 
-    path: Path
+    path: Path | str
     manifest: Manifest
     num_inputs: int
     num_records: int
@@ -156,13 +159,17 @@ def convert(
     overwrite: bool = False,
     strict: bool = False,
     progress: bool = False,
+    engine: str = "local",
+    remote: RemoteOptions | None = None,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
     Args:
-        src: an ImageFolder directory, or a ``.csv`` / ``.jsonl`` listing.
+        src: an ImageFolder directory, or a ``.csv`` / ``.jsonl`` listing; either may be a URL
+            (``s3://bucket/train``, ``gs://.../listing.csv``).
         out: the output folder; created if missing. It must be empty unless `resume` or
-            `overwrite` is given, and must not lie inside an ImageFolder source.
+            `overwrite` is given, and must not lie inside an ImageFolder source. A URL
+            (``s3://bucket/prefix``) writes straight to object storage (see `convert_remote`).
         shard_size: target bytes of input per shard (default 256 MiB).
         max_side: shrink images whose longer side exceeds this; None keeps every size.
         quality: JPEG quality (1 to 100) of re-encoded images.
@@ -172,6 +179,10 @@ def convert(
         overwrite: first remove shardfmt's files from `out` (nothing else there is touched).
         strict: raise `ConvertError` naming the first reject, after writing everything.
         progress: show a progress bar with images/s and ETA on stderr.
+        engine: "local" (default): a process pool on this machine; "ray": one Ray task per
+            shard on the running Ray cluster (or a local Ray instance). The bytes written are
+            the same.
+        remote: credentials and retries for a `src` or `out` given by URL.
 
     Returns:
         A `ConvertResult`.
@@ -196,13 +207,23 @@ def convert(
         raise ValueError(f"workers {workers} must be at least 1")
     if resume and overwrite:
         raise ConvertError("--resume and --overwrite exclude each other: resume keeps finished shards, overwrite removes them")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if is_url(os.fspath(src)) or is_url(os.fspath(out)):
+        from .convert_remote import convert_with_store
+
+        return convert_with_store(
+            os.fspath(src), os.fspath(out), options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
+            workers=workers, resume=resume, overwrite=overwrite, strict=strict, progress=progress, engine=engine,
+            remote=remote, started=started,
+        )
     src, out = Path(src), Path(out)
     if src.is_dir() and (out.resolve() == src.resolve() or src.resolve() in out.resolve().parents):
         raise ConvertError("the output folder lies inside the source tree, where it would become a class; choose another", path=out)
     _prepare_output(out, resume=resume, overwrite=overwrite)
     scan = scan_source(src)
     options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-    plan = _make_plan(scan, src, options)
+    plan = _make_plan(scan, str(src.resolve()), options)
     work = out / WORK_DIR
     plan_path = work / PLAN_NAME
     if plan_path.is_file():
@@ -222,7 +243,7 @@ def convert(
         )
         for index, (start, stop) in enumerate(plan["shards"])
     ]
-    outcomes = _run_tasks(tasks, out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress)
+    outcomes = _run_tasks(tasks, out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress, engine=engine)
     manifest, rejects = _finish(out, plan, [sidecar for sidecar, _ in outcomes])
     result = ConvertResult(
         path=out,
@@ -293,11 +314,11 @@ def _remove_temp_files(out: Path, work: Path) -> None:
                 (folder / name).unlink()
 
 
-def _make_plan(scan: SourceScan, src: Path, options: dict[str, Any]) -> dict[str, Any]:
+def _make_plan(scan: SourceScan, source: str, options: dict[str, Any]) -> dict[str, Any]:
     inputs = [[item.path, item.size, item.mtime_ns, item.label] for item in scan.inputs]
     return {
         "version": _PLAN_VERSION,
-        "source": str(src.resolve()),
+        "source": source,
         "kind": scan.kind,
         "options": options,
         "classes": list(scan.classes) if scan.classes is not None else None,
@@ -313,6 +334,11 @@ def _check_stored_plan(path: Path, plan: dict[str, Any]) -> None:
         stored = json.loads(path.read_bytes())
     except (OSError, ValueError) as err:
         raise ConvertError(f"the stored plan cannot be read ({err}); use --overwrite to start again", path=path) from err
+    _compare_plans(stored, plan, where=path.parent.parent)
+
+
+def _compare_plans(stored: Any, plan: dict[str, Any], *, where: str | os.PathLike[str]) -> None:
+    """Raise `ConvertError` saying what changed if `stored` is not `plan`."""
     if stored == plan:
         return
     for key in ("version", "source", "kind", "options", "classes"):
@@ -325,9 +351,7 @@ def _check_stored_plan(path: Path, plan: dict[str, Any]) -> None:
         changed = [p for p in now if p not in before or before[p] != now[p]] + [p for p in before if p not in now]
         first = f" (first: {display_path(changed[0])})" if changed else ""
         change = f"{len(changed)} input files were added, removed or modified{first}"
-    raise ConvertError(
-        f"cannot resume: {change} since the conversion started; use --overwrite to start again", path=path.parent.parent
-    )
+    raise ConvertError(f"cannot resume: {change} since the conversion started; use --overwrite to start again", path=where)
 
 
 def _short(value: Any) -> str:
@@ -335,7 +359,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _run_tasks(tasks: list[ShardTask], *, out: Path, workers: int, progress: bool) -> list[tuple[dict[str, Any], bool]]:
+def _run_tasks(tasks: list[ShardTask], *, out: Path | str, workers: int, progress: bool, engine: str = "local") -> list[tuple[dict[str, Any], bool]]:
+    if engine == "ray":
+        from .ray_engine import run_tasks_on_ray
+
+        return run_tasks_on_ray(tasks, progress=progress)
     total = sum(len(task.inputs) for task in tasks)
     bar_options: dict[str, Any] = {"total": total, "unit": "img", "desc": "convert", "disable": not progress, "smoothing": 0.1}
     workers = min(workers, len(tasks))
@@ -360,7 +388,7 @@ def _run_tasks(tasks: list[ShardTask], *, out: Path, workers: int, progress: boo
                         except BrokenProcessPool as err:
                             raise WorkerError(
                                 "a worker process died (killed, or out of memory?) before this shard was finished",
-                                path=out / shard_name(task.index),
+                                path=f"{out}/{shard_name(task.index)}",
                             ) from err
         except BaseException:
             for future in futures:
@@ -403,6 +431,16 @@ def _pool_task(task: ShardTask) -> tuple[dict[str, Any], bool]:
 
 def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> tuple[Manifest, list[dict[str, str]]]:
     """Write rejects.jsonl, then manifest.json (the commit point), then remove the work folder."""
+    manifest, rejects, report = build_outputs(plan, sidecars)
+    atomic_write_bytes(out / REJECTS_NAME, report)
+    manifest.write(out)
+    shutil.rmtree(out / WORK_DIR)
+    fsync_directory(out)
+    return manifest, rejects
+
+
+def build_outputs(plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> tuple[Manifest, list[dict[str, str]], bytes]:
+    """Return the manifest, the rejects and the bytes of rejects.jsonl of a finished conversion."""
     inputs = plan["inputs"]
     ordered: list[tuple[tuple[int, int], str, str, str]] = [
         ((position, 0), path, reason, detail) for position, path, reason, detail in plan["scan_rejects"]
@@ -415,7 +453,6 @@ def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> 
     ordered.sort(key=lambda item: item[0])
     rejects = [{"path": path, "reason": reason, "detail": detail} for _, path, reason, detail in ordered]
     report = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
-    atomic_write_bytes(out / REJECTS_NAME, report.encode())
     by_reason = dict(Counter(reject["reason"] for reject in rejects))
     classes = plan["classes"]
     labels = {item[3] for number, item in enumerate(inputs) if number not in rejected}
@@ -436,7 +473,4 @@ def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> 
         rejects={"count": len(rejects), "by_reason": by_reason, "report": REJECTS_NAME},
         stats=stats,
     )
-    manifest.write(out)
-    shutil.rmtree(out / WORK_DIR)
-    fsync_directory(out)
-    return manifest, rejects
+    return manifest, rejects, report.encode()

@@ -1,10 +1,11 @@
 """One conversion task: the planned inputs of one shard become the shard and its sidecar.
 
-A task reads each input with one `os.read`, normalises it (`normalise.normalise_image`), and
+A task reads each input with one `os.read` (or one GET from a store), normalises it (`normalise.normalise_image`), and
 writes the records with `ShardWriter` (temporary name, fsync, rename). Only then does it write
 its sidecar, ``.shardfmt-work/shard-NNNNN.json``, atomically: record count, size, checksum,
 rejects and statistics. A shard counts as done only when its sidecar exists and the file agrees
-with it, so a task killed at any moment is simply run again. A shard whose inputs are all
+with it, so a task killed at any moment is simply run again. For an output given by URL the shard
+is staged locally and uploaded, and the sidecar lives in the store (`destination.py`). A shard whose inputs are all
 rejected gets a sidecar and no file.
 
 Tasks are independent and deterministic: the bytes of a shard depend only on its inputs and the
@@ -13,26 +14,25 @@ options, never on which process ran it or when.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .checksum import file_checksum, format_checksum, parse_checksum
+from .checksum import format_checksum
+from .destination import WORK_DIR, Destination, destination_for
 from .errors import RejectError, WorkerError
-from .fileio import atomic_write_bytes
 from .layout import MAX_FIELD_SIZE
 from .normalise import REENCODE_REASONS, normalise_image
 from .scan import describe_os_error, display_path, record_key
 from .schema import IMAGE_CLASSIFICATION
+from .storage import RemoteOptions, Store, open_store
+from .storage.urls import is_url
 from .writer import ShardWriter, shard_name
 
-__all__ = ["MAX_INPUT_SIZE", "WORK_DIR", "ShardTask", "read_input", "run_shard_task", "sidecar_path"]
+__all__ = ["MAX_INPUT_SIZE", "WORK_DIR", "ShardTask", "read_input", "read_remote_input", "run_shard_task", "sidecar_path"]
 
-WORK_DIR: Final = ".shardfmt-work"
-"""Folder inside the output that holds the plan and the sidecars until the manifest is written."""
 MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
 """Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
 
@@ -43,10 +43,11 @@ class ShardTask:
 
     Attributes:
         index: the shard number; the file is `shard_name(index)`.
-        root: the source root that input paths are relative to.
-        out: the output folder.
+        root: the source root that input paths are relative to (a folder or a URL).
+        out: the output folder, or a URL (see `destination.py`).
         inputs: (input number, path, planned size, label) of each planned input, in order.
         max_side, quality: normalisation options.
+        remote: credentials and retries for a `root` or `out` given by URL.
     """
 
     index: int
@@ -55,6 +56,7 @@ class ShardTask:
     inputs: tuple[tuple[int, str, int, int], ...]
     max_side: int | None
     quality: int
+    remote: RemoteOptions | None = None
 
 
 def sidecar_path(out: str | os.PathLike[str], *, index: int) -> Path:
@@ -106,11 +108,14 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         WorkerError: anything other than a per-file reject, naming the shard and the input.
     """
     report = on_image if on_image is not None else _ignore
-    done = _finished_sidecar(task)
+    name = shard_name(task.index)
+    destination = destination_for(task.out, task.index, name, task.remote)
+    done = _finished_sidecar(task, destination)
     if done is not None:
+        destination.cleanup()
         report(len(task.inputs))
         return done, True
-    name = shard_name(task.index)
+    source = open_store(task.root, remote=task.remote) if is_url(task.root) else None
     writer: ShardWriter | None = None
     current = "(before the first input)"
     try:
@@ -120,8 +125,9 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         for number, path, size, label in task.inputs:
             current = path
             try:
+                data = read_input(os.path.join(task.root, path), size_hint=size) if source is None else read_remote_input(source, path, size_hint=size)
                 image = normalise_image(
-                    read_input(os.path.join(task.root, path), size_hint=size),
+                    data,
                     max_side=task.max_side,
                     quality=task.quality,
                 )
@@ -130,7 +136,7 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
                 report(1)
                 continue
             if writer is None:
-                writer = ShardWriter(Path(task.out) / name, schema=IMAGE_CLASSIFICATION)
+                writer = ShardWriter(destination.shard_path, schema=IMAGE_CLASSIFICATION)
             writer.write({"image": image.data, "label": label, "key": record_key(path)})
             if image.reencoded is None:
                 passthrough += 1
@@ -140,6 +146,9 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         current = "(closing the shard)"
         info = writer.close() if writer is not None else None
         writer = None
+        if info is not None:
+            current = "(uploading the shard)"
+            destination.commit_shard()
         sidecar = {
             "index": task.index,
             "inputs": len(task.inputs),
@@ -151,33 +160,44 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
             "passthrough": passthrough,
             "reencoded": reencoded,
         }
-        atomic_write_bytes(sidecar_path(task.out, index=task.index), json.dumps(sidecar, sort_keys=True).encode())
+        destination.write_sidecar(sidecar)
         return sidecar, False
     except Exception as err:
         raise WorkerError(
-            f"input {display_path(current)}: {type(err).__name__}: {err}", path=Path(task.out) / name
+            f"input {display_path(current)}: {type(err).__name__}: {err}", path=destination.display
         ) from err
     finally:
         if writer is not None:  # not closed: remove its temporary file
             writer.abort()
+        destination.cleanup()
 
 
 def _ignore(count: int) -> None:
     pass
 
 
-def _finished_sidecar(task: ShardTask) -> dict[str, Any] | None:
-    """Return the sidecar of a shard a previous run finished, if the shard file agrees with it."""
+def read_remote_input(store: Store, path: str, *, size_hint: int) -> bytes:
+    """Read a whole input object from a store (retried as the store's policy says).
+
+    Raises:
+        RejectError: "unreadable" if the store refuses or fails, "too-large" past `MAX_INPUT_SIZE`.
+    """
+    if size_hint > MAX_INPUT_SIZE:
+        raise RejectError(f"{size_hint} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
     try:
-        sidecar = json.loads(sidecar_path(task.out, index=task.index).read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(sidecar, dict) or sidecar.get("index") != task.index or sidecar.get("inputs") != len(task.inputs):
+        return store.get(path.replace(os.sep, "/"))
+    except OSError as err:
+        raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
+
+
+def _finished_sidecar(task: ShardTask, destination: Destination) -> dict[str, Any] | None:
+    """Return the sidecar of a shard a previous run finished, if the shard agrees with it."""
+    sidecar = destination.read_sidecar()
+    if sidecar is None or sidecar.get("index") != task.index or sidecar.get("inputs") != len(task.inputs):
         return None
     if sidecar.get("num_records") == 0:
         return sidecar
     try:
-        size, digest = file_checksum(Path(task.out) / shard_name(task.index))
-        return sidecar if size == sidecar["size"] and digest == parse_checksum(sidecar["checksum"]) else None
+        return sidecar if destination.shard_matches(sidecar) else None
     except (OSError, KeyError, TypeError, ValueError):
         return None

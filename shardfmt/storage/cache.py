@@ -198,10 +198,11 @@ class CachedFile:
         self._cache, self._namespace = cache, namespace
         opened = store.open(key, size=size, windows=windows)
         self._windows: RemoteFile | None = opened if isinstance(opened, RemoteFile) else None
+        self._spans = windows  # only these are served from the windows; payload comes from the cache
         self._local: LocalFile | None = None
 
     def read(self, start: int, stop: int) -> memoryview:
-        if self._local is None and self._windows is not None:
+        if self._local is None and self._windows is not None and any(a <= start and stop <= b for a, b in self._spans):
             hit = self._windows.cached(start, stop)
             if hit is not None:
                 return hit
