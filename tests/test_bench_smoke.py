@@ -58,3 +58,13 @@ def test_unknown_contender_is_refused(tmp_path: Path) -> None:
     done = run_bench("--only", "shardfmt,dali", work_dir=tmp_path)
     assert done.returncode == 2
     assert "--only" in done.stderr
+
+
+def test_s3_contender_beside_local_disk(tmp_path: Path) -> None:
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    done = run_bench("--only", "shardfmt,s3", work_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for name in ("shardfmt fast_decode=True", "shardfmt over S3, range reads", "shardfmt over S3, shard cache"):
+        assert any(line.startswith(name) for line in done.stdout.splitlines()), name
+    assert any("shardfmt over S3, shard cache / shardfmt fast_decode=True" in line and "x" in line for line in ratio_lines(done.stdout))

@@ -21,6 +21,13 @@ as the dataset holds it.
                   simplejpeg decode (exact IDCT), the same get_params, the crop resized with
                   torch's antialiased bilinear kernel (torchvision's tensor resize; PIL-free),
                   ``.batched()`` inside the workers of a ``DataLoader(batch_size=None)``.
+  shardfmt over S3  ``--only s3``: the same shards and Loader settings (fast_decode=True), read by
+                  URL from moto's S3-compatible server on 127.0.0.1 (a thread of this process, so
+                  its CPU counts as the loader's own) through s3fs: once with range reads
+                  (``RemoteOptions(mode="range")``), once with the shard cache
+                  (``mode="cache"``, a fresh cache folder for every start, so the first epoch
+                  downloads every shard and the second reads the cache). Loopback only: this is
+                  the CPU and protocol cost of object storage, not a network's latency.
   decode limit    ``simplejpeg.decode_jpeg`` of the JPEG bytes already in RAM, in this process on
                   one thread with nothing else running, times ``os.cpu_count()``; with the exact
                   IDCT (the limit the targets use) and with the fast IDCT and upsampling. The
@@ -110,7 +117,7 @@ from shardfmt.sample import make_imagefolder
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "pil", "webdataset", "decode")
+CONTENDERS = ("shardfmt", "pil", "webdataset", "decode", "s3")
 SAMPLE_INTERVAL = 0.05
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -119,6 +126,8 @@ JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 SHARDFMT_FAST = "shardfmt fast_decode=True"
 SHARDFMT_EXACT = "shardfmt fast_decode=False"
+S3_RANGE = "shardfmt over S3, range reads"
+S3_CACHE = "shardfmt over S3, shard cache"
 PIL_LOADER = "PIL DataLoader"
 WEBDATASET = "webdataset"
 LIMIT_EXACT = "decode limit, exact IDCT"
@@ -324,6 +333,57 @@ def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool) -> S
         layout="NCHW",
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
+
+
+@dataclass
+class S3Server:
+    """moto's S3 server on 127.0.0.1 holding the shardfmt shards at s3://bench/shardfmt."""
+
+    server: Any
+    endpoint: str
+
+    @classmethod
+    def start(cls, source: Source) -> S3Server:
+        try:
+            import boto3
+            from moto.server import ThreadedMotoServer
+        except ImportError as err:
+            raise SystemExit(f"--only s3 needs moto[server], boto3 and s3fs ({err})") from err
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1")
+        client.create_bucket(Bucket="bench")
+        say(f"uploading the shardfmt shards to moto's S3 server at {endpoint}")
+        for path in sorted((source.derived / "shardfmt").iterdir()):
+            client.upload_file(str(path), "bench", f"shardfmt/{path.name}")
+        return cls(server, endpoint)
+
+    def options(self) -> dict[str, Any]:
+        return {"key": "bench", "secret": "bench", "endpoint_url": self.endpoint, "client_kwargs": {"region_name": "us-east-1"}}
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stream:
+    """shardfmt.Loader over s3://bench/shardfmt; with mode "cache", a fresh cache folder."""
+    cache = tempfile.mkdtemp(prefix="shardfmt-bench-cache-")
+    remote = shardfmt.RemoteOptions(mode=mode, cache_dir=cache, storage_options=server.options())
+    loader = shardfmt.Loader(
+        "s3://bench/shardfmt", batch_size=settings.batch_size, num_workers=settings.workers, seed=0,
+        size=OUTPUT_SIZE, pipeline="train", layout="NCHW", remote=remote,
+    )
+
+    def close() -> None:
+        loader.close()
+        shutil.rmtree(cache, ignore_errors=True)
+
+    return Stream(epoch=lambda: iter(loader), close=close, shared_memory_bytes=loader.shared_memory_bytes)
 
 
 def open_pil_dataloader(source: Source, settings: Settings) -> Stream:
@@ -653,6 +713,8 @@ def print_table(results: list[Result]) -> None:
 
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
+    (S3_RANGE, SHARDFMT_FAST, None),
+    (S3_CACHE, SHARDFMT_FAST, None),
     (SHARDFMT_EXACT, PIL_LOADER, None),
     (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
     (SHARDFMT_FAST, LIMIT_FAST, None),
@@ -763,7 +825,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
     if len(source.files) < max(1, settings.workers):
         raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
-    if "shardfmt" in args.only:
+    if "shardfmt" in args.only or "s3" in args.only:
         prepare_shardfmt(source)
     if "webdataset" in args.only:
         prepare_webdataset(source, settings)
@@ -775,6 +837,13 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
             results.append(measure_loader(name, functools.partial(open_shardfmt, source, settings, fast_decode=fast), source, settings))
+    if "s3" in args.only:
+        server = S3Server.start(source)
+        try:
+            for name, mode in ((S3_RANGE, "range"), (S3_CACHE, "cache")):
+                results.append(measure_loader(name, functools.partial(open_shardfmt_s3, server, settings, mode=mode), source, settings))
+        finally:
+            server.stop()
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "webdataset" in args.only:
