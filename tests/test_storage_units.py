@@ -90,3 +90,13 @@ def test_local_store_round_trip(tmp_path: object) -> None:
     store.delete("a/b.json")
     store.delete("a/b.json")
     assert not store.exists("a/b.json")
+
+
+def test_file_urls_are_local_paths(small_dataset: object) -> None:
+    from shardfmt import Loader, open_dataset
+
+    url = f"file://{small_dataset}"
+    reader = open_dataset(url)
+    assert len(reader) == 40 and not reader.location.is_remote
+    with Loader(url, batch_size=8, num_workers=1, size=16) as loader:
+        assert sum(len(labels) for _, labels in loader) == 40

@@ -32,6 +32,7 @@ from ..ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
 from ..reader import DatasetReader
 from ..sampling import EpochPlan, check_split, sample_batches
 from ..storage import RemoteOptions, is_url
+from ..storage.urls import local_path
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
@@ -171,7 +172,7 @@ class Loader:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1 shard, got {window}")
-        self.path: str | Path = os.fspath(path) if is_url(os.fspath(path)) else Path(path)
+        self.path: str | Path = os.fspath(path) if is_url(os.fspath(path)) else Path(local_path(os.fspath(path)))
         self.window = window
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -34,7 +34,7 @@ class RetryPolicy:
         attempts: tries in all, the first included (default 5).
         first_delay: seconds before the second try (default 0.25); each further wait is
             `multiplier` times longer, capped at `max_delay`, and jittered by up to +-25%.
-            The defaults wait 0.25 + 0.5 + 1 + 2 = 3.75 s at most before giving up.
+            The defaults wait 0.25 + 0.5 + 1 + 2 = 3.75 s (4.7 s with jitter) at most before giving up.
     """
 
     attempts: int = 5
