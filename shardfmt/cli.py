@@ -134,7 +134,7 @@ def _parse_storage_options(text: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise click.BadParameter(f"not JSON: {err.msg}", param_hint="--storage-options") from None
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--storage-options")

@@ -93,7 +93,7 @@ class RemoteDestination:
 
     def shard_matches(self, sidecar: dict[str, Any]) -> bool:
         listed = self.store.list(self.name)
-        return listed.get(self.name, {}).get("size") == sidecar["size"]
+        return bool(listed.get(self.name, {}).get("size") == sidecar["size"])
 
     def cleanup(self) -> None:
         with contextlib.suppress(OSError):
