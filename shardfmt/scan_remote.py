@@ -33,14 +33,17 @@ def scan_remote_source(url: str, *, remote: RemoteOptions | None = None) -> tupl
         paths are relative to.
 
     Raises:
-        ConvertError: nothing is under the URL, or a listing is malformed.
+        ConvertError: nothing is under the URL, the store cannot list (plain HTTP), or a
+            listing is malformed.
     """
     base = url.rstrip("/")
-    if base.lower().endswith(LISTING_SUFFIXES):
-        parent, name = split_manifest_url(base)  # (folder, last component)
-        store = open_store(parent, remote=remote)
-        return _scan_listing(store, name), parent
-    store = open_store(base, remote=remote)
+    listing = base.lower().endswith(LISTING_SUFFIXES)
+    root, name = split_manifest_url(base) if listing else (base, "")
+    store = open_store(root, remote=remote)
+    if not store.supports_listing:
+        raise ConvertError("a source URL must be a store that can list its objects (s3://, gs://, az://, ...), not plain HTTP", path=store.root)
+    if listing:
+        return _scan_listing(store, name), root
     objects = store.list()
     if not objects:
         raise ConvertError("the source holds no objects (or does not exist)", path=store.root)

@@ -216,3 +216,55 @@ def test_cache_entries_are_named_by_content(tmp_path: Path) -> None:
     path = cache.entry_path("ns", "a/b.shard", size=10, checksum=0xABC)
     assert path.name == "0000000000000abc-10-a%2Fb.shard"
     assert np.isscalar(cache.usage())
+
+
+def test_map_style_dataset_over_http_in_a_dataloader(server: RangeServer) -> None:
+    import torch
+
+    from shardfmt import Dataset
+
+    dataset = Dataset(f"{server.url}/ds", pipeline="eval", size=16, remote=RemoteOptions(retry=FAST))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=2)
+    labels = [x for _, batch in loader for x in batch.tolist()]
+    assert labels == [i % 3 for i in range(40)]
+
+
+def test_http_is_no_conversion_output_or_listable_source(server: RangeServer, imagefolder: Path) -> None:
+    from shardfmt import ConvertError
+    from shardfmt.convert import convert
+
+    with pytest.raises(ConvertError, match="read-only"):
+        convert(imagefolder, f"{server.url}/new", workers=1)
+    with pytest.raises(ConvertError, match="list its objects"):
+        convert(f"{server.url}/ds", server.root / "out", workers=1)
+
+
+class _Location:
+    def __init__(self) -> None:
+        self.fetched: list[str] = []
+        self.cache = object()
+
+    def fetch_shard(self, entry: object) -> None:
+        self.fetched.append(entry.path)  # type: ignore[attr-defined]
+
+
+def test_the_prefetcher_fetches_the_shards_of_coming_batches_in_order(small_dataset_module: Path) -> None:
+    from shardfmt.loader.prefetch import ShardPrefetcher
+    from shardfmt.sampling import sample_batches
+
+    reader = open_dataset(small_dataset_module)
+    reader.location = _Location()  # type: ignore[assignment]
+    sizes = np.diff(reader.cumulative)
+    plan = sample_batches(len(reader), batch_size=4, seed=0, epoch=0, shard_sizes=sizes, window=2)
+    prefetcher = ShardPrefetcher(reader, ahead=1, threads=1)
+    prefetcher.schedule(0, plan, 0)
+    for future in list(prefetcher.futures):
+        future.result(timeout=10)
+    shard_of = np.searchsorted(reader.cumulative, plan.indices, side="right") - 1
+    first_use = list(dict.fromkeys(shard_of.tolist()))
+    in_batch = set(shard_of[: plan.bounds[1]].tolist())
+    expected = [f"shard-{s:05d}.shard" for s in first_use[: len(in_batch) + 1]]
+    assert reader.location.fetched == expected  # type: ignore[attr-defined]
+    prefetcher.schedule(0, plan, 0)
+    assert len(prefetcher.futures) == 0 or all(f.done() for f in prefetcher.futures)
+    prefetcher.close()
