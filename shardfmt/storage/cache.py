@@ -213,20 +213,19 @@ class CachedFile:
         if self._local is not None:
             _MAPPED.move_to_end(id(self))
             return self._local
-        for attempt in (1, 2):
-            path = self._cache.fetch(self._store, self._key, size=self.size, checksum=self._checksum, namespace=self._namespace)
-            try:
-                self._local = LocalFile(path)
-                break
-            except ShardNotFoundError:  # evicted between the fetch and the open
-                if attempt == 2:
-                    raise
+        local = self._open_cached()
+        self._local = local
         _MAPPED[id(self)] = self
         while len(_MAPPED) > MAX_MAPPED_SHARDS:
             _, oldest = _MAPPED.popitem(last=False)
             oldest.unmap()
-        assert self._local is not None
-        return self._local
+        return local
+
+    def _open_cached(self) -> LocalFile:
+        try:
+            return LocalFile(self._cache.fetch(self._store, self._key, size=self.size, checksum=self._checksum, namespace=self._namespace))
+        except ShardNotFoundError:  # evicted between the fetch and the open: once more
+            return LocalFile(self._cache.fetch(self._store, self._key, size=self.size, checksum=self._checksum, namespace=self._namespace))
 
     def unmap(self) -> None:
         """Close the mapping of the cached copy; the next payload read maps it again."""
