@@ -268,3 +268,20 @@ def test_the_prefetcher_fetches_the_shards_of_coming_batches_in_order(small_data
     prefetcher.schedule(0, plan, 0)
     assert len(prefetcher.futures) == 0 or all(f.done() for f in prefetcher.futures)
     prefetcher.close()
+
+
+def test_a_chunk_of_records_is_fetched_at_once(server: RangeServer) -> None:
+    reader = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
+    shard = reader.shard(0)
+    spans = [(int(row["offset"]), int(row["offset"] + row["size"])) for row in shard.table]
+    before = sum(server.requests.values())
+    shard.source.prefetch(spans)  # type: ignore[attr-defined]
+    assert sum(server.requests.values()) - before == len(spans)
+    for index in range(len(shard)):
+        bytes(shard.record(index)["image"])  # verified and read from the prefetched spans
+    assert sum(server.requests.values()) - before == len(spans)
+    server.drop_once = {"shard-00000.shard"}
+    fresh = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST)).shard(0)
+    fresh.source.prefetch(spans[:3])  # type: ignore[attr-defined]
+    assert server.dropped, "one range was cut mid-body and fetched again"
+    assert [bytes(fresh.record(i)["image"]) for i in range(3)] == [bytes(shard.record(i)["image"]) for i in range(3)]
