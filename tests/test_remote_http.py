@@ -285,3 +285,16 @@ def test_a_chunk_of_records_is_fetched_at_once(server: RangeServer) -> None:
     fresh.source.prefetch(spans[:3])  # type: ignore[attr-defined]
     assert server.dropped, "one range was cut mid-body and fetched again"
     assert [bytes(fresh.record(i)["image"]) for i in range(3)] == [bytes(shard.record(i)["image"]) for i in range(3)]
+
+
+def test_a_windowed_epoch_trains_from_a_cache_smaller_than_the_dataset(server: RangeServer, tmp_path: Path) -> None:
+    probe = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
+    sizes = [entry.size for entry in probe.manifest.shards]
+    limit = 3 * max(sizes)
+    assert limit < sum(sizes) / 2
+    remote = RemoteOptions(mode="cache", cache_dir=str(tmp_path), cache_size=limit, prefetch_shards=1, retry=FAST)
+    with Loader(f"{server.url}/ds", batch_size=4, num_workers=2, size=16, remote=remote, window=1, seed=2) as loader:
+        labels = [x for epoch in range(2) for _, batch in loader for x in batch.tolist()]
+        cache = loader._dataset.location.cache
+    assert sorted(labels) == sorted([i % 3 for i in range(40)] * 2)
+    assert cache is not None and cache.usage() <= limit
