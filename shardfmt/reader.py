@@ -29,7 +29,6 @@ from .layout import (
     HEADER_CHECKED_BYTES,
     HEADER_DTYPE,
     HEADER_SIZE,
-    IMAGE_TYPES,
     JPEG_CHANNELS,
     KNOWN_FLAGS,
     MAGIC,
@@ -39,6 +38,8 @@ from .layout import (
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
+    NDARRAY_DTYPES,
+    RAW_CHANNELS,
     align_up,
     column_name,
 )
@@ -47,6 +48,9 @@ from .schema import Schema
 from .storage import ByteSource, open_source
 
 __all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset"]
+
+_CHANNELS = {"jpeg": JPEG_CHANNELS, "raw": RAW_CHANNELS}
+"""Image types and the channel counts each allows."""
 
 
 @dataclass(frozen=True)
@@ -212,16 +216,38 @@ class ShardReader:
                 expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
                 self._raise_first(f_off != expected, f"field {field.name!r} payload is not at the next aligned offset of its record", column_name(field.name, "offset"))
                 position = f_off + f_size
-            if field.type in IMAGE_TYPES:
-                h = table[column_name(field.name, "height")]
-                w = table[column_name(field.name, "width")]
-                c = table[column_name(field.name, "channels")]
-                r = table[column_name(field.name, "reserved")]
-                self._raise_first((h == 0) | (w == 0), f"image {field.name!r} has a zero height or width", column_name(field.name, "height"))
-                self._raise_first(~np.isin(c, JPEG_CHANNELS), f"image {field.name!r} channels are not 1 or 3", column_name(field.name, "channels"))
-                self._raise_first(r != 0, f"image {field.name!r} reserved column is not zero", column_name(field.name, "reserved"))
+            if field.type in _CHANNELS:
+                self._check_image(field.name, field.type, table)
+            elif field.nbytes is not None:
+                self._raise_first(
+                    table[column_name(field.name, "size")] != np.uint64(field.nbytes),
+                    f"ndarray {field.name!r} payload size is not the {field.nbytes} bytes of its {field.dtype} shape {list(field.shape or ())}",
+                    column_name(field.name, "size"),
+                )
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
         self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
+
+    def _check_image(self, name: str, type_: str, table: np.ndarray[Any, Any]) -> None:
+        """Rules 28c to 28f: sides, channels, reserved column and, for raw, the payload size."""
+        h = table[column_name(name, "height")]
+        w = table[column_name(name, "width")]
+        c = table[column_name(name, "channels")]
+        channels = _CHANNELS[type_]
+        self._raise_first((h == 0) | (w == 0), f"image {name!r} has a zero height or width", column_name(name, "height"))
+        self._raise_first(
+            ~np.isin(c, channels), f"{type_} image {name!r} channels are not {' or '.join(map(str, channels))}", column_name(name, "channels")
+        )
+        self._raise_first(table[column_name(name, "reserved")] != 0, f"image {name!r} reserved column is not zero", column_name(name, "reserved"))
+        if type_ == "raw":
+            # h * w is exact in u64 (both < 2^32); bounded by the field limit before the channel
+            # product, so that nothing wraps around.
+            pixels = h.astype(np.uint64) * w.astype(np.uint64)
+            expected = np.where(pixels <= np.uint64(MAX_FIELD_SIZE), pixels * c.astype(np.uint64), np.uint64(0))
+            self._raise_first(
+                (pixels > np.uint64(MAX_FIELD_SIZE)) | (table[column_name(name, "size")] != expected),
+                f"raw image {name!r} payload size is not height x width x channels",
+                column_name(name, "size"),
+            )
 
     def _raise_first(
         self, bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError
@@ -292,8 +318,10 @@ class ShardReader:
 
 
 class Record(Mapping[str, Any]):
-    """One record: field name -> value. JPEG and bytes fields are zero-copy memoryviews, str
-    fields str, json fields the parsed value, int64 and float64 Python numbers."""
+    """One record: field name -> value. JPEG and bytes fields are zero-copy memoryviews, raw
+    fields read-only uint8 numpy arrays H x W x C and ndarray fields read-only numpy arrays of
+    their shape (both zero-copy views of the shard), str fields str, json fields the parsed
+    value, int64 and float64 Python numbers."""
 
     __slots__ = ("_shard", "index")
 
@@ -323,6 +351,11 @@ class Record(Mapping[str, Any]):
                 return json.loads(bytes(data).decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as err:
                 raise self._invalid(name, f"is not valid JSON: {err}") from err
+        if field.type == "raw":
+            info = self.image_info(name)
+            return np.frombuffer(data, np.uint8).reshape(info.height, info.width, info.channels)
+        if field.type == "ndarray":
+            return np.frombuffer(data, NDARRAY_DTYPES[field.dtype or ""]).reshape(field.shape or ())
         return data
 
     def _invalid(self, name: str, problem: str) -> FormatError:

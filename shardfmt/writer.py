@@ -30,6 +30,8 @@ from .layout import (
     HEADER_SIZE,
     JPEG_CHANNELS,
     MAGIC,
+    NDARRAY_DTYPES,
+    RAW_CHANNELS,
     MAX_ALIGNMENT,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
@@ -128,13 +130,17 @@ class ShardWriter:
 
         Args:
             record: a value for every field of the schema: bytes-like JPEG data for "jpeg",
-                bytes-like for "bytes", str for "str", a JSON-serialisable value for "json",
-                an int for "int64", a float for "float64".
+                a uint8 numpy array H x W x C (C 1, 3 or 4; H x W for one channel) for "raw",
+                a numpy array of the declared dtype and shape for "ndarray", bytes-like for
+                "bytes", str for "str", a JSON-serialisable value for "json", an int for
+                "int64", a float for "float64".
 
         Raises:
             SchemaError: a field is missing, extra, of the wrong type, too large, or a "jpeg"
-                value is not a JPEG with 1 or 3 channels that libjpeg-turbo decodes; or the
-                record would take the shard past MAX_SHARD_SIZE or MAX_RECORDS_PER_SHARD.
+                value is not a JPEG with 1 or 3 channels that libjpeg-turbo decodes, a "raw"
+                value not uint8 pixels with 1, 3 or 4 channels, an "ndarray" value not of the
+                declared dtype and shape; or the record would take the shard past
+                MAX_SHARD_SIZE or MAX_RECORDS_PER_SHARD.
         """
         if self._closed:
             raise ValueError("write() on a closed ShardWriter")
@@ -226,6 +232,10 @@ def _scalar(field: Field, value: Any, index: int) -> int | float:
 
 def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memoryview, tuple[int, ...]]:
     where = f"record {index}: field {field.name!r}"
+    if field.type == "raw":
+        return _encode_raw(value, where)
+    if field.type == "ndarray":
+        return _encode_array(field, value, where), ()
     if field.type == "str":
         if not isinstance(value, str):
             raise SchemaError(f"{where} needs a str, got {type(value).__name__}")
@@ -257,6 +267,32 @@ def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memo
         )
     extra = (info.height, info.width, info.components, 0)
     return data, extra
+
+
+def _encode_raw(value: Any, where: str) -> tuple[memoryview, tuple[int, ...]]:
+    if not isinstance(value, np.ndarray) or value.dtype != np.uint8 or value.ndim not in (2, 3):
+        kind = f"{value.dtype} array of {value.ndim} dimensions" if isinstance(value, np.ndarray) else type(value).__name__
+        raise SchemaError(f"{where} needs uint8 pixels as a numpy array H x W x C or H x W, got a {kind}")
+    height, width = value.shape[:2]
+    channels = value.shape[2] if value.ndim == 3 else 1
+    if channels not in RAW_CHANNELS:
+        raise SchemaError(f"{where} has {channels} channels; raw pixels have {', '.join(map(str, RAW_CHANNELS))}")
+    if height == 0 or width == 0:
+        raise SchemaError(f"{where} is {height} x {width}: a raw image needs at least one pixel")
+    if value.size > MAX_FIELD_SIZE:
+        raise SchemaError(f"{where} is {value.size} bytes, over the limit of {MAX_FIELD_SIZE}")
+    data = memoryview(np.ascontiguousarray(value)).cast("B")
+    return data, (height, width, channels, 0)
+
+
+def _encode_array(field: Field, value: Any, where: str) -> memoryview:
+    expected = np.dtype(NDARRAY_DTYPES[field.dtype or ""])
+    if not isinstance(value, np.ndarray) or value.dtype.newbyteorder("<") != expected:
+        kind = f"a {value.dtype} array" if isinstance(value, np.ndarray) else type(value).__name__
+        raise SchemaError(f"{where} needs a numpy {field.dtype} array, got {kind}")
+    if value.shape != field.shape:
+        raise SchemaError(f"{where} has shape {list(value.shape)}, the schema declares {list(field.shape or ())}")
+    return memoryview(np.ascontiguousarray(value, dtype=expected)).cast("B")
 
 
 class DatasetWriter:
