@@ -8,7 +8,10 @@ keep. With ``device="cuda"`` the loader copies each batch to the GPU on a side s
 slot is reused once that copy is done.
 
 Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
-4 KiB), plus per worker a decode buffer of the largest image (height * width * 3 bytes).
+4 KiB), plus per worker a decode buffer of the largest image (height * width * 3 bytes). With
+``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes`` (H * W * C for
+an image, the array's bytes, 8 for a number; each field's part rounded up to 4 KiB), plus per
+worker and jpeg field a decode buffer of its largest image (height * width * C bytes).
 """
 
 from __future__ import annotations
@@ -26,30 +29,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import SchemaError
-from ..layout import column_name
-from ..ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
+from ..ops import Pipeline
 from ..reader import DatasetReader
 from ..sampling import EpochPlan, check_split, sample_batches
+from .fields import FieldRequest, resolve_outputs
+from .fields import resolve_pipeline as _resolve_pipeline
 from .pool import Chunk, InlinePool, WorkerPool
 from .shm import SlotLayout, SlotRing
 
 __all__ = ["Loader"]
 
 _STATE_VERSION = 1
-
-
-def _resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> Pipeline:
-    if not isinstance(pipeline, str):
-        return pipeline
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if pipeline == "train":
-        return RandomResizedCrop(pair)
-    if pipeline == "eval":
-        return CenterCrop(pair, resize=round(max(pair) / 0.875))
-    if pipeline == "resize":
-        return Resize(pair)
-    raise ValueError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline object, got {pipeline!r}")
 
 
 def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -118,11 +108,27 @@ class Loader:
         start_method: multiprocessing start method; default the platform's.
         timeout: seconds without progress after which a stalled worker is reported.
         image_field, label_field: field names (label_field=None gives zero labels).
+        fields: deliver several fields as a dict of tensors instead of (images, labels): a
+            mapping from field name to `shardfmt.ops.ImageOutput` (or its size, or None for
+            the defaults), or a list of names. Image fields ("jpeg", "raw") are cut at the same
+            place: the pipeline draws the box on the first image field and the others take it
+            scaled by their size ratio, with the same flip; each has its own output size,
+            channels and interpolation. "ndarray", "int64" and "float64" fields arrive as
+            stored. ``image_field`` and ``label_field`` are then unused.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
-        SchemaError: the fields are not a "jpeg" image and an "int64" label.
+        SchemaError: without `fields`, the fields are not an image ("jpeg" or "raw") and an
+            "int64" label; with `fields`, one is missing or cannot be delivered (str, bytes,
+            json).
         ValueError: the batch split is impossible (e.g. fewer records than ranks).
+
+    Example::
+
+        loader = Loader("sr", batch_size=16, pipeline=RandomCrop(48),
+                        fields={"lr": 48, "hr": 192, "mask": ImageOutput(192, 1, "nearest")})
+        for batch in loader:
+            batch["lr"], batch["hr"]   # (16, 3, 48, 48), (16, 3, 192, 192) uint8
     """
 
     def __init__(
@@ -151,6 +157,7 @@ class Loader:
         timeout: float = 120.0,
         image_field: str = "image",
         label_field: str | None = "label",
+        fields: FieldRequest | None = None,
     ) -> None:
         if layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
@@ -161,7 +168,6 @@ class Loader:
         self.shuffle = shuffle
         self.seed = seed
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-        self.pipeline = _resolve_pipeline(pipeline, size)
         self.drop_last = drop_last
         self.layout = layout
         self.rank, self.world_size = _distributed_defaults(rank, world_size)
@@ -174,37 +180,26 @@ class Loader:
         self._delivered: set[int] = set()
 
         self._dataset = DatasetReader(self.path, verify=verify)
-        schema = self._dataset.schema
-        if schema.field(image_field).type != "jpeg":
-            raise SchemaError(f"field {image_field!r} is {schema.field(image_field).type!r}, the loader needs 'jpeg'")
-        if label_field is not None and schema.field(label_field).type != "int64":
-            raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
+        self.pipeline, self.outputs = resolve_outputs(
+            self._dataset, fields=fields, pipeline=pipeline, size=size, image_field=image_field, label_field=label_field
+        )
+        self._fields = fields is not None
         self.num_records = len(self._dataset)
         check_split(self.num_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
-        max_h = max_w = 1
-        for shard_index in range(len(self._dataset.manifest.shards)):
-            table = self._dataset.shard(shard_index).table
-            if len(table):
-                max_h = max(max_h, int(table[column_name(image_field, "height")].max()))
-                max_w = max(max_w, int(table[column_name(image_field, "width")].max()))
-        out_h, out_w = self.pipeline.size
-        self.image_shape = (out_h, out_w, 3)
-        self.layout_spec = SlotLayout(prefetch + 1, batch_size, self.image_shape)
+        self.image_shape = self.outputs[0].shape if not self._fields else None
+        self.layout_spec = SlotLayout(prefetch + 1, batch_size, tuple(spec.slot_array() for spec in self.outputs))
         self._config: dict[str, Any] = {
             "path": str(self.path),
             "verify": verify,
-            "image_field": image_field,
-            "label_field": label_field,
+            "outputs": [spec.to_config() for spec in self.outputs],
             "pipeline": self.pipeline.to_config(),
             "seed": seed,
-            "max_size": [max_h, max_w],
-            "output_size": [out_h, out_w],
             "fast_decode": fast_decode,
             "batch_size": batch_size,
             "num_slots": prefetch + 1,
-            "image_shape": list(self.image_shape),
+            "slot_arrays": [spec.slot_array().to_config() for spec in self.outputs],
         }
         self._chunk = max(1, min(64, math.ceil(batch_size / (2 * max(1, self.num_workers)))))
         self._start_method = start_method
@@ -221,6 +216,8 @@ class Loader:
         if self._device is not None:
             from .cuda import DeviceStage
 
+            if self._fields and (mean is not None or std is not None):
+                raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise on the device yourself")
             self._stage = DeviceStage(self._device, mean=mean, std=std, layout=layout)
         elif mean is not None or std is not None:
             raise ValueError("mean and std normalise on the device: pass device='cuda' too")
@@ -289,8 +286,9 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield this epoch's remaining batches as (images, labels); then the epoch advances."""
+    def __iter__(self) -> Iterator[Any]:
+        """Yield this epoch's remaining batches as (images, labels), or with `fields` as a dict
+        from field name to tensor; then the epoch advances."""
         if self._closed:
             raise RuntimeError("this Loader is closed")
         try:
@@ -313,7 +311,7 @@ class Loader:
             "world_size": self.world_size,
             "ordered": self.ordered,
             "pipeline": json.dumps(self.pipeline.to_config(), sort_keys=True),
-        }
+        } | ({"fields": json.dumps([spec.to_config() for spec in self.outputs], sort_keys=True)} if self._fields else {})
 
     def _start(self) -> None:
         if self._pool is not None:
@@ -329,8 +327,7 @@ class Loader:
             )
         self._resources.pool = self._pool
         self._free = list(range(self.layout_spec.num_slots))
-        self._images = [torch.from_numpy(a) for a in self._ring.images]
-        self._labels = [torch.from_numpy(a) for a in self._ring.labels]
+        self._tensors = [{name: torch.from_numpy(array) for name, array in slot.items()} for slot in self._ring.arrays]
         if self._stage is not None:
             self._stage.pin(self._ring)
 
@@ -405,7 +402,16 @@ class Loader:
                 return None
         return None
 
-    def _stream(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _deliver(self, tensors: dict[str, torch.Tensor]) -> Any:
+        """The batch as handed out: images NCHW (a channels_last view) if asked, then the
+        (images, labels) pair or the dict of every field."""
+        if self.layout == "NCHW":
+            tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
+        if self._fields:
+            return tensors
+        return tensors[self.outputs[0].name], tensors[self.outputs[1].name]
+
+    def _stream(self) -> Iterator[Any]:
         epoch = self.epoch
         plan = self._plan(epoch)
         expected = [b for b in range(self._position, len(plan)) if b not in self._delivered]
@@ -425,20 +431,21 @@ class Loader:
                 while self._position in self._delivered:
                     self._delivered.discard(self._position)
                     self._position += 1
-                images, labels = self._images[item.slot][: item.count], self._labels[item.slot][: item.count]
+                tensors = {name: tensor[: item.count] for name, tensor in self._tensors[item.slot].items()}
                 if self._stage is not None:
-                    images, labels, done = self._stage.transfer(images, labels)
+                    images = {spec.name for spec in self.outputs if spec.is_image}
+                    tensors, done = self._stage.transfer(tensors, images)
                     held = item.slot
-                    yield images, labels
+                    yield tensors if self._fields else (tensors[self.outputs[0].name], tensors[self.outputs[1].name])
                     done.synchronize()  # the copy out of the slot is over before the slot is refilled
                 elif self.copy:
-                    images, labels = images.clone(), labels.clone()
+                    tensors = {name: tensor.clone() for name, tensor in tensors.items()}
                     self._free.append(item.slot)
-                    yield (images.permute(0, 3, 1, 2) if self.layout == "NCHW" else images), labels
+                    yield self._deliver(tensors)
                     continue
                 else:
                     held = item.slot
-                    yield (images.permute(0, 3, 1, 2) if self.layout == "NCHW" else images), labels
+                    yield self._deliver(tensors)
                 self._free.append(held)
                 held = None
             self.epoch, self._position, self._delivered = epoch + 1, 0, set()

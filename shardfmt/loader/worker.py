@@ -1,5 +1,8 @@
 """Loader workers: decode chunks of records straight into shared-memory batch slots.
 
+Each delivered field has its filler (`fields.make_filler`); the crop boxes of a chunk are drawn
+once, on the reference image field, and carried to the other image fields.
+
 A worker is started once per loader with a small config (the dataset path, the pipeline as a
 dict, the slot layout) and never with the dataset object, so it works under spawn as well as
 fork. Messages are fixed structs sent with `send_bytes` (no pickling):
@@ -25,10 +28,11 @@ import numpy as np
 
 from ..errors import ChecksumError, DecodeError, ShardfmtError
 from ..layout import column_name
-from ..ops import ImageDecoder, pipeline_from_config
+from ..ops import CropPlan, pipeline_from_config, scale_plan
 from ..reader import DatasetReader
 from ..sampling import AUGMENT_STREAM, record_keys
-from .shm import SlotLayout, SlotRing
+from .fields import OutputSpec, make_filler
+from .shm import SlotArray, SlotLayout, SlotRing
 
 __all__ = ["ChunkProcessor", "worker_main"]
 
@@ -46,22 +50,22 @@ class ChunkFailure(Exception):
 
 
 class ChunkProcessor:
-    """Decode records into slots. Runs inside a worker, or in the loader with num_workers=0."""
+    """Fill slots with records. Runs inside a worker, or in the loader with num_workers=0."""
 
     def __init__(self, config: dict[str, Any], ring: SlotRing) -> None:
         self.config = config
         self.ring = ring
         self.dataset = DatasetReader(config["path"], verify=config["verify"])
-        self.image_field = config["image_field"]
-        self.label_field = config["label_field"]
         self.pipeline = pipeline_from_config(config["pipeline"])
         self.seed = int(config["seed"])
-        height, width = config["max_size"]
-        self.decoder = ImageDecoder(max_height=height, max_width=width, output_size=tuple(config["output_size"]), fast=config["fast_decode"])
+        specs = [OutputSpec.from_config(value) for value in config["outputs"]]
+        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"]) for spec in specs]
+        self.images = [spec.name for spec in specs if spec.is_image]
+        self.reads_payload = any(filler.reads_payload for filler in self.fillers)
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
-        """Decode `indices` into rows [row, row + len(indices)) of slot `slot`.
+        """Fill rows [row, row + len(indices)) of slot `slot` with records `indices`.
 
         Raises:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
@@ -69,52 +73,52 @@ class ChunkProcessor:
         count = len(indices)
         shards = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
         local = indices - self.dataset.cumulative[shards]
-        heights = np.empty(count, np.int64)
-        widths = np.empty(count, np.int64)
-        labels = self.ring.labels[slot]
         readers = []
-        image_offset = column_name(self.image_field, "offset")
-        image_size = column_name(self.image_field, "size")
-        height_col = column_name(self.image_field, "height")
-        width_col = column_name(self.image_field, "width")
         rows = []
         for k in range(count):
             reader = self.dataset.shard(int(shards[k]))
-            table_row = reader.table[int(local[k])]
             readers.append(reader)
-            rows.append(table_row)
-            heights[k] = table_row[height_col]
-            widths[k] = table_row[width_col]
-            labels[row + k] = table_row[self.label_field] if self.label_field else 0
-        plan = self.pipeline.plan(heights, widths, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
-        images = self.ring.images[slot]
+            rows.append(reader.table[int(local[k])])
+        boxes = self._boxes(rows, epoch, indices)
+        arrays = self.ring.arrays[slot]
         for k in range(count):
             reader, table_row, record = readers[k], rows[k], int(local[k])
             self.current[0] = indices[k]
-            start = int(table_row[image_offset])
+            filler = None
             try:
-                if reader.verify:
+                if reader.verify and self.reads_payload:
                     reader.verify_record(record)
-                data = reader.source.read(start, start + int(table_row[image_size]))
-                self.decoder.decode_box(
-                    data,
-                    height=int(heights[k]),
-                    width=int(widths[k]),
-                    top=int(plan.top[k]),
-                    left=int(plan.left[k]),
-                    box_height=int(plan.height[k]),
-                    box_width=int(plan.width[k]),
-                    flip=bool(plan.flip[k]),
-                    out=images[row + k],
-                )
+                for filler in self.fillers:
+                    box = boxes.get(filler.name)
+                    filler.fill(reader, table_row, _box(box, k) if box is not None else None, arrays[filler.name], row + k)
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
             except (ShardfmtError, ValueError) as err:
-                wrapped = DecodeError(f"image field {self.image_field!r} does not decode: {err}", path=reader.path, offset=start, record=record)
+                assert filler is not None  # verify_record raises only ChecksumError
+                start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
+                wrapped = DecodeError(f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record)
                 raise self._failure(wrapped, reader.path, record, int(indices[k]), start) from err
             except Exception as err:
-                raise self._failure(err, reader.path, record, int(indices[k]), start) from err
+                raise self._failure(err, reader.path, record, int(indices[k]), int(table_row["offset"])) from err
         self.current[0] = -1
+
+    def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
+        """The crop of every image field: the pipeline's boxes on the reference (the first image
+        field), carried to the others by their size ratios."""
+        if not self.images:
+            return {}
+
+        def sizes(name: str) -> tuple[np.ndarray, np.ndarray]:
+            height, width = column_name(name, "height"), column_name(name, "width")
+            return (np.array([r[height] for r in rows], np.int64), np.array([r[width] for r in rows], np.int64))
+
+        reference = self.images[0]
+        ref_h, ref_w = sizes(reference)
+        plan = self.pipeline.plan(ref_h, ref_w, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
+        boxes = {reference: plan}
+        for name in self.images[1:]:
+            boxes[name] = scale_plan(plan, *sizes(name), ref_h, ref_w)
+        return boxes
 
     @staticmethod
     def _failure(err: BaseException, shard: str, record: int, index: int, offset: int | None) -> ChunkFailure:
@@ -132,6 +136,10 @@ class ChunkProcessor:
         self.dataset.close()
 
 
+def _box(plan: CropPlan, k: int) -> tuple[int, int, int, int, bool]:
+    return int(plan.top[k]), int(plan.left[k]), int(plan.height[k]), int(plan.width[k]), bool(plan.flip[k])
+
+
 def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
@@ -139,7 +147,7 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any)
 
     torch.set_num_threads(1)
     try:
-        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(config["image_shape"]))
+        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(SlotArray.from_config(a) for a in config["slot_arrays"]))
         ring = SlotRing.attach(config["shm_name"], layout)
         processor = ChunkProcessor(config, ring)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..sampling import uniforms
 
-__all__ = ["CenterCrop", "CropPlan", "Pipeline", "RandomResizedCrop", "Resize", "pipeline_from_config"]
+__all__ = ["CenterCrop", "CropPlan", "Pipeline", "RandomCrop", "RandomResizedCrop", "Resize", "pipeline_from_config", "scale_plan"]
 
 _ATTEMPTS = 10
 
@@ -144,7 +144,49 @@ class Resize:
         return {"op": "resize", "size": list(self.size)}
 
 
-Pipeline = Union[RandomResizedCrop, CenterCrop, Resize]
+@dataclass(frozen=True)
+class RandomCrop:
+    """A box of exactly `size` placed uniformly (no resampling: the crop is copied), then a random
+    flip: the usual super-resolution patch. A side shorter than `size` is taken whole and resized.
+    """
+
+    size: tuple[int, int] = (224, 224)
+    flip: float = 0.5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair(self.size))
+        if not 0 <= self.flip <= 1:
+            raise ValueError(f"flip is a probability in [0, 1], got {self.flip}")
+
+    def plan(self, heights: np.ndarray, widths: np.ndarray, keys: np.ndarray) -> CropPlan:
+        u = uniforms(keys, 3)
+        height = np.minimum(heights, self.size[0]).astype(np.int64)
+        width = np.minimum(widths, self.size[1]).astype(np.int64)
+        top = np.floor(u[:, 0] * (heights - height + 1)).astype(np.int64)
+        left = np.floor(u[:, 1] * (widths - width + 1)).astype(np.int64)
+        return CropPlan(top, left, height, width, u[:, 2] < self.flip)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "random_crop", "size": list(self.size), "flip": self.flip}
+
+
+Pipeline = Union[RandomResizedCrop, RandomCrop, CenterCrop, Resize]
+
+
+def scale_plan(plan: CropPlan, heights: np.ndarray, widths: np.ndarray, ref_heights: np.ndarray, ref_widths: np.ndarray) -> CropPlan:
+    """Carry boxes drawn on reference images to images of other sizes of the same scenes.
+
+    Each edge is scaled by the size ratio and rounded to the nearest pixel, so with an integer
+    ratio s the box (top, left, h, w) becomes exactly (top s, left s, h s, w s); every box keeps
+    at least one pixel and stays inside its image. The flips are the reference's.
+    """
+    h, w = heights.astype(np.int64), widths.astype(np.int64)
+    rh, rw = ref_heights.astype(np.int64), ref_widths.astype(np.int64)
+    top = np.minimum((plan.top * h + rh // 2) // rh, h - 1)
+    left = np.minimum((plan.left * w + rw // 2) // rw, w - 1)
+    bottom = np.clip(((plan.top + plan.height) * h + rh // 2) // rh, top + 1, h)
+    right = np.clip(((plan.left + plan.width) * w + rw // 2) // rw, left + 1, w)
+    return CropPlan(top, left, bottom - top, right - left, plan.flip)
 
 
 def pipeline_from_config(config: dict[str, Any]) -> Pipeline:
@@ -157,4 +199,6 @@ def pipeline_from_config(config: dict[str, Any]) -> Pipeline:
         return CenterCrop(**params)
     if op == "resize":
         return Resize(**params)
+    if op == "random_crop":
+        return RandomCrop(**params)
     raise ValueError(f"unknown pipeline op {op!r}")
