@@ -78,17 +78,45 @@ Baseline JPEGs are kept byte for byte after a strict decode check; other images 
 files that cannot be stored (not an image, corrupt, over {MAX_PIXELS:,} pixels, hidden, ...) are
 listed in OUT/rejects.jsonl with a reason. An interrupted run continues with --resume.
 
+Several fields per record: give several folders (one field each, matched by file name), or a
+listing with several columns (image,mask,label,weight). --field NAME=KIND names a folder's field
+or declares a column's kind: jpeg, raw (RGB pixels), gray, rgba, mask (1 channel of class
+values), int64, float64, str, label. --scale states each further image's size relative to the
+first (records that differ are rejected). --store raw keeps decoded pixels instead of JPEG.
+
 \b
 Examples:
   shardfmt convert ~/data/imagenet/train /fast/imagenet-train
   shardfmt convert train.csv out/ --max-side 512 --quality 90 --workers 8
   shardfmt convert ~/data/pets out/ --resume      # after a crash or Ctrl-C
   shardfmt convert ~/data/pets out/ --overwrite --strict --quiet
+  shardfmt convert div2k/LR div2k/HR out/ --scale 4 --store raw
+  shardfmt convert LR/ HR/ out/ --field lr --field hr --scale 4 --patch 48
+  shardfmt convert seg.csv out/ --field mask=mask      # columns image,mask,label
+  shardfmt convert ~/data/pets out/ --store raw --patch 256
 """
 
 
+def _parse_field(value: str) -> tuple[str, str | None]:
+    name, _, kind = value.partition("=")
+    return name.strip(), (kind.strip() or None)
+
+
+def _parse_scale(value: str | None) -> Any:
+    """'4' -> 4, '2,4' -> [2, 4], 'any' -> None (unchecked); not given -> 1."""
+    if value is None:
+        return 1
+    if value.strip().lower() == "any":
+        return None
+    try:
+        parts = [int(part) for part in value.split(",")]
+    except ValueError as err:
+        raise click.BadParameter(f"{value!r} is not a whole number, a comma list of them, or 'any'", param_hint="--scale") from err
+    return parts[0] if len(parts) == 1 else parts
+
+
 @main.command("convert", help=_CONVERT_HELP)
-@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("sources", metavar="SRC...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--shard-size", type=ByteSize(), default=f"{DEFAULT_SHARD_SIZE >> 20}MiB", show_default=True,
               help="Input bytes per shard.")
@@ -101,14 +129,29 @@ Examples:
 @click.option("--resume", is_flag=True, help="Finish an interrupted conversion into OUT (same inputs and options).")
 @click.option("--overwrite", is_flag=True, help="Remove shardfmt's files from OUT first (nothing else is touched).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any input was rejected (after writing everything).")
+@click.option("--store", type=click.Choice(["jpeg", "raw", "gray", "rgba", "mask"]), default="jpeg", show_default=True,
+              help="How images are stored: JPEG, or decoded pixels (raw: RGB) that load without a decode.")
+@click.option("--field", "fields", multiple=True, metavar="NAME[=KIND]",
+              help="Name a folder's field (in order), or declare a listing column's kind. Repeatable.")
+@click.option("--scale", default=None, metavar="S|S1,S2|any",
+              help="Size of each further image field relative to the first, checked per record. [default: 1]")
+@click.option("--patch", type=click.IntRange(min=1), default=None,
+              help="Resize so the shorter side is N and keep the centered N x N square (further fields: N x scale).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @_reports_errors
-def convert_command(src: Path, out: Path, shard_size: int, max_side: int | None, quality: int, workers: int | None,
-                    resume: bool, overwrite: bool, strict: bool, quiet: bool) -> None:
+def convert_command(sources: tuple[Path, ...], out: Path, shard_size: int, max_side: int | None, quality: int,
+                    workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
+                    fields: tuple[str, ...], scale: str | None, patch: int | None, quiet: bool) -> None:
     from .convert import convert
+    from .fields import convert_fields, needs_fields
 
-    result = convert(src, out, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers,
-                     resume=resume, overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty())
+    declared = [_parse_field(value) for value in fields]
+    common = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
+                  overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty())
+    if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch):
+        result = convert_fields(sources, out, fields=declared, store=store, scale=_parse_scale(scale), patch=patch, **common)
+    else:
+        result = convert(sources[0], out, **common)
     if not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "

@@ -61,7 +61,7 @@ import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -78,11 +78,11 @@ from .layout import MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry
 from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
 from .scan import SourceScan, display_path, scan_source
-from .schema import IMAGE_CLASSIFICATION
+from .schema import IMAGE_CLASSIFICATION, Schema
 from .task import WORK_DIR, ShardTask, run_shard_task
 from .writer import DEFAULT_SHARD_SIZE, shard_name
 
-__all__ = ["PLAN_NAME", "REJECTS_NAME", "ConvertResult", "convert", "plan_shards"]
+__all__ = ["PLAN_NAME", "REJECTS_NAME", "ConvertResult", "check_options", "convert", "plan_shards", "prepare_output", "run_plan"]
 
 PLAN_NAME: Final = "plan.json"
 REJECTS_NAME: Final = "rejects.jsonl"
@@ -186,31 +186,14 @@ def convert(
         OSError: the output cannot be written.
     """
     started = time.perf_counter()
-    if not 1 <= shard_size <= MAX_SHARD_SIZE:
-        raise ValueError(f"shard_size {shard_size} is outside [1, {MAX_SHARD_SIZE}]")
-    if max_side is not None and max_side < 1:
-        raise ValueError(f"max_side {max_side} must be at least 1")
-    if not 1 <= quality <= 100:
-        raise ValueError(f"quality {quality} is outside [1, 100]")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers {workers} must be at least 1")
-    if resume and overwrite:
-        raise ConvertError("--resume and --overwrite exclude each other: resume keeps finished shards, overwrite removes them")
+    check_options(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite)
     src, out = Path(src), Path(out)
     if src.is_dir() and (out.resolve() == src.resolve() or src.resolve() in out.resolve().parents):
         raise ConvertError("the output folder lies inside the source tree, where it would become a class; choose another", path=out)
-    _prepare_output(out, resume=resume, overwrite=overwrite)
+    prepare_output(out, resume=resume, overwrite=overwrite)
     scan = scan_source(src)
     options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
     plan = _make_plan(scan, src, options)
-    work = out / WORK_DIR
-    plan_path = work / PLAN_NAME
-    if plan_path.is_file():
-        _check_stored_plan(plan_path, plan)
-        _remove_temp_files(out, work)
-    else:
-        work.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(plan_path, json.dumps(plan, sort_keys=True, separators=(",", ":")).encode())
     tasks = [
         ShardTask(
             index=index,
@@ -222,8 +205,53 @@ def convert(
         )
         for index, (start, stop) in enumerate(plan["shards"])
     ]
-    outcomes = _run_tasks(tasks, out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress)
-    manifest, rejects = _finish(out, plan, [sidecar for sidecar, _ in outcomes])
+    reject_root = src if scan.kind == "imagefolder" else scan.root
+    return run_plan(
+        plan, tasks, runner=run_shard_task, schema=IMAGE_CLASSIFICATION, out=out, workers=workers,
+        progress=progress, strict=strict, reject_root=reject_root, started=started,
+    )
+
+
+def check_options(*, shard_size: int, max_side: int | None, quality: int, workers: int | None, resume: bool, overwrite: bool) -> None:
+    """Raise ValueError (or ConvertError) for options out of range or in conflict."""
+    if not 1 <= shard_size <= MAX_SHARD_SIZE:
+        raise ValueError(f"shard_size {shard_size} is outside [1, {MAX_SHARD_SIZE}]")
+    if max_side is not None and max_side < 1:
+        raise ValueError(f"max_side {max_side} must be at least 1")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality {quality} is outside [1, 100]")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers {workers} must be at least 1")
+    if resume and overwrite:
+        raise ConvertError("--resume and --overwrite exclude each other: resume keeps finished shards, overwrite removes them")
+
+
+def run_plan(
+    plan: dict[str, Any],
+    tasks: Sequence[Any],
+    *,
+    runner: Callable[..., tuple[dict[str, Any], bool]],
+    schema: Schema,
+    out: Path,
+    workers: int | None,
+    progress: bool,
+    strict: bool,
+    reject_root: Path,
+    started: float,
+) -> ConvertResult:
+    """Store the plan (or check it against the stored one when resuming), run every shard's task
+    with `runner` (a module-level function, so that it reaches worker processes), then write
+    rejects.jsonl and manifest.json. Shared by `convert` and `fields.convert_fields`."""
+    work = out / WORK_DIR
+    plan_path = work / PLAN_NAME
+    if plan_path.is_file():
+        _check_stored_plan(plan_path, plan)
+        _remove_temp_files(out, work)
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(plan_path, json.dumps(plan, sort_keys=True, separators=(",", ":")).encode())
+    outcomes = _run_tasks(list(tasks), out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress, runner=runner)
+    manifest, rejects = _finish(out, plan, [sidecar for sidecar, _ in outcomes], schema=schema)
     result = ConvertResult(
         path=out,
         manifest=manifest,
@@ -239,7 +267,7 @@ def convert(
         raise ConvertError(
             f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in "
             f"{out / REJECTS_NAME})",
-            path=src / first["path"] if scan.kind == "imagefolder" else scan.root / first["path"],
+            path=reject_root / first["path"],
         )
     return result
 
@@ -248,7 +276,7 @@ def _is_own(name: str) -> bool:
     return bool(_OWN_NAME.match(name) or _OWN_TEMP.match(name))
 
 
-def _prepare_output(out: Path, *, resume: bool, overwrite: bool) -> None:
+def prepare_output(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Make sure `out` may be written: empty, resumable, or cleared of shardfmt's own files."""
     if out.exists() and not out.is_dir():
         raise ConvertError("the output exists and is not a folder", path=out)
@@ -335,18 +363,20 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _run_tasks(tasks: list[ShardTask], *, out: Path, workers: int, progress: bool) -> list[tuple[dict[str, Any], bool]]:
+def _run_tasks(
+    tasks: list[Any], *, out: Path, workers: int, progress: bool, runner: Callable[..., tuple[dict[str, Any], bool]] = run_shard_task
+) -> list[tuple[dict[str, Any], bool]]:
     total = sum(len(task.inputs) for task in tasks)
     bar_options: dict[str, Any] = {"total": total, "unit": "img", "desc": "convert", "disable": not progress, "smoothing": 0.1}
     workers = min(workers, len(tasks))
     if workers <= 1:
         with tqdm(**bar_options) as bar:
-            return [run_shard_task(task, on_image=bar.update) for task in tasks]
+            return [runner(task, on_image=bar.update) for task in tasks]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     counter = context.Value("q", 0)
     outcomes: list[tuple[dict[str, Any], bool]] = [({}, False)] * len(tasks)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(counter, os.getpid())) as pool:
-        futures: dict[Future[tuple[dict[str, Any], bool]], ShardTask] = {pool.submit(_pool_task, task): task for task in tasks}
+        futures: dict[Future[tuple[dict[str, Any], bool]], Any] = {pool.submit(_pool_task, task, runner): task for task in tasks}
         try:
             with tqdm(**bar_options) as bar:  # after the pool has forked: tqdm may start a thread
                 pending = set(futures)
@@ -397,11 +427,13 @@ def _count(images: int) -> None:
         _COUNTER.value += images
 
 
-def _pool_task(task: ShardTask) -> tuple[dict[str, Any], bool]:
-    return run_shard_task(task, on_image=_count)
+def _pool_task(task: Any, runner: Callable[..., tuple[dict[str, Any], bool]] = run_shard_task) -> tuple[dict[str, Any], bool]:
+    return runner(task, on_image=_count)
 
 
-def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> tuple[Manifest, list[dict[str, str]]]:
+def _finish(
+    out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]], *, schema: Schema = IMAGE_CLASSIFICATION
+) -> tuple[Manifest, list[dict[str, str]]]:
     """Write rejects.jsonl, then manifest.json (the commit point), then remove the work folder."""
     inputs = plan["inputs"]
     ordered: list[tuple[tuple[int, int], str, str, str]] = [
@@ -427,7 +459,7 @@ def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> 
         "empty_classes": len(classes) - len(labels) if classes is not None else 0,
     }
     manifest = Manifest(
-        schema=IMAGE_CLASSIFICATION,
+        schema=schema,
         shards=tuple(
             ShardEntry(s["path"], s["num_records"], s["size"], parse_checksum(s["checksum"])) for s in sidecars if s["num_records"]
         ),

@@ -49,6 +49,7 @@ __all__ = [
     "describe_os_error",
     "display_path",
     "record_key",
+    "scan_folder",
     "scan_source",
 ]
 
@@ -356,3 +357,34 @@ def _jsonl_rows(text: str, listing: Path) -> list[tuple[int, str, Any]]:
             raise ConvertError(f"line {line}: label must be an integer or a string, found {label!r}", path=listing)
         rows.append((line, value["path"], label))
     return rows
+
+
+def scan_folder(root: str | os.PathLike[str]) -> SourceScan:
+    """Find every file under `root`, recursively, in the order and with the rejects of an
+    ImageFolder class folder (hidden entries, symbolic-link loops, unreadable entries), for
+    folders that hold one field of each record rather than classes. Labels are 0.
+
+    Raises:
+        ConvertError: `root` is not a folder that can be listed.
+    """
+    path = Path(root)
+    if not path.is_dir():
+        raise ConvertError("the source does not exist or is not a folder", path=path)
+    scanner = _Scanner(path)
+    try:
+        root_id = _identity(os.stat(path))
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda entry: entry.name)
+    except OSError as err:
+        raise ConvertError(f"cannot list the source folder: {describe_os_error(err)}", path=path) from err
+    folders = []
+    for entry in entries:  # the root's own files first, as os.walk lists them
+        if entry.name.startswith("."):
+            scanner.emit(_Item(entry.name, entry.name, ("hidden", "hidden files and folders are skipped")))
+        elif _is_dir(entry):
+            folders.append(entry)
+        else:
+            scanner.emit(_file_item(entry, entry.name, 0))
+    for entry in folders:
+        scanner.walk_class(entry, label=0, root_id=root_id)
+    return SourceScan(path, "folder", None, tuple(scanner.inputs), tuple(scanner.rejects))

@@ -29,7 +29,7 @@ from .scan import describe_os_error, display_path, record_key
 from .schema import IMAGE_CLASSIFICATION
 from .writer import ShardWriter, shard_name
 
-__all__ = ["MAX_INPUT_SIZE", "WORK_DIR", "ShardTask", "read_input", "run_shard_task", "sidecar_path"]
+__all__ = ["MAX_INPUT_SIZE", "WORK_DIR", "ShardTask", "finished_sidecar", "read_input", "run_shard_task", "sidecar_path"]
 
 WORK_DIR: Final = ".shardfmt-work"
 """Folder inside the output that holds the plan and the sidecars until the manifest is written."""
@@ -106,7 +106,7 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         WorkerError: anything other than a per-file reject, naming the shard and the input.
     """
     report = on_image if on_image is not None else _ignore
-    done = _finished_sidecar(task)
+    done = finished_sidecar(task)
     if done is not None:
         report(len(task.inputs))
         return done, True
@@ -166,7 +166,7 @@ def _ignore(count: int) -> None:
     pass
 
 
-def _finished_sidecar(task: ShardTask) -> dict[str, Any] | None:
+def finished_sidecar(task: Any) -> dict[str, Any] | None:
     """Return the sidecar of a shard a previous run finished, if the shard file agrees with it."""
     try:
         sidecar = json.loads(sidecar_path(task.out, index=task.index).read_bytes())
