@@ -21,6 +21,13 @@ as the dataset holds it.
                   simplejpeg decode (exact IDCT), the same get_params, the crop resized with
                   torch's antialiased bilinear kernel (torchvision's tensor resize; PIL-free),
                   ``.batched()`` inside the workers of a ``DataLoader(batch_size=None)``.
+  raw             ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the same images stored
+                  as raw RGB pixels (a "raw" field: each JPEG decoded once, exact IDCT, by
+                  simplejpeg, and written with `DatasetWriter`; about 450 KB a record for the
+                  generated images, 5x the JPEG), so that loading is a crop and resize from the
+                  memory-mapped shard, with no decode: the same 224 crop, the same checksum
+                  check of every record. Target: 5x the images/s of ``shardfmt
+                  fast_decode=True``; the images per CPU second ratio is the steadier figure.
   decode limit    ``simplejpeg.decode_jpeg`` of the JPEG bytes already in RAM, in this process on
                   one thread with nothing else running, times ``os.cpu_count()``; with the exact
                   IDCT (the limit the targets use) and with the fast IDCT and upsampling. The
@@ -55,7 +62,7 @@ Columns, for each loader:
                separate start before the timed run.
 
 Ratios are printed of images/s (with the targets: shardfmt at least 2.4x the PIL DataLoader and
-0.8x the exact-IDCT decode limit) and of images per CPU second: the images/s ratio the contenders
+0.8x the exact-IDCT decode limit, raw pixels at least 5x shardfmt's JPEG path) and of images per CPU second: the images/s ratio the contenders
 would reach with every core busy and to themselves, the steadier figure on a shared machine.
 
 All files are read from the page cache (they were just written or read), so this measures the CPU
@@ -64,7 +71,8 @@ printed before and after.
 
 Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
 `shardfmt.sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
-of selected images, the shardfmt and webdataset copies; delete the directory to rebuild.
+of selected images, the shardfmt, raw-pixel (about 2.2 GB for the default 5000 images) and
+webdataset copies; delete the directory to rebuild.
 
 Usage::
 
@@ -110,7 +118,7 @@ from shardfmt.sample import make_imagefolder
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "pil", "webdataset", "decode")
+CONTENDERS = ("shardfmt", "raw", "pil", "webdataset", "decode")
 SAMPLE_INTERVAL = 0.05
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -119,6 +127,7 @@ JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 SHARDFMT_FAST = "shardfmt fast_decode=True"
 SHARDFMT_EXACT = "shardfmt fast_decode=False"
+SHARDFMT_RAW = "shardfmt raw pixels"
 PIL_LOADER = "PIL DataLoader"
 WEBDATASET = "webdataset"
 LIMIT_EXACT = "decode limit, exact IDCT"
@@ -321,6 +330,20 @@ def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool) -> S
         size=OUTPUT_SIZE,
         pipeline="train",
         fast_decode=fast_decode,
+        layout="NCHW",
+    )
+    return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
+
+
+def open_raw(source: Source, settings: Settings) -> Stream:
+    """The same Loader over the raw-pixel copy of the images: no decode, crop and resize only."""
+    loader = shardfmt.Loader(
+        source.derived / "raw",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        size=OUTPUT_SIZE,
+        pipeline="train",
         layout="NCHW",
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
@@ -548,6 +571,21 @@ def prepare_shardfmt(source: Source) -> None:
             writer.write({"image": path.read_bytes(), "label": label, "key": key})
 
 
+def prepare_raw(source: Source) -> None:
+    """The images decoded once (exact IDCT, RGB) and stored as a "raw" field, cached."""
+    out = source.derived / "raw"
+    if (out / "manifest.json").exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    say(f"writing raw-pixel shards to {out}")
+    schema = shardfmt.Schema.of(image="raw", label="int64", key="str")
+    with DatasetWriter(out, schema=schema, classes=source.classes) as writer:
+        for path, label in zip(source.files, source.labels):
+            key = path.relative_to(source.root).with_suffix("").as_posix()
+            pixels = simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB", fastdct=False, fastupsample=False)
+            writer.write({"image": pixels, "label": label, "key": key})
+
+
 def webdataset_dir(source: Source, settings: Settings) -> tuple[Path, int]:
     """Where the tar shards go and how many images each holds: the same number of shards for
     every worker, at least 2 each and 8 in all (fewer only with fewer images)."""
@@ -653,6 +691,7 @@ def print_table(results: list[Result]) -> None:
 
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
+    (SHARDFMT_RAW, SHARDFMT_FAST, 5.0),
     (SHARDFMT_EXACT, PIL_LOADER, None),
     (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
     (SHARDFMT_FAST, LIMIT_FAST, None),
@@ -661,6 +700,7 @@ SPEED_RATIOS = (
     (WEBDATASET, PIL_LOADER, None),
 )
 CPU_RATIOS = (
+    (SHARDFMT_RAW, SHARDFMT_FAST),
     (SHARDFMT_FAST, PIL_LOADER),
     (SHARDFMT_FAST, ONE_CORE_EXACT),
     (WEBDATASET, ONE_CORE_EXACT),
@@ -765,6 +805,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
     if "shardfmt" in args.only:
         prepare_shardfmt(source)
+    if "raw" in args.only:
+        prepare_raw(source)
     if "webdataset" in args.only:
         prepare_webdataset(source, settings)
     resource_tracker.ensure_running()  # started now, so that it is not taken for a worker
@@ -775,6 +817,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
             results.append(measure_loader(name, functools.partial(open_shardfmt, source, settings, fast_decode=fast), source, settings))
+    if "raw" in args.only:
+        results.append(measure_loader(SHARDFMT_RAW, lambda: open_raw(source, settings), source, settings))
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "webdataset" in args.only:

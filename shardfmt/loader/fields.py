@@ -282,22 +282,23 @@ class _RawFiller(_Filler):
         height, width, channels = spec.shape
         self.channels = channels
         self.resizer = Resizer(output_size=(height, width), channels=channels, interpolation=spec.interpolation)
+        self._columns = tuple(column_name(self.name, c) for c in ("offset", "height", "width", "channels"))
         self._files: dict[str, torch.Tensor] = {}
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
-        start = int(row[column_name(self.name, "offset")])
-        size = int(row[column_name(self.name, "size")])
-        shape = (int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")]), int(row[column_name(self.name, "channels")]))
+        offset, height, width, channels = (int(row[column]) for column in self._columns)
         if reader.source.zero_copy:
             whole = self._files.get(reader.path)
             if whole is None:
                 whole = self._files[reader.path] = _tensor(reader.source.read(0, reader.source.size))
-            pixels = whole[start : start + size]
         else:
-            pixels = _tensor(reader.source.read(start, start + size))
-        region = pixels.view(shape)[top : top + box_height, left : left + box_width]
+            whole = _tensor(reader.source.read(offset, offset + height * width * channels))
+            offset = 0
+        # The box as one strided view of the mapped pixels: rows of width * channels bytes.
+        start = offset + (top * width + left) * channels
+        region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
         self.resizer.resize(match_channels(region, self.channels), flip=flip, out=out[index])
 
 

@@ -79,7 +79,7 @@ class ChunkProcessor:
             reader = self.dataset.shard(int(shards[k]))
             readers.append(reader)
             rows.append(reader.table[int(local[k])])
-        boxes = self._boxes(rows, epoch, indices)
+        boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
         arrays = self.ring.arrays[slot]
         for k in range(count):
             reader, table_row, record = readers[k], rows[k], int(local[k])
@@ -90,7 +90,7 @@ class ChunkProcessor:
                     reader.verify_record(record)
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
-                    filler.fill(reader, table_row, _box(box, k) if box is not None else None, arrays[filler.name], row + k)
+                    filler.fill(reader, table_row, box[k] if box is not None else None, arrays[filler.name], row + k)
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
             except (ShardfmtError, ValueError) as err:
@@ -134,10 +134,6 @@ class ChunkProcessor:
 
     def close(self) -> None:
         self.dataset.close()
-
-
-def _box(plan: CropPlan, k: int) -> tuple[int, int, int, int, bool]:
-    return int(plan.top[k]), int(plan.left[k]), int(plan.height[k]), int(plan.width[k]), bool(plan.flip[k])
 
 
 def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any) -> None:
