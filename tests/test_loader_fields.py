@@ -267,3 +267,12 @@ def test_cuda_delivery_of_every_field(pairs: Path) -> None:
                 assert torch.equal(batch[name].cpu(), tensor)
     with pytest.raises(ValueError, match="normalise on the device yourself"):
         Loader(pairs, **settings, device="cuda", mean=(0.0,) * 3, std=(1.0,) * 3)
+
+
+def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
+    from shardfmt import Dataset
+
+    with pytest.raises(SchemaError, match="'lr' is 'raw': Dataset decodes jpeg fields"):
+        Dataset(pairs, image_field="lr")
+    image, label = Dataset(pairs, image_field="hr_jpeg", size=16)[3]
+    assert image.shape == (3, 16, 16) and label == 3

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import DecodeError
+from ..errors import DecodeError, SchemaError
 from ..layout import column_name
 from ..ops import ImageDecoder, Pipeline
 from ..reader import DatasetReader
@@ -61,7 +61,10 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         self.label_field = label_field
         reader = DatasetReader(self.path, verify=verify)
         self._length = len(reader)
+        kind = reader.schema.field(image_field).type
         reader.close()
+        if kind != "jpeg":
+            raise SchemaError(f"field {image_field!r} is {kind!r}: Dataset decodes jpeg fields; use Loader(fields=...) for raw ones")
         self._reader: DatasetReader | None = None
         self._decoder: ImageDecoder | None = None
 
