@@ -26,7 +26,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -121,7 +121,7 @@ def scan_fields(sources: Sequence[str | os.PathLike[str]], *, declared: Sequence
     if len(paths) > 1:
         return _scan_folders(paths, declared, store)
     columns = listing_columns(paths[0])
-    if columns is not None and [c for c in columns] != ["path", "label"]:
+    if columns is not None and columns != ["path", "label"]:
         return _scan_table(paths[0], dict(declared), store)
     return _scan_single(paths[0], dict(declared), store)
 

@@ -185,7 +185,7 @@ def test_shared_memory_holds_every_field(pairs: Path) -> None:
 def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
     from shardfmt.loader.fields import _RawFiller
     from shardfmt.loader.worker import ChunkProcessor
-    from shardfmt.loader.shm import SlotLayout, SlotRing
+    from shardfmt.loader.shm import SlotRing
 
     with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
         layout = loader.layout_spec

@@ -33,7 +33,6 @@ from ..ops import Pipeline
 from ..reader import DatasetReader
 from ..sampling import EpochPlan, check_split, sample_batches
 from .fields import FieldRequest, resolve_outputs
-from .fields import resolve_pipeline as _resolve_pipeline
 from .pool import Chunk, InlinePool, WorkerPool
 from .shm import SlotLayout, SlotRing
 

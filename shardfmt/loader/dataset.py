@@ -17,7 +17,7 @@ from ..errors import DecodeError, SchemaError
 from ..layout import column_name
 from ..ops import ImageDecoder, Pipeline
 from ..reader import DatasetReader
-from .core import _resolve_pipeline
+from .fields import resolve_pipeline
 
 __all__ = ["Dataset"]
 
@@ -53,7 +53,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         self.path = os.fspath(path)
-        self.pipeline = _resolve_pipeline(pipeline, size)
+        self.pipeline = resolve_pipeline(pipeline, size)
         self.layout = layout
         self.verify = verify
         self.fast_decode = fast_decode
