@@ -13,7 +13,9 @@ Three sources, each giving records of named columns in a fixed order:
   same keys on every line), e.g. ``image,mask,label,weight``. A column's kind is declared
   (``--field mask=mask``) or inferred: ``label`` is the label (integers, or class names); a
   column of integers is int64, of numbers float64; any other column names files, stored as the
-  ``store`` kind. Paths are relative to the listing's folder. A missing file in the first path
+  ``store`` kind. A column named ``path`` becomes the field ``image``, as in a plain listing
+  (so ``path,label,weight`` keeps the fields of ``path,label`` and adds ``weight``). Paths are
+  relative to the listing's folder. A missing file in the first path
   column is "unreadable", as in a plain listing; in another path column, "no-partner".
 
 The record key is the first image column's path relative to its folder, without the extension.
@@ -215,7 +217,12 @@ def _scan_table(listing: Path, declared: dict[str, str | None], store: str) -> F
     unknown = set(declared) - set(names)
     if unknown:
         raise ConvertError(f"--field names columns the listing does not have: {', '.join(sorted(unknown))}", path=listing)
-    found = tuple(FieldColumn(name, declared.get(name) or _infer(name, [row[i] for _, row in rows], store)) for i, name in enumerate(names))
+    if "path" in names and "image" in names:
+        raise ConvertError("line 1: columns 'path' and 'image' would both be the field image; rename one", path=listing)
+    found = tuple(
+        FieldColumn("image" if name == "path" else name, declared.get(name) or _infer(name, [row[i] for _, row in rows], store))
+        for i, name in enumerate(names)
+    )
     images = [i for i, column in enumerate(found) if column.is_image]
     others = [i for i, column in enumerate(found) if not column.is_image]
     if not images:

@@ -258,3 +258,19 @@ def test_plain_conversions_still_take_the_jpeg_path(imagefolder: Path, tmp_path:
     assert not needs_fields([listing])
     assert needs_fields([imagefolder], store="raw") and needs_fields([imagefolder, imagefolder])
     assert make_imagefolder  # the fixtures build ImageFolders with it
+
+
+def test_a_path_label_listing_with_more_columns_keeps_its_field_names(tmp_path: Path) -> None:
+    root = tmp_path / "list"
+    root.mkdir()
+    for i in range(3):
+        Image.fromarray(make_image(10, 12, seed=i)).save(root / f"{i}.jpg")
+    (root / "data.csv").write_text("path,label,weight\n" + "".join(f"{i}.jpg,{i % 2},{i}.5\n" for i in range(3)))
+    result = CliRunner().invoke(main, ["convert", str(root / "data.csv"), str(tmp_path / "out"), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    with open_dataset(tmp_path / "out") as dataset:
+        assert dataset.schema.names == ("image", "label", "weight", "key")
+        assert [(r["label"], r["weight"], r["key"]) for r in dataset] == [(0, 0.5, "0"), (1, 1.5, "1"), (0, 2.5, "2")]
+    with Loader(tmp_path / "out", batch_size=3, num_workers=0, size=8) as loader:  # the (images, labels) form works as before
+        images, labels = next(iter(loader))
+        assert images.shape == (3, 3, 8, 8)
