@@ -41,7 +41,7 @@ from .layout import (
 )
 from .schema import Field, Schema
 
-__all__ = ["DEFAULT_SHARD_SIZE", "DatasetWriter", "ShardInfo", "ShardWriter", "shard_name"]
+__all__ = ["DEFAULT_SHARD_SIZE", "DatasetWriter", "ShardInfo", "ShardWriter", "jpeg_columns", "shard_name"]
 
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -57,9 +57,9 @@ class ShardInfo:
     checksum: int
 
 
-def shard_name(index: int) -> str:
-    """Return the file name of shard number `index`: ``shard-00000.shard``."""
-    return f"shard-{index:05d}{SHARD_SUFFIX}"
+def shard_name(index: int, *, suffix: str = SHARD_SUFFIX) -> str:
+    """Return the file name of shard number `index`: ``shard-00000.shard`` (or with `suffix`)."""
+    return f"shard-{index:05d}{suffix}"
 
 
 def encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> bytes:
@@ -246,6 +246,15 @@ def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memo
         raise SchemaError(f"{where} is {len(data)} bytes, over the limit of {MAX_FIELD_SIZE}")
     if field.type != "jpeg":
         return data, ()
+    return data, jpeg_columns(data, where)
+
+
+def jpeg_columns(data: bytes | memoryview, where: str) -> tuple[int, int, int, int]:
+    """Return the table columns (height, width, channels, reserved) of a storable JPEG.
+
+    Raises:
+        SchemaError: naming `where`: not a JPEG, or not 8-bit, non-lossless with 1 or 3 channels.
+    """
     try:
         info = read_jpeg_info(data)
     except ValueError as err:
@@ -255,8 +264,7 @@ def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memo
             f"{where}: a JPEG with {info.components} components, {info.precision}-bit"
             f"{', lossless' if info.lossless else ''} cannot be stored; convert it to 8-bit RGB or grayscale"
         )
-    extra = (info.height, info.width, info.components, 0)
-    return data, extra
+    return (info.height, info.width, info.components, 0)
 
 
 class DatasetWriter:
