@@ -346,7 +346,13 @@ class DatasetReader:
     """A dataset: the shards its manifest lists, as one sequence of records.
 
     Shards are opened lazily, on the first access to one of their records, and each is checked
-    against the manifest's size on open. Use `open_dataset` to make one.
+    against the manifest's size on open. Binary shards are read by `ShardReader`, tar shards
+    (``shard_format: "tar"``) by `tarreader.TarShardReader` through their member index; both
+    offer the same record table. Use `open_dataset` to make one.
+
+    Attributes:
+        root: the directory shard paths are relative to.
+        index_root: the directory index paths of tar shards are relative to.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
@@ -354,22 +360,35 @@ class DatasetReader:
         from .manifest import find_manifest
 
         self.root = find_manifest(path).parent
+        self.index_root = self.root
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
         counts = [shard.num_records for shard in self.manifest.shards]
         self.cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._readers: dict[int, ShardReader] = {}
+        self._readers: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def shard(self, shard_index: int) -> ShardReader:
-        """Open (once) and return shard number `shard_index`, checked against the manifest."""
+    def shard(self, shard_index: int) -> Any:
+        """Open (once) and return shard number `shard_index`, checked against the manifest: a
+        `ShardReader`, or a `tarreader.TarShardReader` for a tar shard."""
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
-            reader = ShardReader(self.root / entry.path, verify=self.verify, expected_size=entry.size)
+            if entry.index is not None:
+                from .tarreader import TarShardReader
+
+                reader = TarShardReader(
+                    self.root / entry.path,
+                    index=self.index_root / entry.index.path,
+                    verify=self.verify,
+                    expected_size=entry.size,
+                    expected_index_size=entry.index.size,
+                )
+            else:
+                reader = ShardReader(self.root / entry.path, verify=self.verify, expected_size=entry.size)
             if len(reader) != entry.num_records:
                 reader.close()
                 raise ManifestError(
