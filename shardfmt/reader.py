@@ -11,9 +11,8 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -352,15 +351,22 @@ class DatasetReader:
 
     Attributes:
         root: the directory shard paths are relative to.
-        index_root: the directory index paths of tar shards are relative to.
+        index_root: the directory index paths of tar shards are relative to: `root`, except for
+            tars opened directly, whose indexes live in a cache (see `open_dataset`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
-        self.manifest = Manifest.load(path)
-        from .manifest import find_manifest
+    def __init__(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True) -> None:
+        from .tarindex import open_tars, tar_sources
 
-        self.root = find_manifest(path).parent
-        self.index_root = self.root
+        tars = tar_sources(path)
+        if tars is None:
+            from .manifest import find_manifest
+
+            self.manifest = Manifest.load(path)  # type: ignore[arg-type]
+            self.root = find_manifest(path).parent  # type: ignore[arg-type]
+            self.index_root = self.root
+        else:
+            self.manifest, self.root, self.index_root = open_tars(tars)
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
@@ -430,11 +436,17 @@ class DatasetReader:
         self.close()
 
 
-def open_dataset(path: str | os.PathLike[str], *, verify: bool = True) -> DatasetReader:
-    """Open a dataset by its directory or its manifest.json.
+def open_dataset(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True
+) -> DatasetReader:
+    """Open a dataset by its directory or its manifest.json, or WebDataset tars directly.
 
     Args:
-        path: the dataset root or its manifest.
+        path: the dataset root or its manifest; or tars: a path ending in ``.tar``, a pattern
+            with braces (``shards-{000..099}.tar``), or a list of those. Tars opened directly are
+            indexed on first open into a cache, and found there afterwards (see
+            `tarindex.open_tars` for where); a directory without manifest.json is never a
+            dataset, even one full of tars (index it with `tarindex.index_tars`).
         verify: check each record's checksum when its payload is read.
 
     Returns:
@@ -443,5 +455,6 @@ def open_dataset(path: str | os.PathLike[str], *, verify: bool = True) -> Datase
     Raises:
         DatasetNotFoundError: no manifest (not a dataset, or an unfinished conversion).
         ManifestError, UnsupportedVersionError: the manifest is invalid or too new.
+        ShardNotFoundError, FormatError: a tar opened directly is missing or malformed.
     """
-    return DatasetReader(Path(path), verify=verify)
+    return DatasetReader(path, verify=verify)

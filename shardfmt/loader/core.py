@@ -18,7 +18,7 @@ import math
 import os
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,8 @@ class Loader:
     """Shuffled batches from a shardfmt dataset, decoded by worker processes into shared memory.
 
     Args:
-        path: the dataset directory or its manifest.json.
+        path: the dataset directory or its manifest.json; or WebDataset tars, as `open_dataset`
+            takes them (a ``.tar`` path, a brace pattern, or a list).
         batch_size: records per batch.
         shuffle: a seeded permutation per epoch (else dataset order).
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
@@ -126,7 +127,7 @@ class Loader:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         batch_size: int,
         shuffle: bool = True,
@@ -155,7 +156,7 @@ class Loader:
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
-        self.path = Path(path)
+        self.path: Path | list[str] = [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else Path(path)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -192,7 +193,7 @@ class Loader:
         self.image_shape = (out_h, out_w, 3)
         self.layout_spec = SlotLayout(prefetch + 1, batch_size, self.image_shape)
         self._config: dict[str, Any] = {
-            "path": str(self.path),
+            "path": self.path if isinstance(self.path, list) else str(self.path),
             "verify": verify,
             "image_field": image_field,
             "label_field": label_field,
