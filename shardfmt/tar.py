@@ -38,6 +38,7 @@ __all__ = [
     "INDEX_SCHEMA",
     "INDEX_SUFFIX",
     "LABEL_EXTENSION",
+    "REJECT_REASONS",
     "TarIndexInfo",
     "TarReject",
     "TarShardInfo",
@@ -60,6 +61,18 @@ LABEL_EXTENSION: Final = "cls"
 META_EXTENSION: Final = "json"
 MAX_LABEL_SIZE: Final = 64
 """A ``.cls`` member longer than this is not a label (an int64 needs at most 20 characters)."""
+REJECT_REASONS: Final = (
+    "duplicate-member",
+    "no-image",
+    "empty",
+    "too-large",
+    "not-a-jpeg",
+    "corrupt",
+    "unsupported-jpeg",
+    "no-label",
+    "bad-label",
+)
+"""Why `index_tar` leaves a sample out, in the order the checks run (spec/tar.md, section 6)."""
 _MAX_USTAR_NAME: Final = 100
 _PAX_NAME: Final = b"././@PaxHeader"
 _META_NAME = re.compile(r"__[^/]*__($|/)")

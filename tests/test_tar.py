@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 import tracemalloc
 from pathlib import Path
@@ -35,6 +36,7 @@ from shardfmt import (
 from shardfmt.sample import make_image
 from shardfmt.tar import (
     INDEX_SCHEMA,
+    REJECT_REASONS,
     TarShardWriter,
     index_path_for,
     index_tar,
@@ -242,6 +244,7 @@ def test_rejects_name_the_tar_the_key_and_the_reason(tmp_path: Path) -> None:
         ("neglabel", "bad-label"),
     ]
     assert all(r.path == "r.tar" and r.detail for r in info.rejects)
+    assert [reason for _, reason in found] == [r for r in REJECT_REASONS if r != "too-large"] + ["bad-label"]
     assert info.tar.num_records == 1 and info.max_label == 4
 
 
@@ -566,3 +569,39 @@ def test_table_is_read_only(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             reader.table["label"][0] = 5
         assert isinstance(reader.table, np.ndarray)
+
+
+# -- spec/tar.md describes the same bytes ------------------------------------------------------
+
+SPEC = Path(__file__).resolve().parents[1] / "spec"
+
+
+def test_spec_header_table_is_what_the_writer_writes() -> None:
+    from shardfmt.tar import _ustar_header
+
+    text = (SPEC / "tar.md").read_text()
+    header = _ustar_header(b"cat/0001.cls", 1, b"0")
+    rows = re.findall(r"^\| (\d+) \| (\d+) \| `?([\w ]+)`? \| (.+) \|$", text, re.MULTILINE)
+    assert [int(offset) for offset, *_ in rows] == [0, 100, 108, 116, 124, 136, 148, 156, 157, 257, 263, 265, 297, 329, 337, 345, 500]
+    assert sum(int(size) for _, size, *_ in rows) == 512
+    checked = 0
+    for offset, size, _, value in rows:
+        field = header[int(offset) : int(offset) + int(size)]
+        quoted = re.match(r"`([^`]*)`( and NUL)?", value)
+        if quoted:
+            assert field == quoted.group(1).encode() + (b"\x00" if quoted.group(2) else b""), (offset, value)
+            checked += 1
+        elif value.startswith("zeros"):
+            assert not any(field), offset
+            checked += 1
+    assert checked == 14
+    assert header[148:156] == b"011026\x00 " and "`chksum` `011026`" in text
+
+
+def test_spec_lists_the_index_schema_and_reject_reasons() -> None:
+    text = (SPEC / "tar.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| (bytes|int64|json) \|", text, re.MULTILINE)
+    assert rows == [(f.name, f.type) for f in INDEX_SCHEMA.fields]
+    assert re.findall(r"^\| `([a-z-]+)` \| (?:has|is)", text, re.MULTILINE) == list(REJECT_REASONS)
+    conversion = (SPEC / "conversion.md").read_text()
+    assert all(f"`{reason}`" in conversion for reason in REJECT_REASONS)
