@@ -109,9 +109,10 @@ def tar_sources(path: Any) -> list[Path] | None:
 
 
 def _local(text: str) -> str:
+    """Return a local path: ``file://`` stripped; a URL (``scheme://``, webdataset's ``pipe:``) refused."""
     if text.startswith("file://"):
         return text[len("file://") :]
-    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", text):
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) or text.startswith("pipe:"):
         raise ValueError(f"{text[:80]!r}: only local tars can be opened (they are memory-mapped)")
     return text
 
@@ -124,6 +125,7 @@ def find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     Raises:
         ValueError: a source is not local, or no tar is found.
     """
+    sources = list(sources)
     found: dict[str, Path] = {}
     for source in sources:
         text = _local(os.fspath(source))
