@@ -31,6 +31,7 @@ from shardfmt import (
     ShardfmtError,
     ShardNotFoundError,
     ShardReader,
+    ShardWriter,
     open_dataset,
 )
 from shardfmt.sample import make_image
@@ -43,7 +44,7 @@ from shardfmt.tar import (
     iter_tar_samples,
     split_key,
 )
-from shardfmt.tarindex import CACHE_NAME, cache_dirs, expand_braces, index_tars
+from shardfmt.tarindex import CACHE_NAME, cache_dirs, expand_braces, index_tars, tar_sources
 from shardfmt.tarreader import TarShardReader
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -412,6 +413,46 @@ def test_fuzzed_tars_raise_only_shardfmt_errors(tmp_path: Path, data: st.DataObj
     assert peak < 4 * 1024 * 1024 + 4 * len(raw)
 
 
+INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@FUZZ
+@given(
+    columns=st.lists(
+        st.fixed_dictionaries(
+            {
+                "image_offset": st.one_of(st.sampled_from([0, 512, 1536, 10240, 1 << 40]), INT64),
+                "image_size": st.one_of(st.sampled_from([0, 10, 1 << 30, (1 << 30) + 1]), INT64),
+                "image_height": st.one_of(st.sampled_from([0, 1, 65535, 65536]), INT64),
+                "image_width": st.sampled_from([1, 8, 70000]),
+                "image_channels": st.sampled_from([0, 1, 3, 4]),
+                "image_checksum": INT64,
+                "label": st.one_of(st.sampled_from([-1, 0, 1 << 20]), INT64),
+            }
+        ),
+        max_size=4,
+    )
+)
+def test_index_values_are_checked_before_use(tmp_path: Path, columns: list[dict[str, int]]) -> None:
+    path = tmp_path / "a.tar"
+    if not path.exists():
+        write_ours(path, 3)
+    with ShardWriter(tmp_path / "fuzz.idx", schema=INDEX_SCHEMA) as writer:
+        for i, values in enumerate(columns):
+            writer.write({"key": b"k%d" % i, "members": {"jpg": [values["image_offset"] % (1 << 40), 5]}, **values})
+    try:
+        with TarShardReader(path, index=tmp_path / "fuzz.idx") as reader:
+            for i in range(len(reader)):
+                reader.record(i)["key"]
+                reader.members(i)
+                try:
+                    reader.verify_record(i)
+                except ChecksumError:
+                    pass
+    except FormatError:
+        pass
+
+
 def _fuzz_seed() -> bytes:
     """A tar with PAX and GNU long names, a plain member and non-adjacent members."""
     out = io.BytesIO()
@@ -552,9 +593,13 @@ def test_open_tars_falls_back_to_the_user_cache(tmp_path: Path, monkeypatch: pyt
         assert len(reader) == 2
 
 
-def test_open_refuses_remote_urls() -> None:
-    with pytest.raises(ValueError, match="only local tars"):
-        open_dataset("https://example.com/shard-{0..1}.tar")
+def test_open_refuses_remote_urls_and_takes_local_paths() -> None:
+    for url in ("https://example.com/shard-{0..1}.tar", "pipe:curl -s x.tar", "s3://bucket/x.tar"):
+        with pytest.raises(ValueError, match="only local tars"):
+            open_dataset(url)
+    assert tar_sources("run:2/x-{0..1}.tar") == [Path("run:2/x-0.tar"), Path("run:2/x-1.tar")]
+    assert tar_sources("file:///data/x.tar") == [Path("/data/x.tar")]
+    assert tar_sources("/data/dataset") is None and tar_sources(["a.tar"]) == [Path("a.tar")]
 
 
 def test_manifest_of_a_binary_dataset_is_unchanged(small_dataset: Path) -> None:
