@@ -260,7 +260,7 @@ class TarShardWriter:
         self._file.write(data)
         self._hasher.update(data)
 
-    def write(self, key: str, image: bytes | bytearray | memoryview, *, label: int, meta: Any = None) -> int:
+    def write(self, key: str, *, image: bytes | bytearray | memoryview, label: int, meta: Any = None) -> int:
         """Append one sample and return its record index.
 
         Args:

@@ -329,7 +329,7 @@ class DatasetWriter:
             else:
                 if set(record) != set(self.schema.names):
                     raise SchemaError(f"a tar record has exactly the fields {', '.join(self.schema.names)}, got {', '.join(sorted(map(str, record)))}")
-                self._current.write(record["key"], record["image"], label=record["label"])
+                self._current.write(record["key"], image=record["image"], label=record["label"])
         except BaseException:
             self.abort()
             raise

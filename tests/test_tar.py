@@ -69,7 +69,7 @@ def write_ours(path: Path, count: int = 4, *, meta: bool = False) -> list[tuple[
     samples = [(f"s{i:03d}", jpeg_bytes(16 + i, 20, seed=i), i % 3) for i in range(count)]
     with TarShardWriter(path) as writer:
         for key, image, label in samples:
-            writer.write(key, image, label=label, meta={"i": key} if meta else None)
+            writer.write(key, image=image, label=label, meta={"i": key} if meta else None)
     return samples
 
 
@@ -132,7 +132,7 @@ def test_writer_uses_pax_only_for_long_or_non_ascii_names(tmp_path: Path) -> Non
     path = tmp_path / "names.tar"
     with TarShardWriter(path) as writer:
         for i, key in enumerate(keys):
-            writer.write(key, jpeg_bytes(8, 8, seed=i), label=i)
+            writer.write(key, image=jpeg_bytes(8, 8, seed=i), label=i)
     with tarfile.open(path, encoding="utf-8", errors="surrogateescape") as archive:
         infos = {info.name: info for info in archive.getmembers()}
     assert sorted(infos) == sorted(f"{k}.{e}" for k in keys for e in ("cls", "jpg"))
@@ -148,7 +148,7 @@ def test_writer_uses_pax_only_for_long_or_non_ascii_names(tmp_path: Path) -> Non
 def test_writer_refuses_keys_that_would_not_read_back(tmp_path: Path, key: Any) -> None:
     with pytest.raises(SchemaError):
         with TarShardWriter(tmp_path / "a.tar") as writer:
-            writer.write(key, jpeg_bytes(), label=0)
+            writer.write(key, image=jpeg_bytes(), label=0)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -168,8 +168,8 @@ def test_writer_refuses_bad_samples_and_leaves_nothing(tmp_path: Path, change: d
     sample = {"key": "k1", "image": jpeg_bytes(), "label": 0, "meta": None} | change
     with pytest.raises(SchemaError, match=says):
         with TarShardWriter(tmp_path / "a.tar") as writer:
-            writer.write("dup", jpeg_bytes(), label=0)
-            writer.write(sample["key"], sample["image"], label=sample["label"], meta=sample["meta"])
+            writer.write("dup", image=jpeg_bytes(), label=0)
+            writer.write(sample["key"], image=sample["image"], label=sample["label"], meta=sample["meta"])
     assert list(tmp_path.iterdir()) == []
 
 
@@ -272,7 +272,7 @@ def test_table_has_the_binary_shards_columns_and_values(tmp_path: Path) -> None:
     samples = [(f"k{i}", jpeg_bytes(10 + i, 30 - i, seed=i), i) for i in range(5)]
     with TarShardWriter(tmp_path / "a.tar") as writer:
         for key, image, label in samples:
-            writer.write(key, image, label=label)
+            writer.write(key, image=image, label=label)
     with DatasetWriter(tmp_path / "bin", schema=IMAGE_CLASSIFICATION) as writer:
         for key, image, label in samples:
             writer.write({"image": image, "label": label, "key": key})

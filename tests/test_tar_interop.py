@@ -51,7 +51,7 @@ def test_webdataset_reads_our_tars(tmp_path: Path) -> None:
     with TarShardWriter(path) as writer:
         for i, key in enumerate(AWKWARD_KEYS):
             image = jpeg_bytes(10, 12, seed=i)
-            writer.write(key, image, label=i * 7, meta={"n": i} if i % 2 else None)
+            writer.write(key, image=image, label=i * 7, meta={"n": i} if i % 2 else None)
             sample = {"__key__": key, "cls": str(i * 7).encode(), "jpg": image}
             if i % 2:
                 sample["json"] = f'{{"n":{i}}}'.encode()
@@ -167,7 +167,7 @@ def test_tar_lists_our_shards(tmp_path: Path) -> None:
     keys = ["plain", "dir/" + "y" * 150, "h\u00e9llo"]
     with TarShardWriter(path) as writer:
         for i, key in enumerate(keys):
-            writer.write(key, jpeg_bytes(8, 8, seed=i), label=i)
+            writer.write(key, image=jpeg_bytes(8, 8, seed=i), label=i)
     listing = subprocess.run(["tar", "-tvf", str(path)], capture_output=True, check=True, env={"LC_ALL": "C.UTF-8"})
     lines = listing.stdout.decode("utf-8").splitlines()
     assert [line.split()[-1] for line in lines] == [f"{k}.{e}" for k in keys for e in ("cls", "jpg")]
