@@ -6,11 +6,12 @@ implementations in C, C++, Rust, Go and Java, so other readers need no exotic de
 
 from __future__ import annotations
 
+import os
 import re
 
 import xxhash
 
-__all__ = ["ALGORITHM", "Hasher", "checksum", "format_checksum", "parse_checksum"]
+__all__ = ["ALGORITHM", "Hasher", "checksum", "file_checksum", "format_checksum", "parse_checksum"]
 
 ALGORITHM = "xxh3_64"
 _MANIFEST_FORM = re.compile(ALGORITHM + r":([0-9a-f]{16})")
@@ -49,3 +50,20 @@ def parse_checksum(text: str) -> int:
     if match is None:
         raise ValueError(f"checksum {text[:40]!r} is not '{ALGORITHM}:' and 16 lower-case hex digits")
     return int(match.group(1), 16)
+
+
+def file_checksum(path: str | os.PathLike[str], *, chunk_size: int = 8 << 20) -> tuple[int, int]:
+    """Return (size, XXH3-64) of a whole file, read in chunks of `chunk_size` bytes.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    hasher = Hasher()
+    size = 0
+    buffer = bytearray(chunk_size)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as file:
+        while count := file.readinto(buffer):
+            hasher.update(view[:count])
+            size += count
+    return size, hasher.intdigest()

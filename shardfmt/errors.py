@@ -13,6 +13,7 @@ The hierarchy::
     ├── ShardNotFoundError (FileNotFoundError)     a shard named by the manifest is missing
     ├── DecodeError (ValueError)            an image payload cannot be decoded
     ├── ConvertError                        a conversion cannot start or continue
+    ├── RejectError (ValueError)            one input file cannot become a record (`.reason` says why)
     └── WorkerError (RuntimeError)          a loader worker raised or died
 
 A reader error carries ``.path``, ``.offset`` and ``.record`` (each may be None) and renders as
@@ -31,6 +32,7 @@ __all__ = [
     "FormatError",
     "LimitError",
     "ManifestError",
+    "RejectError",
     "SchemaError",
     "ShardNotFoundError",
     "ShardfmtError",
@@ -123,6 +125,28 @@ class DecodeError(ShardfmtError, ValueError):
 
 class ConvertError(ShardfmtError):
     """A conversion cannot start or continue (output not empty, options changed on resume, ...)."""
+
+
+class RejectError(ShardfmtError, ValueError):
+    """One input file cannot become a record; the conversion skips it and lists it in its report.
+
+    Args:
+        message: what was found, e.g. the decoder's or the operating system's message.
+        reason: the reject code: "empty", "corrupt", "not-an-image", "unreadable", "too-large",
+            "hidden", "symlink-loop" or "no-class".
+        path: the input file, if known.
+    """
+
+    def __init__(self, message: str, *, reason: str, path: str | os.PathLike[str] | None = None) -> None:
+        self.reason = reason
+        super().__init__(message, path=path)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild_reject, (self.message, self.reason, self.path))
+
+
+def _rebuild_reject(message: str, reason: str, path: str | None) -> RejectError:
+    return RejectError(message, reason=reason, path=path)
 
 
 class WorkerError(ShardfmtError, RuntimeError):

@@ -25,9 +25,13 @@ def make_image(height: int, width: int, *, seed: int) -> np.ndarray:
     for channel in range(3):
         for _ in range(4):
             fx, fy = rng.uniform(0.005, 0.15, 2)
-            image[..., channel] += rng.uniform(10, 40) * np.sin(fx * x + fy * y + rng.uniform(0, 6.3))
-    image += rng.normal(0, 12, (height, width, 1)).astype(np.float32)
-    image += rng.normal(0, 6, (height, width, 3)).astype(np.float32)
+            amplitude, phase = rng.uniform(10, 40), rng.uniform(0, 6.3)
+            # sin(a + b) = sin a cos b + cos a sin b, with a along x and b along y: outer products
+            # instead of a sine per pixel.
+            a, b = fx * x + phase, fy * y
+            image[..., channel] += amplitude * (np.sin(a) * np.cos(b) + np.cos(a) * np.sin(b))
+    image += rng.standard_normal((height, width, 1), dtype=np.float32) * 12
+    image += rng.standard_normal((height, width, 3), dtype=np.float32) * 6
     low, high = float(image.min()), float(image.max())
     return ((image - low) * (255.0 / max(high - low, 1e-6))).astype(np.uint8)
 

@@ -70,7 +70,7 @@ def test_batches_are_uint8_nhwc_or_channels_last_nchw(indexed_dataset: Path) -> 
         assert images.shape == (8, 3, 24, 40) and images.dtype == torch.uint8
         assert images.is_contiguous(memory_format=torch.channels_last)
         assert labels.dtype == torch.int64 and labels.tolist() == list(range(8))
-    with Loader(indexed_dataset, batch_size=8, num_workers=0, size=24, copy=True) as loader:
+    with Loader(indexed_dataset, batch_size=8, num_workers=0, size=24, copy=True, layout="NHWC") as loader:
         images, _ = next(iter(loader))
         assert images.shape == (8, 24, 24, 3) and images.is_contiguous()
 
@@ -174,7 +174,7 @@ def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: obj
     """Crops match PIL's Image.resize(BILINEAR, box=...) on the same boxes: mean PSNR above `floor`."""
     reader = open_dataset(indexed_dataset)
     scores = []
-    with Loader(indexed_dataset, batch_size=16, num_workers=0, pipeline=pipeline, seed=9, shuffle=False, fast_decode=fast_decode) as loader:
+    with Loader(indexed_dataset, batch_size=16, num_workers=0, pipeline=pipeline, seed=9, shuffle=False, fast_decode=fast_decode, layout="NHWC") as loader:
         for images, labels in loader:
             indices = labels.numpy()
             infos = [reader[int(i)].image_info() for i in indices]
@@ -273,7 +273,7 @@ def test_dataset_in_a_torch_dataloader(indexed_dataset: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_delivery_normalises_on_the_device(indexed_dataset: Path) -> None:
     mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
-    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False) as cpu:
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False, layout="NHWC") as cpu:
         expected = [(images.clone(), labels.clone()) for images, labels in cpu]
     with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False, device="cuda", mean=mean, std=std, layout="NCHW") as gpu:
         for (images, labels), (cpu_images, cpu_labels) in zip(gpu, expected):

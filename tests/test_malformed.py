@@ -419,23 +419,25 @@ def case_num_records_over_limit(s: ShardBytes) -> Expect:
 
 @shard_case
 def case_num_records_off_by_one(s: ShardBytes) -> Expect:
+    table, row = s.table_offset, s.table().dtype.itemsize
     s.footer()["num_records"] = 4
     s.reseal_footer()
-    return FormatError, s.footer_offset, None, "table [3136, 3552) of 4 records does not end where the footer starts (3448)", "open"
+    message = f"table [{table}, {table + 4 * row}) of 4 records does not end where the footer starts ({s.footer_offset})"
+    return FormatError, s.footer_offset, None, message, "open"
 
 
 @shard_case
 def case_table_offset_unaligned(s: ShardBytes) -> Expect:
     s.footer()["table_offset"] += 8
     s.reseal_footer()
-    return FormatError, s.footer_offset, None, "table offset 3144 is unaligned or outside [256, 3448]", "open"
+    return FormatError, s.footer_offset, None, f"table offset {s.table_offset} is unaligned or outside [256, {s.footer_offset}]", "open"
 
 
 @shard_case
 def case_table_offset_inside_header(s: ShardBytes) -> Expect:
     s.footer()["table_offset"] = 192
     s.reseal_footer()
-    return FormatError, s.footer_offset, None, "outside [256, 3448]", "open"
+    return FormatError, s.footer_offset, None, f"outside [256, {s.footer_offset}]", "open"
 
 
 @shard_case
@@ -481,7 +483,7 @@ def case_records_overlap(s: ShardBytes) -> Expect:
 def case_last_record_short_of_table(s: ShardBytes) -> Expect:
     s.table()["size"][2] -= 64
     s.reseal_table()
-    return FormatError, s.column_offset(2, "offset"), 2, "last record ends at 3072, not at the table (3136)", "open"
+    return FormatError, s.column_offset(2, "offset"), 2, f"last record ends at {s.table_offset - 64}, not at the table ({s.table_offset})", "open"
 
 
 @shard_case
@@ -556,7 +558,8 @@ def case_image_reserved(s: ShardBytes) -> Expect:
 def case_record_checksum(s: ShardBytes) -> Expect:
     start = int(s.table()["data.offset"][1])
     s.data[start + 3] ^= 0x01
-    return ChecksumError, int(s.table()["offset"][1]), 1, "payload [1088, 2048) does not match its checksum", "read"
+    span = int(s.table()["offset"][1]), int(s.table()["offset"][1] + s.table()["size"][1])
+    return ChecksumError, span[0], 1, f"payload [{span[0]}, {span[1]}) does not match its checksum", "read"
 
 
 @shard_case

@@ -10,8 +10,8 @@ as the dataset holds it.
                   unchanged into shardfmt shards with `DatasetWriter` (not the converter, so that
                   every contender decodes byte-identical files); once with ``fast_decode=True``
                   (the default) and once with ``fast_decode=False``.
-  PIL DataLoader  ``torch.utils.data.DataLoader(shuffle=True, persistent_workers=True)`` with the
-                  default collate, over an ImageFolder-style Dataset of (path, label): PIL
+  PIL DataLoader  ``torch.utils.data.DataLoader(shuffle=True, persistent_workers=True)`` (workers
+                  start once, as shardfmt's do) with the default collate, over an ImageFolder-style Dataset of (path, label): PIL
                   ``Image.open(...).convert("RGB")``, torchvision's RandomResizedCrop.get_params
                   (reimplemented: torchvision has no CPU wheel here), ``Image.resize((224, 224),
                   BILINEAR, box=...)``, ``transpose`` for the flip, numpy to a CHW tensor.
@@ -24,7 +24,9 @@ as the dataset holds it.
   decode limit    ``simplejpeg.decode_jpeg`` of the JPEG bytes already in RAM, in this process on
                   one thread with nothing else running, times ``os.cpu_count()``; with the exact
                   IDCT (the limit the targets use) and with the fast IDCT and upsampling. The
-                  one-core figures are printed too.
+                  one-core figures are printed too. This is a full-size decode: where a crop
+                  box is at least twice the output on both sides, shardfmt decodes at a reduced
+                  DCT scale and can pass it (never for the generated images, at most 434 rows).
 
 Columns, for each loader:
 
@@ -33,15 +35,28 @@ Columns, for each loader:
   CPU s        user + system CPU time of this process (``getrusage(RUSAGE_SELF)``, less the CPU
                of the memory sampler thread) plus that of every worker process
                (``getrusage(RUSAGE_CHILDREN)``, counted once the loader is closed and its workers
-               are reaped), as deltas over the run.
-  PSS / RSS    the largest sum, over the samples a thread takes every 50 ms, of the PSS and of
-               the RSS of this process and every process started during the run. PSS divides each
-               shared page among the processes that map it, so the shared-memory batch ring and
-               the pages workers share with the parent after fork count once; RSS counts them in
-               each process and is an upper bound. Both include this process's own baseline
-               (torch imported: a few hundred MiB). Spikes shorter than 50 ms can be missed.
+               are reaped), as deltas over the run; the JSON also gives the workers' part.
+               Work a loader does ahead of the consumer and never delivers counts too
+               (shardfmt's workers run on into the next epoch and finish their queued chunks
+               before they stop).
+               CPU ms/img divides it by the images delivered.
+  PSS, anon,   the largest sum, over the samples a thread takes every 50 ms from
+  RSS          /proc/<pid>/smaps_rollup, of this process and every process started during the
+               run: of Pss, of Pss_Anon + Pss_Shmem, and of Rss (each peak taken on its own). PSS
+               divides each shared page among the processes that map it, so the shared-memory
+               batch ring and the pages workers share with the parent after fork count once; RSS
+               counts them in each process and is an upper bound. "anon" leaves out file-backed
+               pages: the page cache of memory-mapped shards (shardfmt maps its shards, so the
+               pages a worker has read count in its PSS until it unmaps them) and of libraries.
+               All include this process's own baseline (torch imported: a few hundred MiB;
+               printed under the table, per loader in the JSON). Spikes shorter than 50 ms can
+               be missed.
   first batch  seconds from constructing a fresh loader to receiving its first batch, in a
                separate start before the timed run.
+
+Ratios are printed of images/s (with the targets: shardfmt at least 2.4x the PIL DataLoader and
+0.8x the exact-IDCT decode limit) and of images per CPU second: the images/s ratio the contenders
+would reach with every core busy and to themselves, the steadier figure on a shared machine.
 
 All files are read from the page cache (they were just written or read), so this measures the CPU
 cost of loading, not the disk. Timings are only as quiet as the machine: the load average is
@@ -59,6 +74,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import hashlib
 import json
@@ -144,8 +160,11 @@ class Result:
     seconds: float
     parallel: int = 1
     cpu_seconds: float | None = None
+    worker_cpu_seconds: float | None = None
     peak_pss_bytes: int | None = None
+    peak_anon_pss_bytes: int | None = None
     peak_rss_bytes: int | None = None
+    baseline_pss_bytes: int | None = None
     first_batch_seconds: float | None = None
     shared_memory_bytes: int | None = None
     note: str = ""
@@ -164,12 +183,28 @@ class Stream:
     shared_memory_bytes: int | None = None
 
 
+def read_memory(process: psutil.Process) -> tuple[int, int, int]:
+    """(PSS, PSS of anonymous and shared memory, RSS) of a process, in bytes."""
+    try:
+        text = Path(f"/proc/{process.pid}/smaps_rollup").read_text()
+    except OSError:
+        info = process.memory_full_info()
+        pss = getattr(info, "pss", info.rss)
+        return pss, pss, info.rss
+    values = {}
+    for line in text.splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        values[key] = int(rest.split()[0]) * 1024
+    return values["Pss"], values.get("Pss_Anon", 0) + values.get("Pss_Shmem", 0), values["Rss"]
+
+
 @dataclass
 class TreeSampler:
-    """Samples the summed PSS and RSS of this process and its new descendants in a thread."""
+    """Samples the summed memory of this process and its new descendants in a thread."""
 
     exclude: set[int]
     peak_pss: int = 0
+    peak_anon_pss: int = 0
     peak_rss: int = 0
     cpu_seconds: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -196,16 +231,16 @@ class TreeSampler:
 
     def _sample(self, me: psutil.Process) -> None:
         processes = [me] + [p for p in me.children(recursive=True) if p.pid not in self.exclude]
-        pss = rss = 0
+        total = [0, 0, 0]
         for process in processes:
             try:
-                info = process.memory_full_info()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            rss += info.rss
-            pss += getattr(info, "pss", info.rss)
-        self.peak_pss = max(self.peak_pss, pss)
-        self.peak_rss = max(self.peak_rss, rss)
+                for i, value in enumerate(read_memory(process)):
+                    total[i] += value
+            except (KeyError, ValueError, psutil.Error):
+                continue  # the process exited between listing and reading
+        self.peak_pss = max(self.peak_pss, total[0])
+        self.peak_anon_pss = max(self.peak_anon_pss, total[1])
+        self.peak_rss = max(self.peak_rss, total[2])
 
 
 def say(message: str) -> None:
@@ -223,7 +258,7 @@ def crop_params(height: int, width: int) -> tuple[int, int, int, int]:
     log_ratio = torch.log(torch.tensor(RATIO))
     for _ in range(10):
         target_area = area * torch.empty(1).uniform_(SCALE[0], SCALE[1]).item()
-        aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
+        aspect_ratio = torch.exp(torch.empty(1).uniform_(float(log_ratio[0]), float(log_ratio[1]))).item()
         box_width = int(round(math.sqrt(target_area * aspect_ratio)))
         box_height = int(round(math.sqrt(target_area / aspect_ratio)))
         if 0 < box_width <= width and 0 < box_height <= height:
@@ -306,7 +341,7 @@ def open_pil_dataloader(source: Source, settings: Settings) -> Stream:
 def open_webdataset(source: Source, settings: Settings) -> Stream:
     urls = webdataset_shards(source, settings)
     dataset = (
-        wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
+        wds.WebDataset(urls, shardshuffle=len(urls))
         .shuffle(WDS_SHUFFLE_BUFFER)
         .to_tuple("jpg", "cls")
         .map(decode_and_crop)
@@ -341,10 +376,10 @@ def measure_decode(source: Source, settings: Settings, *, fast: bool) -> tuple[R
         cpu += time.thread_time() - cpu0
         images += settings.epochs * len(blobs)
     limit, one_core = (LIMIT_FAST, ONE_CORE_FAST) if fast else (LIMIT_EXACT, ONE_CORE_EXACT)
-    note = f"one core x {cores} cores"
+    busy = f"; busy machine: wall time {seconds / cpu:.2f}x CPU time" if 0 < 1.15 * cpu < seconds else ""
     return (
-        Result(limit, images, seconds, parallel=cores, cpu_seconds=cpu, note=note),
-        Result(one_core, images, seconds, cpu_seconds=cpu),
+        Result(limit, images, seconds, parallel=cores, cpu_seconds=cpu, note=f"one core x {cores} cores{busy}"),
+        Result(one_core, images, seconds, cpu_seconds=cpu, note=busy.lstrip("; ")),
     )
 
 
@@ -365,10 +400,11 @@ def wait_for_children(baseline: set[int], *, timeout: float = 15.0) -> bool:
     return True
 
 
-def cpu_seconds_so_far() -> float:
+def cpu_seconds_so_far() -> tuple[float, float]:
+    """CPU seconds of this process and of its reaped descendants."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def check_batch(name: str, images: torch.Tensor, labels: torch.Tensor, batch_size: int) -> None:
@@ -418,7 +454,9 @@ def measure_loader(name: str, open_stream: Callable[[], Stream], source: Source,
         say(f"{name}: workers of the first-batch start are still running; CPU time may be off")
 
     say(f"{name}: {settings.epochs} epochs of {len(source.files)} images")
+    gc.collect()
     sampler = TreeSampler(exclude=baseline)
+    baseline_pss = read_memory(psutil.Process())[0]
     cpu_before = cpu_seconds_so_far()
     sampler.start()
     start = time.perf_counter()
@@ -428,17 +466,21 @@ def measure_loader(name: str, open_stream: Callable[[], Stream], source: Source,
         seconds = time.perf_counter() - start
     finally:
         stream.close()
-        gc.collect()
         reaped = wait_for_children(baseline)
         sampler.stop()
-    cpu = cpu_seconds_so_far() - cpu_before - sampler.cpu_seconds
+    cpu_after = cpu_seconds_so_far()
+    own = cpu_after[0] - cpu_before[0] - sampler.cpu_seconds
+    workers = cpu_after[1] - cpu_before[1]
     result = Result(
         name,
         images_done,
         seconds,
-        cpu_seconds=cpu,
+        cpu_seconds=own + workers,
+        worker_cpu_seconds=workers,
         peak_pss_bytes=sampler.peak_pss,
+        peak_anon_pss_bytes=sampler.peak_anon_pss,
         peak_rss_bytes=sampler.peak_rss,
+        baseline_pss_bytes=baseline_pss,
         first_batch_seconds=first_batch,
         shared_memory_bytes=stream.shared_memory_bytes,
         note="" if reaped else "workers not reaped: their CPU is missing",
@@ -507,8 +549,10 @@ def prepare_shardfmt(source: Source) -> None:
 
 
 def webdataset_dir(source: Source, settings: Settings) -> tuple[Path, int]:
-    """Where the tar shards go and how many images each holds: at least 2 shards per worker."""
-    num_shards = min(len(source.files), max(8, 2 * settings.workers))
+    """Where the tar shards go and how many images each holds: the same number of shards for
+    every worker, at least 2 each and 8 in all (fewer only with fewer images)."""
+    workers = max(1, settings.workers)
+    num_shards = min(len(source.files), workers * max(2, -(-8 // workers)))
     per_shard = -(-len(source.files) // num_shards)
     return source.derived / f"webdataset-{per_shard}-per-shard", per_shard
 
@@ -584,7 +628,10 @@ def mib(value: int | None) -> str:
 
 
 def print_table(results: list[Result]) -> None:
-    header = f"{'contender':<32} {'images':>7} {'seconds':>8} {'images/s':>9} {'CPU s':>7} {'CPU ms/img':>10} {'PSS MiB':>8} {'RSS MiB':>8} {'1st batch s':>11}"
+    header = (
+        f"{'contender':<32} {'images':>7} {'seconds':>8} {'images/s':>9} {'CPU s':>7} {'CPU ms/img':>10} "
+        f"{'PSS MiB':>8} {'anon MiB':>8} {'RSS MiB':>8} {'1st batch s':>11}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
@@ -593,15 +640,18 @@ def print_table(results: list[Result]) -> None:
         first = "-" if r.first_batch_seconds is None else f"{r.first_batch_seconds:.2f}"
         line = (
             f"{r.name:<32} {r.images:>7} {r.seconds:>8.2f} {r.images_per_second:>9.0f} {cpu:>7} {per_image:>10} "
-            f"{mib(r.peak_pss_bytes):>8} {mib(r.peak_rss_bytes):>8} {first:>11}"
+            f"{mib(r.peak_pss_bytes):>8} {mib(r.peak_anon_pss_bytes):>8} {mib(r.peak_rss_bytes):>8} {first:>11}"
         )
         print(f"{line}  {r.note}".rstrip())
+    baselines = [r.baseline_pss_bytes for r in results if r.baseline_pss_bytes is not None]
+    if baselines:
+        print(f"PSS and RSS include this process at rest: PSS {mib(min(baselines))} to {mib(max(baselines))} MiB before each loader")
     for r in results:
         if r.shared_memory_bytes is not None:
             print(f"{r.name}: Loader.shared_memory_bytes = {r.shared_memory_bytes} ({mib(r.shared_memory_bytes)} MiB, part of its PSS)")
 
 
-RATIOS = (
+SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
     (SHARDFMT_EXACT, PIL_LOADER, None),
     (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
@@ -610,19 +660,35 @@ RATIOS = (
     (WEBDATASET, LIMIT_EXACT, None),
     (WEBDATASET, PIL_LOADER, None),
 )
+CPU_RATIOS = (
+    (SHARDFMT_FAST, PIL_LOADER),
+    (SHARDFMT_FAST, ONE_CORE_EXACT),
+    (WEBDATASET, ONE_CORE_EXACT),
+)
 
 
 def compute_ratios(results: list[Result]) -> list[dict[str, Any]]:
+    """images/s ratios, then images per CPU second ratios (what images/s would be if every core
+    were busy for the contender alone: less sensitive to a shared machine)."""
     speed = {r.name: r.images_per_second for r in results}
+    efficiency = {r.name.strip(): r.images / r.cpu_seconds for r in results if r.cpu_seconds}
     rows = []
-    for top, bottom, target in RATIOS:
+    for top, bottom, target in SPEED_RATIOS:
         value = speed[top] / speed[bottom] if top in speed and bottom in speed else None
-        rows.append({"numerator": top, "denominator": bottom, "ratio": value, "target": target})
+        rows.append({"measure": "images/s", "numerator": top, "denominator": bottom, "ratio": value, "target": target})
+    for top, bottom in CPU_RATIOS:
+        bottom = bottom.strip()
+        value = efficiency[top] / efficiency[bottom] if top in efficiency and bottom in efficiency else None
+        rows.append({"measure": "images per CPU second", "numerator": top, "denominator": bottom, "ratio": value, "target": None})
     return rows
 
 
 def print_ratios(ratios: list[dict[str, Any]]) -> None:
+    measure = None
     for row in ratios:
+        if row["measure"] != measure:
+            measure = row["measure"]
+            print(f"ratios of {measure}:")
         label = f"{row['numerator']} / {row['denominator']}"
         if row["ratio"] is None:
             print(f"ratio {label:<56} n/a (not run)")
@@ -648,6 +714,7 @@ def write_chart(path: Path, results: list[Result], machine: dict[str, Any], sett
     for name, style in ((LIMIT_EXACT, "-"), (LIMIT_FAST, "--")):
         if name in limits:
             axes.axhline(limits[name], color="#c44e52", linestyle=style, label=f"{name}: {limits[name]:.0f}/s")
+    axes.set_ylim(0, 1.25 * max([r.images_per_second for r in loaders] + list(limits.values()) + [1.0]))
     if limits:
         axes.legend(loc="upper right")
     axes.set_ylabel("images/s")
@@ -707,7 +774,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     results: list[Result] = []
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
-            results.append(measure_loader(name, lambda fast=fast: open_shardfmt(source, settings, fast_decode=fast), source, settings))
+            results.append(measure_loader(name, functools.partial(open_shardfmt, source, settings, fast_decode=fast), source, settings))
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "webdataset" in args.only:

@@ -104,7 +104,8 @@ class Loader:
             `shardfmt.ops`.
         size: output size for the named pipelines, int or (height, width).
         drop_last: drop the epoch's remainder so every batch is full (see `sampling.sample_batches`).
-        layout: "NHWC" (contiguous) or "NCHW" (a channels_last view of the same memory).
+        layout: "NCHW" (default; a channels_last view of the slot, what convolutions run fastest
+            on; use .reshape rather than .view) or "NHWC" (contiguous).
         rank, world_size: this process's share; default from torch.distributed when initialised.
         ordered: deliver batches in order (default) or as soon as each is ready.
         prefetch: batches decoded ahead of the consumer; shared memory holds prefetch + 1 slots.
@@ -136,7 +137,7 @@ class Loader:
         pipeline: Pipeline | str = "train",
         size: int | tuple[int, int] = 224,
         drop_last: bool = False,
-        layout: str = "NHWC",
+        layout: str = "NCHW",
         rank: int | None = None,
         world_size: int | None = None,
         ordered: bool = True,
@@ -241,7 +242,8 @@ class Loader:
         """Batches per epoch on this rank."""
         if self.drop_last:
             return self.num_records // (self.world_size * self.batch_size)
-        return -(-(-(-self.num_records // self.world_size)) // self.batch_size)
+        most_per_rank = (self.num_records + self.world_size - 1) // self.world_size
+        return (most_per_rank + self.batch_size - 1) // self.batch_size
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of `epoch`."""

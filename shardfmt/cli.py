@@ -1,0 +1,228 @@
+"""The ``shardfmt`` command: a thin click shell over `convert`, `summarise_dataset`,
+`verify_dataset` and `run_demo`. A user mistake exits with status 1 and one line on stderr."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import __version__
+from .errors import ShardfmtError
+from .normalise import DEFAULT_QUALITY, MAX_PIXELS
+from .writer import DEFAULT_SHARD_SIZE
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
+          "g": 1000**3, "gb": 1000**3, "gib": 1 << 30}
+
+
+class ByteSize(click.ParamType):
+    """A byte count such as ``256MiB``, ``1.5GB`` or ``4096``."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS or float(match.group(1)) * _UNITS[unit] < 1:
+            self.fail(f"{value!r} is not a size like 256MiB, 1GB or 4096", param, ctx)
+        return int(float(match.group(1)) * _UNITS[unit])
+
+
+def _reports_errors(command: F) -> F:
+    """Turn shardfmt and OS errors into one line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (ShardfmtError, OSError) as err:
+            if click.get_current_context().find_root().params.get("debug"):
+                raise
+            raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="shardfmt")
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+def main(debug: bool) -> None:
+    """Convert image folders into checksummed shards, and inspect them.
+
+    \b
+    Examples:
+      shardfmt convert ~/data/imagenet/train /fast/imagenet-train
+      shardfmt info /fast/imagenet-train
+      shardfmt verify /fast/imagenet-train
+      shardfmt demo
+    """
+
+
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, or a .csv/.jsonl listing) into a dataset in OUT.
+
+Baseline JPEGs are kept byte for byte after a strict decode check; other images are re-encoded;
+files that cannot be stored (not an image, corrupt, over {MAX_PIXELS:,} pixels, hidden, ...) are
+listed in OUT/rejects.jsonl with a reason. An interrupted run continues with --resume.
+
+\b
+Examples:
+  shardfmt convert ~/data/imagenet/train /fast/imagenet-train
+  shardfmt convert train.csv out/ --max-side 512 --quality 90 --workers 8
+  shardfmt convert ~/data/pets out/ --resume      # after a crash or Ctrl-C
+  shardfmt convert ~/data/pets out/ --overwrite --strict --quiet
+"""
+
+
+@main.command("convert", help=_CONVERT_HELP)
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--shard-size", type=ByteSize(), default=f"{DEFAULT_SHARD_SIZE >> 20}MiB", show_default=True,
+              help="Input bytes per shard.")
+@click.option("--max-side", type=click.IntRange(min=1), default=None,
+              help="Shrink images whose longer side exceeds this many pixels (aspect kept).")
+@click.option("--quality", type=click.IntRange(1, 100), default=DEFAULT_QUALITY, show_default=True,
+              help="JPEG quality of re-encoded images.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes converting shards in parallel; 1 runs in this process. [default: one per CPU]")
+@click.option("--resume", is_flag=True, help="Finish an interrupted conversion into OUT (same inputs and options).")
+@click.option("--overwrite", is_flag=True, help="Remove shardfmt's files from OUT first (nothing else is touched).")
+@click.option("--strict", is_flag=True, help="Exit with status 1 if any input was rejected (after writing everything).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@_reports_errors
+def convert_command(src: Path, out: Path, shard_size: int, max_side: int | None, quality: int, workers: int | None,
+                    resume: bool, overwrite: bool, strict: bool, quiet: bool) -> None:
+    from .convert import convert
+
+    result = convert(src, out, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers,
+                     resume=resume, overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty())
+    if not quiet:
+        kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
+        click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
+                   f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
+                   f"{result.input_bytes / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s){kept}: {out}")
+
+
+@main.command("info")
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_reports_errors
+def info_command(dataset: Path, as_json: bool) -> None:
+    """Show what DATASET holds: records, classes, shards, bytes, image sizes, rejects.
+
+    Reads the manifest and the record tables only.
+
+    \b
+    Examples:
+      shardfmt info /fast/imagenet-train
+      shardfmt info /fast/imagenet-train --json | jq .height
+    """
+    from .summary import summarise_dataset
+
+    summary = summarise_dataset(dataset)
+    if as_json:
+        click.echo(json.dumps(asdict(summary), default=str, indent=2, sort_keys=True))
+        return
+
+    def spread(value: tuple[int, float, int] | None) -> str:
+        return "-" if value is None else f"min {value[0]}, median {value[1]:g}, max {value[2]}"
+
+    classes = "none (integer labels)" if summary.classes is None else f"{len(summary.classes):,}"
+    empty = summary.stats.get("empty_classes")
+    lines = [
+        ("dataset", str(summary.path)),
+        ("records", f"{summary.num_records:,}"),
+        ("classes", classes + (f" ({empty} without records)" if empty else "")),
+        ("per class", spread(summary.records_per_class)),
+        ("shards", f"{summary.num_shards:,}"),
+        ("bytes", f"{summary.num_bytes:,} ({summary.num_bytes / 2**20:,.1f} MiB)"),
+        ("height", spread(summary.height)),
+        ("width", spread(summary.width)),
+        ("channels", ", ".join(f"{c}: {n:,}" for c, n in sorted(summary.channels.items())) or "-"),
+        ("rejects", ", ".join(f"{r}: {n:,}" for r, n in sorted(summary.rejects.items())) or "none"),
+    ]
+    reencoded = summary.stats.get("reencoded")
+    if isinstance(reencoded, dict):
+        done = ", ".join(f"{r}: {n:,}" for r, n in sorted(reencoded.items()) if n)
+        lines.append(("re-encoded", done or "none"))
+        lines.append(("passed through", f"{summary.stats.get('passthrough', 0):,}"))
+    for label, value in lines:
+        click.echo(f"{label:<15} {value}")
+
+
+@main.command("verify")
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--quick", is_flag=True, help="Check the manifest and record tables only; hash no payload.")
+@_reports_errors
+def verify_command(dataset: Path, quick: bool) -> None:
+    """Check DATASET: structure, record checksums and whole-file checksums.
+
+    Exits with status 1 and one line per bad shard (file, byte offset, record) on any problem.
+
+    \b
+    Examples:
+      shardfmt verify /fast/imagenet-train
+      shardfmt verify /fast/imagenet-train --quick   # seconds, even for large datasets
+    """
+    from .verify import verify_dataset
+
+    report = verify_dataset(dataset, quick=quick)
+    for problem in report.problems:
+        click.echo(f"error: {problem}", err=True)
+    what = "manifest and record tables" if quick else f"structure and checksums, {report.bytes_hashed:,} bytes hashed"
+    if not report.ok:
+        raise click.ClickException(f"{len(report.problems)} problem(s) in {report.path} ({what})")
+    click.echo(f"ok: {report.num_shards:,} shards, {report.num_records:,} records ({what})")
+
+
+@main.command("demo")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=None,
+              help="Keep the generated folder and dataset here. [default: a temporary folder, removed after]")
+@click.option("--images", type=click.IntRange(min=1), default=500, show_default=True, help="JPEGs to generate.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Conversion processes. [default: one per CPU]")
+@_reports_errors
+def demo_command(directory: Path | None, images: int, workers: int | None) -> None:
+    """Generate a small ImageFolder, convert it, read it back, and show how fast each step was.
+
+    \b
+    Examples:
+      shardfmt demo
+      shardfmt demo --dir /tmp/shardfmt-demo --images 2000
+    """
+    from .demo import run_demo
+
+    if directory is None:
+        with tempfile.TemporaryDirectory(prefix="shardfmt-demo-") as temp:
+            _print_demo(run_demo(temp, images=images, workers=workers), kept=False)
+    else:
+        _print_demo(run_demo(directory, images=images, workers=workers), kept=True)
+
+
+def _print_demo(result: Any, *, kept: bool) -> None:
+    converted = result.converted
+    click.echo(f"generated  {converted.num_inputs:,} JPEGs ({converted.input_bytes / 1e6:,.1f} MB) in "
+               f"{result.generate_seconds:.1f} s: {result.source}")
+    click.echo(f"converted  {converted.num_records:,} records into {len(converted.manifest.shards)} shards in "
+               f"{converted.seconds:.2f} s ({converted.images_per_second:,.0f} images/s): {result.output}")
+    click.echo(f"read       {result.read_images:,} records, checksums verified and decoded to RGB, in "
+               f"{result.read_seconds:.2f} s ({result.read_images / max(result.read_seconds, 1e-9):,.0f} images/s)")
+    if result.loader_skipped is not None:
+        click.echo(f"loader     skipped: {result.loader_skipped}")
+    else:
+        click.echo(f"loader     {result.loader_images:,} images in {result.loader_seconds:.2f} s "
+                   f"({result.loader_images / max(result.loader_seconds, 1e-9):,.0f} images/s)")
+    if not kept:
+        click.echo("(the temporary folder is removed; pass --dir to keep it)")

@@ -1,0 +1,183 @@
+"""One conversion task: the planned inputs of one shard become the shard and its sidecar.
+
+A task reads each input with one `os.read`, normalises it (`normalise.normalise_image`), and
+writes the records with `ShardWriter` (temporary name, fsync, rename). Only then does it write
+its sidecar, ``.shardfmt-work/shard-NNNNN.json``, atomically: record count, size, checksum,
+rejects and statistics. A shard counts as done only when its sidecar exists and the file agrees
+with it, so a task killed at any moment is simply run again. A shard whose inputs are all
+rejected gets a sidecar and no file.
+
+Tasks are independent and deterministic: the bytes of a shard depend only on its inputs and the
+options, never on which process ran it or when.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from .checksum import file_checksum, format_checksum, parse_checksum
+from .errors import RejectError, WorkerError
+from .fileio import atomic_write_bytes
+from .layout import MAX_FIELD_SIZE
+from .normalise import REENCODE_REASONS, normalise_image
+from .scan import describe_os_error, display_path, record_key
+from .schema import IMAGE_CLASSIFICATION
+from .writer import ShardWriter, shard_name
+
+__all__ = ["MAX_INPUT_SIZE", "WORK_DIR", "ShardTask", "read_input", "run_shard_task", "sidecar_path"]
+
+WORK_DIR: Final = ".shardfmt-work"
+"""Folder inside the output that holds the plan and the sidecars until the manifest is written."""
+MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
+"""Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """The work of one shard.
+
+    Attributes:
+        index: the shard number; the file is `shard_name(index)`.
+        root: the source root that input paths are relative to.
+        out: the output folder.
+        inputs: (input number, path, planned size, label) of each planned input, in order.
+        max_side, quality: normalisation options.
+    """
+
+    index: int
+    root: str
+    out: str
+    inputs: tuple[tuple[int, str, int, int], ...]
+    max_side: int | None
+    quality: int
+
+
+def sidecar_path(out: str | os.PathLike[str], *, index: int) -> Path:
+    """Return where the sidecar of shard `index` is written."""
+    return Path(out) / WORK_DIR / f"shard-{index:05d}.json"
+
+
+def read_input(path: str, *, size_hint: int) -> bytes:
+    """Read a whole file, normally with one `os.read` of `size_hint` + 1 bytes.
+
+    Raises:
+        RejectError: "unreadable" with the operating system's message, or "too-large" past
+            `MAX_INPUT_SIZE`.
+    """
+    if size_hint > MAX_INPUT_SIZE:
+        raise RejectError(f"{size_hint} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise RejectError(describe_os_error(err), reason="unreadable") from err
+    try:
+        data = os.read(fd, size_hint + 1)
+        if len(data) > size_hint:  # the file grew since it was planned: read the rest
+            chunks = [data]
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+                if sum(map(len, chunks)) > MAX_INPUT_SIZE:
+                    raise RejectError(f"over the input limit of {MAX_INPUT_SIZE} bytes", reason="too-large")
+            data = b"".join(chunks)
+        return data
+    except OSError as err:
+        raise RejectError(describe_os_error(err), reason="unreadable") from err
+    finally:
+        os.close(fd)
+
+
+def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = None) -> tuple[dict[str, Any], bool]:
+    """Write the shard and sidecar of `task`, or keep them if a previous run finished them.
+
+    Args:
+        task: what to convert.
+        on_image: called with a count after each input (or once with all of them when the shard
+            was already done), to drive progress.
+
+    Returns:
+        The sidecar (see module docstring) and whether the existing shard was kept.
+
+    Raises:
+        WorkerError: anything other than a per-file reject, naming the shard and the input.
+    """
+    report = on_image if on_image is not None else _ignore
+    done = _finished_sidecar(task)
+    if done is not None:
+        report(len(task.inputs))
+        return done, True
+    name = shard_name(task.index)
+    writer: ShardWriter | None = None
+    current = "(before the first input)"
+    try:
+        rejects: list[list[Any]] = []
+        passthrough = 0
+        reencoded = dict.fromkeys(REENCODE_REASONS, 0)
+        for number, path, size, label in task.inputs:
+            current = path
+            try:
+                image = normalise_image(
+                    read_input(os.path.join(task.root, path), size_hint=size),
+                    max_side=task.max_side,
+                    quality=task.quality,
+                )
+            except RejectError as err:
+                rejects.append([number, err.reason, err.message])
+                report(1)
+                continue
+            if writer is None:
+                writer = ShardWriter(Path(task.out) / name, schema=IMAGE_CLASSIFICATION)
+            writer.write({"image": image.data, "label": label, "key": record_key(path)})
+            if image.reencoded is None:
+                passthrough += 1
+            else:
+                reencoded[image.reencoded] += 1
+            report(1)
+        current = "(closing the shard)"
+        info = writer.close() if writer is not None else None
+        writer = None
+        sidecar = {
+            "index": task.index,
+            "inputs": len(task.inputs),
+            "path": name if info is not None else None,
+            "num_records": info.num_records if info is not None else 0,
+            "size": info.size if info is not None else 0,
+            "checksum": format_checksum(info.checksum) if info is not None else None,
+            "rejects": rejects,
+            "passthrough": passthrough,
+            "reencoded": reencoded,
+        }
+        atomic_write_bytes(sidecar_path(task.out, index=task.index), json.dumps(sidecar, sort_keys=True).encode())
+        return sidecar, False
+    except Exception as err:
+        raise WorkerError(
+            f"input {display_path(current)}: {type(err).__name__}: {err}", path=Path(task.out) / name
+        ) from err
+    finally:
+        if writer is not None:  # not closed: remove its temporary file
+            writer.abort()
+
+
+def _ignore(count: int) -> None:
+    pass
+
+
+def _finished_sidecar(task: ShardTask) -> dict[str, Any] | None:
+    """Return the sidecar of a shard a previous run finished, if the shard file agrees with it."""
+    try:
+        sidecar = json.loads(sidecar_path(task.out, index=task.index).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(sidecar, dict) or sidecar.get("index") != task.index or sidecar.get("inputs") != len(task.inputs):
+        return None
+    if sidecar.get("num_records") == 0:
+        return sidecar
+    try:
+        size, digest = file_checksum(Path(task.out) / shard_name(task.index))
+        return sidecar if size == sidecar["size"] and digest == parse_checksum(sidecar["checksum"]) else None
+    except (OSError, KeyError, TypeError, ValueError):
+        return None

@@ -1,0 +1,135 @@
+"""Checking a whole dataset: manifest, every shard's structure, every checksum.
+
+A full check opens every shard (which checks each structural rule, see `ShardReader`), compares
+record counts and schema with the manifest, checks that labels name a class, re-hashes every
+record's payload and then each whole file against the manifest. A quick check stops before the
+payload: it reads the manifest, the headers, footers and record tables only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .checksum import checksum, format_checksum
+from .errors import ChecksumError, FormatError, ManifestError, ShardfmtError
+from .manifest import Manifest, ShardEntry, find_manifest
+from .reader import ShardReader
+
+__all__ = ["VerifyReport", "verify_dataset"]
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of `verify_dataset`.
+
+    Attributes:
+        path: the dataset root.
+        quick: True if payloads were not hashed.
+        num_shards, num_records: what the manifest lists.
+        bytes_hashed: payload and file bytes re-hashed (0 for a quick check).
+        problems: the first problem of each bad shard (and of the rejects report), in manifest
+            order; each names its file and, where it can, the byte offset and record.
+    """
+
+    path: Path
+    quick: bool
+    num_shards: int
+    num_records: int
+    bytes_hashed: int
+    problems: tuple[ShardfmtError, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_dataset(path: str | os.PathLike[str], *, quick: bool = False) -> VerifyReport:
+    """Check a dataset against its manifest and its checksums.
+
+    Args:
+        path: the dataset root or its manifest.json.
+        quick: check the manifest and the record tables only, without hashing payloads.
+
+    Returns:
+        A `VerifyReport`; `ok` is False if any shard has a problem.
+
+    Raises:
+        DatasetNotFoundError: there is no manifest.
+        ManifestError, UnsupportedVersionError: the manifest itself is invalid, so nothing can
+            be checked against it.
+    """
+    manifest = Manifest.load(path)
+    root = find_manifest(path).parent
+    problems: list[ShardfmtError] = []
+    hashed = 0
+    for entry in manifest.shards:
+        try:
+            hashed += _verify_shard(root, entry, manifest, quick=quick)
+        except ShardfmtError as err:
+            problems.append(err)
+    report_problem = _check_rejects_report(root, manifest)
+    if report_problem is not None:
+        problems.append(report_problem)
+    return VerifyReport(root, quick, len(manifest.shards), manifest.num_records, hashed, tuple(problems))
+
+
+def _verify_shard(root: Path, entry: ShardEntry, manifest: Manifest, *, quick: bool) -> int:
+    """Check one shard; return the bytes hashed. Raise the first problem found."""
+    with ShardReader(root / entry.path, verify=False, expected_size=entry.size) as reader:
+        if len(reader) != entry.num_records:
+            raise ManifestError(f"holds {len(reader)} records but the manifest says {entry.num_records}", path=reader.path)
+        if reader.schema != manifest.schema:
+            raise ManifestError("its schema differs from the manifest's", path=reader.path)
+        if manifest.classes is not None and "label" in manifest.schema.names:
+            _check_labels(reader, len(manifest.classes))
+        if quick:
+            return 0
+        for index in range(len(reader)):
+            reader.verify_record(index)
+        whole = reader.source.read(0, reader.source.size)
+        digest = checksum(whole)
+        whole.release()
+        if digest != entry.checksum:
+            raise ChecksumError(
+                f"whole-file checksum {format_checksum(digest)} differs from the manifest's "
+                f"{format_checksum(entry.checksum)}: the file was changed or replaced",
+                path=reader.path,
+            )
+        return (reader.table_offset - reader.header_size) + reader.source.size
+
+
+def _check_labels(reader: ShardReader, num_classes: int) -> None:
+    labels: np.ndarray[Any, Any] = reader.table["label"]
+    bad = (labels < 0) | (labels >= num_classes)
+    if bad.any():
+        index = int(np.argmax(bad))
+        column = reader.dtype.fields["label"][1]  # type: ignore[index]
+        raise FormatError(
+            f"label {int(labels[index])} names no class (the manifest has {num_classes})",
+            path=reader.path,
+            offset=reader.table_offset + index * reader.dtype.itemsize + column,
+            record=index,
+        )
+
+
+def _check_rejects_report(root: Path, manifest: Manifest) -> ShardfmtError | None:
+    name = manifest.rejects.get("report")
+    count = manifest.rejects.get("count")
+    if not isinstance(name, str) or not isinstance(count, int):
+        return None
+    if name in ("", ".", "..") or "/" in name or "\\" in name:
+        return ManifestError(f"the rejects report {name!r} is not a file name in the dataset folder", path=root / "manifest.json")
+    path = root / name
+    try:
+        with open(path, "rb") as file:
+            lines = sum(1 for _ in file)
+    except OSError as err:
+        return ManifestError(f"the rejects report cannot be read: {err.strerror}", path=path)
+    if lines != count:
+        return ManifestError(f"the rejects report has {lines} lines but the manifest counts {count} rejects", path=path)
+    return None

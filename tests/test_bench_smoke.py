@@ -1,0 +1,60 @@
+"""tools/bench_loader.py runs end to end on a tiny configuration and prints its table and ratios.
+
+Timings are not asserted: only that every contender ran, delivered its images and was reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tools" / "bench_loader.py"
+
+pytest.importorskip("psutil", reason="the bench needs the 'bench' extra")
+
+
+def run_bench(*args: str, work_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, str(SCRIPT), "--images", "40", "--batch-size", "8", "--workers", "1", "--epochs", "1", "--work-dir", str(work_dir), *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+
+
+def ratio_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("ratio ")]
+
+
+def test_shardfmt_and_decode_limit(tmp_path: Path) -> None:
+    done = run_bench("--only", "shardfmt,decode", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "shardfmt fast_decode=True / PIL DataLoader" in done.stdout
+    assert "Loader.shared_memory_bytes" in done.stdout
+    lines = ratio_lines(done.stdout)
+    assert any("shardfmt fast_decode=True / decode limit, exact IDCT" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    assert any("/ PIL DataLoader" in line and "n/a (not run)" in line for line in lines)
+    document = json.loads((tmp_path / "out.json").read_text())
+    names = {result["name"].strip() for result in document["results"]}
+    assert {"shardfmt fast_decode=True", "shardfmt fast_decode=False", "decode limit, exact IDCT", "decode limit, fast IDCT"} <= names
+    assert all(result["images"] == 40 for result in document["results"])
+
+
+def test_every_contender_with_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "bench.png"
+    done = run_bench("--chart", str(chart), work_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for name in ("shardfmt fast_decode=True", "PIL DataLoader", "webdataset", "decode limit, exact IDCT"):
+        assert name in done.stdout
+    assert not any("n/a" in line for line in ratio_lines(done.stdout))
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_unknown_contender_is_refused(tmp_path: Path) -> None:
+    done = run_bench("--only", "shardfmt,dali", work_dir=tmp_path)
+    assert done.returncode == 2
+    assert "--only" in done.stderr

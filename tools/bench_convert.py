@@ -1,0 +1,139 @@
+"""Benchmark `shardfmt convert` against writing the same files with webdataset.ShardWriter.
+
+Generates (or takes with --src) an ImageNet-like ImageFolder of JPEGs, reads every file once so
+that all runs see a warm page cache, then times, end to end and in one process run:
+
+- shardfmt convert with 1 and with 2 workers (pass-through, strict decode check on every image,
+  checksums, fsync, manifest): `shardfmt.convert.convert`;
+- webdataset.ShardWriter writing {"__key__", "jpg", "cls"} per file (read the bytes, no checks).
+
+Usage:
+    python tools/bench_convert.py                       # 3,200 generated JPEGs, ~416x362, ~90 KB
+    python tools/bench_convert.py --images 6000 --keep /tmp/bench-src
+    python tools/bench_convert.py --src ~/data/imagenet/val --workers 1 2 4
+    python tools/bench_convert.py --profile             # cProfile of the 1-worker run
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import platform
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import webdataset  # noqa: E402
+
+from shardfmt.convert import convert  # noqa: E402
+from shardfmt.sample import make_imagefolder  # noqa: E402
+from shardfmt.scan import scan_source  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_webdataset(src: Path, out: Path, *, shard_size: int) -> int:
+    """Write every input of `src` into tar shards with webdataset; return the sample count."""
+    scan = scan_source(src)
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with webdataset.ShardWriter(str(out / "shard-%06d.tar"), maxsize=shard_size, maxcount=1 << 30, verbose=0) as sink:
+        for item in scan.inputs:
+            with open(scan.root / item.path, "rb") as file:
+                data = file.read()
+            sink.write({"__key__": item.key.replace(".", "_"), "jpg": data, "cls": item.label})
+            count += 1
+    return count
+
+
+def timed(run: Callable[[], object], *, clear: Path, repeat: int) -> float:
+    """Return the best wall time of `repeat` runs, each into an emptied `clear` (not timed)."""
+    best = float("inf")
+    for _ in range(repeat):
+        shutil.rmtree(clear, ignore_errors=True)
+        os.sync()
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", type=Path, help="an existing ImageFolder (default: generate one)")
+    parser.add_argument("--images", type=int, default=3200, help="images to generate (default 3200)")
+    parser.add_argument("--keep", type=Path, help="generate into (or reuse) this folder instead of a temporary one")
+    parser.add_argument("--shard-size", type=int, default=16 << 20, help="bytes of input per shard (default 16 MiB)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to time (default 1 2)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported (default 3)")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of a 1-worker conversion")
+    args = parser.parse_args()
+
+    temp = Path(tempfile.mkdtemp(prefix="bench-convert-"))
+    try:
+        src = args.src
+        if src is None:
+            src = args.keep if args.keep is not None else temp / "src"
+            if not src.exists():
+                print(f"generating {args.images} JPEGs in {src} ...", file=sys.stderr)
+                per_class = -(-args.images // 10)
+                make_imagefolder(src, num_classes=10, per_class=per_class, size=(362, 416), quality=95)
+        inputs = scan_source(src).inputs
+        total_bytes = sum(item.size for item in inputs)
+        for item in inputs:  # warm the page cache so every run reads from memory
+            with open(src / item.path, "rb") as file:
+                file.read()
+
+        print(f"machine: {os.cpu_count()} CPUs, {cpu_model()}; Python {platform.python_version()}")
+        print(f"input:   {len(inputs):,} files, {total_bytes / 1e6:,.1f} MB ({total_bytes / len(inputs) / 1e3:,.1f} KB each), "
+              f"shard size {args.shard_size / 2**20:g} MiB, best of {args.repeat}, warm page cache")
+        print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            convert(src, temp / "profile", workers=1, shard_size=args.shard_size, overwrite=True)
+            profiler.disable()
+            stream = io.StringIO()
+            pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(15)
+            print(stream.getvalue())
+
+        rows: list[tuple[str, float]] = []
+        for workers in args.workers:
+            out = temp / f"shardfmt-{workers}"
+            seconds = timed(lambda: convert(src, out, workers=workers, shard_size=args.shard_size), clear=out, repeat=args.repeat)
+            rows.append((f"shardfmt convert, {workers} worker{'s' if workers > 1 else ''}", seconds))
+
+        reference = timed(lambda: write_webdataset(src, temp / "wds", shard_size=args.shard_size), clear=temp / "wds", repeat=args.repeat)
+        rows.append(("webdataset.ShardWriter (no checks)", reference))
+
+        print()
+        print(f"{'writer':<40} {'seconds':>8} {'images/s':>10} {'MB/s':>8} {'vs webdataset':>14}")
+        for name, seconds in rows:
+            print(f"{name:<40} {seconds:8.2f} {len(inputs) / seconds:10,.0f} {total_bytes / seconds / 1e6:8,.1f} "
+                  f"{reference / seconds:13.2f}x")
+        if len(args.workers) > 1:
+            first, last = rows[0][1], rows[len(args.workers) - 1][1]
+            print(f"\nspeed-up from {args.workers[0]} to {args.workers[-1]} workers: {first / last:.2f}x")
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
