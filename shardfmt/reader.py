@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,11 +42,11 @@ from .layout import (
     align_up,
     column_name,
 )
-from .manifest import Manifest
+from .manifest import Manifest, ShardEntry
 from .schema import Schema
 from .storage import ByteSource, open_source
 
-__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset"]
+__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset", "open_shard"]
 
 
 @dataclass(frozen=True)
@@ -383,18 +384,7 @@ class DatasetReader:
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
-            if entry.index is not None:
-                from .tarreader import TarShardReader
-
-                reader = TarShardReader(
-                    self.root / entry.path,
-                    index=self.index_root / entry.index.path,
-                    verify=self.verify,
-                    expected_size=entry.size,
-                    expected_index_size=entry.index.size,
-                )
-            else:
-                reader = ShardReader(self.root / entry.path, verify=self.verify, expected_size=entry.size)
+            reader = open_shard(self.root, entry, verify=self.verify, index_root=self.index_root)
             if len(reader) != entry.num_records:
                 reader.close()
                 raise ManifestError(
@@ -434,6 +424,31 @@ class DatasetReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+    """Open the shard a manifest entry names, checked against the entry's sizes.
+
+    Args:
+        root: the folder the entry's path is relative to.
+        entry: the manifest entry.
+        verify: check each record's checksum when its payload is read.
+        index_root: the folder a tar shard's index path is relative to (default `root`).
+
+    Returns:
+        A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+    """
+    if entry.index is None:
+        return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
+    from .tarreader import TarShardReader
+
+    return TarShardReader(
+        root / entry.path,
+        index=(root if index_root is None else index_root) / entry.index.path,
+        verify=verify,
+        expected_size=entry.size,
+        expected_index_size=entry.index.size,
+    )
 
 
 def open_dataset(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 import tracemalloc
@@ -650,3 +651,52 @@ def test_spec_lists_the_index_schema_and_reject_reasons() -> None:
     assert re.findall(r"^\| `([a-z-]+)` \| (?:has|is)", text, re.MULTILINE) == list(REJECT_REASONS)
     conversion = (SPEC / "conversion.md").read_text()
     assert all(f"`{reason}`" in conversion for reason in REJECT_REASONS)
+
+
+# -- verify and info -----------------------------------------------------------------------------
+
+
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_verify_checks_images_tars_and_indexes(tmp_path: Path) -> None:
+    from shardfmt.summary import summarise_dataset
+    from shardfmt.verify import verify_dataset
+
+    root = tmp_path / "ds"
+    tar_dataset(root)
+    report = verify_dataset(root)
+    assert report.ok and report.num_records == 9 and report.bytes_hashed > sum(p.stat().st_size for p in root.glob("*.tar"))
+    summary = summarise_dataset(root)
+    assert summary.num_records == 9 and summary.records_per_class == (3, 3.0, 3) and summary.channels == {3: 9}
+
+    with TarShardReader(root / "shard-00001.tar") as reader:
+        image_start = int(reader.table[1]["offset"])
+    flip(root / "shard-00001.tar", image_start + 50)  # an image byte
+    flip(root / "shard-00000.tar", os.path.getsize(root / "shard-00000.tar") - 1)  # trailing padding only
+    problems = verify_dataset(root).problems
+    assert [type(p) for p in problems] == [ChecksumError, ChecksumError]
+    assert (problems[0].path, problems[0].offset, problems[0].record) == (str(root / "shard-00000.tar"), None, None)
+    assert "whole-file checksum" in problems[0].message
+    assert (problems[1].path, problems[1].offset, problems[1].record) == (str(root / "shard-00001.tar"), image_start, 1)
+    assert verify_dataset(root, quick=True).ok
+
+
+def test_verify_names_the_index_of_a_label_without_class(tmp_path: Path) -> None:
+    from shardfmt.verify import verify_dataset
+
+    root = tmp_path / "ds"
+    tar_dataset(root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["classes"] = ["a", "b"]
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    problems = verify_dataset(root, quick=True).problems
+    assert problems and all(type(p) is FormatError and "names no class" in p.message for p in problems)
+    index = ShardReader(root / "shard-00000.tar.idx")
+    label_column = index.dtype.fields["label"][1]
+    assert problems[0].path == str(root / "shard-00000.tar.idx")
+    assert problems[0].offset == index.table_offset + problems[0].record * index.dtype.itemsize + label_column
+    index.close()
