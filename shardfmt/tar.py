@@ -42,12 +42,17 @@ __all__ = [
     "TarIndexInfo",
     "TarReject",
     "TarShardInfo",
+    "TarMember",
+    "TarSample",
     "TarShardWriter",
     "display_key",
     "index_path_for",
     "index_tar",
     "iter_tar_samples",
+    "parse_label",
+    "scan_samples",
     "split_key",
+    "tar_key",
 ]
 
 BLOCK_SIZE: Final = 512
@@ -154,6 +159,20 @@ def _encode_key(key: Any) -> bytes:
             "'.', and a first part like '__x__' marks webdataset metadata"
         )
     return raw
+
+
+def tar_key(name: str) -> str:
+    """Return `name` as a key that reads back from a tar: each dot of its last part becomes "_"
+    (``n01/img.001`` -> ``n01/img_001``), since there a dot would start the extension.
+
+    Raises:
+        SchemaError: the name cannot be a key even so (an empty, "." or ".." part, NUL, or a
+            first part that marks webdataset metadata).
+    """
+    head, slash, last = name.rpartition("/")
+    key = head + slash + last.replace(".", "_")
+    _encode_key(key)
+    return key
 
 
 def _ustar_header(name: bytes, size: int, typeflag: bytes) -> bytes:
@@ -376,7 +395,10 @@ class TarMember:
 
 
 @dataclass
-class _Sample:
+class TarSample:
+    """A sample of a tar: its key, its members by lower-cased extension, and the first member
+    whose extension repeated one already seen (such a sample cannot be read unambiguously)."""
+
     key: str
     members: dict[str, TarMember] = field(default_factory=dict)
     duplicate: TarMember | None = None
@@ -387,7 +409,7 @@ class _Scan:
     """The samples of a tar, grouped by key in order of first appearance, from its headers only."""
 
     source: ByteSource
-    samples: list[_Sample]
+    samples: list[TarSample]
     skipped: int
     end: int
 
@@ -435,7 +457,7 @@ def _scan(source: ByteSource) -> _Scan:
     for magic, kind in _COMPRESSED.items():
         if bytes(view[: len(magic)]) == magic:
             raise FormatError(f"a {kind}-compressed tar cannot be memory-mapped; decompress it first", path=path, offset=0)
-    samples: dict[str, _Sample] = {}
+    samples: dict[str, TarSample] = {}
     skipped = 0
     position = 0
     try:
@@ -466,7 +488,7 @@ def _scan(source: ByteSource) -> _Scan:
             if sample is None:
                 if len(samples) >= MAX_RECORDS_PER_SHARD:
                     raise LimitError(f"more than {MAX_RECORDS_PER_SHARD} samples in one tar", path=path, offset=info.offset)
-                sample = samples[key] = _Sample(key)
+                sample = samples[key] = TarSample(key)
             member = TarMember(info.name, extension, info.offset, info.offset_data, info.size)
             if extension in sample.members:
                 sample.duplicate = sample.duplicate or member
@@ -489,6 +511,20 @@ def _scan(source: ByteSource) -> _Scan:
             offset=first,
         )
     return _Scan(source, list(samples.values()), skipped, end)
+
+
+def scan_samples(path: str | os.PathLike[str]) -> tuple[TarSample, ...]:
+    """Return the samples of a tar from its headers alone (no member data is read): members
+    grouped by key as `iter_tar_samples` groups them, with their offsets and sizes.
+
+    Raises:
+        ShardNotFoundError, FormatError, LimitError: as `index_tar`.
+    """
+    source = open_source(os.fspath(path))
+    try:
+        return tuple(_scan(source).samples)
+    finally:
+        source.close()
 
 
 def iter_tar_samples(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
@@ -572,7 +608,7 @@ def _image_problem(data: memoryview) -> tuple[str, str] | tuple[int, int, int]:
     return (info.height, info.width, info.components)
 
 
-def _parse_label(data: memoryview) -> int | tuple[str, str]:
+def parse_label(data: memoryview) -> int | tuple[str, str]:
     """Return the label a ``.cls`` member holds (Python int() of its bytes, as webdataset decodes
     it), or (reason, detail)."""
     if len(data) > MAX_LABEL_SIZE:
@@ -649,7 +685,7 @@ def index_tar(
             hashed = stop
             data = source.read(member.data_offset, stop)
             if role == "label":
-                labels[number] = _parse_label(data)
+                labels[number] = parse_label(data)
             else:
                 images[number] = (member, _image_problem(data), checksum(data))
         hasher.update(source.read(hashed, source.size))
