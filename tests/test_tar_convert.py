@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 from PIL import Image
 
 import shardfmt.convert
 from shardfmt import ConvertError, Loader, open_dataset
+from shardfmt.cli import main
 from shardfmt.convert import convert
 from shardfmt.sample import make_image
 from shardfmt.tarreader import TarShardReader
@@ -25,6 +27,11 @@ wds = pytest.importorskip("webdataset")
 
 def read_rejects(out: Path) -> list[dict[str, str]]:
     return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+def run(*args: Any) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.output
 
 
 def test_tar_output_is_deterministic_and_read_by_everyone(imagefolder: Path, tmp_path: Path) -> None:
@@ -137,3 +144,19 @@ def test_resume_and_overwrite_know_tar_shards(imagefolder: Path, tmp_path: Path,
     assert result.reused_shards == len(result.manifest.shards) - 1 and verify_dataset(out).ok
     convert(imagefolder, out, workers=1, shard_size=6_000, overwrite=True)
     assert not list(out.glob("*.tar*")) and verify_dataset(out).ok
+
+
+def test_cli_index_and_convert_format_tar(imagefolder: Path, tmp_path: Path) -> None:
+    code, output = run("convert", imagefolder, tmp_path / "tars", "--format", "tar", "--workers", "1", "--shard-size", "8KiB", "-q")
+    assert code == 0 and output == ""
+    (tmp_path / "tars" / "manifest.json").unlink()
+    code, output = run("index", tmp_path / "tars")
+    assert code == 0 and output.startswith("24 records in ") and "0 samples rejected" in output
+    code, output = run("verify", tmp_path / "tars")
+    assert code == 0 and output.startswith("ok: ")
+    code, output = run("info", tmp_path / "tars")
+    assert code == 0 and "channels        3: 24" in output
+    code, output = run("index", tmp_path / "tars")
+    assert code == 1 and "already holds manifest.json" in output
+    code, output = run("index", tmp_path / "nothing-{0..1}.tar")
+    assert code == 1 and "does not exist" in output
