@@ -17,6 +17,7 @@ import torch
 from ..errors import DecodeError
 from ..layout import column_name
 from ..ops import ImageDecoder, Pipeline
+from ..ops.decode import as_target
 from ..reader import DatasetReader
 from .core import _resolve_pipeline
 
@@ -101,7 +102,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 box_height=int(plan.height[0]),
                 box_width=int(plan.width[0]),
                 flip=bool(plan.flip[0]),
-                out=out,
+                out=as_target(out[None]),
             )
         except ValueError as err:
             raise DecodeError(f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local) from err

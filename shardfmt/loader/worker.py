@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import ChecksumError, DecodeError, ShardfmtError
 from ..layout import column_name
 from ..ops import ImageDecoder, pipeline_from_config
+from ..ops.decode import as_target
 from ..reader import DatasetReader
 from ..sampling import AUGMENT_STREAM, record_keys
 from .shm import SlotLayout, SlotRing
@@ -58,6 +59,7 @@ class ChunkProcessor:
         self.seed = int(config["seed"])
         height, width = config["max_size"]
         self.decoder = ImageDecoder(max_height=height, max_width=width, output_size=tuple(config["output_size"]), fast=config["fast_decode"])
+        self.targets = [as_target(images) for images in ring.images]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
@@ -87,7 +89,7 @@ class ChunkProcessor:
             widths[k] = table_row[width_col]
             labels[row + k] = table_row[self.label_field] if self.label_field else 0
         plan = self.pipeline.plan(heights, widths, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
-        images = self.ring.images[slot]
+        targets = self.targets[slot]
         for k in range(count):
             reader, table_row, record = readers[k], rows[k], int(local[k])
             self.current[0] = indices[k]
@@ -105,7 +107,7 @@ class ChunkProcessor:
                     box_height=int(plan.height[k]),
                     box_width=int(plan.width[k]),
                     flip=bool(plan.flip[k]),
-                    out=images[row + k],
+                    out=targets[row + k : row + k + 1],
                 )
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
