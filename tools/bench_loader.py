@@ -110,7 +110,7 @@ from shardfmt.sample import make_imagefolder
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "pil", "webdataset", "decode")
+CONTENDERS = ("shardfmt", "tar", "pil", "webdataset", "decode")
 SAMPLE_INTERVAL = 0.05
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -119,6 +119,7 @@ JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 SHARDFMT_FAST = "shardfmt fast_decode=True"
 SHARDFMT_EXACT = "shardfmt fast_decode=False"
+SHARDFMT_TAR = "shardfmt on tar shards"
 PIL_LOADER = "PIL DataLoader"
 WEBDATASET = "webdataset"
 LIMIT_EXACT = "decode limit, exact IDCT"
@@ -289,8 +290,9 @@ class FolderDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         with open(path, "rb") as file:
             image = Image.open(file).convert("RGB")
         top, left, height, width = crop_params(image.height, image.width)
-        box = (left, top, left + width, top + height)
-        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR, box=box)
+        # torchvision's F.resized_crop on a PIL image: crop, then resize (antialiased bilinear).
+        image = image.crop((left, top, left + width, top + height))
+        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
         if torch.rand(1).item() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.array(image)).permute(2, 0, 1), label
@@ -312,9 +314,9 @@ def decode_and_crop(sample: tuple[bytes, bytes]) -> tuple[torch.Tensor, int]:
 # -- the contenders: each opens a Stream ------------------------------------------------------
 
 
-def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool) -> Stream:
+def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = "shardfmt") -> Stream:
     loader = shardfmt.Loader(
-        source.derived / "shardfmt",
+        source.derived / folder,
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
@@ -536,13 +538,13 @@ def load_source(root: Path, work_dir: Path, images: int | None) -> Source:
     )
 
 
-def prepare_shardfmt(source: Source) -> None:
-    out = source.derived / "shardfmt"
+def prepare_shardfmt(source: Source, *, shard_format: str = "binary") -> None:
+    out = source.derived / ("shardfmt" if shard_format == "binary" else "shardfmt-tar")
     if (out / "manifest.json").exists():  # written last: the commit point of the dataset
         return
     shutil.rmtree(out, ignore_errors=True)
-    say(f"writing shardfmt shards to {out}")
-    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes) as writer:
+    say(f"writing shardfmt {shard_format} shards to {out}")
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes, shard_format=shard_format) as writer:
         for path, label in zip(source.files, source.labels):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             writer.write({"image": path.read_bytes(), "label": label, "key": key})
@@ -657,6 +659,7 @@ SPEED_RATIOS = (
     (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
     (SHARDFMT_FAST, LIMIT_FAST, None),
     (SHARDFMT_EXACT, LIMIT_EXACT, None),
+    (SHARDFMT_TAR, SHARDFMT_FAST, 0.9),
     (WEBDATASET, LIMIT_EXACT, None),
     (WEBDATASET, PIL_LOADER, None),
 )
@@ -765,6 +768,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
     if "shardfmt" in args.only:
         prepare_shardfmt(source)
+    if "tar" in args.only:
+        prepare_shardfmt(source, shard_format="tar")
     if "webdataset" in args.only:
         prepare_webdataset(source, settings)
     resource_tracker.ensure_running()  # started now, so that it is not taken for a worker
@@ -775,6 +780,9 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
             results.append(measure_loader(name, functools.partial(open_shardfmt, source, settings, fast_decode=fast), source, settings))
+    if "tar" in args.only:
+        opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, folder="shardfmt-tar")
+        results.append(measure_loader(SHARDFMT_TAR, opener, source, settings))
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "webdataset" in args.only:
