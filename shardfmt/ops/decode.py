@@ -13,6 +13,7 @@ import simplejpeg
 import torch
 
 from ..errors import DecodeError, LimitError
+from .crop import dct_scale
 
 __all__ = ["MAX_DECODE_PIXELS", "ImageDecoder", "as_target"]
 
@@ -67,11 +68,7 @@ class ImageDecoder:
             DecodeError: the JPEG's size is not the size the record table states.
         """
         out_h, out_w = self.output_size
-        scale = 1
-        for candidate in (8, 4, 2):
-            if box_height >= candidate * out_h and box_width >= candidate * out_w:
-                scale = candidate
-                break
+        scale = dct_scale(box_height, box_width, self.output_size)
         if scale == 1:
             image = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer)
             y0, y1, x0, x1 = top, top + box_height, left, left + box_width
