@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
-from .errors import ShardfmtError
+from .errors import ConvertError, ShardfmtError
 from .normalise import DEFAULT_QUALITY, MAX_PIXELS
 from .writer import DEFAULT_SHARD_SIZE
 
@@ -61,18 +61,19 @@ def _reports_errors(command: F) -> F:
 @click.version_option(__version__, prog_name="shardfmt")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
 def main(debug: bool) -> None:
-    """Convert image folders into checksummed shards, and inspect them.
+    """Convert image folders into checksummed shards (or WebDataset tars), and inspect them.
 
     \b
     Examples:
       shardfmt convert ~/data/imagenet/train /fast/imagenet-train
+      shardfmt index /data/webdataset-train
       shardfmt info /fast/imagenet-train
       shardfmt verify /fast/imagenet-train
       shardfmt demo
     """
 
 
-_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, or a .csv/.jsonl listing) into a dataset in OUT.
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, or WebDataset tars) into a dataset in OUT.
 
 Baseline JPEGs are kept byte for byte after a strict decode check; other images are re-encoded;
 files that cannot be stored (not an image, corrupt, over {MAX_PIXELS:,} pixels, hidden, ...) are
@@ -84,6 +85,13 @@ or declares a column's kind: jpeg, raw (RGB pixels), gray, rgba, mask (1 channel
 values), int64, float64, str, label. --scale states each further image's size relative to the
 first (records that differ are rejected). --store raw keeps decoded pixels instead of JPEG.
 
+SRC may be WebDataset tars: a .tar file, a brace pattern ('shards-{{000..099}}.tar') or a folder
+holding .tar files and no sub-folders; samples are read where they lie (KEY.jpg and KEY.cls),
+nothing is extracted. --format tar writes WebDataset tars with a member index each instead of
+binary shards; webdataset and tar read them, and so does everything in shardfmt. Tar shards hold
+image classification records (a JPEG, a label, a key), so --format tar takes one SRC and none of
+--store, --field, --scale or --patch.
+
 \b
 Examples:
   shardfmt convert ~/data/imagenet/train /fast/imagenet-train
@@ -94,6 +102,8 @@ Examples:
   shardfmt convert LR/ HR/ out/ --field lr --field hr --scale 4 --patch 48
   shardfmt convert seg.csv out/ --field mask=mask      # columns image,mask,label
   shardfmt convert ~/data/pets out/ --store raw --patch 256
+  shardfmt convert ~/data/imagenet/train /fast/imagenet-wds --format tar
+  shardfmt convert '/data/wds/train-{{000000..000146}}.tar' /fast/train-shards
 """
 
 
@@ -137,26 +147,60 @@ def _parse_scale(value: str | None) -> Any:
               help="Size of each further image field relative to the first, checked per record. [default: 1]")
 @click.option("--patch", type=click.IntRange(min=1), default=None,
               help="Resize so the shorter side is N and keep the centered N x N square (further fields: N x scale).")
+@click.option("--format", "shard_format", type=click.Choice(["binary", "tar"]), default="binary", show_default=True,
+              help="Shard format: shardfmt's binary shards, or WebDataset tars with a member index each.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @_reports_errors
 def convert_command(sources: tuple[Path, ...], out: Path, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
-                    fields: tuple[str, ...], scale: str | None, patch: int | None, quiet: bool) -> None:
+                    fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool) -> None:
     from .convert import convert
     from .fields import convert_fields, needs_fields
 
     declared = [_parse_field(value) for value in fields]
-    common = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
-                  overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty())
+    common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
+                                  overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty())
     if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch):
+        if shard_format == "tar":
+            raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
+                               "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")
         result = convert_fields(sources, out, fields=declared, store=store, scale=_parse_scale(scale), patch=patch, **common)
     else:
-        result = convert(sources[0], out, **common)
+        result = convert(sources[0], out, shard_format=shard_format, **common)
     if not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
                    f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
                    f"{result.input_bytes / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s){kept}: {out}")
+
+
+@main.command("index")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="The dataset folder; it must contain every tar. [default: the tars' deepest common folder]")
+@click.option("--overwrite", is_flag=True, help="Replace the manifest already in the dataset folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No summary.")
+@_reports_errors
+def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, quiet: bool) -> None:
+    """Make existing WebDataset tars a dataset, in place: index every tar and write a manifest.
+
+    SOURCES are .tar files, brace patterns ('shards-{000..099}.tar') or folders (every .tar below,
+    sorted). Each tar gets its member index (NAME.tar.idx) and is read where it lies; samples
+    without a usable JPEG or .cls label are listed in rejects.jsonl with a reason. Classes are the
+    labels in decimal.
+
+    \b
+    Examples:
+      shardfmt index /data/wds-train
+      shardfmt index '/data/wds/train-{000000..000146}.tar' --out /data/wds
+    """
+    from .tarindex import index_tars
+
+    manifest = index_tars(sources, out=out, overwrite=overwrite)
+    if not quiet:
+        rejected = manifest.rejects.get("count", 0)
+        click.echo(f"{manifest.num_records:,} records in {len(manifest.shards)} tars, {rejected:,} samples rejected"
+                   f"{' (see rejects.jsonl)' if rejected else ''}")
 
 
 @main.command("info")

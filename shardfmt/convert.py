@@ -1,4 +1,4 @@
-"""`convert`: an ImageFolder tree or a listing file becomes a dataset, in parallel and resumably.
+"""`convert`: image folders, listings or WebDataset tars become a dataset, in parallel and resumably.
 
 Inputs (`scan.py` has the details). A folder is read as torchvision's ImageFolder: each
 sub-folder is a class, classes sorted by name as plain strings and numbered from 0, files found
@@ -6,9 +6,18 @@ recursively (following symbolic links) in torchvision's order. A ``.csv`` (``pat
 ``.jsonl`` (``{"path": ..., "label": ...}``) listing names files relative to its folder; labels
 are all integers (no class names) or all strings (class names sorted, label = index). A record's
 key is its path relative to the source root, '/'-separated, without the last extension.
+WebDataset tars (a ``.tar`` file, a brace pattern, or a folder of ``.tar`` files only) are read in
+place: each sample's image member with one ``pread``, its label from its ``.cls`` member, its key
+kept; classes are the labels in decimal.
+
+Output: binary shards, or with ``shard_format="tar"`` WebDataset tars with a member index each
+(spec/tar.md), under the same manifest. A tar key cannot hold a dot in its last part, so there
+each dot becomes "_" (``img.001`` -> ``img_001``); a record whose key still cannot be a tar key is
+rejected as "bad-key", one whose key repeats in its shard as "duplicate-key", and one whose label is
+outside [0, 2^20) as "bad-label".
 
 Awkward inputs are handled on purpose, and every file that does not become a record is listed in
-``rejects.jsonl`` (path, reason, detail) in input order:
+``rejects.jsonl`` (path, reason, detail, and for a sample of a tar its key) in input order:
 
 - the content decides, not the name: every regular file is a candidate, a text file is rejected
   as "not-an-image", a PNG named ``.JPEG`` is converted;
@@ -75,20 +84,20 @@ from .checksum import parse_checksum
 from .errors import ConvertError, WorkerError
 from .fileio import atomic_write_bytes, fsync_directory
 from .layout import MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE
-from .manifest import MANIFEST_NAME, Manifest, ShardEntry
+from .manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
 from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
 from .scan import SourceScan, display_path, scan_source
 from .schema import IMAGE_CLASSIFICATION, Schema
-from .task import WORK_DIR, ShardTask, run_shard_task
-from .writer import DEFAULT_SHARD_SIZE, shard_name
+from .task import WORK_DIR, ShardTask, run_shard_task, shard_file_name
+from .writer import DEFAULT_SHARD_SIZE
 
 __all__ = ["PLAN_NAME", "REJECTS_NAME", "ConvertResult", "check_options", "convert", "plan_shards", "prepare_output", "run_plan"]
 
 PLAN_NAME: Final = "plan.json"
 REJECTS_NAME: Final = "rejects.jsonl"
 _PLAN_VERSION: Final = 1
-_OWN_NAME = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard|\.shardfmt-work)\Z")
-_OWN_TEMP = re.compile(r"\.(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard)\.tmp-\d+\Z")
+_OWN_NAME = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.(?:shard|tar|tar\.idx)|\.shardfmt-work)\Z")
+_OWN_TEMP = re.compile(r"\.(manifest\.json|rejects\.jsonl|shard-\d{5,}\.(?:shard|tar|tar\.idx))\.tmp-\d+\Z")
 _WORK_TEMP = re.compile(r"\..+\.tmp-\d+\Z")
 
 
@@ -156,11 +165,14 @@ def convert(
     overwrite: bool = False,
     strict: bool = False,
     progress: bool = False,
+    shard_format: str = "binary",
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
     Args:
-        src: an ImageFolder directory, or a ``.csv`` / ``.jsonl`` listing.
+        src: an ImageFolder directory, a ``.csv`` / ``.jsonl`` listing, or WebDataset tars: a
+            ``.tar`` file, a brace pattern of them, or a folder holding ``.tar`` files and no
+            sub-folders (read where they are, nothing extracted).
         out: the output folder; created if missing. It must be empty unless `resume` or
             `overwrite` is given, and must not lie inside an ImageFolder source.
         shard_size: target bytes of input per shard (default 256 MiB).
@@ -172,6 +184,8 @@ def convert(
         overwrite: first remove shardfmt's files from `out` (nothing else there is touched).
         strict: raise `ConvertError` naming the first reject, after writing everything.
         progress: show a progress bar with images/s and ETA on stderr.
+        shard_format: "binary" shards, or "tar": WebDataset tars with a member index each
+            (spec/tar.md), same manifest otherwise.
 
     Returns:
         A `ConvertResult`.
@@ -187,21 +201,26 @@ def convert(
     """
     started = time.perf_counter()
     check_options(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite)
+    if shard_format not in ("binary", "tar"):
+        raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
     src, out = Path(src), Path(out)
     if src.is_dir() and (out.resolve() == src.resolve() or src.resolve() in out.resolve().parents):
         raise ConvertError("the output folder lies inside the source tree, where it would become a class; choose another", path=out)
     prepare_output(out, resume=resume, overwrite=overwrite)
     scan = scan_source(src)
     options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-    plan = _make_plan(scan, src, options)
+    plan = _make_plan(scan, src, options, shard_format=shard_format)
     tasks = [
         ShardTask(
             index=index,
             root=str(scan.root),
             out=str(out),
-            inputs=tuple((i, path, size, label) for i, (path, size, _, label) in enumerate(plan["inputs"][start:stop], start)),
+            inputs=tuple(
+                (i, path, size, label, *member) for i, (path, size, _, label, *member) in enumerate(plan["inputs"][start:stop], start)
+            ),
             max_side=max_side,
             quality=quality,
+            shard_format=shard_format,
         )
         for index, (start, stop) in enumerate(plan["shards"])
     ]
@@ -321,16 +340,21 @@ def _remove_temp_files(out: Path, work: Path) -> None:
                 (folder / name).unlink()
 
 
-def _make_plan(scan: SourceScan, src: Path, options: dict[str, Any]) -> dict[str, Any]:
-    inputs = [[item.path, item.size, item.mtime_ns, item.label] for item in scan.inputs]
+def _make_plan(scan: SourceScan, src: Path, options: dict[str, Any], *, shard_format: str) -> dict[str, Any]:
+    # A sample of a tar adds where its image is and its key; a file keeps the short form.
+    inputs = [
+        [item.path, item.size, item.mtime_ns, item.label, *([item.offset, item.sample_key] if item.offset is not None else [])]
+        for item in scan.inputs
+    ]
     return {
         "version": _PLAN_VERSION,
         "source": str(src.resolve()),
         "kind": scan.kind,
+        "shard_format": shard_format,
         "options": options,
         "classes": list(scan.classes) if scan.classes is not None else None,
         "inputs": inputs,
-        "scan_rejects": [[r.position, r.path, r.reason, r.detail] for r in scan.rejects],
+        "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in scan.rejects],
         "shards": [list(span) for span in plan_shards([item.size for item in scan.inputs], shard_size=options["shard_size"])],
     }
 
@@ -343,7 +367,7 @@ def _check_stored_plan(path: Path, plan: dict[str, Any]) -> None:
         raise ConvertError(f"the stored plan cannot be read ({err}); use --overwrite to start again", path=path) from err
     if stored == plan:
         return
-    for key in ("version", "source", "kind", "options", "classes"):
+    for key in ("version", "source", "kind", "shard_format", "options", "classes"):
         if stored.get(key) != plan[key]:
             change = f"{key} changed from {_short(stored.get(key))} to {_short(plan[key])}"
             break
@@ -390,7 +414,7 @@ def _run_tasks(
                         except BrokenProcessPool as err:
                             raise WorkerError(
                                 "a worker process died (killed, or out of memory?) before this shard was finished",
-                                path=out / shard_name(task.index),
+                                path=out / shard_file_name(task.index, task.shard_format),
                             ) from err
         except BaseException:
             for future in futures:
@@ -436,16 +460,19 @@ def _finish(
 ) -> tuple[Manifest, list[dict[str, str]]]:
     """Write rejects.jsonl, then manifest.json (the commit point), then remove the work folder."""
     inputs = plan["inputs"]
-    ordered: list[tuple[tuple[int, int], str, str, str]] = [
-        ((position, 0), path, reason, detail) for position, path, reason, detail in plan["scan_rejects"]
+    ordered: list[tuple[tuple[int, int], dict[str, str]]] = [
+        ((position, 0), _reject(path, reason, detail, *key)) for position, path, reason, detail, *key in plan["scan_rejects"]
     ]
     rejected: set[int] = set()
     for sidecar in sidecars:
         for number, reason, detail in sidecar["rejects"]:
-            ordered.append(((number, 1), display_path(inputs[number][0]), reason, detail))
+            item = inputs[number]
+            sample_key = _sample_key(item)  # a sample of a tar also names its key
+            key = [display_path(sample_key)] if sample_key is not None else []
+            ordered.append(((number, 1), _reject(display_path(item[0]), reason, detail, *key)))
             rejected.add(number)
-    ordered.sort(key=lambda item: item[0])
-    rejects = [{"path": path, "reason": reason, "detail": detail} for _, path, reason, detail in ordered]
+    ordered.sort(key=lambda pair: pair[0])
+    rejects = [reject for _, reject in ordered]
     report = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
     atomic_write_bytes(out / REJECTS_NAME, report.encode())
     by_reason = dict(Counter(reject["reason"] for reject in rejects))
@@ -460,10 +487,9 @@ def _finish(
     }
     manifest = Manifest(
         schema=schema,
-        shards=tuple(
-            ShardEntry(s["path"], s["num_records"], s["size"], parse_checksum(s["checksum"])) for s in sidecars if s["num_records"]
-        ),
+        shards=tuple(_shard_entry(s) for s in sidecars if s["num_records"]),
         classes=classes,
+        shard_format=plan["shard_format"],
         converter={"name": "shardfmt", "version": __version__, "input": plan["kind"], "options": plan["options"]},
         rejects={"count": len(rejects), "by_reason": by_reason, "report": REJECTS_NAME},
         stats=stats,
@@ -472,3 +498,30 @@ def _finish(
     shutil.rmtree(out / WORK_DIR)
     fsync_directory(out)
     return manifest, rejects
+
+
+def _sample_key(item: list[Any]) -> str | None:
+    """The sample key of a planned input that is a sample of a tar, else None: item 5 of
+    `convert`'s [path, size, mtime, label, offset, key], or the "sample_key" of the record
+    that `fields.convert_fields` plans as [path, size, mtime, label, {...}]."""
+    if len(item) == 6:
+        return str(item[5])
+    if len(item) == 5 and isinstance(item[4], dict):
+        return item[4].get("sample_key")
+    return None
+
+
+def _reject(path: str, reason: str, detail: str, key: str | None = None) -> dict[str, str]:
+    """A line of rejects.jsonl: path, reason, detail, and the key of a sample of a tar."""
+    return {"path": path, "reason": reason, "detail": detail, **({"key": key} if key is not None else {})}
+
+
+def _shard_entry(sidecar: dict[str, Any]) -> ShardEntry:
+    index = sidecar.get("member_index")
+    return ShardEntry(
+        sidecar["path"],
+        sidecar["num_records"],
+        sidecar["size"],
+        parse_checksum(sidecar["checksum"]),
+        IndexEntry(index["path"], index["size"], parse_checksum(index["checksum"])) if index is not None else None,
+    )

@@ -134,7 +134,7 @@ def convert_fields(
             columns=tuple((c.name, c.kind) for c in scan.columns),
             scales=scales,
             inputs=tuple(
-                (i, tuple((path, size) for path, size, _ in item[4]["files"]), _values(item[4]["values"]), item[4]["key"])
+                (i, tuple((path, size, *member) for path, size, _, *member in item[4]["files"]), _values(item[4]["values"]), item[4]["key"])
                 for i, item in enumerate(plan["inputs"][start:stop], start)
             ),
             max_side=max_side,
@@ -167,9 +167,12 @@ def _make_plan(scan: FieldScan, paths: list[Path], options: dict[str, Any]) -> d
     labels = [n for n, column in enumerate(value_columns) if column.kind == "label"]
     inputs = []
     for item in scan.inputs:
-        files = [[f.path, f.size, f.mtime_ns] for f in item.files]
+        # The image of a sample of a tar adds where its member's data starts.
+        files = [[f.path, f.size, f.mtime_ns, *([f.offset] if f.offset is not None else [])] for f in item.files]
         label = item.values[labels[0]] if labels else 0
         extra = {"files": files, "values": [_plan_value(v) for v in item.values], "key": item.key}
+        if item.files[0].sample_key is not None:
+            extra["sample_key"] = item.files[0].sample_key  # named by its rejects
         inputs.append([item.files[0].path, sum(f.size for f in item.files), item.files[0].mtime_ns, label, extra])
     return {
         "version": _PLAN_VERSION,
@@ -178,7 +181,8 @@ def _make_plan(scan: FieldScan, paths: list[Path], options: dict[str, Any]) -> d
         "options": options,
         "classes": list(scan.classes) if scan.classes is not None else None,
         "inputs": inputs,
-        "scan_rejects": [[r.position, r.path, r.reason, r.detail] for r in scan.rejects],
+        "shard_format": "binary",
+        "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in scan.rejects],
         "shards": [list(span) for span in plan_shards([item[1] for item in inputs], shard_size=options["shard_size"])],
     }
 

@@ -2,8 +2,10 @@
 
 Three sources, each giving records of named columns in a fixed order:
 
-- **One ImageFolder tree or ``path,label`` listing** (as `scan.scan_source` reads them): the
-  columns ``image`` and ``label``; only the way ``image`` is stored differs from `convert`.
+- **One ImageFolder tree, ``path,label`` listing or set of WebDataset tars** (as
+  `scan.scan_source` reads them): the columns ``image`` and ``label``; only the way ``image``
+  is stored differs from `convert`. A sample of a tar keeps its key, and its image is read from
+  the tar where it lies.
 - **Several parallel folders** (``LR/ HR/``): one image column per folder, named after it (or
   as declared). Files are found as in an ImageFolder class folder and matched by their path
   relative to their folder without the extension (``LR/a/0001.png`` with ``HR/a/0001.jpg``).
@@ -121,6 +123,10 @@ def scan_fields(sources: Sequence[str | os.PathLike[str]], *, declared: Sequence
     if not paths:
         raise ConvertError("no source given")
     if len(paths) > 1:
+        for path in paths:
+            if path.suffix.lower() == ".tar" or "{" in path.name:
+                raise ConvertError("several sources are folders of one image field each; give WebDataset tars as one source "
+                                   "(a .tar file, a brace pattern or their folder)", path=path)
         return _scan_folders(paths, declared, store)
     columns = listing_columns(paths[0])
     if columns is not None and columns != ["path", "label"]:

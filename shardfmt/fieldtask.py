@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .checksum import format_checksum
 from .errors import RejectError, WorkerError
@@ -24,7 +24,7 @@ from .normalise import REENCODE_REASONS
 from .pixels import IMAGE_KINDS, plan_geometry, store_image, upright_size
 from .scan import display_path
 from .schema import Schema
-from .task import finished_sidecar, read_input, sidecar_path
+from .task import finished_sidecar, read_input, read_member, sidecar_path
 from .writer import ShardWriter, shard_name
 
 __all__ = ["FieldTask", "run_field_task"]
@@ -40,9 +40,13 @@ class FieldTask:
         columns: (field name, kind) of each column, image columns first (the first is the
             reference), then value columns.
         scales: per image column, its size relative to the reference, or None when unchecked.
-        inputs: (input number, ((path, planned size), ...) per image column, values, key).
+        inputs: (input number, ((path, planned size), ...) per image column, values, key); the
+            image of a sample of a tar adds the offset of its member's data: (path, size, offset).
         max_side, patch, quality: how images are reshaped and re-encoded.
+        shard_format: always "binary": tar shards hold image classification records only.
     """
+
+    shard_format: ClassVar[str] = "binary"
 
     index: int
     root: str
@@ -50,7 +54,7 @@ class FieldTask:
     schema: Schema
     columns: tuple[tuple[str, str], ...]
     scales: tuple[int | None, ...]
-    inputs: tuple[tuple[int, tuple[tuple[str, int], ...], tuple[Any, ...], str], ...]
+    inputs: tuple[tuple[int, tuple[tuple[Any, ...], ...], tuple[Any, ...], str], ...]
     max_side: int | None
     patch: int | None
     quality: int
@@ -118,20 +122,23 @@ def run_field_task(task: FieldTask, *, on_image: Callable[[int], None] | None = 
 
 
 def _build_record(
-    task: FieldTask, files: tuple[tuple[str, int], ...], values: tuple[Any, ...], key: str
+    task: FieldTask, files: tuple[tuple[Any, ...], ...], values: tuple[Any, ...], key: str
 ) -> tuple[dict[str, Any], list[str | None]]:
     """Return the record and, per jpeg field, why it was re-encoded (None: kept as it was)."""
     images = [(name, kind) for name, kind in task.columns if kind in IMAGE_KINDS]
     datas, sizes = [], []
-    for n, ((path, size), (name, _)) in enumerate(zip(files, images)):
+    for n, ((path, size, *member), (name, _)) in enumerate(zip(files, images)):
         try:
-            data = read_input(os.path.join(task.root, path), size_hint=size)
+            if member:  # the image member of a sample of a tar
+                data = read_member(os.path.join(task.root, path), offset=member[0], size=size)
+            else:
+                data = read_input(os.path.join(task.root, path), size_hint=size)
             datas.append(data)
             sizes.append(upright_size(data))
         except RejectError as err:
             raise _in_field(err, name, path, n) from err
     ref_width, ref_height = sizes[0]
-    for n, ((path, _), (name, _), scale) in enumerate(zip(files, images, task.scales)):
+    for n, ((path, *_), (name, _), scale) in enumerate(zip(files, images, task.scales)):
         if n and scale is not None and sizes[n] != (ref_width * scale, ref_height * scale):
             raise RejectError(
                 f"field {name!r} ({display_path(path)}) is {sizes[n][0]}x{sizes[n][1]}, not {scale} x "
@@ -141,7 +148,7 @@ def _build_record(
     geometry = plan_geometry(ref_width, ref_height, max_side=task.max_side, patch=task.patch)
     record: dict[str, Any] = {}
     reasons: list[str | None] = []
-    for n, (data, (path, _), (name, kind), scale) in enumerate(zip(datas, files, images, task.scales)):
+    for n, (data, (path, *_), (name, kind), scale) in enumerate(zip(datas, files, images, task.scales)):
         try:
             stored = store_image(data, kind=kind, geometry=geometry.scaled(scale or 1) if geometry is not None else None, quality=task.quality)
         except RejectError as err:

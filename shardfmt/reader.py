@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,11 @@ from .layout import (
     align_up,
     column_name,
 )
-from .manifest import Manifest
+from .manifest import Manifest, ShardEntry
 from .schema import Schema
 from .storage import ByteSource, open_source
 
-__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset"]
+__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset", "open_shard"]
 
 _CHANNELS = {"jpeg": JPEG_CHANNELS, "raw": RAW_CHANNELS}
 """Image types and the channel counts each allows."""
@@ -379,30 +379,45 @@ class DatasetReader:
     """A dataset: the shards its manifest lists, as one sequence of records.
 
     Shards are opened lazily, on the first access to one of their records, and each is checked
-    against the manifest's size on open. Use `open_dataset` to make one.
+    against the manifest's size on open. Binary shards are read by `ShardReader`, tar shards
+    (``shard_format: "tar"``) by `tarreader.TarShardReader` through their member index; both
+    offer the same record table. Use `open_dataset` to make one.
+
+    Attributes:
+        root: the directory shard paths are relative to.
+        index_root: the directory index paths of tar shards are relative to: `root`, except for
+            tars opened directly, whose indexes live in a cache (see `open_dataset`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
-        self.manifest = Manifest.load(path)
-        from .manifest import find_manifest
+    def __init__(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True) -> None:
+        from .tarindex import open_tars, tar_sources
 
-        self.root = find_manifest(path).parent
+        tars = tar_sources(path)
+        if tars is None:
+            from .manifest import find_manifest
+
+            self.manifest = Manifest.load(path)  # type: ignore[arg-type]
+            self.root = find_manifest(path).parent  # type: ignore[arg-type]
+            self.index_root = self.root
+        else:
+            self.manifest, self.root, self.index_root = open_tars(tars)
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
         counts = [shard.num_records for shard in self.manifest.shards]
         self.cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._readers: dict[int, ShardReader] = {}
+        self._readers: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def shard(self, shard_index: int) -> ShardReader:
-        """Open (once) and return shard number `shard_index`, checked against the manifest."""
+    def shard(self, shard_index: int) -> Any:
+        """Open (once) and return shard number `shard_index`, checked against the manifest: a
+        `ShardReader`, or a `tarreader.TarShardReader` for a tar shard."""
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
-            reader = ShardReader(self.root / entry.path, verify=self.verify, expected_size=entry.size)
+            reader = open_shard(self.root, entry, verify=self.verify, index_root=self.index_root)
             if len(reader) != entry.num_records:
                 reader.close()
                 raise ManifestError(
@@ -444,11 +459,42 @@ class DatasetReader:
         self.close()
 
 
-def open_dataset(path: str | os.PathLike[str], *, verify: bool = True) -> DatasetReader:
-    """Open a dataset by its directory or its manifest.json.
+def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+    """Open the shard a manifest entry names, checked against the entry's sizes.
 
     Args:
-        path: the dataset root or its manifest.
+        root: the folder the entry's path is relative to.
+        entry: the manifest entry.
+        verify: check each record's checksum when its payload is read.
+        index_root: the folder a tar shard's index path is relative to (default `root`).
+
+    Returns:
+        A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+    """
+    if entry.index is None:
+        return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
+    from .tarreader import TarShardReader
+
+    return TarShardReader(
+        root / entry.path,
+        index=(root if index_root is None else index_root) / entry.index.path,
+        verify=verify,
+        expected_size=entry.size,
+        expected_index_size=entry.index.size,
+    )
+
+
+def open_dataset(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True
+) -> DatasetReader:
+    """Open a dataset by its directory or its manifest.json, or WebDataset tars directly.
+
+    Args:
+        path: the dataset root or its manifest; or tars: a path ending in ``.tar``, a pattern
+            with braces (``shards-{000..099}.tar``), or a list of those. Tars opened directly are
+            indexed on first open into a cache, and found there afterwards (see
+            `tarindex.open_tars` for where); a directory without manifest.json is never a
+            dataset, even one full of tars (index it with `tarindex.index_tars`).
         verify: check each record's checksum when its payload is read.
 
     Returns:
@@ -457,5 +503,6 @@ def open_dataset(path: str | os.PathLike[str], *, verify: bool = True) -> Datase
     Raises:
         DatasetNotFoundError: no manifest (not a dataset, or an unfinished conversion).
         ManifestError, UnsupportedVersionError: the manifest is invalid or too new.
+        ShardNotFoundError, FormatError: a tar opened directly is missing or malformed.
     """
-    return DatasetReader(Path(path), verify=verify)
+    return DatasetReader(path, verify=verify)

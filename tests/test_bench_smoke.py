@@ -48,7 +48,7 @@ def test_every_contender_with_chart(tmp_path: Path) -> None:
     chart = tmp_path / "bench.png"
     done = run_bench("--chart", str(chart), work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
-    for name in ("shardfmt fast_decode=True", "shardfmt raw pixels", "PIL DataLoader", "webdataset", "decode limit, exact IDCT"):
+    for name in ("shardfmt fast_decode=True", "shardfmt on tar shards", "shardfmt raw pixels", "PIL DataLoader", "webdataset", "decode limit, exact IDCT"):
         assert name in done.stdout
     assert not any("n/a" in line for line in ratio_lines(done.stdout))
     assert chart.read_bytes().startswith(b"\x89PNG")

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from shardfmt import DatasetWriter, Loader, Schema, SchemaError, open_dataset
-from shardfmt.ops import CropPlan, ImageOutput, RandomCrop, RandomResizedCrop, scale_plan
+from shardfmt.ops import CropPlan, ImageOutput, RandomCrop, RandomResizedCrop, dct_scale, scale_plan
 
 SCALE = 4
 NUM = 24
@@ -276,3 +276,106 @@ def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
         Dataset(pairs, image_field="lr")
     image, label = Dataset(pairs, image_field="hr_jpeg", size=16)[3]
     assert image.shape == (3, 16, 16) and label == 3
+
+
+def chunk_boxes(pairs: Path, fields: Any, pipeline: Any, *, epochs: int = 3) -> tuple[Any, dict[str, list[CropPlan]], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The boxes a worker draws for every record in a few epochs, per image field, and each
+    field's stored sizes."""
+    from shardfmt.layout import column_name
+    from shardfmt.loader.shm import SlotRing
+    from shardfmt.loader.worker import ChunkProcessor
+
+    with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=pipeline, fields=fields, layout="NHWC") as loader:
+        layout = loader.layout_spec
+        processor = ChunkProcessor(loader._config, SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None))
+        indices = np.arange(NUM, dtype=np.int64)
+        rows = [processor.dataset.shard(shard).table[local] for shard, local in map(processor.dataset.locate, range(NUM))]
+        boxes: dict[str, list[CropPlan]] = {}
+        for epoch in range(epochs):
+            for name, plan in processor._boxes(rows, epoch, indices).items():
+                boxes.setdefault(name, []).append(plan)
+        sizes = {
+            spec.name: (np.array([r[column_name(spec.name, "height")] for r in rows]), np.array([r[column_name(spec.name, "width")] for r in rows]))
+            for spec in processor.images
+        }
+        specs = {spec.name: spec for spec in processor.images}
+        processor.close()
+    return specs, boxes, sizes
+
+
+def aligned_scales(plan: CropPlan, size: tuple[int, int]) -> list[int]:
+    """The DCT scale of each box; asserts that its edges are multiples of it."""
+    scales = []
+    for k in range(len(plan.top)):
+        s = dct_scale(int(plan.height[k]), int(plan.width[k]), size)
+        assert plan.top[k] % s == plan.left[k] % s == plan.height[k] % s == plan.width[k] % s == 0
+        scales.append(s)
+    return scales
+
+
+def test_carried_boxes_stay_exact_for_an_integer_ratio_at_the_dct_scale(pairs: Path) -> None:
+    """lr boxes of up to 24 px for a 4 px output are decoded at 1/2 to 1/4 scale and snapped to it;
+    hr (4x) at 16 px takes exactly 4 times each box, which lies on the same scale's grid."""
+    _, boxes, _ = chunk_boxes(pairs, {"lr_jpeg": 4, "hr_jpeg": 16}, RandomResizedCrop(4))
+    scales = []
+    for lr, hr in zip(boxes["lr_jpeg"], boxes["hr_jpeg"]):
+        for edge in ("top", "left", "height", "width"):
+            assert np.array_equal(getattr(hr, edge), 4 * getattr(lr, edge))
+        assert np.array_equal(hr.flip, lr.flip)
+        scales += aligned_scales(lr, (4, 4))
+        assert aligned_scales(hr, (16, 16)) == aligned_scales(lr, (4, 4))
+    assert max(scales) >= 4 and min(scales) <= 2, "the test must exercise several DCT scales"
+
+
+def test_each_jpeg_field_snaps_to_its_own_dct_scale(pairs: Path) -> None:
+    """hr at the lr output size is decoded at a larger scale than lr: its carried box is snapped
+    to that scale (each edge within s/2 of 4x the lr box); a raw field keeps the carried box."""
+    _, boxes, sizes = chunk_boxes(pairs, {"lr_jpeg": 4, "hr_jpeg": 4, "hr": 4}, RandomResizedCrop(4))
+    hr_h, hr_w = sizes["hr_jpeg"]
+    assert (hr_h % 8 == 0).all() and (hr_w % 8 == 0).all()
+    larger = 0
+    for lr, hr, raw in zip(boxes["lr_jpeg"], boxes["hr_jpeg"], boxes["hr"]):
+        for edge in ("top", "left", "height", "width"):
+            assert np.array_equal(getattr(raw, edge), 4 * getattr(lr, edge))
+        hr_scales = aligned_scales(hr, (4, 4))
+        larger += sum(h > r for h, r in zip(hr_scales, aligned_scales(lr, (4, 4))))
+        half = np.array(hr_scales) // 2
+        assert (np.abs(hr.top - 4 * lr.top) <= half).all() and (np.abs(hr.left - 4 * lr.left) <= half).all()
+        bottom, right = hr.top + hr.height, hr.left + hr.width  # sides are multiples of 8: never clipped
+        assert (np.abs(bottom - 4 * (lr.top + lr.height)) <= half).all() and (np.abs(right - 4 * (lr.left + lr.width)) <= half).all()
+        assert (hr.height >= 1).all() and (bottom <= hr_h).all() and (right <= hr_w).all()
+    assert larger > 0, "the test must decode hr at a larger scale than lr"
+
+
+def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
+    """Every field's output (RGB lr, grayscale hr at 1/8 scale) matches PIL's resize of the same
+    box of the same JPEG: the strided view of the decode buffer handles 1 and 3 channels."""
+    import io
+
+    from shardfmt.loader.shm import SlotRing
+    from shardfmt.loader.worker import ChunkProcessor
+
+    fields = {"lr_jpeg": ImageOutput(8), "hr_jpeg": ImageOutput(8, channels=1)}
+    with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=RandomResizedCrop(8), fields=fields, layout="NHWC", fast_decode=False) as loader:
+        layout = loader.layout_spec
+        ring = SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None)
+        processor = ChunkProcessor(loader._config, ring)
+        indices = np.arange(NUM, dtype=np.int64)
+        processor.process(0, 0, 1, indices)
+        rows = [processor.dataset.shard(shard).table[local] for shard, local in map(processor.dataset.locate, range(NUM))]
+        boxes = processor._boxes(rows, 1, indices)
+        scores, scaled = [], 0
+        with open_dataset(pairs) as reader:
+            for name, mode in (("lr_jpeg", "RGB"), ("hr_jpeg", "L")):
+                plan = boxes[name]
+                for k in range(NUM):
+                    box = (int(plan.left[k]), int(plan.top[k]), int(plan.left[k] + plan.width[k]), int(plan.top[k] + plan.height[k]))
+                    scaled += dct_scale(int(plan.height[k]), int(plan.width[k]), (8, 8)) > 1
+                    reference = Image.open(io.BytesIO(bytes(reader[k][name]))).convert(mode).resize((8, 8), Image.Resampling.BILINEAR, box=box)
+                    if plan.flip[k]:
+                        reference = reference.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+                    expected = np.asarray(reference).reshape(8, 8, -1)
+                    scores.append(psnr(ring.arrays[0][name][k], expected))
+        processor.close()
+    assert scaled >= NUM, "the test must exercise DCT scaling"
+    assert np.mean(scores) >= 35.0 and np.percentile(scores, 5) >= 28.0, scores

@@ -112,7 +112,12 @@ BAD_MANIFESTS = {
     "version-arabic-digits": (set_key("format_version", value="\u0661.\u0660"), ManifestError, "MAJOR.MINOR"),
     "version-huge": (set_key("format_version", value="1" + "0" * 5000 + ".0"), ManifestError, "MAJOR.MINOR"),
     "version-major": (set_key("format_version", value="2.0"), UnsupportedVersionError, "major version 2"),
-    "shard-format": (set_key("shard_format", value="tar"), UnsupportedVersionError, "'tar'"),
+    "shard-format": (set_key("shard_format", value="zip"), UnsupportedVersionError, "'zip'"),
+    "index-in-binary": (
+        set_key("shards", 0, "index", value={"path": "x.idx", "size": 1, "checksum": "xxh3_64:0123456789abcdef"}),
+        ManifestError,
+        '"index" is only for tar shards',
+    ),
     "schema-missing": (drop_key("schema"), ManifestError, "missing 'schema'"),
     "schema-field-name": (set_key("schema", "fields", 0, "name", value="a-b"), ManifestError, "schema: field name"),
     "schema-field-type": (set_key("schema", "fields", 0, "type", value="webp"), UnsupportedVersionError, "'webp'"),

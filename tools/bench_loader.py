@@ -10,11 +10,16 @@ as the dataset holds it.
                   unchanged into shardfmt shards with `DatasetWriter` (not the converter, so that
                   every contender decodes byte-identical files); once with ``fast_decode=True``
                   (the default) and once with ``fast_decode=False``.
+  tar             the same Loader (``fast_decode=True``) over the same JPEG bytes written as
+                  WebDataset tar shards, each with its member index (``DatasetWriter(...,
+                  shard_format="tar")``), read from the memory-mapped tars. Target: 0.9x the
+                  images/s of ``shardfmt fast_decode=True``.
   PIL DataLoader  ``torch.utils.data.DataLoader(shuffle=True, persistent_workers=True)`` (workers
                   start once, as shardfmt's do) with the default collate, over an ImageFolder-style Dataset of (path, label): PIL
                   ``Image.open(...).convert("RGB")``, torchvision's RandomResizedCrop.get_params
-                  (reimplemented: torchvision has no CPU wheel here), ``Image.resize((224, 224),
-                  BILINEAR, box=...)``, ``transpose`` for the flip, numpy to a CHW tensor.
+                  (reimplemented: torchvision has no CPU wheel here), ``Image.crop`` then
+                  ``Image.resize((224, 224), BILINEAR)`` as torchvision's ``resized_crop`` does on
+                  a PIL image, ``transpose`` for the flip, numpy to a CHW tensor.
   webdataset      the webdataset library over the same JPEG bytes in its own tar shards (written
                   in a shuffled order with ``ShardWriter``, ``jpg`` + ``cls``, at least two shards
                   per worker and split across workers by webdataset), ``.shuffle(1000)``,
@@ -62,8 +67,9 @@ Columns, for each loader:
                separate start before the timed run.
 
 Ratios are printed of images/s (with the targets: shardfmt at least 2.4x the PIL DataLoader and
-0.8x the exact-IDCT decode limit, raw pixels at least 5x shardfmt's JPEG path) and of images per CPU second: the images/s ratio the contenders
-would reach with every core busy and to themselves, the steadier figure on a shared machine.
+0.8x the exact-IDCT decode limit, tar shards at least 0.9x and raw pixels at least 5x shardfmt's
+JPEG path) and of images per CPU second: the images/s ratio the contenders would reach with every
+core busy and to themselves, the steadier figure on a shared machine.
 
 All files are read from the page cache (they were just written or read), so this measures the CPU
 cost of loading, not the disk. Timings are only as quiet as the machine: the load average is
@@ -71,8 +77,8 @@ printed before and after.
 
 Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
 `shardfmt.sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
-of selected images, the shardfmt, raw-pixel (about 2.2 GB for the default 5000 images) and
-webdataset copies; delete the directory to rebuild.
+of selected images, the shardfmt, shardfmt tar, raw-pixel (about 2.2 GB for the default 5000
+images) and webdataset copies; delete the directory to rebuild.
 
 Usage::
 
@@ -118,7 +124,7 @@ from shardfmt.sample import make_imagefolder
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "raw", "pil", "webdataset", "decode")
+CONTENDERS = ("shardfmt", "tar", "raw", "pil", "webdataset", "decode")
 SAMPLE_INTERVAL = 0.05
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -127,6 +133,7 @@ JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 SHARDFMT_FAST = "shardfmt fast_decode=True"
 SHARDFMT_EXACT = "shardfmt fast_decode=False"
+SHARDFMT_TAR = "shardfmt on tar shards"
 SHARDFMT_RAW = "shardfmt raw pixels"
 PIL_LOADER = "PIL DataLoader"
 WEBDATASET = "webdataset"
@@ -298,8 +305,9 @@ class FolderDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         with open(path, "rb") as file:
             image = Image.open(file).convert("RGB")
         top, left, height, width = crop_params(image.height, image.width)
-        box = (left, top, left + width, top + height)
-        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR, box=box)
+        # torchvision's F.resized_crop on a PIL image: crop, then resize (antialiased bilinear).
+        image = image.crop((left, top, left + width, top + height))
+        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
         if torch.rand(1).item() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.array(image)).permute(2, 0, 1), label
@@ -321,9 +329,9 @@ def decode_and_crop(sample: tuple[bytes, bytes]) -> tuple[torch.Tensor, int]:
 # -- the contenders: each opens a Stream ------------------------------------------------------
 
 
-def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool) -> Stream:
+def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = "shardfmt") -> Stream:
     loader = shardfmt.Loader(
-        source.derived / "shardfmt",
+        source.derived / folder,
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
@@ -559,13 +567,13 @@ def load_source(root: Path, work_dir: Path, images: int | None) -> Source:
     )
 
 
-def prepare_shardfmt(source: Source) -> None:
-    out = source.derived / "shardfmt"
+def prepare_shardfmt(source: Source, *, shard_format: str = "binary") -> None:
+    out = source.derived / ("shardfmt" if shard_format == "binary" else "shardfmt-tar")
     if (out / "manifest.json").exists():  # written last: the commit point of the dataset
         return
     shutil.rmtree(out, ignore_errors=True)
-    say(f"writing shardfmt shards to {out}")
-    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes) as writer:
+    say(f"writing shardfmt {shard_format} shards to {out}")
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes, shard_format=shard_format) as writer:
         for path, label in zip(source.files, source.labels):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             writer.write({"image": path.read_bytes(), "label": label, "key": key})
@@ -696,6 +704,7 @@ SPEED_RATIOS = (
     (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
     (SHARDFMT_FAST, LIMIT_FAST, None),
     (SHARDFMT_EXACT, LIMIT_EXACT, None),
+    (SHARDFMT_TAR, SHARDFMT_FAST, 0.9),
     (WEBDATASET, LIMIT_EXACT, None),
     (WEBDATASET, PIL_LOADER, None),
 )
@@ -805,6 +814,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
     if "shardfmt" in args.only:
         prepare_shardfmt(source)
+    if "tar" in args.only:
+        prepare_shardfmt(source, shard_format="tar")
     if "raw" in args.only:
         prepare_raw(source)
     if "webdataset" in args.only:
@@ -817,6 +828,9 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
             results.append(measure_loader(name, functools.partial(open_shardfmt, source, settings, fast_decode=fast), source, settings))
+    if "tar" in args.only:
+        opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, folder="shardfmt-tar")
+        results.append(measure_loader(SHARDFMT_TAR, opener, source, settings))
     if "raw" in args.only:
         results.append(measure_loader(SHARDFMT_RAW, lambda: open_raw(source, settings), source, settings))
     if "pil" in args.only:

@@ -21,7 +21,7 @@ import math
 import os
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,8 @@ class Loader:
     """Shuffled batches from a shardfmt dataset, decoded by worker processes into shared memory.
 
     Args:
-        path: the dataset directory or its manifest.json.
+        path: the dataset directory or its manifest.json; or WebDataset tars, as `open_dataset`
+            takes them (a ``.tar`` path, a brace pattern, or a list).
         batch_size: records per batch.
         shuffle: a seeded permutation per epoch (else dataset order).
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
@@ -111,9 +112,11 @@ class Loader:
             mapping from field name to `shardfmt.ops.ImageOutput` (or its size, or None for
             the defaults), or a list of names. Image fields ("jpeg", "raw") are cut at the same
             place: the pipeline draws the box on the first image field and the others take it
-            scaled by their size ratio, with the same flip; each has its own output size,
-            channels and interpolation. "ndarray", "int64" and "float64" fields arrive as
-            stored. ``image_field`` and ``label_field`` are then unused.
+            scaled by their size ratio, with the same flip (a jpeg field decoded at a reduced
+            DCT scale snaps it to that scale, exact for whole-number ratios at proportional
+            output sizes: `shardfmt.ops.scale_plan`); each has its own output size, channels
+            and interpolation. "ndarray", "int64" and "float64" fields arrive as stored.
+            ``image_field`` and ``label_field`` are then unused.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
@@ -132,7 +135,7 @@ class Loader:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         batch_size: int,
         shuffle: bool = True,
@@ -162,7 +165,7 @@ class Loader:
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
-        self.path = Path(path)
+        self.path: Path | list[str] = [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else Path(path)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -190,7 +193,7 @@ class Loader:
         self.image_shape = self.outputs[0].shape if not self._fields else None
         self.layout_spec = SlotLayout(prefetch + 1, batch_size, tuple(spec.slot_array() for spec in self.outputs))
         self._config: dict[str, Any] = {
-            "path": str(self.path),
+            "path": self.path if isinstance(self.path, list) else str(self.path),
             "verify": verify,
             "outputs": [spec.to_config() for spec in self.outputs],
             "pipeline": self.pipeline.to_config(),

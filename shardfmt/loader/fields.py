@@ -54,6 +54,11 @@ class OutputSpec:
     def is_image(self) -> bool:
         return self.type in IMAGE_TYPES
 
+    @property
+    def dct_scaled(self) -> bool:
+        """Whether `ImageDecoder` may decode this field at a reduced DCT scale (bilinear jpeg)."""
+        return self.type == "jpeg" and self.interpolation == "bilinear"
+
     def slot_array(self) -> SlotArray:
         return SlotArray(self.name, self.shape, self.dtype)
 
@@ -238,8 +243,10 @@ class _Filler:
         self.spec = spec
         self.name = spec.name
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
-        """Write the field of the record in `row` into ``out[index]``."""
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+        """Write the field of the record in `row` into row `index` of `out`: for an image field
+        the (N, C, H, W) view of the slot's array (`shardfmt.ops.decode.as_target`), for the
+        others the slot's numpy array."""
         raise NotImplementedError
 
     def payload(self, reader: ShardReader, row: Any) -> memoryview:
@@ -260,7 +267,7 @@ class _JpegFiller(_Filler):
             interpolation=spec.interpolation,
         )
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
         self.decoder.decode_box(
@@ -272,7 +279,7 @@ class _JpegFiller(_Filler):
             box_height=box_height,
             box_width=box_width,
             flip=flip,
-            out=out[index],
+            out=out[index : index + 1],
         )
 
 
@@ -285,7 +292,7 @@ class _RawFiller(_Filler):
         self._columns = tuple(column_name(self.name, c) for c in ("offset", "height", "width", "channels"))
         self._files: dict[str, torch.Tensor] = {}
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
         offset, height, width, channels = (int(row[column]) for column in self._columns)
@@ -299,7 +306,8 @@ class _RawFiller(_Filler):
         # The box as one strided view of the mapped pixels: rows of width * channels bytes.
         start = offset + (top * width + left) * channels
         region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
-        self.resizer.resize(match_channels(region, self.channels), flip=flip, out=out[index])
+        source = match_channels(region, self.channels).permute(2, 0, 1).unsqueeze(0)
+        self.resizer.resize(source, flip=flip, out=out[index : index + 1])
 
 
 def _tensor(buffer: memoryview) -> torch.Tensor:
@@ -312,21 +320,21 @@ def _tensor(buffer: memoryview) -> torch.Tensor:
 
 
 class _ArrayFiller(_Filler):
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
         out[index] = np.frombuffer(self.payload(reader, row), self.spec.dtype).reshape(self.spec.shape)
 
 
 class _ScalarFiller(_Filler):
     reads_payload = False
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
         out[index] = row[self.name]
 
 
 class _ZerosFiller(_Filler):
     reads_payload = False
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: np.ndarray, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
         out[index] = 0
 
 

@@ -1,7 +1,9 @@
 """Loader workers: decode chunks of records straight into shared-memory batch slots.
 
 Each delivered field has its filler (`fields.make_filler`); the crop boxes of a chunk are drawn
-once, on the reference image field, and carried to the other image fields.
+once, on the reference image field, and carried to the other image fields (snapped to the DCT
+scale of each jpeg field that is decoded at one). Image fillers write through (N, C, H, W) views
+of the slot arrays (`ops.decode.as_target`).
 
 A worker is started once per loader with a small config (the dataset path, the pipeline as a
 dict, the slot layout) and never with the dataset object, so it works under spawn as well as
@@ -28,7 +30,8 @@ import numpy as np
 
 from ..errors import ChecksumError, DecodeError, ShardfmtError
 from ..layout import column_name
-from ..ops import CropPlan, pipeline_from_config, scale_plan
+from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
+from ..ops.decode import as_target
 from ..reader import DatasetReader
 from ..sampling import AUGMENT_STREAM, record_keys
 from .fields import OutputSpec, make_filler
@@ -60,8 +63,11 @@ class ChunkProcessor:
         self.seed = int(config["seed"])
         specs = [OutputSpec.from_config(value) for value in config["outputs"]]
         self.fillers = [make_filler(spec, fast_decode=config["fast_decode"]) for spec in specs]
-        self.images = [spec.name for spec in specs if spec.is_image]
+        self.images = [spec for spec in specs if spec.is_image]
         self.reads_payload = any(filler.reads_payload for filler in self.fillers)
+        # Per slot, what each filler writes into: image arrays as the (N, C, H, W) views the
+        # decoder and resizer write through, other fields as the numpy arrays themselves.
+        self.targets = [{spec.name: as_target(arrays[spec.name]) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
@@ -80,7 +86,7 @@ class ChunkProcessor:
             readers.append(reader)
             rows.append(reader.table[int(local[k])])
         boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
-        arrays = self.ring.arrays[slot]
+        targets = self.targets[slot]
         for k in range(count):
             reader, table_row, record = readers[k], rows[k], int(local[k])
             self.current[0] = indices[k]
@@ -90,7 +96,7 @@ class ChunkProcessor:
                     reader.verify_record(record)
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
-                    filler.fill(reader, table_row, box[k] if box is not None else None, arrays[filler.name], row + k)
+                    filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k)
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
             except (ShardfmtError, ValueError) as err:
@@ -104,7 +110,9 @@ class ChunkProcessor:
 
     def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
-        field), carried to the others by their size ratios."""
+        field, snapped by the pipeline to its DCT scale), carried to the others by their size
+        ratios and snapped again where a field is decoded at a reduced DCT scale, that scale
+        being chosen on the field's own box and output size."""
         if not self.images:
             return {}
 
@@ -113,11 +121,13 @@ class ChunkProcessor:
             return (np.array([r[height] for r in rows], np.int64), np.array([r[width] for r in rows], np.int64))
 
         reference = self.images[0]
-        ref_h, ref_w = sizes(reference)
+        ref_h, ref_w = sizes(reference.name)
         plan = self.pipeline.plan(ref_h, ref_w, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
-        boxes = {reference: plan}
-        for name in self.images[1:]:
-            boxes[name] = scale_plan(plan, *sizes(name), ref_h, ref_w)
+        boxes = {reference.name: plan}
+        for spec in self.images[1:]:
+            heights, widths = sizes(spec.name)
+            carried = scale_plan(plan, heights, widths, ref_h, ref_w)
+            boxes[spec.name] = snap_to_scale(carried, heights, widths, (spec.shape[0], spec.shape[1])) if spec.dct_scaled else carried
         return boxes
 
     @staticmethod

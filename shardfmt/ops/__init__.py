@@ -3,7 +3,18 @@ are allocated once; each draws its random parameters from the record table, befo
 
 from __future__ import annotations
 
-from .crop import CenterCrop, CropPlan, Pipeline, RandomCrop, RandomResizedCrop, Resize, pipeline_from_config, scale_plan
+from .crop import (
+    CenterCrop,
+    CropPlan,
+    Pipeline,
+    RandomCrop,
+    RandomResizedCrop,
+    Resize,
+    dct_scale,
+    pipeline_from_config,
+    scale_plan,
+    snap_to_scale,
+)
 from .decode import ImageDecoder
 from .output import ImageOutput
 from .resize import Resizer
@@ -18,6 +29,8 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "Resizer",
+    "dct_scale",
     "pipeline_from_config",
     "scale_plan",
+    "snap_to_scale",
 ]

@@ -1,11 +1,12 @@
 """Decode a JPEG with libjpeg-turbo and resize a box of it straight into an output slot.
 
 Per image: pick the largest DCT scale (1/2, 1/4, 1/8) that keeps the box at least as large as the
-output, decode into a reused buffer at that scale (as RGB, grayscale or RGBA, whatever the
-stored channels: libjpeg-turbo converts), then resize the box with `Resizer` (torch's
-antialiased bilinear kernel, matching PIL's BILINEAR, or nearest) writing into the slot, and flip
-there if asked. With nearest interpolation no DCT scaling is used, since it averages pixels. The
-decoder allocates its buffers once.
+output (`dct_scale`; the pipelines have snapped the box's edges to it), decode into a reused
+buffer at that scale (as RGB, grayscale or RGBA, whatever the stored channels: libjpeg-turbo
+converts), take the box as one strided view of that buffer, then resize it with `Resizer`
+(torch's antialiased bilinear kernel, matching PIL's BILINEAR, or nearest) writing into the
+slot's view (`as_target`), and flip there if asked. With nearest interpolation no DCT scaling is
+used, since it averages pixels. The decoder allocates its buffers once.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import simplejpeg
 import torch
 
 from ..errors import DecodeError, LimitError
+from .crop import dct_scale
 from .resize import Resizer
 
-__all__ = ["MAX_DECODE_PIXELS", "ImageDecoder"]
+__all__ = ["MAX_DECODE_PIXELS", "ImageDecoder", "as_target"]
 
 MAX_DECODE_PIXELS = 1 << 28
 """Largest height x width the loader decodes (256 Mpx, 768 MiB of RGB): a decompression-bomb cap,
@@ -57,10 +59,12 @@ class ImageDecoder:
         self.output_size = output_size
         self.fast = fast
         self.channels = channels
+        self.interpolation = interpolation
         self._colorspace = _COLORSPACES[channels]
         self._buffer = np.empty(max(1, max_height * max_width * channels), np.uint8)
+        self._buffer_tensor = torch.from_numpy(self._buffer)
         self._resizer = Resizer(output_size=output_size, channels=channels, interpolation=interpolation)
-        self._scales = (8, 4, 2) if interpolation == "bilinear" else ()
+        self._dct_scaling = interpolation == "bilinear"
 
     def decode_box(
         self,
@@ -73,24 +77,19 @@ class ImageDecoder:
         box_height: int,
         box_width: int,
         flip: bool,
-        out: np.ndarray,
+        out: torch.Tensor,
     ) -> None:
         """Write the box [top, top+box_height) x [left, left+box_width) of the image, resized to
-        the output size and optionally mirrored, into `out` (output_size + (C,), uint8, C-contiguous).
+        the output size and optionally mirrored, into `out`: a (1, C, H, W) uint8 view of an
+        H x W x C array (see `as_target`).
 
         Raises:
             ValueError: from libjpeg-turbo when the data is corrupt (the caller names the record).
+            DecodeError: the JPEG's size is not the size the record table states.
         """
-        out_h, out_w = self.output_size
-        scale = 1
-        for candidate in self._scales:
-            if box_height >= candidate * out_h and box_width >= candidate * out_w:
-                scale = candidate
-                break
+        scale = dct_scale(box_height, box_width, self.output_size) if self._dct_scaling else 1
         if scale == 1:
-            image = simplejpeg.decode_jpeg(
-                data, colorspace=self._colorspace, fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer
-            )
+            image = simplejpeg.decode_jpeg(data, colorspace=self._colorspace, fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer)
             y0, y1, x0, x1 = top, top + box_height, left, left + box_width
         else:
             image = simplejpeg.decode_jpeg(
@@ -104,8 +103,19 @@ class ImageDecoder:
                 buffer=self._buffer,
             )
             y0, x0 = top // scale, left // scale
-            y1 = min(image.shape[0], -(-(top + box_height) // scale))
-            x1 = min(image.shape[1], -(-(left + box_width) // scale))
-        if image.shape[0] * scale < height - scale or image.shape[1] * scale < width - scale:
-            raise DecodeError(f"decoded {image.shape[1]}x{image.shape[0]} at 1/{scale} scale, but the table says {width}x{height}")
-        self._resizer.resize(torch.from_numpy(image[y0:y1, x0:x1]), flip=flip, out=out)
+            y1 = -(-(top + box_height) // scale)
+            x1 = -(-(left + box_width) // scale)
+        decoded_h, decoded_w = image.shape[0], image.shape[1]
+        if decoded_h != -(-height // scale) or decoded_w != -(-width // scale):
+            raise DecodeError(f"the JPEG decodes to {decoded_w * scale}x{decoded_h * scale} but the record table says {width}x{height}")
+        # One strided view of the decode buffer instead of from_numpy + slice + permute + unsqueeze.
+        channels = self.channels
+        row = decoded_w * channels
+        source = self._buffer_tensor.as_strided((1, channels, y1 - y0, x1 - x0), (decoded_h * row, 1, row, channels), y0 * row + x0 * channels)
+        self._resizer.resize(source, flip=flip, out=out)
+
+
+def as_target(images: np.ndarray) -> torch.Tensor:
+    """Return N x H x W x C uint8 images as the (N, C, H, W) channels_last view `decode_box`
+    writes into; ``as_target(a)[k : k + 1]`` is image k."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2)

@@ -17,7 +17,8 @@ class ImageOutput:
     Every image field of a record is cut at the same place: the pipeline draws one box on the
     first image field (the reference), and each other field takes that box scaled by its size
     ratio to the reference (a 4x high-resolution image takes the box 4x larger), with the same
-    flip.
+    flip; a jpeg field decoded at a reduced DCT scale has that box snapped to its own scale
+    (see `shardfmt.ops.scale_plan`).
 
     Attributes:
         size: (height, width) or one int for both. None: the pipeline's size for the reference;

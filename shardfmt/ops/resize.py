@@ -8,7 +8,6 @@ already of the output size is copied, not resampled.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 __all__ = ["INTERPOLATIONS", "Resizer", "match_channels"]
@@ -23,7 +22,7 @@ _LUMA = (299, 587, 114)
 
 
 class Resizer:
-    """Resize HxWxC uint8 tensors into HxWxC uint8 slot rows of one output size.
+    """Resize (1, C, h, w) uint8 tensors into (1, C, H, W) slot views of one output size.
 
     Args:
         output_size: (height, width) of every output.
@@ -39,25 +38,24 @@ class Resizer:
         self.interpolation = interpolation
         self._scratch = torch.empty((1, channels, *output_size), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
 
-    def resize(self, source: torch.Tensor, *, flip: bool, out: np.ndarray) -> None:
-        """Write `source` (h x w x C, any strides) resized to the output size, mirrored left to
-        right if `flip`, into `out` (output_size + (C,), uint8, C-contiguous)."""
+    def resize(self, source: torch.Tensor, *, flip: bool, out: torch.Tensor) -> None:
+        """Write `source` ((1, C, h, w), any strides) resized to the output size, mirrored left to
+        right if `flip`, into `out`: a (1, C, H, W) view of an H x W x C array (see
+        `shardfmt.ops.decode.as_target`)."""
         out_h, out_w = self.output_size
-        box = source.permute(2, 0, 1).unsqueeze(0)
-        target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
-        destination = self._scratch if flip else target
-        if box.shape[2:] == destination.shape[2:]:
-            destination.copy_(box)
+        destination = self._scratch if flip else out
+        if source.shape[2:] == destination.shape[2:]:
+            destination.copy_(source)
         elif self.interpolation == "bilinear" and _bilinear_out is not None:
-            _bilinear_out(box, [out_h, out_w], False, None, None, out=destination)
+            _bilinear_out(source, [out_h, out_w], False, None, None, out=destination)
         elif self.interpolation == "nearest" and _nearest_out is not None:
-            _nearest_out(box, [out_h, out_w], None, None, out=destination)
+            _nearest_out(source, [out_h, out_w], None, None, out=destination)
         else:
             mode = {"bilinear": "bilinear", "nearest": "nearest-exact"}[self.interpolation]
             options = {"antialias": True, "align_corners": False} if mode == "bilinear" else {}
-            destination.copy_(torch.nn.functional.interpolate(box, size=(out_h, out_w), mode=mode, **options))
+            destination.copy_(torch.nn.functional.interpolate(source, size=(out_h, out_w), mode=mode, **options))
         if flip:
-            target.copy_(self._scratch.flip(3))  # 19 us for 224x224; numpy's reversed copy takes 220
+            out.copy_(self._scratch.flip(3))  # 19 us for 224x224; numpy's reversed copy takes 220
 
 
 def match_channels(pixels: torch.Tensor, channels: int) -> torch.Tensor:
