@@ -2,8 +2,9 @@
 
 Convert an ImageFolder tree once (`shardfmt convert`), then read it with `open_dataset` or load
 shuffled batches with `Loader`, from a local folder or from a URL (S3, GCS, HTTP, ... through
-fsspec; see `RemoteOptions`). The converter and the reader work without torch; `Loader` and
-`Dataset` import it when first used.
+fsspec; see `RemoteOptions`). WebDataset tars work too: written by `TarShardWriter` or by a
+`DatasetWriter` with ``shard_format="tar"``, or indexed where they lie (`index_tars`). The
+converter and the reader work without torch; `Loader` and `Dataset` import it when first used.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from .manifest import Manifest, ShardEntry
 from .reader import DatasetReader, ImageInfo, Record, ShardReader, open_dataset
 from .schema import IMAGE_CLASSIFICATION, Field, Schema
 from .storage import RemoteOptions, RetryPolicy
+from .tar import TarShardWriter, index_tar, iter_tar_samples
+from .tarindex import index_tars
+from .tarreader import TarShardReader
 from .writer import DatasetWriter, ShardInfo, ShardWriter
 
 __version__ = "0.1.0"
@@ -65,9 +69,14 @@ __all__ = [
     "ShardReader",
     "ShardWriter",
     "ShardfmtError",
+    "TarShardReader",
+    "TarShardWriter",
     "UnsupportedVersionError",
     "WorkerError",
     "__version__",
+    "index_tar",
+    "index_tars",
+    "iter_tar_samples",
     "open_dataset",
 ]
 

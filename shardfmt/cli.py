@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
-from .errors import ShardfmtError
+from .errors import ConvertError, ShardfmtError
 from .normalise import DEFAULT_QUALITY, MAX_PIXELS
 from .writer import DEFAULT_SHARD_SIZE
 
@@ -61,26 +61,41 @@ def _reports_errors(command: F) -> F:
 @click.version_option(__version__, prog_name="shardfmt")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
 def main(debug: bool) -> None:
-    """Convert image folders into checksummed shards, and inspect them.
+    """Convert image folders into checksummed shards (or WebDataset tars), and inspect them.
 
     \b
     Examples:
       shardfmt convert ~/data/imagenet/train /fast/imagenet-train
+      shardfmt index /data/webdataset-train
       shardfmt info /fast/imagenet-train
       shardfmt verify /fast/imagenet-train
       shardfmt demo
     """
 
 
-_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, or a .csv/.jsonl listing) into a dataset in OUT.
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, or WebDataset tars) into a dataset in OUT.
 
 SRC and OUT may be URLs that fsspec opens (s3://bucket/prefix, gs://..., az://...; SRC also
 http(s)://). Credentials come from the usual places (environment, ~/.aws, instance roles) or
---storage-options; they never appear in messages.
+--storage-options; they never appear in messages. Tars as SRC, and the SRCs of a conversion
+with several fields, must be local; OUT may be a URL for every kind of conversion.
 
 Baseline JPEGs are kept byte for byte after a strict decode check; other images are re-encoded;
 files that cannot be stored (not an image, corrupt, over {MAX_PIXELS:,} pixels, hidden, ...) are
 listed in OUT/rejects.jsonl with a reason. An interrupted run continues with --resume.
+
+Several fields per record: give several folders (one field each, matched by file name), or a
+listing with several columns (image,mask,label,weight). --field NAME=KIND names a folder's field
+or declares a column's kind: jpeg, raw (RGB pixels), gray, rgba, mask (1 channel of class
+values), int64, float64, str, label. --scale states each further image's size relative to the
+first (records that differ are rejected). --store raw keeps decoded pixels instead of JPEG.
+
+SRC may be WebDataset tars: a .tar file, a brace pattern ('shards-{{000..099}}.tar') or a folder
+holding .tar files and no sub-folders; samples are read where they lie (KEY.jpg and KEY.cls),
+nothing is extracted. --format tar writes WebDataset tars with a member index each instead of
+binary shards; webdataset and tar read them, and so does everything in shardfmt. Tar shards hold
+image classification records (a JPEG, a label, a key), so --format tar takes one SRC and none of
+--store, --field, --scale or --patch.
 
 \b
 Examples:
@@ -90,11 +105,35 @@ Examples:
   shardfmt convert ~/data/pets out/ --overwrite --strict --quiet
   shardfmt convert ~/data/imagenet/train s3://bucket/imagenet-train
   shardfmt convert s3://bucket/raw/train s3://bucket/train --engine ray
+  shardfmt convert div2k/LR div2k/HR out/ --scale 4 --store raw
+  shardfmt convert LR/ HR/ out/ --field lr --field hr --scale 4 --patch 48
+  shardfmt convert seg.csv out/ --field mask=mask      # columns image,mask,label
+  shardfmt convert ~/data/pets out/ --store raw --patch 256
+  shardfmt convert ~/data/imagenet/train /fast/imagenet-wds --format tar
+  shardfmt convert '/data/wds/train-{{000000..000146}}.tar' /fast/train-shards
 """
 
 
+def _parse_field(value: str) -> tuple[str, str | None]:
+    name, _, kind = value.partition("=")
+    return name.strip(), (kind.strip() or None)
+
+
+def _parse_scale(value: str | None) -> Any:
+    """'4' -> 4, '2,4' -> [2, 4], 'any' -> None (unchecked); not given -> 1."""
+    if value is None:
+        return 1
+    if value.strip().lower() == "any":
+        return None
+    try:
+        parts = [int(part) for part in value.split(",")]
+    except ValueError as err:
+        raise click.BadParameter(f"{value!r} is not a whole number, a comma list of them, or 'any'", param_hint="--scale") from err
+    return parts[0] if len(parts) == 1 else parts
+
+
 @main.command("convert", help=_CONVERT_HELP)
-@click.argument("src")
+@click.argument("sources", metavar="SRC...", nargs=-1, required=True)
 @click.argument("out")
 @click.option("--shard-size", type=ByteSize(), default=f"{DEFAULT_SHARD_SIZE >> 20}MiB", show_default=True,
               help="Input bytes per shard.")
@@ -107,21 +146,42 @@ Examples:
 @click.option("--resume", is_flag=True, help="Finish an interrupted conversion into OUT (same inputs and options).")
 @click.option("--overwrite", is_flag=True, help="Remove shardfmt's files from OUT first (nothing else is touched).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any input was rejected (after writing everything).")
+@click.option("--store", type=click.Choice(["jpeg", "raw", "gray", "rgba", "mask"]), default="jpeg", show_default=True,
+              help="How images are stored: JPEG, or decoded pixels (raw: RGB) that load without a decode.")
+@click.option("--field", "fields", multiple=True, metavar="NAME[=KIND]",
+              help="Name a folder's field (in order), or declare a listing column's kind. Repeatable.")
+@click.option("--scale", default=None, metavar="S|S1,S2|any",
+              help="Size of each further image field relative to the first, checked per record. [default: 1]")
+@click.option("--patch", type=click.IntRange(min=1), default=None,
+              help="Resize so the shorter side is N and keep the centered N x N square (further fields: N x scale).")
+@click.option("--format", "shard_format", type=click.Choice(["binary", "tar"]), default="binary", show_default=True,
+              help="Shard format: shardfmt's binary shards, or WebDataset tars with a member index each.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: a process pool here; ray: one task per shard on the running Ray cluster (or a local one).")
 @click.option("--storage-options", "storage_options", default=None, metavar="JSON",
               help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.')
 @_reports_errors
-def convert_command(src: str, out: str, shard_size: int, max_side: int | None, quality: int, workers: int | None,
-                    resume: bool, overwrite: bool, strict: bool, quiet: bool, engine: str, storage_options: str | None) -> None:
+def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
+                    workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
+                    fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
+                    engine: str, storage_options: str | None) -> None:
     from .convert import convert
+    from .fields import convert_fields, needs_fields
     from .storage import RemoteOptions
 
+    declared = [_parse_field(value) for value in fields]
     remote = RemoteOptions(storage_options=_parse_storage_options(storage_options))
-    result = convert(src, out, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers,
-                     resume=resume, overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
-                     engine=engine, remote=remote)
+    common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
+                                  overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
+                                  engine=engine, remote=remote)
+    if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch):
+        if shard_format == "tar":
+            raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
+                               "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")
+        result = convert_fields(sources, out, fields=declared, store=store, scale=_parse_scale(scale), patch=patch, **common)
+    else:
+        result = convert(sources[0], out, shard_format=shard_format, **common)
     if not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
@@ -139,6 +199,35 @@ def _parse_storage_options(text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--storage-options")
     return value
+
+
+@main.command("index")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="The dataset folder; it must contain every tar. [default: the tars' deepest common folder]")
+@click.option("--overwrite", is_flag=True, help="Replace the manifest already in the dataset folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No summary.")
+@_reports_errors
+def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, quiet: bool) -> None:
+    """Make existing WebDataset tars a dataset, in place: index every tar and write a manifest.
+
+    SOURCES are .tar files, brace patterns ('shards-{000..099}.tar') or folders (every .tar below,
+    sorted). Each tar gets its member index (NAME.tar.idx) and is read where it lies; samples
+    without a usable JPEG or .cls label are listed in rejects.jsonl with a reason. Classes are the
+    labels in decimal.
+
+    \b
+    Examples:
+      shardfmt index /data/wds-train
+      shardfmt index '/data/wds/train-{000000..000146}.tar' --out /data/wds
+    """
+    from .tarindex import index_tars
+
+    manifest = index_tars(sources, out=out, overwrite=overwrite)
+    if not quiet:
+        rejected = manifest.rejects.get("count", 0)
+        click.echo(f"{manifest.num_records:,} records in {len(manifest.shards)} tars, {rejected:,} samples rejected"
+                   f"{' (see rejects.jsonl)' if rejected else ''}")
 
 
 @main.command("info")

@@ -1,4 +1,4 @@
-"""`convert`: an ImageFolder tree or a listing file becomes a dataset, in parallel and resumably.
+"""`convert`: image folders, listings or WebDataset tars become a dataset, in parallel and resumably.
 
 Inputs (`scan.py` has the details). A folder is read as torchvision's ImageFolder: each
 sub-folder is a class, classes sorted by name as plain strings and numbered from 0, files found
@@ -6,9 +6,18 @@ recursively (following symbolic links) in torchvision's order. A ``.csv`` (``pat
 ``.jsonl`` (``{"path": ..., "label": ...}``) listing names files relative to its folder; labels
 are all integers (no class names) or all strings (class names sorted, label = index). A record's
 key is its path relative to the source root, '/'-separated, without the last extension.
+WebDataset tars (a ``.tar`` file, a brace pattern, or a folder of ``.tar`` files only) are read in
+place: each sample's image member with one ``pread``, its label from its ``.cls`` member, its key
+kept; classes are the labels in decimal.
+
+Output: binary shards, or with ``shard_format="tar"`` WebDataset tars with a member index each
+(spec/tar.md), under the same manifest. A tar key cannot hold a dot in its last part, so there
+each dot becomes "_" (``img.001`` -> ``img_001``); a record whose key still cannot be a tar key is
+rejected as "bad-key", one whose key repeats in its shard as "duplicate-key", and one whose label is
+outside [0, 2^20) as "bad-label".
 
 Awkward inputs are handled on purpose, and every file that does not become a record is listed in
-``rejects.jsonl`` (path, reason, detail) in input order:
+``rejects.jsonl`` (path, reason, detail, and for a sample of a tar its key) in input order:
 
 - the content decides, not the name: every regular file is a candidate, a text file is rejected
   as "not-an-image", a PNG named ``.JPEG`` is converted;
@@ -49,6 +58,13 @@ number of workers. A shard whose inputs are all rejected is not written.
 After a crash or ``kill -9`` at any moment, ``resume`` finishes the job: it refuses if inputs or
 options changed, keeps every shard whose file matches its sidecar (size and re-hashed checksum),
 and redoes the rest. A folder without manifest.json is never read as a dataset.
+
+Object storage and Ray. A source or output given by URL (``s3://bucket/prefix``) goes through
+`convert_remote` with the same plan, tasks and bytes; ``engine="ray"`` runs each shard's task on
+a Ray cluster instead of the local process pool (`ray_engine`). Both work for binary and tar
+shards and for `fields.convert_fields`; what is not supported is refused with a `ConvertError`
+naming the combination: WebDataset tars given by URL as a source (they are read in place with
+``pread``), and sources given by URL for a multi-field conversion.
 """
 
 from __future__ import annotations
@@ -61,7 +77,7 @@ import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -75,23 +91,34 @@ from .checksum import parse_checksum
 from .errors import ConvertError, WorkerError
 from .fileio import atomic_write_bytes, fsync_directory
 from .layout import MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE
-from .manifest import MANIFEST_NAME, Manifest, ShardEntry
+from .manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
 from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
 from .scan import SourceScan, display_path, scan_source
-from .schema import IMAGE_CLASSIFICATION
+from .schema import IMAGE_CLASSIFICATION, Schema
 from .storage import RemoteOptions
 from .storage.urls import is_url
-from .task import WORK_DIR, ShardTask, run_shard_task
-from .writer import DEFAULT_SHARD_SIZE, shard_name
+from .task import WORK_DIR, ShardTask, run_shard_task, shard_file_name
+from .writer import DEFAULT_SHARD_SIZE
 
-__all__ = ["ENGINES", "PLAN_NAME", "REJECTS_NAME", "ConvertResult", "build_outputs", "convert", "plan_shards"]
+__all__ = [
+    "ENGINES",
+    "PLAN_NAME",
+    "REJECTS_NAME",
+    "ConvertResult",
+    "build_outputs",
+    "check_options",
+    "convert",
+    "plan_shards",
+    "prepare_output",
+    "run_plan",
+]
 
 PLAN_NAME: Final = "plan.json"
 REJECTS_NAME: Final = "rejects.jsonl"
 ENGINES: Final = ("local", "ray")
 _PLAN_VERSION: Final = 1
-_OWN_NAME = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard|\.shardfmt-work)\Z")
-_OWN_TEMP = re.compile(r"\.(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard)\.tmp-\d+\Z")
+_OWN_NAME = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.(?:shard|tar|tar\.idx)|\.shardfmt-work)\Z")
+_OWN_TEMP = re.compile(r"\.(manifest\.json|rejects\.jsonl|shard-\d{5,}\.(?:shard|tar|tar\.idx))\.tmp-\d+\Z")
 _WORK_TEMP = re.compile(r"\..+\.tmp-\d+\Z")
 
 
@@ -159,17 +186,21 @@ def convert(
     overwrite: bool = False,
     strict: bool = False,
     progress: bool = False,
+    shard_format: str = "binary",
     engine: str = "local",
     remote: RemoteOptions | None = None,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
     Args:
-        src: an ImageFolder directory, or a ``.csv`` / ``.jsonl`` listing; either may be a URL
-            (``s3://bucket/train``, ``gs://.../listing.csv``).
+        src: an ImageFolder directory, a ``.csv`` / ``.jsonl`` listing, or WebDataset tars: a
+            ``.tar`` file, a brace pattern of them, or a folder holding ``.tar`` files and no
+            sub-folders (read where they are, nothing extracted). A folder or listing may be a
+            URL (``s3://bucket/train``, ``gs://.../listing.csv``); tars must be local.
         out: the output folder; created if missing. It must be empty unless `resume` or
             `overwrite` is given, and must not lie inside an ImageFolder source. A URL
-            (``s3://bucket/prefix``) writes straight to object storage (see `convert_remote`).
+            (``s3://bucket/prefix``) writes straight to object storage (see `convert_remote`),
+            binary or tar shards.
         shard_size: target bytes of input per shard (default 256 MiB).
         max_side: shrink images whose longer side exceeds this; None keeps every size.
         quality: JPEG quality (1 to 100) of re-encoded images.
@@ -179,6 +210,8 @@ def convert(
         overwrite: first remove shardfmt's files from `out` (nothing else there is touched).
         strict: raise `ConvertError` naming the first reject, after writing everything.
         progress: show a progress bar with images/s and ETA on stderr.
+        shard_format: "binary" shards, or "tar": WebDataset tars with a member index each
+            (spec/tar.md), same manifest otherwise.
         engine: "local" (default): a process pool on this machine; "ray": one Ray task per
             shard on the running Ray cluster (or a local Ray instance). The bytes written are
             the same.
@@ -197,6 +230,51 @@ def convert(
         OSError: the output cannot be written.
     """
     started = time.perf_counter()
+    check_options(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite, engine=engine)
+    if shard_format not in ("binary", "tar"):
+        raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
+    if is_url(os.fspath(src)) or is_url(os.fspath(out)):
+        from .convert_remote import convert_with_store
+
+        return convert_with_store(
+            os.fspath(src), os.fspath(out), options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
+            shard_format=shard_format, workers=workers, resume=resume, overwrite=overwrite, strict=strict, progress=progress,
+            engine=engine, remote=remote, started=started,
+        )
+    src, out = Path(src), Path(out)
+    if src.is_dir() and (out.resolve() == src.resolve() or src.resolve() in out.resolve().parents):
+        raise ConvertError("the output folder lies inside the source tree, where it would become a class; choose another", path=out)
+    prepare_output(out, resume=resume, overwrite=overwrite)
+    scan = scan_source(src)
+    options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
+    plan = _make_plan(scan, str(src.resolve()), options, shard_format=shard_format)
+    tasks = [
+        ShardTask(
+            index=index,
+            root=str(scan.root),
+            out=str(out),
+            inputs=tuple(
+                (i, path, size, label, *member) for i, (path, size, _, label, *member) in enumerate(plan["inputs"][start:stop], start)
+            ),
+            max_side=max_side,
+            quality=quality,
+            shard_format=shard_format,
+        )
+        for index, (start, stop) in enumerate(plan["shards"])
+    ]
+    reject_root = src if scan.kind == "imagefolder" else scan.root
+    return run_plan(
+        plan, tasks, runner=run_shard_task, schema=IMAGE_CLASSIFICATION, out=out, workers=workers,
+        progress=progress, strict=strict, reject_root=reject_root, started=started, engine=engine,
+    )
+
+
+def check_options(
+    *, shard_size: int, max_side: int | None, quality: int, workers: int | None, resume: bool, overwrite: bool, engine: str = "local"
+) -> None:
+    """Raise ValueError (or ConvertError) for options out of range or in conflict."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if not 1 <= shard_size <= MAX_SHARD_SIZE:
         raise ValueError(f"shard_size {shard_size} is outside [1, {MAX_SHARD_SIZE}]")
     if max_side is not None and max_side < 1:
@@ -207,23 +285,26 @@ def convert(
         raise ValueError(f"workers {workers} must be at least 1")
     if resume and overwrite:
         raise ConvertError("--resume and --overwrite exclude each other: resume keeps finished shards, overwrite removes them")
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if is_url(os.fspath(src)) or is_url(os.fspath(out)):
-        from .convert_remote import convert_with_store
 
-        return convert_with_store(
-            os.fspath(src), os.fspath(out), options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
-            workers=workers, resume=resume, overwrite=overwrite, strict=strict, progress=progress, engine=engine,
-            remote=remote, started=started,
-        )
-    src, out = Path(src), Path(out)
-    if src.is_dir() and (out.resolve() == src.resolve() or src.resolve() in out.resolve().parents):
-        raise ConvertError("the output folder lies inside the source tree, where it would become a class; choose another", path=out)
-    _prepare_output(out, resume=resume, overwrite=overwrite)
-    scan = scan_source(src)
-    options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-    plan = _make_plan(scan, str(src.resolve()), options)
+
+def run_plan(
+    plan: dict[str, Any],
+    tasks: Sequence[Any],
+    *,
+    runner: Callable[..., tuple[dict[str, Any], bool]],
+    schema: Schema,
+    out: Path,
+    workers: int | None,
+    progress: bool,
+    strict: bool,
+    reject_root: Path,
+    started: float,
+    engine: str = "local",
+) -> ConvertResult:
+    """Store the plan (or check it against the stored one when resuming), run every shard's task
+    with `runner` (a module-level function, so that it reaches worker processes or Ray tasks),
+    then write rejects.jsonl and manifest.json. Shared by `convert` and `fields.convert_fields`;
+    `convert_remote.run_plan_in_store` is its twin for an output given by URL."""
     work = out / WORK_DIR
     plan_path = work / PLAN_NAME
     if plan_path.is_file():
@@ -232,19 +313,10 @@ def convert(
     else:
         work.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(plan_path, json.dumps(plan, sort_keys=True, separators=(",", ":")).encode())
-    tasks = [
-        ShardTask(
-            index=index,
-            root=str(scan.root),
-            out=str(out),
-            inputs=tuple((i, path, size, label) for i, (path, size, _, label) in enumerate(plan["inputs"][start:stop], start)),
-            max_side=max_side,
-            quality=quality,
-        )
-        for index, (start, stop) in enumerate(plan["shards"])
-    ]
-    outcomes = _run_tasks(tasks, out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress, engine=engine)
-    manifest, rejects = _finish(out, plan, [sidecar for sidecar, _ in outcomes])
+    outcomes = _run_tasks(
+        list(tasks), out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress, runner=runner, engine=engine
+    )
+    manifest, rejects = _finish(out, plan, [sidecar for sidecar, _ in outcomes], schema=schema)
     result = ConvertResult(
         path=out,
         manifest=manifest,
@@ -260,7 +332,7 @@ def convert(
         raise ConvertError(
             f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in "
             f"{out / REJECTS_NAME})",
-            path=src / first["path"] if scan.kind == "imagefolder" else scan.root / first["path"],
+            path=reject_root / first["path"],
         )
     return result
 
@@ -269,7 +341,7 @@ def _is_own(name: str) -> bool:
     return bool(_OWN_NAME.match(name) or _OWN_TEMP.match(name))
 
 
-def _prepare_output(out: Path, *, resume: bool, overwrite: bool) -> None:
+def prepare_output(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Make sure `out` may be written: empty, resumable, or cleared of shardfmt's own files."""
     if out.exists() and not out.is_dir():
         raise ConvertError("the output exists and is not a folder", path=out)
@@ -314,16 +386,21 @@ def _remove_temp_files(out: Path, work: Path) -> None:
                 (folder / name).unlink()
 
 
-def _make_plan(scan: SourceScan, source: str, options: dict[str, Any]) -> dict[str, Any]:
-    inputs = [[item.path, item.size, item.mtime_ns, item.label] for item in scan.inputs]
+def _make_plan(scan: SourceScan, source: str, options: dict[str, Any], *, shard_format: str) -> dict[str, Any]:
+    # A sample of a tar adds where its image is and its key; a file keeps the short form.
+    inputs = [
+        [item.path, item.size, item.mtime_ns, item.label, *([item.offset, item.sample_key] if item.offset is not None else [])]
+        for item in scan.inputs
+    ]
     return {
         "version": _PLAN_VERSION,
         "source": source,
         "kind": scan.kind,
+        "shard_format": shard_format,
         "options": options,
         "classes": list(scan.classes) if scan.classes is not None else None,
         "inputs": inputs,
-        "scan_rejects": [[r.position, r.path, r.reason, r.detail] for r in scan.rejects],
+        "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in scan.rejects],
         "shards": [list(span) for span in plan_shards([item.size for item in scan.inputs], shard_size=options["shard_size"])],
     }
 
@@ -341,7 +418,7 @@ def _compare_plans(stored: Any, plan: dict[str, Any], *, where: str | os.PathLik
     """Raise `ConvertError` saying what changed if `stored` is not `plan`."""
     if stored == plan:
         return
-    for key in ("version", "source", "kind", "options", "classes"):
+    for key in ("version", "source", "kind", "shard_format", "options", "classes"):
         if stored.get(key) != plan[key]:
             change = f"{key} changed from {_short(stored.get(key))} to {_short(plan[key])}"
             break
@@ -351,7 +428,9 @@ def _compare_plans(stored: Any, plan: dict[str, Any], *, where: str | os.PathLik
         changed = [p for p in now if p not in before or before[p] != now[p]] + [p for p in before if p not in now]
         first = f" (first: {display_path(changed[0])})" if changed else ""
         change = f"{len(changed)} input files were added, removed or modified{first}"
-    raise ConvertError(f"cannot resume: {change} since the conversion started; use --overwrite to start again", path=where)
+    raise ConvertError(
+        f"cannot resume: {change} since the conversion started; use --overwrite to start again", path=where
+    )
 
 
 def _short(value: Any) -> str:
@@ -359,22 +438,30 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _run_tasks(tasks: list[ShardTask], *, out: Path | str, workers: int, progress: bool, engine: str = "local") -> list[tuple[dict[str, Any], bool]]:
+def _run_tasks(
+    tasks: list[Any],
+    *,
+    out: Path | str,
+    workers: int,
+    progress: bool,
+    runner: Callable[..., tuple[dict[str, Any], bool]] = run_shard_task,
+    engine: str = "local",
+) -> list[tuple[dict[str, Any], bool]]:
     if engine == "ray":
         from .ray_engine import run_tasks_on_ray
 
-        return run_tasks_on_ray(tasks, progress=progress)
+        return run_tasks_on_ray(tasks, runner=runner, progress=progress)
     total = sum(len(task.inputs) for task in tasks)
     bar_options: dict[str, Any] = {"total": total, "unit": "img", "desc": "convert", "disable": not progress, "smoothing": 0.1}
     workers = min(workers, len(tasks))
     if workers <= 1:
         with tqdm(**bar_options) as bar:
-            return [run_shard_task(task, on_image=bar.update) for task in tasks]
+            return [runner(task, on_image=bar.update) for task in tasks]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     counter = context.Value("q", 0)
     outcomes: list[tuple[dict[str, Any], bool]] = [({}, False)] * len(tasks)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(counter, os.getpid())) as pool:
-        futures: dict[Future[tuple[dict[str, Any], bool]], ShardTask] = {pool.submit(_pool_task, task): task for task in tasks}
+        futures: dict[Future[tuple[dict[str, Any], bool]], Any] = {pool.submit(_pool_task, task, runner): task for task in tasks}
         try:
             with tqdm(**bar_options) as bar:  # after the pool has forked: tqdm may start a thread
                 pending = set(futures)
@@ -388,7 +475,7 @@ def _run_tasks(tasks: list[ShardTask], *, out: Path | str, workers: int, progres
                         except BrokenProcessPool as err:
                             raise WorkerError(
                                 "a worker process died (killed, or out of memory?) before this shard was finished",
-                                path=f"{out}/{shard_name(task.index)}",
+                                path=_shard_location(out, shard_file_name(task.index, task.shard_format)),
                             ) from err
         except BaseException:
             for future in futures:
@@ -420,18 +507,25 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _shard_location(out: Path | str, name: str) -> Path | str:
+    """How messages name file `name` of the output: a path, or a URL (without credentials)."""
+    return f"{out}/{name}" if isinstance(out, str) and is_url(out) else Path(out) / name
+
+
 def _count(images: int) -> None:
     with _COUNTER.get_lock():
         _COUNTER.value += images
 
 
-def _pool_task(task: ShardTask) -> tuple[dict[str, Any], bool]:
-    return run_shard_task(task, on_image=_count)
+def _pool_task(task: Any, runner: Callable[..., tuple[dict[str, Any], bool]] = run_shard_task) -> tuple[dict[str, Any], bool]:
+    return runner(task, on_image=_count)
 
 
-def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> tuple[Manifest, list[dict[str, str]]]:
+def _finish(
+    out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]], *, schema: Schema = IMAGE_CLASSIFICATION
+) -> tuple[Manifest, list[dict[str, str]]]:
     """Write rejects.jsonl, then manifest.json (the commit point), then remove the work folder."""
-    manifest, rejects, report = build_outputs(plan, sidecars)
+    manifest, rejects, report = build_outputs(plan, sidecars, schema=schema)
     atomic_write_bytes(out / REJECTS_NAME, report)
     manifest.write(out)
     shutil.rmtree(out / WORK_DIR)
@@ -439,19 +533,24 @@ def _finish(out: Path, plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> 
     return manifest, rejects
 
 
-def build_outputs(plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> tuple[Manifest, list[dict[str, str]], bytes]:
+def build_outputs(
+    plan: dict[str, Any], sidecars: list[dict[str, Any]], *, schema: Schema = IMAGE_CLASSIFICATION
+) -> tuple[Manifest, list[dict[str, str]], bytes]:
     """Return the manifest, the rejects and the bytes of rejects.jsonl of a finished conversion."""
     inputs = plan["inputs"]
-    ordered: list[tuple[tuple[int, int], str, str, str]] = [
-        ((position, 0), path, reason, detail) for position, path, reason, detail in plan["scan_rejects"]
+    ordered: list[tuple[tuple[int, int], dict[str, str]]] = [
+        ((position, 0), _reject(path, reason, detail, *key)) for position, path, reason, detail, *key in plan["scan_rejects"]
     ]
     rejected: set[int] = set()
     for sidecar in sidecars:
         for number, reason, detail in sidecar["rejects"]:
-            ordered.append(((number, 1), display_path(inputs[number][0]), reason, detail))
+            item = inputs[number]
+            sample_key = _sample_key(item)  # a sample of a tar also names its key
+            key = [display_path(sample_key)] if sample_key is not None else []
+            ordered.append(((number, 1), _reject(display_path(item[0]), reason, detail, *key)))
             rejected.add(number)
-    ordered.sort(key=lambda item: item[0])
-    rejects = [{"path": path, "reason": reason, "detail": detail} for _, path, reason, detail in ordered]
+    ordered.sort(key=lambda pair: pair[0])
+    rejects = [reject for _, reject in ordered]
     report = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
     by_reason = dict(Counter(reject["reason"] for reject in rejects))
     classes = plan["classes"]
@@ -464,13 +563,39 @@ def build_outputs(plan: dict[str, Any], sidecars: list[dict[str, Any]]) -> tuple
         "empty_classes": len(classes) - len(labels) if classes is not None else 0,
     }
     manifest = Manifest(
-        schema=IMAGE_CLASSIFICATION,
-        shards=tuple(
-            ShardEntry(s["path"], s["num_records"], s["size"], parse_checksum(s["checksum"])) for s in sidecars if s["num_records"]
-        ),
+        schema=schema,
+        shards=tuple(_shard_entry(s) for s in sidecars if s["num_records"]),
         classes=classes,
+        shard_format=plan["shard_format"],
         converter={"name": "shardfmt", "version": __version__, "input": plan["kind"], "options": plan["options"]},
         rejects={"count": len(rejects), "by_reason": by_reason, "report": REJECTS_NAME},
         stats=stats,
     )
     return manifest, rejects, report.encode()
+
+
+def _sample_key(item: list[Any]) -> str | None:
+    """The sample key of a planned input that is a sample of a tar, else None: item 5 of
+    `convert`'s [path, size, mtime, label, offset, key], or the "sample_key" of the record
+    that `fields.convert_fields` plans as [path, size, mtime, label, {...}]."""
+    if len(item) == 6:
+        return str(item[5])
+    if len(item) == 5 and isinstance(item[4], dict):
+        return item[4].get("sample_key")
+    return None
+
+
+def _reject(path: str, reason: str, detail: str, key: str | None = None) -> dict[str, str]:
+    """A line of rejects.jsonl: path, reason, detail, and the key of a sample of a tar."""
+    return {"path": path, "reason": reason, "detail": detail, **({"key": key} if key is not None else {})}
+
+
+def _shard_entry(sidecar: dict[str, Any]) -> ShardEntry:
+    index = sidecar.get("member_index")
+    return ShardEntry(
+        sidecar["path"],
+        sidecar["num_records"],
+        sidecar["size"],
+        parse_checksum(sidecar["checksum"]),
+        IndexEntry(index["path"], index["size"], parse_checksum(index["checksum"])) if index is not None else None,
+    )

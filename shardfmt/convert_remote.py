@@ -1,14 +1,18 @@
 """Conversions whose source or output is a URL: the same plan, tasks and bytes as `convert`,
 with the output written through a `Store`.
 
-Writing to object storage keeps the local run's atomicity: a shard is staged on local disk and
-uploaded under its final name in one atomic PUT only once complete (`destination.py`); the plan
-and the sidecars (the resume state) live in the output under ``.shardfmt-work/``, so any machine
-can resume; ``rejects.jsonl`` and then ``manifest.json`` are uploaded last, and only then is the
-work prefix deleted. A prefix without manifest.json is never read as a dataset.
+Writing to object storage keeps the local run's atomicity: a shard (and a tar shard's member
+index) is staged on local disk and uploaded under its final name in one atomic PUT only once
+complete (`destination.py`); the plan and the sidecars (the resume state) live in the output
+under ``.shardfmt-work/``, so any machine can resume; ``rejects.jsonl`` and then
+``manifest.json`` are uploaded last, and only then is the work prefix deleted. A prefix without
+manifest.json is never read as a dataset.
 
 A source given by URL is listed once (`scan_remote.py`) and each input is read with one GET
 inside its task. Any mix works: local to remote, remote to remote, remote to a local folder.
+WebDataset tars as a source must be local (they are read in place with ``pread``), and are
+refused by URL. `run_plan_in_store` is the second half, shared with `fields.convert_fields`,
+whose multi-field records may be written into a store from local sources.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +38,15 @@ from .destination import WORK_DIR
 from .errors import ConvertError
 from .manifest import MANIFEST_NAME
 from .scan import SourceScan, scan_source
-from .scan_remote import scan_remote_source
+from .scan_remote import TARS_BY_URL, scan_remote_source
+from .schema import IMAGE_CLASSIFICATION, Schema
 from .storage import RemoteOptions, Store, open_store
 from .storage.urls import is_url
-from .task import ShardTask
+from .task import ShardTask, run_shard_task
 
-__all__ = ["convert_with_store"]
+__all__ = ["convert_with_store", "prepare_store", "run_plan_in_store"]
 
-_OWN_KEY = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.shard|\.shardfmt-work/.*)\Z")
+_OWN_KEY = re.compile(r"(manifest\.json|rejects\.jsonl|shard-\d{5,}\.(?:shard|tar|tar\.idx)|\.shardfmt-work/.*)\Z")
 
 
 def convert_with_store(
@@ -48,6 +54,7 @@ def convert_with_store(
     out: str,
     *,
     options: dict[str, Any],
+    shard_format: str,
     workers: int | None,
     resume: bool,
     overwrite: bool,
@@ -57,16 +64,72 @@ def convert_with_store(
     remote: RemoteOptions | None,
     started: float,
 ) -> ConvertResult:
-    """`convert` for a source or output given by URL (arguments as there, already checked)."""
+    """`convert` for a source or output given by URL (arguments as there, already checked).
+
+    Raises:
+        ConvertError: as `convert`; also for WebDataset tars given by URL as the source.
+    """
+    store, stored_plan = prepare_store(out, remote=remote, resume=resume, overwrite=overwrite)
+    scan, root = _scan(src, remote)
+    plan = _make_plan(scan, _source_name(src, remote), options, shard_format=shard_format)
+    tasks = [
+        ShardTask(
+            index=index,
+            root=root,
+            out=out,
+            inputs=tuple(
+                (i, path, size, label, *member) for i, (path, size, _, label, *member) in enumerate(plan["inputs"][start:stop], start)
+            ),
+            max_side=options["max_side"],
+            quality=options["quality"],
+            shard_format=shard_format,
+            remote=remote,
+        )
+        for index, (start, stop) in enumerate(plan["shards"])
+    ]
+    return run_plan_in_store(
+        plan, tasks, runner=run_shard_task, schema=IMAGE_CLASSIFICATION, store=store, out=out, stored_plan=stored_plan,
+        workers=workers, progress=progress, strict=strict, engine=engine, started=started,
+    )
+
+
+def prepare_store(out: str, *, remote: RemoteOptions | None, resume: bool, overwrite: bool) -> tuple[Store, bool]:
+    """Open the output store and make sure it may be written: empty, resumable, or cleared of
+    shardfmt's objects.
+
+    Returns:
+        The store, and whether it holds the plan of an interrupted conversion to check against.
+
+    Raises:
+        ConvertError: the store is read-only, or holds something that forbids writing there.
+    """
     store = open_store(out, remote=remote)
     if not store.supports_writes:
         raise ConvertError("this store cannot be written (plain HTTP is read-only): use s3://, gs://, ...", path=store.root)
     existing = store.list()
     _prepare(store, existing, resume=resume, overwrite=overwrite)
-    scan, root = _scan(src, remote)
-    plan = _make_plan(scan, _source_name(src, remote), options)
+    return store, f"{WORK_DIR}/{PLAN_NAME}" in existing and not overwrite
+
+
+def run_plan_in_store(
+    plan: dict[str, Any],
+    tasks: Sequence[Any],
+    *,
+    runner: Callable[..., tuple[dict[str, Any], bool]],
+    schema: Schema,
+    store: Store,
+    out: str,
+    stored_plan: bool,
+    workers: int | None,
+    progress: bool,
+    strict: bool,
+    engine: str,
+    started: float,
+) -> ConvertResult:
+    """`convert.run_plan` for an output store: store the plan (or check it against the stored
+    one), run the tasks, then upload rejects.jsonl and manifest.json and delete the work prefix."""
     plan_key = f"{WORK_DIR}/{PLAN_NAME}"
-    if plan_key in existing and not overwrite:
+    if stored_plan:
         try:
             stored = json.loads(store.get(plan_key))
         except (OSError, ValueError) as err:
@@ -74,20 +137,11 @@ def convert_with_store(
         _compare_plans(stored, plan, where=store.root)
     else:
         store.put(plan_key, json.dumps(plan, sort_keys=True, separators=(",", ":")).encode())
-    tasks = [
-        ShardTask(
-            index=index,
-            root=root,
-            out=out,
-            inputs=tuple((i, path, size, label) for i, (path, size, _, label) in enumerate(plan["inputs"][start:stop], start)),
-            max_side=options["max_side"],
-            quality=options["quality"],
-            remote=remote,
-        )
-        for index, (start, stop) in enumerate(plan["shards"])
-    ]
-    outcomes = _run_tasks(tasks, out=store.root, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress, engine=engine)
-    manifest, rejects, report = build_outputs(plan, [sidecar for sidecar, _ in outcomes])
+    outcomes = _run_tasks(
+        list(tasks), out=store.root, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress,
+        runner=runner, engine=engine,
+    )
+    manifest, rejects, report = build_outputs(plan, [sidecar for sidecar, _ in outcomes], schema=schema)
     store.put(REJECTS_NAME, report)
     store.put(MANIFEST_NAME, manifest.to_bytes())  # the commit point: last
     for key in sorted(store.list(WORK_DIR)):
@@ -136,9 +190,17 @@ def _prepare(store: Store, existing: dict[str, dict[str, object]], *, resume: bo
 
 def _scan(src: str, remote: RemoteOptions | None) -> tuple[SourceScan, str]:
     if is_url(src):
+        if _names_tars(src):
+            raise ConvertError(TARS_BY_URL, path=open_store(src, remote=remote).root)
         return scan_remote_source(src, remote=remote)
     scan = scan_source(src)
     return scan, os.fspath(scan.root)
+
+
+def _names_tars(url: str) -> bool:
+    """True if a source URL names WebDataset tars: a ``.tar`` object or a brace pattern."""
+    base = url.partition("?")[0].rstrip("/")
+    return base.lower().endswith(".tar") or "{" in base
 
 
 def _source_name(src: str, remote: RemoteOptions | None) -> str:

@@ -140,7 +140,8 @@ class RejectError(ShardfmtError, ValueError):
     Args:
         message: what was found, e.g. the decoder's or the operating system's message.
         reason: the reject code: "empty", "corrupt", "not-an-image", "unreadable", "too-large",
-            "hidden", "symlink-loop" or "no-class".
+            "hidden", "symlink-loop" or "no-class"; for records of several fields also
+            "no-partner", "ambiguous", "size-mismatch" or "unsupported".
         path: the input file, if known.
     """
 

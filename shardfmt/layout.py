@@ -23,9 +23,10 @@ MAGIC: Final = b"\x89SHARD\r\n"
 FOOTER_MAGIC: Final = b"SHARDEND"
 """The last eight bytes of every shard."""
 
-FORMAT_VERSION: Final = (1, 0)
+FORMAT_VERSION: Final = (1, 1)
 """(major, minor). A reader refuses another major; a newer minor only adds field types and
-optional manifest keys, which a reader either understands or refuses by name."""
+optional manifest keys, which a reader either understands or refuses by name. 1.1 added the
+"raw" and "ndarray" field types."""
 SHARD_SUFFIX: Final = ".shard"
 
 HEADER_SIZE: Final = 64
@@ -80,8 +81,18 @@ JPEG_COLUMNS: Final = SPAN_COLUMNS + [
     ("reserved", "<u2"),
 ]
 
+RAW_COLUMNS: Final = SPAN_COLUMNS + [
+    ("height", "<u4"),
+    ("width", "<u4"),
+    ("channels", "<u4"),
+    ("reserved", "<u4"),
+]
+"""u32 sides: raw pixels are bound by no codec's 16-bit frame header, only by MAX_FIELD_SIZE."""
+
 FIELD_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
     "jpeg": JPEG_COLUMNS,
+    "raw": RAW_COLUMNS,
+    "ndarray": SPAN_COLUMNS,
     "bytes": SPAN_COLUMNS,
     "str": SPAN_COLUMNS,
     "json": SPAN_COLUMNS,
@@ -90,7 +101,21 @@ FIELD_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
 }
 """Columns per field type. A column named "" is the field's own name; others are "name.column"."""
 VARIABLE_TYPES: Final = frozenset(t for t, cols in FIELD_COLUMNS.items() if cols[0][0] == "offset")
-IMAGE_TYPES: Final = frozenset({"jpeg"})
+IMAGE_TYPES: Final = frozenset({"jpeg", "raw"})
+"""Types with height, width and channels columns."""
+ARRAY_TYPES: Final = frozenset({"ndarray"})
+"""Types whose schema entry carries "dtype" and "shape" parameters."""
+NDARRAY_DTYPES: Final = {
+    "uint8": "<u1",
+    "uint16": "<u2",
+    "int16": "<i2",
+    "int32": "<i4",
+    "int64": "<i8",
+    "float16": "<f2",
+    "float32": "<f4",
+    "float64": "<f8",
+}
+"""The element types an "ndarray" field may declare, all little-endian, by schema name."""
 
 # Limits. Each is checked before anything is allocated for the value it bounds; spec/limits.md
 # gives the reason for every number.
@@ -103,10 +128,12 @@ MAX_SHARD_SIZE: Final = 1 << 40
 MAX_ALIGNMENT: Final = 1 << 16
 MIN_ALIGNMENT: Final = 8
 MAX_IMAGE_SIDE: Final = 65535
+MAX_NDIM: Final = 8
 MAX_MANIFEST_SIZE: Final = 256 * 1024 * 1024
 MAX_SHARDS: Final = 1 << 20
 MAX_CLASSES: Final = 1 << 20
 JPEG_CHANNELS: Final = (1, 3)
+RAW_CHANNELS: Final = (1, 3, 4)
 
 
 def align_up(value: int, alignment: int) -> int:

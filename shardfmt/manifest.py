@@ -21,30 +21,50 @@ from .fileio import atomic_write_bytes
 from .layout import FORMAT_VERSION, MAX_CLASSES, MAX_MANIFEST_SIZE, MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE, MAX_SHARDS
 from .schema import Schema
 
-__all__ = ["MANIFEST_NAME", "Manifest", "ShardEntry", "find_manifest"]
+__all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry", "find_manifest"]
 
 MANIFEST_NAME = "manifest.json"
-SHARD_FORMATS = ("binary",)
+SHARD_FORMATS = ("binary", "tar")
+"""Shard encodings this reader implements: spec/format.md and spec/tar.md."""
 _VERSION_RE = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
 """ASCII digits only, at most five (the header stores each part as a u16)."""
 
 
 @dataclass(frozen=True)
+class IndexEntry:
+    """The member index of a tar shard (spec/tar.md): a binary shard, relative path with '/'."""
+
+    path: str
+    size: int
+    checksum: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "checksum": format_checksum(self.checksum)}
+
+
+@dataclass(frozen=True)
 class ShardEntry:
-    """One shard as the manifest lists it; `path` is relative to the dataset root, with '/'."""
+    """One shard as the manifest lists it; `path` is relative to the dataset root, with '/'.
+
+    `index` is set for tar shards only: where their member index is.
+    """
 
     path: str
     num_records: int
     size: int
     checksum: int
+    index: IndexEntry | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "path": self.path,
             "num_records": self.num_records,
             "size": self.size,
             "checksum": format_checksum(self.checksum),
         }
+        if self.index is not None:
+            value["index"] = self.index.to_json()
+        return value
 
 
 @dataclass(frozen=True)
@@ -204,7 +224,12 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
             digest = parse_checksum(need(raw, "checksum", str, where))
         except ValueError as err:
             raise fail(f"{where}: {err}") from err
-        shards.append(ShardEntry(shard_path, num_records, size, digest))
+        index = None
+        if shard_format == "tar":
+            index = _parse_index(need(raw, "index", dict, where), f"{where}.index", seen, fail, need)
+        elif "index" in raw:
+            raise fail(f'{where}: "index" is only for tar shards, and shard_format is {_show(shard_format)}')
+        shards.append(ShardEntry(shard_path, num_records, size, digest, index))
     manifest = Manifest(
         schema=schema,
         shards=tuple(shards),
@@ -220,6 +245,25 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         if stated != actual:
             raise fail(f'"{key}" is {stated} but the shards add up to {actual}')
     return manifest
+
+
+def _parse_index(raw: dict[str, Any], where: str, seen: set[str], fail: Any, need: Any) -> IndexEntry:
+    """Parse a tar shard's "index" object; its path joins `seen`, shared with the shard paths."""
+    index_path = need(raw, "path", str, where)
+    problem = _unsafe_path(index_path)
+    if problem:
+        raise fail(f"{where}: path {_show(index_path)} {problem}")
+    if index_path in seen:
+        raise fail(f"{where}: path {_show(index_path)} is listed twice")
+    seen.add(index_path)
+    size = need(raw, "size", int, where)
+    if not 0 < size <= MAX_SHARD_SIZE:
+        raise fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
+    try:
+        digest = parse_checksum(need(raw, "checksum", str, where))
+    except ValueError as err:
+        raise fail(f"{where}: {err}") from err
+    return IndexEntry(index_path, size, digest)
 
 
 def _show(value: Any, limit: int = 60) -> str:

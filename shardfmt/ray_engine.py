@@ -1,7 +1,8 @@
 """Running conversion tasks on a Ray cluster (``shardfmt convert --engine ray``).
 
-Each planned shard is one Ray task calling `run_shard_task`, exactly what a local worker runs,
-so the bytes written do not depend on the engine. The tasks join the running cluster
+Each planned shard is one Ray task calling the conversion's task runner (`task.run_shard_task`,
+or `fieldtask.run_field_task` for multi-field records), exactly what a local worker runs, so the
+bytes written do not depend on the engine. The tasks join the running cluster
 (``ray.init(address="auto")``) or, when there is none, a Ray instance started on this machine
 for the conversion. The output must be reachable from every node: a URL (``s3://...``) or a
 shared file system. Ray is an optional dependency: ``pip install 'shardfmt[ray]'``.
@@ -9,22 +10,26 @@ shared file system. Ray is an optional dependency: ``pip install 'shardfmt[ray]'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
 
 from .errors import ConvertError, ShardfmtError, WorkerError
-from .task import ShardTask, run_shard_task
+from .task import run_shard_task
 
 __all__ = ["run_tasks_on_ray"]
 
 
-def _run(task: ShardTask) -> tuple[dict[str, Any], bool]:
-    return run_shard_task(task)
+def _run(runner: Callable[..., tuple[dict[str, Any], bool]], task: Any) -> tuple[dict[str, Any], bool]:
+    return runner(task)
 
 
-def run_tasks_on_ray(tasks: list[ShardTask], *, progress: bool) -> list[tuple[dict[str, Any], bool]]:
-    """Run every task on Ray and return their outcomes in task order.
+def run_tasks_on_ray(
+    tasks: list[Any], *, progress: bool, runner: Callable[..., tuple[dict[str, Any], bool]] = run_shard_task
+) -> list[tuple[dict[str, Any], bool]]:
+    """Run every task (a `ShardTask`, or a `FieldTask` with its runner) on Ray and return their
+    outcomes in task order.
 
     Raises:
         ConvertError: Ray is not installed.
@@ -44,7 +49,7 @@ def run_tasks_on_ray(tasks: list[ShardTask], *, progress: bool) -> list[tuple[di
         started_here = True
     try:
         remote_run = ray.remote(num_cpus=1, max_retries=1)(_run)
-        refs = {remote_run.remote(task): task.index for task in tasks}
+        refs = {remote_run.remote(runner, task): task.index for task in tasks}
         outcomes: dict[int, tuple[dict[str, Any], bool]] = {}
         pending = list(refs)
         with tqdm(total=len(tasks), unit="shard", desc="convert (ray)", disable=not progress) as bar:

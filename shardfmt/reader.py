@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,6 @@ from .layout import (
     HEADER_CHECKED_BYTES,
     HEADER_DTYPE,
     HEADER_SIZE,
-    IMAGE_TYPES,
     JPEG_CHANNELS,
     KNOWN_FLAGS,
     MAGIC,
@@ -39,14 +39,20 @@ from .layout import (
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
+    NDARRAY_DTYPES,
+    RAW_CHANNELS,
     align_up,
     column_name,
 )
-from .manifest import Manifest
+from .manifest import Manifest, ShardEntry
 from .schema import Schema
-from .storage import ByteSource, RemoteOptions, locate_dataset, open_source
+from .storage import ByteSource, DatasetLocation, LocalStore, RemoteOptions, locate_dataset, open_source
+from .storage.urls import is_url
 
-__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset"]
+__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset", "open_shard"]
+
+_CHANNELS = {"jpeg": JPEG_CHANNELS, "raw": RAW_CHANNELS}
+"""Image types and the channel counts each allows."""
 
 
 @dataclass(frozen=True)
@@ -212,16 +218,38 @@ class ShardReader:
                 expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
                 self._raise_first(f_off != expected, f"field {field.name!r} payload is not at the next aligned offset of its record", column_name(field.name, "offset"))
                 position = f_off + f_size
-            if field.type in IMAGE_TYPES:
-                h = table[column_name(field.name, "height")]
-                w = table[column_name(field.name, "width")]
-                c = table[column_name(field.name, "channels")]
-                r = table[column_name(field.name, "reserved")]
-                self._raise_first((h == 0) | (w == 0), f"image {field.name!r} has a zero height or width", column_name(field.name, "height"))
-                self._raise_first(~np.isin(c, JPEG_CHANNELS), f"image {field.name!r} channels are not 1 or 3", column_name(field.name, "channels"))
-                self._raise_first(r != 0, f"image {field.name!r} reserved column is not zero", column_name(field.name, "reserved"))
+            if field.type in _CHANNELS:
+                self._check_image(field.name, field.type, table)
+            elif field.nbytes is not None:
+                self._raise_first(
+                    table[column_name(field.name, "size")] != np.uint64(field.nbytes),
+                    f"ndarray {field.name!r} payload size is not the {field.nbytes} bytes of its {field.dtype} shape {list(field.shape or ())}",
+                    column_name(field.name, "size"),
+                )
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
         self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
+
+    def _check_image(self, name: str, type_: str, table: np.ndarray[Any, Any]) -> None:
+        """Rules 28c to 28f: sides, channels, reserved column and, for raw, the payload size."""
+        h = table[column_name(name, "height")]
+        w = table[column_name(name, "width")]
+        c = table[column_name(name, "channels")]
+        channels = _CHANNELS[type_]
+        self._raise_first((h == 0) | (w == 0), f"image {name!r} has a zero height or width", column_name(name, "height"))
+        self._raise_first(
+            ~np.isin(c, channels), f"{type_} image {name!r} channels are not {' or '.join(map(str, channels))}", column_name(name, "channels")
+        )
+        self._raise_first(table[column_name(name, "reserved")] != 0, f"image {name!r} reserved column is not zero", column_name(name, "reserved"))
+        if type_ == "raw":
+            # h * w is exact in u64 (both < 2^32); bounded by the field limit before the channel
+            # product, so that nothing wraps around.
+            pixels = h.astype(np.uint64) * w.astype(np.uint64)
+            expected = np.where(pixels <= np.uint64(MAX_FIELD_SIZE), pixels * c.astype(np.uint64), np.uint64(0))
+            self._raise_first(
+                (pixels > np.uint64(MAX_FIELD_SIZE)) | (table[column_name(name, "size")] != expected),
+                f"raw image {name!r} payload size is not height x width x channels",
+                column_name(name, "size"),
+            )
 
     def _raise_first(
         self, bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError
@@ -292,8 +320,10 @@ class ShardReader:
 
 
 class Record(Mapping[str, Any]):
-    """One record: field name -> value. JPEG and bytes fields are zero-copy memoryviews, str
-    fields str, json fields the parsed value, int64 and float64 Python numbers."""
+    """One record: field name -> value. JPEG and bytes fields are zero-copy memoryviews, raw
+    fields read-only uint8 numpy arrays H x W x C and ndarray fields read-only numpy arrays of
+    their shape (both zero-copy views of the shard), str fields str, json fields the parsed
+    value, int64 and float64 Python numbers."""
 
     __slots__ = ("_shard", "index")
 
@@ -323,6 +353,11 @@ class Record(Mapping[str, Any]):
                 return json.loads(bytes(data).decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as err:
                 raise self._invalid(name, f"is not valid JSON: {err}") from err
+        if field.type == "raw":
+            info = self.image_info(name)
+            return np.frombuffer(data, np.uint8).reshape(info.height, info.width, info.channels)
+        if field.type == "ndarray":
+            return np.frombuffer(data, NDARRAY_DTYPES[field.dtype or ""]).reshape(field.shape or ())
         return data
 
     def _invalid(self, name: str, problem: str) -> FormatError:
@@ -346,30 +381,60 @@ class DatasetReader:
     """A dataset: the shards its manifest lists, as one sequence of records.
 
     Shards are opened lazily, on the first access to one of their records, and each is checked
-    against the manifest's size on open. Use `open_dataset` to make one.
+    against the manifest's size on open. Binary shards are read by `ShardReader`, tar shards
+    (``shard_format: "tar"``) by `tarreader.TarShardReader` through their member index; both
+    offer the same record table. Use `open_dataset` to make one.
+
+    A dataset given by URL is read through `location` (range reads or the shard cache of
+    `RemoteOptions`), binary and tar shards alike; tars themselves must be local to be opened
+    directly.
+
+    Attributes:
+        location: where the manifest and shards live, and how shards open (`storage.DatasetLocation`).
+        root: the directory shard paths are relative to (for a URL: the URL, without credentials).
+        index_root: the directory index paths of tar shards are relative to: `root`, except for
+            tars opened directly, whose indexes live in a cache (see `open_dataset`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True, remote: RemoteOptions | None = None) -> None:
-        self.location = locate_dataset(path, remote=remote)
-        self.manifest = self.location.load_manifest()
-        self.root = self.location.root
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        verify: bool = True,
+        remote: RemoteOptions | None = None,
+    ) -> None:
+        from .tarindex import open_tars, tar_sources
+
+        tars = None if _is_dataset_url(path) else tar_sources(path)
+        if tars is None:
+            self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
+            self.manifest = self.location.load_manifest()
+            self.root = self.location.root
+            self.index_root = self.root
+        else:
+            self.manifest, root, self.index_root = open_tars(tars)
+            self.root = root
+            self.location = DatasetLocation(LocalStore(root), "manifest.json", root, os.fspath(root / "manifest.json"))
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
         counts = [shard.num_records for shard in self.manifest.shards]
         self.cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._readers: dict[int, ShardReader] = {}
+        self._readers: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def shard(self, shard_index: int) -> ShardReader:
-        """Open (once) and return shard number `shard_index`, checked against the manifest."""
+    def shard(self, shard_index: int) -> Any:
+        """Open (once) and return shard number `shard_index`, checked against the manifest: a
+        `ShardReader`, or a `tarreader.TarShardReader` for a tar shard."""
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
-            source = self.location.open_shard(entry, self.schema)
-            reader = ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
+            if not self.location.is_remote:
+                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root))
+            else:
+                reader = self._open_remote(entry)
             if len(reader) != entry.num_records:
                 reader.close()
                 raise ManifestError(
@@ -381,6 +446,24 @@ class DatasetReader:
                 raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=self.location.manifest_path)
             self._readers[shard_index] = reader
         return reader
+
+    def _open_remote(self, entry: ShardEntry) -> Any:
+        """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
+        table and footer), a tar shard with one GET of its member index and none of the tar."""
+        source = self.location.open_shard(entry, self.schema)
+        try:
+            if entry.index is None:
+                return ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
+            from .tarreader import TarShardReader
+
+            index = self.location.open_index(entry)
+            return TarShardReader(
+                source.path, index=index.path, verify=self.verify, expected_size=entry.size,
+                expected_index_size=entry.index.size, source=source, index_source=index,
+            )
+        except BaseException:
+            source.close()
+            raise
 
     def shard_path(self, shard_index: int) -> str:
         """How messages name shard number `shard_index` (a path, or a URL without credentials)."""
@@ -426,12 +509,59 @@ class DatasetReader:
         self.close()
 
 
-def open_dataset(path: str | os.PathLike[str], *, verify: bool = True, remote: RemoteOptions | None = None) -> DatasetReader:
-    """Open a dataset by its directory or its manifest.json, locally or by URL.
+def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+    """Open the shard a manifest entry names, checked against the entry's sizes.
+
+    Args:
+        root: the folder the entry's path is relative to.
+        entry: the manifest entry.
+        verify: check each record's checksum when its payload is read.
+        index_root: the folder a tar shard's index path is relative to (default `root`).
+
+    Returns:
+        A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+    """
+    if entry.index is None:
+        return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
+    from .tarreader import TarShardReader
+
+    return TarShardReader(
+        root / entry.path,
+        index=(root if index_root is None else index_root) / entry.index.path,
+        verify=verify,
+        expected_size=entry.size,
+        expected_index_size=entry.index.size,
+    )
+
+
+def _is_dataset_url(path: Any) -> bool:
+    """True for a dataset given by URL; a URL naming tars (``.tar``, braces) is refused here, since
+    tars opened directly are indexed and memory-mapped locally."""
+    if not isinstance(path, (str, os.PathLike)) or not is_url(os.fspath(path)):
+        return False
+    base = os.fspath(path).partition("?")[0]
+    if base.endswith(".tar") or "{" in base:
+        raise ValueError(
+            f"{base[:80]!r}: only local tars can be opened directly (they are indexed and memory-mapped here); "
+            "index them into a dataset (shardfmt index), put it in the store and open the dataset's URL"
+        )
+    return True
+
+
+def open_dataset(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True, remote: RemoteOptions | None = None
+) -> DatasetReader:
+    """Open a dataset by its directory or its manifest.json, locally or by URL, or local WebDataset
+    tars directly.
 
     Args:
         path: the dataset root or its manifest: a local path, or a URL that fsspec can open
-            (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...).
+            (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...), binary or tar
+            shards; or local tars: a path ending in ``.tar``, a pattern with braces
+            (``shards-{000..099}.tar``), or a list of those. Tars opened directly are indexed on
+            first open into a cache, and found there afterwards (see `tarindex.open_tars` for
+            where); a directory without manifest.json is never a dataset, even one full of tars
+            (index it with `tarindex.index_tars`).
         verify: check each record's checksum when its payload is read.
         remote: for a URL, how to read it: range reads (default) or a local shard cache,
             credentials, retries (see `RemoteOptions`).
@@ -442,6 +572,8 @@ def open_dataset(path: str | os.PathLike[str], *, verify: bool = True, remote: R
     Raises:
         DatasetNotFoundError: no manifest (not a dataset, or an unfinished conversion).
         ManifestError, UnsupportedVersionError: the manifest is invalid or too new.
+        ShardNotFoundError, FormatError: a tar opened directly is missing or malformed.
         RemoteError: a remote store failed after its retries.
+        ValueError: tars named by URL (they must be local to be opened directly).
     """
     return DatasetReader(path, verify=verify, remote=remote)

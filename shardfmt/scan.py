@@ -23,9 +23,18 @@ stay inside it; inputs keep the listing's order. Labels are all integers (the da
 no class names) or all strings (class names, sorted as above, label = index). The hidden-file
 rule does not apply to listed paths: a listing names its files on purpose.
 
+WebDataset tars (a ``.tar`` file, a brace pattern such as ``shards-{000..009}.tar``, or a folder
+that holds ``.tar`` files and no sub-folders): each tar's headers are read (nothing is extracted)
+and its members grouped into samples as `tar.scan_samples` does; a sample's image is its first
+member with an extension of `TAR_IMAGE_EXTENSIONS` (its content decides later, as for files), its
+label the integer in its ``.cls`` member, and its key the sample key. Classes are the labels in
+decimal, "0" to the largest. Found here and reported as rejects instead of inputs:
+"duplicate-member", "no-image", "no-label", "bad-label" (spec/tar.md, section 6) for a sample,
+"corrupt" for a tar that cannot be read as one.
+
 The key of a record is its path relative to the source root, '/'-separated, without the last
-extension. File names that are not UTF-8 keep their record; their key and report path show each
-undecodable byte as ``\\xNN``.
+extension (for a tar sample: its sample key). File names and keys that are not UTF-8 keep their
+record; their key and report path show each undecodable byte as ``\\xNN``.
 """
 
 from __future__ import annotations
@@ -39,20 +48,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConvertError
+from .errors import ConvertError, FormatError, ShardNotFoundError
 
 __all__ = [
     "LISTING_SUFFIXES",
+    "TAR_IMAGE_EXTENSIONS",
     "ScanReject",
     "SourceFile",
     "SourceScan",
     "describe_os_error",
     "display_path",
     "record_key",
+    "scan_folder",
     "scan_source",
 ]
 
 LISTING_SUFFIXES = (".csv", ".jsonl")
+TAR_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pbm", "pnm")
+"""Extensions of a tar sample's image member, in order of preference."""
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
 _INT64_MAX = (1 << 63) - 1
 
@@ -66,16 +79,21 @@ class SourceFile:
             the file name are held as surrogate escapes, so ``root / path`` opens the file.
         label: its class index (or the listing's integer label).
         size, mtime_ns: from stat, to plan shards and to notice changed inputs on resume.
+        offset, sample_key: for a sample of a tar: where its image member's data starts in the
+            tar `path` (`size` is the member's), and its key (undecoded bytes as surrogate
+            escapes); None for a file.
     """
 
     path: str
     label: int
     size: int
     mtime_ns: int
+    offset: int | None = None
+    sample_key: str | None = None
 
     @property
     def key(self) -> str:
-        return record_key(self.path)
+        return record_key(self.path) if self.sample_key is None else display_path(self.sample_key)
 
 
 @dataclass(frozen=True)
@@ -86,12 +104,14 @@ class ScanReject:
         position: how many inputs come before it, to merge rejects into input order.
         path: display form of its path relative to the source root (see `display_path`).
         reason: the reject code; detail: what was found.
+        key: for a sample of a tar, the display form of its key; else None.
     """
 
     position: int
     path: str
     reason: str
     detail: str
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +120,7 @@ class SourceScan:
 
     Attributes:
         root: the folder paths are relative to (the tree, or the listing's folder).
-        kind: "imagefolder", "csv" or "jsonl".
+        kind: "imagefolder", "csv", "jsonl" or "webdataset".
         classes: class names in label order, or None for a listing with integer labels.
         inputs: the candidates in conversion order.
         rejects: what was set aside while scanning, in the same order.
@@ -128,15 +148,19 @@ def scan_source(src: str | os.PathLike[str]) -> SourceScan:
     """Find the inputs of a conversion.
 
     Args:
-        src: an ImageFolder directory, or a ``.csv`` / ``.jsonl`` listing file.
+        src: an ImageFolder directory, a ``.csv`` / ``.jsonl`` listing file, or WebDataset tars
+            (a ``.tar`` file, a brace pattern of them, or a folder of ``.tar`` files only).
 
     Returns:
         The inputs in conversion order, the classes, and the rejects found while scanning.
 
     Raises:
-        ConvertError: `src` does not exist, is neither a folder nor a listing, or a listing is
-            malformed (the message names the line).
+        ConvertError: `src` does not exist, is neither a folder nor a listing nor tars, or a
+            listing is malformed (the message names the line).
     """
+    tars = _tar_sources(src)
+    if tars is not None:
+        return _scan_tars(tars)
     path = Path(src)
     if path.is_dir():
         return _Scanner(path).scan_tree()
@@ -356,3 +380,102 @@ def _jsonl_rows(text: str, listing: Path) -> list[tuple[int, str, Any]]:
             raise ConvertError(f"line {line}: label must be an integer or a string, found {label!r}", path=listing)
         rows.append((line, value["path"], label))
     return rows
+
+
+def _tar_sources(src: str | os.PathLike[str]) -> list[Path] | None:
+    """Return the tars `src` names: a tar path or pattern, or a folder with tars and no
+    sub-folders (hidden entries aside); None for anything else."""
+    from .tarindex import tar_sources
+
+    text = os.fspath(src)
+    if os.path.isdir(text):
+        try:
+            with os.scandir(text) as it:
+                entries = sorted((entry for entry in it if not entry.name.startswith(".")), key=lambda entry: entry.name)
+        except OSError:
+            return None  # the tree scan reports it
+        tars = [Path(entry.path) for entry in entries if entry.name.endswith(".tar") and not _is_dir(entry)]
+        return tars if tars and not any(_is_dir(entry) for entry in entries) else None
+    try:
+        return tar_sources(text)
+    except ValueError as err:
+        raise ConvertError(str(err), path=text) from err
+
+
+def _scan_tars(tars: list[Path]) -> SourceScan:
+    from .tar import LABEL_EXTENSION, MAX_LABEL_SIZE, display_key, parse_label, scan_samples
+
+    root = Path(os.path.commonpath([os.path.dirname(os.path.abspath(tar)) for tar in tars]))
+    inputs: list[SourceFile] = []
+    rejects: list[ScanReject] = []
+    max_label = -1
+    for tar in tars:
+        rel = os.path.relpath(os.path.abspath(tar), root)
+        try:
+            mtime_ns = os.stat(tar).st_mtime_ns
+            samples = scan_samples(tar)
+            fd = os.open(tar, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except (ShardNotFoundError, FileNotFoundError) as err:
+            raise ConvertError("the tar does not exist", path=tar) from err
+        except OSError as err:
+            rejects.append(ScanReject(len(inputs), display_path(rel), "unreadable", describe_os_error(err)))
+            continue
+        except FormatError as err:
+            where = f"byte {err.offset}: " if err.offset is not None else ""
+            rejects.append(ScanReject(len(inputs), display_path(rel), "corrupt", f"not a readable tar: {where}{err.message}"))
+            continue
+        try:
+            for sample in samples:
+                image = next((sample.members[ext] for ext in TAR_IMAGE_EXTENSIONS if ext in sample.members), None)
+                label_member = sample.members.get(LABEL_EXTENSION)
+                found: int | tuple[str, str]
+                if sample.duplicate is not None:
+                    found = ("duplicate-member", f"two members with extension {sample.duplicate.extension!r}")
+                elif image is None:
+                    found = ("no-image", "no member with an image extension (" + ", ".join(TAR_IMAGE_EXTENSIONS) + ")")
+                elif label_member is None:
+                    found = ("no-label", f"no member with extension {LABEL_EXTENSION!r}")
+                else:
+                    data = os.pread(fd, min(label_member.size, MAX_LABEL_SIZE + 1), label_member.data_offset)
+                    found = parse_label(memoryview(data))
+                if image is None or isinstance(found, tuple):
+                    reason, detail = found if isinstance(found, tuple) else ("no-image", "")
+                    rejects.append(ScanReject(len(inputs), display_path(rel), reason, detail, key=display_key(sample.key)))
+                    continue
+                max_label = max(max_label, found)
+                inputs.append(SourceFile(rel, found, image.size, mtime_ns, offset=image.data_offset, sample_key=sample.key))
+        finally:
+            os.close(fd)
+    classes = tuple(str(label) for label in range(max_label + 1))
+    return SourceScan(root, "webdataset", classes, tuple(inputs), tuple(rejects))
+
+
+def scan_folder(root: str | os.PathLike[str]) -> SourceScan:
+    """Find every file under `root`, recursively, in the order and with the rejects of an
+    ImageFolder class folder (hidden entries, symbolic-link loops, unreadable entries), for
+    folders that hold one field of each record rather than classes. Labels are 0.
+
+    Raises:
+        ConvertError: `root` is not a folder that can be listed.
+    """
+    path = Path(root)
+    if not path.is_dir():
+        raise ConvertError("the source does not exist or is not a folder", path=path)
+    scanner = _Scanner(path)
+    try:
+        root_id = _identity(os.stat(path))
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda entry: entry.name)
+    except OSError as err:
+        raise ConvertError(f"cannot list the source folder: {describe_os_error(err)}", path=path) from err
+    folders = []
+    for entry in entries:  # the root's own files first, as os.walk lists them
+        if entry.name.startswith("."):
+            scanner.emit(_Item(entry.name, entry.name, ("hidden", "hidden files and folders are skipped")))
+        elif _is_dir(entry):
+            folders.append(entry)
+        else:
+            scanner.emit(_file_item(entry, entry.name, 0))
+    for entry in folders:
+        scanner.walk_class(entry, label=0, root_id=root_id)
+    return SourceScan(path, "folder", None, tuple(scanner.inputs), tuple(scanner.rejects))

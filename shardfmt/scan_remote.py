@@ -22,7 +22,12 @@ from .scan import LISTING_SUFFIXES, ScanReject, SourceFile, SourceScan, _csv_row
 from .storage import RemoteOptions, Store, open_store
 from .storage.urls import split_manifest_url
 
-__all__ = ["scan_remote_source"]
+__all__ = ["TARS_BY_URL", "scan_remote_source"]
+
+TARS_BY_URL = (
+    "WebDataset tars given by URL cannot be a conversion source: tars are read in place with pread, "
+    "so copy them to a local folder first (a folder or listing of images may be a URL)"
+)
 
 
 def scan_remote_source(url: str, *, remote: RemoteOptions | None = None) -> tuple[SourceScan, str]:
@@ -33,8 +38,8 @@ def scan_remote_source(url: str, *, remote: RemoteOptions | None = None) -> tupl
         paths are relative to.
 
     Raises:
-        ConvertError: nothing is under the URL, the store cannot list (plain HTTP), or a
-            listing is malformed.
+        ConvertError: nothing is under the URL, the store cannot list (plain HTTP), a listing
+            is malformed, or the URL holds WebDataset tars (they must be local).
     """
     base = url.rstrip("/")
     listing = base.lower().endswith(LISTING_SUFFIXES)
@@ -47,6 +52,9 @@ def scan_remote_source(url: str, *, remote: RemoteOptions | None = None) -> tupl
     objects = store.list()
     if not objects:
         raise ConvertError("the source holds no objects (or does not exist)", path=store.root)
+    visible = [key for key in objects if not key.startswith(".")]
+    if visible and all("/" not in key and key.lower().endswith(".tar") for key in visible):
+        raise ConvertError(TARS_BY_URL, path=store.root)
     return _scan_tree(objects), base
 
 

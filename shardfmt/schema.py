@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -11,15 +12,19 @@ import numpy as np
 
 from .errors import SchemaError, UnsupportedVersionError
 from .layout import (
+    ARRAY_TYPES,
     BASE_COLUMNS,
     FIELD_COLUMNS,
     MAX_FIELD_NAME_LENGTH,
+    MAX_FIELD_SIZE,
     MAX_FIELDS,
+    MAX_NDIM,
+    NDARRAY_DTYPES,
     VARIABLE_TYPES,
     column_name,
 )
 
-__all__ = ["IMAGE_CLASSIFICATION", "Field", "Schema"]
+__all__ = ["IMAGE_CLASSIFICATION", "Field", "Schema", "parse_field_type"]
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED_NAMES = frozenset(name for name, _ in BASE_COLUMNS)
@@ -31,16 +36,82 @@ class Field:
 
     Attributes:
         name: ASCII identifier, 1 to 64 characters, not "offset", "size" or "checksum".
-        type: one of "jpeg", "int64", "float64", "str", "bytes", "json".
+        type: one of "jpeg", "raw", "ndarray", "int64", "float64", "str", "bytes", "json".
+        dtype, shape: the element type (a key of `layout.NDARRAY_DTYPES`) and the fixed shape
+            (1 to 8 positive sizes) of an "ndarray" field; None for every other type.
     """
 
     name: str
     type: str
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shape, list):
+            object.__setattr__(self, "shape", tuple(self.shape))
 
     @property
     def is_variable(self) -> bool:
         """True if the field's bytes live in the payload region rather than in the table."""
         return self.type in VARIABLE_TYPES
+
+    @property
+    def spec(self) -> str:
+        """The type as `parse_field_type` reads it: "jpeg", or "ndarray:float32:3x4"."""
+        if self.type in ARRAY_TYPES and self.shape is not None:
+            return f"{self.type}:{self.dtype}:{'x'.join(map(str, self.shape))}"
+        return self.type
+
+    @property
+    def nbytes(self) -> int | None:
+        """The payload size every value of an "ndarray" field has; None for other types."""
+        if self.type not in ARRAY_TYPES or self.shape is None or self.dtype not in NDARRAY_DTYPES:
+            return None
+        return math.prod(self.shape) * np.dtype(NDARRAY_DTYPES[self.dtype]).itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.type in ARRAY_TYPES:
+            value["dtype"] = self.dtype
+            value["shape"] = list(self.shape or ())
+        return value
+
+
+def parse_field_type(name: str, text: str) -> Field:
+    """Return the field `name` of the type written as `text`: a type name, or for an array
+    ``ndarray:DTYPE:SHAPE`` with SHAPE as sizes joined by "x" (``ndarray:float32:3x4``).
+
+    Raises:
+        SchemaError: the text is not of that form (the schema checks the values themselves).
+    """
+    parts = text.split(":")
+    if parts[0] not in ARRAY_TYPES:
+        if len(parts) != 1:
+            raise SchemaError(f"field {name!r}: type {text!r} takes no parameters")
+        return Field(name, text)
+    if len(parts) != 3 or not re.fullmatch(r"[0-9]+(x[0-9]+)*", parts[2]):
+        raise SchemaError(f"field {name!r}: write an array type as ndarray:DTYPE:SHAPE, e.g. ndarray:float32:3x4, not {text!r}")
+    return Field(name, parts[0], parts[1], tuple(int(size) for size in parts[2].split("x")))
+
+
+def _check_array(field: Field) -> None:
+    """Check the dtype and shape of an "ndarray" field (unknown dtype: UnsupportedVersionError)."""
+    where = f"ndarray field {field.name!r}"
+    if not isinstance(field.dtype, str):
+        raise SchemaError(f'{where} needs a string "dtype"')
+    if field.dtype not in NDARRAY_DTYPES:
+        raise UnsupportedVersionError(
+            f"{where} has dtype {field.dtype!r}, which this reader does not know "
+            f"(known: {', '.join(NDARRAY_DTYPES)}); upgrade shardfmt"
+        )
+    shape = field.shape
+    if not isinstance(shape, tuple) or not 1 <= len(shape) <= MAX_NDIM:
+        raise SchemaError(f'{where} needs a "shape" of 1 to {MAX_NDIM} sizes')
+    if not all(isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_FIELD_SIZE for size in shape):
+        raise SchemaError(f"{where} has a shape whose sizes are not all integers from 1 to {MAX_FIELD_SIZE}")
+    nbytes = field.nbytes or 0
+    if nbytes > MAX_FIELD_SIZE:
+        raise SchemaError(f"{where} of shape {list(shape)} holds {nbytes} bytes, over the field limit of {MAX_FIELD_SIZE}")
 
 
 @dataclass(frozen=True)
@@ -70,11 +141,16 @@ class Schema:
                     f"field {field.name!r} has type {field.type!r}, which this reader does not know "
                     f"(known: {', '.join(sorted(FIELD_COLUMNS))}); upgrade shardfmt"
                 )
+            if field.type in ARRAY_TYPES:
+                _check_array(field)
+            elif field.dtype is not None or field.shape is not None:
+                raise SchemaError(f"field {field.name!r} of type {field.type!r} takes no dtype or shape")
 
     @classmethod
     def of(cls, **types: str) -> Schema:
-        """Build a schema from keyword arguments in order: ``Schema.of(image="jpeg", label="int64")``."""
-        return cls(tuple(Field(name, type_) for name, type_ in types.items()))
+        """Build a schema from keyword arguments in order: ``Schema.of(image="jpeg", label="int64")``;
+        an array type is written ``"ndarray:float32:3x4"`` (see `parse_field_type`)."""
+        return cls(tuple(parse_field_type(name, type_) for name, type_ in types.items()))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -92,7 +168,7 @@ class Schema:
         raise SchemaError(f"no field {name!r} in schema (fields: {', '.join(self.names)})")
 
     def to_json(self) -> dict[str, Any]:
-        return {"fields": [{"name": f.name, "type": f.type} for f in self.fields]}
+        return {"fields": [f.to_json() for f in self.fields]}
 
     def to_bytes(self) -> bytes:
         """Return the canonical encoding stored in shards: sorted keys, no spaces, UTF-8."""
@@ -112,7 +188,11 @@ class Schema:
         for i, item in enumerate(value["fields"]):
             if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("type"), str):
                 raise SchemaError(f'schema field {i} needs string "name" and "type"')
-            fields.append(Field(item["name"], item["type"]))
+            if item["type"] in ARRAY_TYPES:
+                shape = item.get("shape")
+                fields.append(Field(item["name"], item["type"], item.get("dtype"), tuple(shape) if isinstance(shape, list) else shape))
+            else:  # parameters of other types are not defined: ignored, as the spec says
+                fields.append(Field(item["name"], item["type"]))
         return cls(tuple(fields))
 
     @classmethod

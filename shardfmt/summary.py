@@ -11,7 +11,7 @@ import numpy as np
 
 from .layout import IMAGE_TYPES, column_name
 from .manifest import Manifest, find_manifest
-from .reader import ShardReader
+from .reader import open_shard
 
 __all__ = ["DatasetSummary", "summarise_dataset"]
 
@@ -62,7 +62,7 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
     image = next((f.name for f in manifest.schema.fields if f.type in IMAGE_TYPES), None)
     columns: dict[str, list[np.ndarray[Any, Any]]] = {"height": [], "width": [], "channels": [], "label": []}
     for entry in manifest.shards:
-        with ShardReader(root / entry.path, verify=False, expected_size=entry.size) as reader:
+        with open_shard(root, entry, verify=False) as reader:
             if image is not None:
                 for name in ("height", "width", "channels"):
                     columns[name].append(np.array(reader.table[column_name(image, name)]))

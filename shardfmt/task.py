@@ -1,12 +1,17 @@
 """One conversion task: the planned inputs of one shard become the shard and its sidecar.
 
-A task reads each input with one `os.read` (or one GET from a store), normalises it (`normalise.normalise_image`), and
-writes the records with `ShardWriter` (temporary name, fsync, rename). Only then does it write
-its sidecar, ``.shardfmt-work/shard-NNNNN.json``, atomically: record count, size, checksum,
-rejects and statistics. A shard counts as done only when its sidecar exists and the file agrees
-with it, so a task killed at any moment is simply run again. For an output given by URL the shard
-is staged locally and uploaded, and the sidecar lives in the store (`destination.py`). A shard whose inputs are all
-rejected gets a sidecar and no file.
+A task reads each input with one `os.read` (a sample of a tar: its image member with one
+`os.pread`, nothing extracted; an input in a store: one GET), normalises it
+(`normalise.normalise_image`), and writes the records with `ShardWriter`, or `tar.TarShardWriter`
+for tar shards (temporary name, fsync, rename). Only then does it write its sidecar,
+``.shardfmt-work/shard-NNNNN.json``, atomically: record count, size, checksum, rejects and
+statistics. A shard counts as done only when its sidecar exists and the files agree with it, so a
+task killed at any moment is simply run again. For an output given by URL the shard (and a tar's
+member index) is staged locally and uploaded, and the sidecar lives in the store
+(`destination.py`). A shard whose inputs are all rejected gets a sidecar and no file. A record
+bound for a tar shard whose key cannot be a tar key even with its dots replaced ("bad-key"),
+repeats a key of the shard ("duplicate-key") or has a label outside [0, MAX_CLASSES)
+("bad-label") is a reject too.
 
 Tasks are independent and deterministic: the bytes of a shard depend only on its inputs and the
 options, never on which process ran it or when.
@@ -22,16 +27,28 @@ from typing import Any, Final
 
 from .checksum import format_checksum
 from .destination import WORK_DIR, Destination, destination_for
-from .errors import RejectError, WorkerError
-from .layout import MAX_FIELD_SIZE
+from .errors import RejectError, SchemaError, WorkerError
+from .layout import MAX_CLASSES, MAX_FIELD_SIZE
 from .normalise import REENCODE_REASONS, normalise_image
 from .scan import describe_os_error, display_path, record_key
 from .schema import IMAGE_CLASSIFICATION
 from .storage import RemoteOptions, Store, open_store
 from .storage.urls import is_url
+from .tar import TarShardInfo, TarShardWriter, display_key, tar_key
 from .writer import ShardWriter, shard_name
 
-__all__ = ["MAX_INPUT_SIZE", "WORK_DIR", "ShardTask", "read_input", "read_remote_input", "run_shard_task", "sidecar_path"]
+__all__ = [
+    "MAX_INPUT_SIZE",
+    "WORK_DIR",
+    "ShardTask",
+    "finished_sidecar",
+    "read_input",
+    "read_member",
+    "read_remote_input",
+    "run_shard_task",
+    "shard_file_name",
+    "sidecar_path",
+]
 
 MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
 """Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
@@ -42,21 +59,29 @@ class ShardTask:
     """The work of one shard.
 
     Attributes:
-        index: the shard number; the file is `shard_name(index)`.
+        index: the shard number; the file is `shard_file_name(index, shard_format)`.
         root: the source root that input paths are relative to (a folder or a URL).
         out: the output folder, or a URL (see `destination.py`).
-        inputs: (input number, path, planned size, label) of each planned input, in order.
+        inputs: (input number, path, planned size, label) of each planned input, in order; a
+            sample of a tar adds (offset of its image member's data, sample key).
         max_side, quality: normalisation options.
+        shard_format: "binary" or "tar" (a tar and its member index, spec/tar.md).
         remote: credentials and retries for a `root` or `out` given by URL.
     """
 
     index: int
     root: str
     out: str
-    inputs: tuple[tuple[int, str, int, int], ...]
+    inputs: tuple[tuple[Any, ...], ...]
     max_side: int | None
     quality: int
+    shard_format: str = "binary"
     remote: RemoteOptions | None = None
+
+
+def shard_file_name(index: int, shard_format: str) -> str:
+    """Return the file name of shard `index` in `shard_format`: ``shard-00000.shard`` or ``.tar``."""
+    return shard_name(index) if shard_format == "binary" else shard_name(index, suffix=".tar")
 
 
 def sidecar_path(out: str | os.PathLike[str], *, index: int) -> Path:
@@ -93,6 +118,47 @@ def read_input(path: str, *, size_hint: int) -> bytes:
         os.close(fd)
 
 
+def read_member(path: str, *, offset: int, size: int) -> bytes:
+    """Read one member of a tar: `size` bytes at `offset`, with one `os.pread`.
+
+    Raises:
+        RejectError: "unreadable" with the operating system's message, or if the tar ends first.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise RejectError(describe_os_error(err), reason="unreadable") from err
+    try:
+        data = os.pread(fd, size, offset)
+    except OSError as err:
+        raise RejectError(describe_os_error(err), reason="unreadable") from err
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise RejectError(f"the tar ends before the member's {size} bytes at byte {offset}", reason="unreadable")
+    return data
+
+
+class _TarOutput:
+    """Checks that a record written into a tar reads back: a valid key (`tar.tar_key`), unique in
+    the tar, and a label a ``.cls`` member holds. A record that fails becomes a reject."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def check(self, key: str, label: int) -> str:
+        """Return the record's tar key, or raise RejectError ("bad-key", "duplicate-key", "bad-label")."""
+        try:
+            key = tar_key(key)
+        except SchemaError as err:
+            raise RejectError(err.message, reason="bad-key") from err
+        if key in self.keys:
+            raise RejectError(f"key {display_key(key)!r} is already in this tar shard", reason="duplicate-key")
+        if not 0 <= label < MAX_CLASSES:
+            raise RejectError(f"label {label} is outside [0, {MAX_CLASSES}), which a .cls member holds", reason="bad-label")
+        return key
+
+
 def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = None) -> tuple[dict[str, Any], bool]:
     """Write the shard and sidecar of `task`, or keep them if a previous run finished them.
 
@@ -108,36 +174,48 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         WorkerError: anything other than a per-file reject, naming the shard and the input.
     """
     report = on_image if on_image is not None else _ignore
-    name = shard_name(task.index)
-    destination = destination_for(task.out, task.index, name, task.remote)
-    done = _finished_sidecar(task, destination)
+    name = shard_file_name(task.index, task.shard_format)
+    destination = destination_for(task.out, task.index, task.remote)
+    done = finished_sidecar(task, destination)
     if done is not None:
         destination.cleanup()
         report(len(task.inputs))
         return done, True
     source = open_store(task.root, remote=task.remote) if is_url(task.root) else None
-    writer: ShardWriter | None = None
+    writer: Any = None
+    tar = _TarOutput() if task.shard_format == "tar" else None
     current = "(before the first input)"
     try:
         rejects: list[list[Any]] = []
         passthrough = 0
         reencoded = dict.fromkeys(REENCODE_REASONS, 0)
-        for number, path, size, label in task.inputs:
-            current = path
+        for number, path, size, label, *member in task.inputs:
+            current = path if not member else f"{path}: sample {display_key(member[1])}"
             try:
-                data = read_input(os.path.join(task.root, path), size_hint=size) if source is None else read_remote_input(source, path, size_hint=size)
-                image = normalise_image(
-                    data,
-                    max_side=task.max_side,
-                    quality=task.quality,
-                )
+                if member:
+                    data = read_member(os.path.join(task.root, path), offset=member[0], size=size)
+                    key = member[1] if tar is not None else display_key(member[1])
+                elif source is not None:
+                    data = read_remote_input(source, path, size_hint=size)
+                    key = record_key(path)
+                else:
+                    data = read_input(os.path.join(task.root, path), size_hint=size)
+                    key = record_key(path)
+                if tar is not None:
+                    key = tar.check(key, label)
+                image = normalise_image(data, max_side=task.max_side, quality=task.quality)
             except RejectError as err:
                 rejects.append([number, err.reason, err.message])
                 report(1)
                 continue
             if writer is None:
-                writer = ShardWriter(destination.shard_path, schema=IMAGE_CLASSIFICATION)
-            writer.write({"image": image.data, "label": label, "key": record_key(path)})
+                output = destination.path(name)
+                writer = ShardWriter(output, schema=IMAGE_CLASSIFICATION) if tar is None else TarShardWriter(output)
+            if tar is None:
+                writer.write({"image": image.data, "label": label, "key": key})
+            else:
+                writer.write(key, image=image.data, label=label)
+                tar.keys.add(key)
             if image.reencoded is None:
                 passthrough += 1
             else:
@@ -146,9 +224,13 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         current = "(closing the shard)"
         info = writer.close() if writer is not None else None
         writer = None
+        index: dict[str, Any] | None = None
+        if isinstance(info, TarShardInfo):
+            index = {"path": info.index.path.name, "size": info.index.size, "checksum": format_checksum(info.index.checksum)}
+            info = info.tar
         if info is not None:
             current = "(uploading the shard)"
-            destination.commit_shard()
+            destination.commit([name] if index is None else [name, index["path"]])
         sidecar = {
             "index": task.index,
             "inputs": len(task.inputs),
@@ -160,11 +242,13 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
             "passthrough": passthrough,
             "reencoded": reencoded,
         }
+        if index is not None:
+            sidecar["member_index"] = index
         destination.write_sidecar(sidecar)
         return sidecar, False
     except Exception as err:
         raise WorkerError(
-            f"input {display_path(current)}: {type(err).__name__}: {err}", path=destination.display
+            f"input {display_path(current)}: {type(err).__name__}: {err}", path=destination.describe(name)
         ) from err
     finally:
         if writer is not None:  # not closed: remove its temporary file
@@ -190,14 +274,18 @@ def read_remote_input(store: Store, path: str, *, size_hint: int) -> bytes:
         raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
 
 
-def _finished_sidecar(task: ShardTask, destination: Destination) -> dict[str, Any] | None:
-    """Return the sidecar of a shard a previous run finished, if the shard agrees with it."""
+def finished_sidecar(task: Any, destination: Destination) -> dict[str, Any] | None:
+    """Return the sidecar of a shard a previous run finished, if the shard's files agree with it
+    (`task` is a `ShardTask` or a `fieldtask.FieldTask`)."""
     sidecar = destination.read_sidecar()
     if sidecar is None or sidecar.get("index") != task.index or sidecar.get("inputs") != len(task.inputs):
         return None
     if sidecar.get("num_records") == 0:
         return sidecar
     try:
-        return sidecar if destination.shard_matches(sidecar) else None
+        files = [(shard_file_name(task.index, task.shard_format), sidecar)]
+        if task.shard_format == "tar":
+            files.append((sidecar["member_index"]["path"], sidecar["member_index"]))
+        return sidecar if destination.files_match(files) else None
     except (OSError, KeyError, TypeError, ValueError):
         return None

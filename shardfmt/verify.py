@@ -2,7 +2,9 @@
 
 A full check opens every shard (which checks each structural rule, see `ShardReader`), compares
 record counts and schema with the manifest, checks that labels name a class, re-hashes every
-record's payload and then each whole file against the manifest. A quick check stops before the
+record's payload and then each whole file against the manifest. A tar shard is checked through
+its index (see `tarreader.TarShardReader`): every image member is re-hashed, then the whole tar
+and the whole index against the manifest. A quick check stops before the
 payload: it reads the manifest, the headers, footers and record tables only.
 """
 
@@ -18,7 +20,8 @@ import numpy as np
 from .checksum import checksum, format_checksum
 from .errors import ChecksumError, FormatError, ManifestError, ShardfmtError
 from .manifest import Manifest, ShardEntry, find_manifest
-from .reader import ShardReader
+from .reader import open_shard
+from .tarreader import TarShardReader
 
 __all__ = ["VerifyReport", "verify_dataset"]
 
@@ -79,8 +82,9 @@ def verify_dataset(path: str | os.PathLike[str], *, quick: bool = False) -> Veri
 
 
 def _verify_shard(root: Path, entry: ShardEntry, manifest: Manifest, *, quick: bool) -> int:
-    """Check one shard; return the bytes hashed. Raise the first problem found."""
-    with ShardReader(root / entry.path, verify=False, expected_size=entry.size) as reader:
+    """Check one shard (for a tar shard: the tar and its index); return the bytes hashed. Raise
+    the first problem found."""
+    with open_shard(root, entry, verify=False) as reader:
         if len(reader) != entry.num_records:
             raise ManifestError(f"holds {len(reader)} records but the manifest says {entry.num_records}", path=reader.path)
         if reader.schema != manifest.schema:
@@ -91,28 +95,39 @@ def _verify_shard(root: Path, entry: ShardEntry, manifest: Manifest, *, quick: b
             return 0
         for index in range(len(reader)):
             reader.verify_record(index)
-        whole = reader.source.read(0, reader.source.size)
-        digest = checksum(whole)
-        whole.release()
-        if digest != entry.checksum:
-            raise ChecksumError(
-                f"whole-file checksum {format_checksum(digest)} differs from the manifest's "
-                f"{format_checksum(entry.checksum)}: the file was changed or replaced",
-                path=reader.path,
-            )
-        return (reader.table_offset - reader.header_size) + reader.source.size
+        hashed = _check_file(reader.source, entry.checksum)
+        if entry.index is None:
+            return (reader.table_offset - reader.header_size) + hashed
+        for index in range(len(reader.index)):
+            reader.index.verify_record(index)
+        return int(reader.table["size"].sum()) + hashed + _check_file(reader.index.source, entry.index.checksum)
 
 
-def _check_labels(reader: ShardReader, num_classes: int) -> None:
+def _check_file(source: Any, expected: int) -> int:
+    """Compare the XXH3-64 of a whole file with the manifest's; return its size."""
+    whole = source.read(0, source.size)
+    digest = checksum(whole)
+    whole.release()
+    if digest != expected:
+        raise ChecksumError(
+            f"whole-file checksum {format_checksum(digest)} differs from the manifest's "
+            f"{format_checksum(expected)}: the file was changed or replaced",
+            path=source.path,
+        )
+    return int(source.size)
+
+
+def _check_labels(reader: Any, num_classes: int) -> None:
     labels: np.ndarray[Any, Any] = reader.table["label"]
     bad = (labels < 0) | (labels >= num_classes)
     if bad.any():
         index = int(np.argmax(bad))
-        column = reader.dtype.fields["label"][1]  # type: ignore[index]
+        table = reader.index if isinstance(reader, TarShardReader) else reader  # a tar's labels live in its index
+        column = table.dtype.fields["label"][1]
         raise FormatError(
             f"label {int(labels[index])} names no class (the manifest has {num_classes})",
-            path=reader.path,
-            offset=reader.table_offset + index * reader.dtype.itemsize + column,
+            path=table.path,
+            offset=table.table_offset + index * table.dtype.itemsize + column,
             record=index,
         )
 

@@ -30,6 +30,8 @@ from .layout import (
     HEADER_SIZE,
     JPEG_CHANNELS,
     MAGIC,
+    NDARRAY_DTYPES,
+    RAW_CHANNELS,
     MAX_ALIGNMENT,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
@@ -41,7 +43,7 @@ from .layout import (
 )
 from .schema import Field, Schema
 
-__all__ = ["DEFAULT_SHARD_SIZE", "DatasetWriter", "ShardInfo", "ShardWriter", "shard_name"]
+__all__ = ["DEFAULT_SHARD_SIZE", "DatasetWriter", "ShardInfo", "ShardWriter", "jpeg_columns", "shard_name"]
 
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -57,9 +59,9 @@ class ShardInfo:
     checksum: int
 
 
-def shard_name(index: int) -> str:
-    """Return the file name of shard number `index`: ``shard-00000.shard``."""
-    return f"shard-{index:05d}{SHARD_SUFFIX}"
+def shard_name(index: int, *, suffix: str = SHARD_SUFFIX) -> str:
+    """Return the file name of shard number `index`: ``shard-00000.shard`` (or with `suffix`)."""
+    return f"shard-{index:05d}{suffix}"
 
 
 def encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> bytes:
@@ -128,13 +130,17 @@ class ShardWriter:
 
         Args:
             record: a value for every field of the schema: bytes-like JPEG data for "jpeg",
-                bytes-like for "bytes", str for "str", a JSON-serialisable value for "json",
-                an int for "int64", a float for "float64".
+                a uint8 numpy array H x W x C (C 1, 3 or 4; H x W for one channel) for "raw",
+                a numpy array of the declared dtype and shape for "ndarray", bytes-like for
+                "bytes", str for "str", a JSON-serialisable value for "json", an int for
+                "int64", a float for "float64".
 
         Raises:
             SchemaError: a field is missing, extra, of the wrong type, too large, or a "jpeg"
-                value is not a JPEG with 1 or 3 channels that libjpeg-turbo decodes; or the
-                record would take the shard past MAX_SHARD_SIZE or MAX_RECORDS_PER_SHARD.
+                value is not a JPEG with 1 or 3 channels that libjpeg-turbo decodes, a "raw"
+                value not uint8 pixels with 1, 3 or 4 channels, an "ndarray" value not of the
+                declared dtype and shape; or the record would take the shard past
+                MAX_SHARD_SIZE or MAX_RECORDS_PER_SHARD.
         """
         if self._closed:
             raise ValueError("write() on a closed ShardWriter")
@@ -226,6 +232,10 @@ def _scalar(field: Field, value: Any, index: int) -> int | float:
 
 def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memoryview, tuple[int, ...]]:
     where = f"record {index}: field {field.name!r}"
+    if field.type == "raw":
+        return _encode_raw(value, where)
+    if field.type == "ndarray":
+        return _encode_array(field, value, where), ()
     if field.type == "str":
         if not isinstance(value, str):
             raise SchemaError(f"{where} needs a str, got {type(value).__name__}")
@@ -246,6 +256,15 @@ def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memo
         raise SchemaError(f"{where} is {len(data)} bytes, over the limit of {MAX_FIELD_SIZE}")
     if field.type != "jpeg":
         return data, ()
+    return data, jpeg_columns(data, where)
+
+
+def jpeg_columns(data: bytes | memoryview, where: str) -> tuple[int, int, int, int]:
+    """Return the table columns (height, width, channels, reserved) of a storable JPEG.
+
+    Raises:
+        SchemaError: naming `where`: not a JPEG, or not 8-bit, non-lossless with 1 or 3 channels.
+    """
     try:
         info = read_jpeg_info(data)
     except ValueError as err:
@@ -255,20 +274,48 @@ def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memo
             f"{where}: a JPEG with {info.components} components, {info.precision}-bit"
             f"{', lossless' if info.lossless else ''} cannot be stored; convert it to 8-bit RGB or grayscale"
         )
-    extra = (info.height, info.width, info.components, 0)
-    return data, extra
+    return (info.height, info.width, info.components, 0)
+
+
+def _encode_raw(value: Any, where: str) -> tuple[memoryview, tuple[int, ...]]:
+    if not isinstance(value, np.ndarray) or value.dtype != np.uint8 or value.ndim not in (2, 3):
+        kind = f"{value.dtype} array of {value.ndim} dimensions" if isinstance(value, np.ndarray) else type(value).__name__
+        raise SchemaError(f"{where} needs uint8 pixels as a numpy array H x W x C or H x W, got a {kind}")
+    height, width = value.shape[:2]
+    channels = value.shape[2] if value.ndim == 3 else 1
+    if channels not in RAW_CHANNELS:
+        raise SchemaError(f"{where} has {channels} channels; raw pixels have {', '.join(map(str, RAW_CHANNELS))}")
+    if height == 0 or width == 0:
+        raise SchemaError(f"{where} is {height} x {width}: a raw image needs at least one pixel")
+    if value.size > MAX_FIELD_SIZE:
+        raise SchemaError(f"{where} is {value.size} bytes, over the limit of {MAX_FIELD_SIZE}")
+    data = memoryview(np.ascontiguousarray(value)).cast("B")
+    return data, (height, width, channels, 0)
+
+
+def _encode_array(field: Field, value: Any, where: str) -> memoryview:
+    expected = np.dtype(NDARRAY_DTYPES[field.dtype or ""])
+    if not isinstance(value, np.ndarray) or value.dtype.newbyteorder("<") != expected:
+        kind = f"a {value.dtype} array" if isinstance(value, np.ndarray) else type(value).__name__
+        raise SchemaError(f"{where} needs a numpy {field.dtype} array, got {kind}")
+    if value.shape != field.shape:
+        raise SchemaError(f"{where} has shape {list(value.shape)}, the schema declares {list(field.shape or ())}")
+    return memoryview(np.ascontiguousarray(value, dtype=expected)).cast("B")
 
 
 class DatasetWriter:
     """Write records into shards of about `shard_size` bytes and commit a manifest on `close()`.
 
     Args:
-        directory: the dataset root; created if missing. Shards are ``shard-NNNNN.shard``.
+        directory: the dataset root; created if missing. Shards are ``shard-NNNNN.shard``, or
+            ``shard-NNNNN.tar`` with their member index ``shard-NNNNN.tar.idx``.
         schema: the fields of every record.
         shard_size: target shard size in bytes; a shard is closed once it reaches it, so it may
             exceed it by one record.
         classes: class names in label order, stored in the manifest.
         options: free-form options recorded under "converter" in the manifest.
+        shard_format: "binary" (spec/format.md) or "tar" (WebDataset tars, spec/tar.md), which
+            needs the ``IMAGE_CLASSIFICATION`` schema: ``KEY.cls`` and ``KEY.jpg`` per record.
     """
 
     def __init__(
@@ -279,24 +326,46 @@ class DatasetWriter:
         shard_size: int = DEFAULT_SHARD_SIZE,
         classes: Sequence[str] | None = None,
         options: Mapping[str, Any] | None = None,
+        shard_format: str = "binary",
     ) -> None:
+        from .schema import IMAGE_CLASSIFICATION
+
         if shard_size <= 0:
             raise ValueError(f"shard_size must be positive, got {shard_size}")
+        if shard_format not in ("binary", "tar"):
+            raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
+        if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
+            raise SchemaError("tar shards hold the IMAGE_CLASSIFICATION schema (image, label, key) only")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.schema = schema
         self.shard_size = shard_size
         self.classes = list(classes) if classes is not None else None
         self.options = dict(options or {})
-        self.shards: list[ShardInfo] = []
-        self._current: ShardWriter | None = None
+        self.shard_format = shard_format
+        self.shards: list[Any] = []
+        """`ShardInfo` of each finished shard, or `tar.TarShardInfo` for tar shards."""
+        self._current: Any = None
+
+    def _open_shard(self) -> Any:
+        number = len(self.shards)
+        if self.shard_format == "binary":
+            return ShardWriter(self.directory / shard_name(number), schema=self.schema)
+        from .tar import TarShardWriter
+
+        return TarShardWriter(self.directory / shard_name(number, suffix=".tar"))
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """Append one record (see `ShardWriter.write`)."""
+        """Append one record (see `ShardWriter.write`, and `tar.TarShardWriter.write` for tars)."""
         if self._current is None:
-            self._current = ShardWriter(self.directory / shard_name(len(self.shards)), schema=self.schema)
+            self._current = self._open_shard()
         try:
-            self._current.write(record)
+            if self.shard_format == "binary":
+                self._current.write(record)
+            else:
+                if set(record) != set(self.schema.names):
+                    raise SchemaError(f"a tar record has exactly the fields {', '.join(self.schema.names)}, got {', '.join(sorted(map(str, record)))}")
+                self._current.write(record["key"], image=record["image"], label=record["label"])
         except BaseException:
             self.abort()
             raise
@@ -306,20 +375,25 @@ class DatasetWriter:
 
     def close(self) -> Any:
         """Close the last shard and write manifest.json last; return the `Manifest`."""
-        from .manifest import Manifest, ShardEntry
+        from .manifest import IndexEntry, Manifest, ShardEntry
 
         if self._current is not None and (self._current.num_records or not self.shards):
             self.shards.append(self._current.close())
         elif self._current is not None:
             self._current.abort()
         self._current = None
+        entries = []
+        for info in self.shards:
+            if self.shard_format == "binary":
+                entries.append(ShardEntry(info.path.name, info.num_records, info.size, info.checksum))
+            else:
+                index = IndexEntry(info.index.path.name, info.index.size, info.index.checksum)
+                entries.append(ShardEntry(info.tar.path.name, info.tar.num_records, info.tar.size, info.tar.checksum, index))
         manifest = Manifest(
             schema=self.schema,
             classes=self.classes,
-            shards=tuple(
-                ShardEntry(path=info.path.name, num_records=info.num_records, size=info.size, checksum=info.checksum)
-                for info in self.shards
-            ),
+            shards=tuple(entries),
+            shard_format=self.shard_format,
             converter={"name": "shardfmt", "options": self.options},
         )
         manifest.write(self.directory)
@@ -338,4 +412,3 @@ class DatasetWriter:
             self.abort()
         else:
             self.close()
-

@@ -48,10 +48,19 @@ def test_every_contender_with_chart(tmp_path: Path) -> None:
     chart = tmp_path / "bench.png"
     done = run_bench("--chart", str(chart), work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
-    for name in ("shardfmt fast_decode=True", "PIL DataLoader", "webdataset", "decode limit, exact IDCT"):
+    for name in ("shardfmt fast_decode=True", "shardfmt on tar shards", "shardfmt raw pixels", "PIL DataLoader", "webdataset", "decode limit, exact IDCT"):
         assert name in done.stdout
     assert not any("n/a" in line for line in ratio_lines(done.stdout))
     assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_raw_pixels_beside_the_jpeg_path(tmp_path: Path) -> None:
+    done = run_bench("--only", "shardfmt,raw", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = ratio_lines(done.stdout)
+    assert any("shardfmt raw pixels / shardfmt fast_decode=True" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    results = {r["name"].strip(): r for r in json.loads((tmp_path / "out.json").read_text())["results"]}
+    assert results["shardfmt raw pixels"]["images"] == 40 and results["shardfmt raw pixels"]["cpu_seconds"] > 0
 
 
 def test_unknown_contender_is_refused(tmp_path: Path) -> None:

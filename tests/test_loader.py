@@ -308,3 +308,33 @@ def test_too_little_shared_memory_is_a_clear_error(indexed_dataset: Path, monkey
     with pytest.raises(MemoryError, match="--shm-size"):
         next(iter(loader))
     assert shm_entries() <= before
+
+
+def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
+    """SIGINT in the training process ends it with KeyboardInterrupt: no hang, no leftovers."""
+    before = shm_entries()
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from shardfmt import Loader
+        loader = Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16)
+        print("ready", flush=True)
+        try:
+            while True:
+                for batch in loader:
+                    pass
+        except KeyboardInterrupt:
+            loader.close()
+            print("interrupted", flush=True)
+            sys.exit(130)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 130
+    assert "interrupted" in process.stdout.read()
+    assert shm_entries() <= before

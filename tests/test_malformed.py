@@ -112,7 +112,12 @@ BAD_MANIFESTS = {
     "version-arabic-digits": (set_key("format_version", value="\u0661.\u0660"), ManifestError, "MAJOR.MINOR"),
     "version-huge": (set_key("format_version", value="1" + "0" * 5000 + ".0"), ManifestError, "MAJOR.MINOR"),
     "version-major": (set_key("format_version", value="2.0"), UnsupportedVersionError, "major version 2"),
-    "shard-format": (set_key("shard_format", value="tar"), UnsupportedVersionError, "'tar'"),
+    "shard-format": (set_key("shard_format", value="zip"), UnsupportedVersionError, "'zip'"),
+    "index-in-binary": (
+        set_key("shards", 0, "index", value={"path": "x.idx", "size": 1, "checksum": "xxh3_64:0123456789abcdef"}),
+        ManifestError,
+        '"index" is only for tar shards',
+    ),
     "schema-missing": (drop_key("schema"), ManifestError, "missing 'schema'"),
     "schema-field-name": (set_key("schema", "fields", 0, "name", value="a-b"), ManifestError, "schema: field name"),
     "schema-field-type": (set_key("schema", "fields", 0, "type", value="webp"), UnsupportedVersionError, "'webp'"),
@@ -272,7 +277,7 @@ def case_bad_magic(s: ShardBytes) -> Expect:
 
 @shard_case
 def case_unknown_major(s: ShardBytes) -> Expect:
-    s.header()["major"] = 2
+    s.header()["major"], s.header()["minor"] = 2, 0
     s.reseal_header()
     return UnsupportedVersionError, 8, None, "format version 2.0 needs a reader for major version 2", "open"
 
@@ -692,3 +697,151 @@ def test_empty_shard_with_payload_bytes(tmp_path: Path) -> None:
     with pytest.raises(ShardfmtError) as info:
         ShardReader(path)
     check_error(info.value, FormatError, path=path, offset=header_size, says="no records, yet 64 payload bytes")
+
+
+# --- the field types of version 1.1: raw pixels and fixed-shape arrays ---------------------------
+# The same scheme over a shard of raw and ndarray fields: each case breaks one rule of 1.1.
+
+FIELDS = Schema.of(pixels="raw", mask="raw", box="ndarray:float32:2x3", key="str")
+FIELD_CASES: dict[str, Callable[[ShardBytes], Expect]] = {}
+
+
+@functools.cache
+def valid_fields_shard() -> bytes:
+    import numpy as np
+
+    records = [
+        {
+            "pixels": np.full((4 + i, 6, 3), i, np.uint8),
+            "mask": np.full((4 + i, 6), 1, np.uint8),
+            "box": np.arange(6, dtype=np.float32).reshape(2, 3) * i,
+            "key": f"k{i}",
+        }
+        for i in range(3)
+    ]
+    return build_shard(FIELDS, records)
+
+
+def field_case(function: Callable[[ShardBytes], Expect]) -> Callable[[ShardBytes], Expect]:
+    FIELD_CASES[function.__name__.removeprefix("case_").replace("_", "-")] = function
+    return function
+
+
+@field_case
+def case_raw_payload_shorter_than_its_pixels(s: ShardBytes) -> Expect:
+    s.table()["pixels.height"][1] += 1  # 6 x 6 x 3 declared, 5 x 6 x 3 stored
+    s.reseal_table()
+    return FormatError, s.column_offset(1, "pixels.size"), 1, "payload size is not height x width x channels", "open"
+
+
+@field_case
+def case_raw_payload_longer_than_its_pixels(s: ShardBytes) -> Expect:
+    s.table()["mask.width"][2] = 5
+    s.reseal_table()
+    return FormatError, s.column_offset(2, "mask.size"), 2, "raw image 'mask' payload size", "open"
+
+
+@field_case
+def case_raw_pixel_count_wraps_around(s: ShardBytes) -> Expect:
+    # 2^31 x 2^31 pixels of 4 channels is 2^64 bytes: 0 modulo 2^64; it must not pass as 0.
+    table = s.table()
+    table["pixels.height"][0] = table["pixels.width"][0] = 1 << 31
+    table["pixels.channels"][0] = 4
+    s.reseal_table()
+    return FormatError, s.column_offset(0, "pixels.size"), 0, "payload size is not height x width x channels", "open"
+
+
+@pytest.mark.parametrize("channels", [0, 2, 5, 1 << 31])
+def test_raw_channels_other_than_1_3_4(tmp_path: Path, channels: int) -> None:
+    shard = ShardBytes(valid_fields_shard())
+    shard.table()["mask.channels"][1] = channels
+    shard.reseal_table()
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    with pytest.raises(ShardfmtError) as info:
+        ShardReader(path)
+    check_error(info.value, FormatError, path=path, offset=shard.column_offset(1, "mask.channels"), record=1, says="channels are not 1 or 3 or 4")
+
+
+@field_case
+def case_raw_zero_height(s: ShardBytes) -> Expect:
+    s.table()["pixels.height"][2] = 0
+    s.reseal_table()
+    return FormatError, s.column_offset(2, "pixels.height"), 2, "image 'pixels' has a zero height or width", "open"
+
+
+@field_case
+def case_raw_reserved(s: ShardBytes) -> Expect:
+    s.table()["mask.reserved"][0] = 1
+    s.reseal_table()
+    return FormatError, s.column_offset(0, "mask.reserved"), 0, "reserved column is not zero", "open"
+
+
+@field_case
+def case_ndarray_payload_size(s: ShardBytes) -> Expect:
+    s.replace_schema(s.schema_bytes.replace(b'"shape":[2,3]', b'"shape":[3,3]'))
+    return FormatError, s.column_offset(0, "box.size"), 0, "payload size is not the 36 bytes of its float32 shape [3, 3]", "open"
+
+
+def schema_case(old: bytes, new: bytes, cls: type[ShardfmtError], says: str) -> Callable[[ShardBytes], Expect]:
+    def case(s: ShardBytes) -> Expect:
+        assert old in s.schema_bytes
+        s.replace_schema(s.schema_bytes.replace(old, new))
+        return cls, 64, None, says, "open"
+
+    return case
+
+
+for _name, _old, _new, _cls, _says in [
+    ("ndarray-unknown-dtype", b'"float32"', b'"bfloat16"', UnsupportedVersionError, "dtype 'bfloat16', which this reader does not know"),
+    ("ndarray-big-endian-dtype", b'"float32"', b'">f4"', UnsupportedVersionError, "dtype '>f4'"),
+    ("ndarray-dtype-not-a-string", b'"float32"', b"32", FormatError, 'needs a string "dtype"'),
+    ("ndarray-no-dtype", b'"dtype":"float32",', b"", FormatError, 'needs a string "dtype"'),
+    ("ndarray-no-shape", b',"shape":[2,3]', b"", FormatError, 'needs a "shape" of 1 to 8 sizes'),
+    ("ndarray-empty-shape", b'"shape":[2,3]', b'"shape":[]', FormatError, 'needs a "shape" of 1 to 8 sizes'),
+    ("ndarray-nine-dimensions", b'"shape":[2,3]', b'"shape":[1,1,1,1,1,1,1,2,3]', FormatError, "1 to 8 sizes"),
+    ("ndarray-zero-size", b'"shape":[2,3]', b'"shape":[2,0]', FormatError, "sizes are not all integers from 1"),
+    ("ndarray-negative-size", b'"shape":[2,3]', b'"shape":[-2,3]', FormatError, "sizes are not all integers from 1"),
+    ("ndarray-float-size", b'"shape":[2,3]', b'"shape":[2.0,3]', FormatError, "sizes are not all integers"),
+    ("ndarray-boolean-size", b'"shape":[2,3]', b'"shape":[true,3]', FormatError, "sizes are not all integers"),
+    ("ndarray-shape-not-a-list", b'"shape":[2,3]', b'"shape":"2x3"', FormatError, 'needs a "shape"'),
+    ("ndarray-over-field-limit", b'"shape":[2,3]', b'"shape":[1073741824,2]', FormatError, "over the field limit of 1073741824"),
+    ("ndarray-huge-size", b'"shape":[2,3]', b'"shape":[' + b"9" * 400 + b",3]", FormatError, "sizes are not all integers"),
+]:
+    FIELD_CASES[_name] = schema_case(_old, _new, _cls, _says)
+
+
+@field_case
+def case_raw_type_unknown_to_a_1_0_reader(s: ShardBytes) -> Expect:
+    # What a 1.0 reader meets: the same check, for a type name it does not know.
+    s.replace_schema(s.schema_bytes.replace(b'"raw"', b'"raw2"', 1))
+    return UnsupportedVersionError, 64, None, "type 'raw2', which this reader does not know", "open"
+
+
+@pytest.mark.parametrize("case", sorted(FIELD_CASES))
+def test_bad_field_shard(tmp_path: Path, case: str) -> None:
+    shard = ShardBytes(valid_fields_shard())
+    cls, offset, record, says, when = FIELD_CASES[case](shard)
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    with pytest.raises(ShardfmtError) as info:
+        read_everything(path)
+    check_error(info.value, cls, path=path, offset=offset, record=record, says=says)
+
+
+def test_field_cases_start_from_a_valid_shard(tmp_path: Path) -> None:
+    path = tmp_path / "good.shard"
+    path.write_bytes(valid_fields_shard())
+    read_everything(path)
+
+
+def test_a_1_0_reader_refuses_the_new_types_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that knows only the six 1.0 types (as shardfmt 0.1 does) refuses raw by name."""
+    from shardfmt import schema
+
+    path = tmp_path / "fields.shard"
+    path.write_bytes(valid_fields_shard())
+    monkeypatch.setattr(schema, "FIELD_COLUMNS", {k: v for k, v in schema.FIELD_COLUMNS.items() if k not in ("raw", "ndarray")})
+    with pytest.raises(ShardfmtError) as info:
+        ShardReader(path)
+    check_error(info.value, UnsupportedVersionError, path=path, offset=64, says="field 'pixels' has type 'raw', which this reader does not know")

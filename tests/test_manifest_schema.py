@@ -144,3 +144,16 @@ def test_checksum_pattern_is_the_reader_rule(text: str) -> None:
         accepted = False
     checksum_schema = SCHEMA["$defs"]["shard"]["properties"]["checksum"]
     assert validates(checksum_schema, text) == accepted
+
+
+def test_version_1_1_field_types_validate(tmp_path: Path) -> None:
+    import numpy as np
+
+    schema = Schema.of(lr="raw", box="ndarray:float32:2x2", label="int64")
+    manifest = write(tmp_path / "ds", schema, [{"lr": np.zeros((2, 3, 3), np.uint8), "box": np.zeros((2, 2), np.float32), "label": 1}])
+    VALIDATOR.validate(manifest)
+    array = manifest["schema"]["fields"][1]
+    assert array == {"dtype": "float32", "name": "box", "shape": [2, 2], "type": "ndarray"}
+    for broken in ({k: v for k, v in array.items() if k != "shape"}, dict(array, dtype="bfloat16"), dict(array, shape=[0])):
+        manifest["schema"]["fields"][1] = broken
+        assert not VALIDATOR.is_valid(manifest)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
+from PIL import Image
 
 pytest.importorskip("s3fs", reason="S3 URLs need s3fs")
 pytest.importorskip("moto.server", reason="the S3-compatible test server is moto's")
@@ -37,6 +39,8 @@ from shardfmt import (
 )
 from shardfmt.cli import main
 from shardfmt.convert import convert
+from shardfmt.fields import convert_fields
+from shardfmt.ops import RandomCrop
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = RetryPolicy(attempts=4, first_delay=0.02, max_delay=0.1)
@@ -157,6 +161,87 @@ def test_s3_errors_hold_no_secret(endpoint: str) -> None:
         texts.append(str(cause))
         cause = cause.__cause__
     assert not any("Sup3rS3cretValue" in t or "AKIASECRETKEY1234" in t for t in texts)
+
+
+def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
+    imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = convert(imagefolder, tmp_path / "local", workers=1, shard_size=6000, shard_format="tar")
+    remote = convert(imagefolder, "s3://data/tar", workers=2, shard_size=6000, shard_format="tar", remote=options(endpoint))
+    assert remote.manifest.shard_format == "tar" and len(local.manifest.shards) >= 3
+    assert s3_tree(s3, "data/tar") == tree_bytes(tmp_path / "local")
+    expected = [(r["key"], r["label"], bytes(r["image"])) for r in open_dataset(tmp_path / "local")]
+    for mode in ("range", "cache"):
+        ds = open_dataset("s3://data/tar", remote=options(endpoint, mode=mode, cache_dir=str(tmp_path / "cache")))
+        assert [(r["key"], r["label"], bytes(r["image"])) for r in ds] == expected
+        assert ds.shard_path(1) == "s3://data/tar/shard-00001.tar"
+    settings: dict[str, Any] = dict(batch_size=4, size=16, seed=2, window=2, copy=True)
+    with Loader(tmp_path / "local", num_workers=0, **settings) as here, Loader("s3://data/tar", num_workers=2, remote=options(endpoint), **settings) as there:
+        for (a, label_a), (b, label_b) in zip(here, there, strict=True):
+            assert torch.equal(a, b) and torch.equal(label_a, label_b)
+
+    def interrupt(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shardfmt.convert_remote, "build_outputs", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        convert(imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", remote=options(endpoint))
+    monkeypatch.undo()
+    s3.invalidate_cache()
+    assert s3.exists("data/tar-resumed/shard-00001.tar.idx") and not s3.exists("data/tar-resumed/manifest.json")
+    s3.rm_file("data/tar-resumed/shard-00001.tar.idx")  # a lost member index redoes its shard
+    result = convert(imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", resume=True, remote=options(endpoint))
+    assert result.reused_shards == len(result.manifest.shards) - 1
+    assert s3_tree(s3, "data/tar-resumed") == tree_bytes(tmp_path / "local")
+
+
+def sr_folders(root: Path) -> Path:
+    """LR/ and HR/ folders of PNG pairs, HR 2x the LR's size."""
+    rng = np.random.default_rng(8)
+    for name in ("LR", "HR"):
+        (root / name).mkdir(parents=True)
+    for i in range(9):
+        hr = rng.integers(0, 255, (16 + 8 * (i % 3), 24, 3), dtype=np.uint8)
+        Image.fromarray(hr).save(root / "HR" / f"{i:03d}.png")
+        Image.fromarray(hr[::2, ::2]).save(root / "LR" / f"{i:03d}.png")
+    return root
+
+
+def test_multi_field_records_convert_into_s3_and_load_by_url(tmp_path: Path, endpoint: str, s3: Any) -> None:
+    src = sr_folders(tmp_path / "sr")
+    args: dict[str, Any] = dict(scale=2, store="raw", shard_size=3000)
+    convert_fields([src / "LR", src / "HR"], tmp_path / "local", workers=1, **args)
+    result = convert_fields([src / "LR", src / "HR"], "s3://data/fields", workers=2, remote=options(endpoint), **args)
+    assert result.path == "s3://data/fields" and len(result.manifest.shards) >= 3
+    assert s3_tree(s3, "data/fields") == tree_bytes(tmp_path / "local")
+    with pytest.raises(ConvertError, match="not empty"):
+        convert_fields([src / "LR", src / "HR"], "s3://data/fields", workers=1, remote=options(endpoint), **args)
+    settings: dict[str, Any] = dict(batch_size=3, num_workers=0, pipeline=RandomCrop(6), fields={"lr": 6, "hr": 12}, seed=4, window=2)
+    with Loader(tmp_path / "local", **settings) as here, Loader("s3://data/fields", remote=options(endpoint), **settings) as there:
+        pairs = list(zip(here, there, strict=True))
+    assert len(pairs) == 3
+    for a, b in pairs:
+        assert torch.equal(a["lr"], b["lr"]) and torch.equal(a["hr"], b["hr"])
+
+
+def test_what_object_storage_does_not_take_is_refused(imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any) -> None:
+    tars = convert(imagefolder, tmp_path / "tars", workers=1, shard_size=6000, shard_format="tar")
+    for shard in tars.manifest.shards:
+        s3.put_file(str(tmp_path / "tars" / shard.path), f"data/wds/{shard.path}")
+    for source in ("s3://data/wds/shard-00000.tar", "s3://data/wds/shard-{00000..00001}.tar", "s3://data/wds"):
+        with pytest.raises(ConvertError, match="tars given by URL cannot be a conversion source"):
+            convert(source, tmp_path / "out", workers=1, remote=options(endpoint))
+    upload_tree(s3, imagefolder, "data/fields-src")
+    with pytest.raises(ConvertError, match="multi-field conversion .* reads local sources only"):
+        convert_fields(["s3://data/fields-src"], tmp_path / "out", store="raw", remote=options(endpoint))
+    result = CliRunner().invoke(main, ["convert", "s3://data/fields-src", str(tmp_path / "out"), "--store", "raw",
+                                       "--storage-options", json.dumps(s3_options(endpoint))])
+    assert result.exit_code == 1 and "reads local sources only" in result.output, result.output
+    for url in ("s3://data/wds/shard-00000.tar", "s3://data/wds/shard-{00000..00001}.tar"):
+        with pytest.raises(ValueError, match="only local tars can be opened directly"):
+            open_dataset(url, remote=options(endpoint))
+        with pytest.raises(ValueError, match="only local tars"):
+            Loader(url, batch_size=2, remote=options(endpoint))
 
 
 RANK_SCRIPT = textwrap.dedent(

@@ -16,7 +16,7 @@ import pytest
 import shardfmt
 from shardfmt import ShardfmtError, ShardReader, open_dataset
 from shardfmt.checksum import checksum, format_checksum
-from shardfmt.layout import FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE
+from shardfmt.layout import FIELD_COLUMNS, FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, NDARRAY_DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / "spec" / "vectors"
@@ -38,10 +38,33 @@ def test_generator_reproduces_the_committed_vectors(tmp_path: Path) -> None:
 def test_every_version_has_vectors() -> None:
     current = VECTORS / make_vectors.VERSION
     assert current.is_dir(), "run tools/make_vectors.py"
-    index = json.loads((current / "index.json").read_text())
-    assert sorted(index["valid"]) == sorted(p.stem for p in current.glob("valid/*.shard"))
-    assert sorted(index["invalid"]) == sorted(p.stem for p in current.glob("invalid/*.shard"))
-    assert sum(p.stat().st_size for p in VECTORS.rglob("*") if p.is_file()) < 256 * 1024
+    assert [p.name for p in sorted(VECTORS.glob("v*"))] == ["v1.0", "v1.1"]
+    for version in sorted(VECTORS.glob("v*")):
+        index = json.loads((version / "index.json").read_text())
+        assert index["format_version"] == version.name[1:]
+        assert sorted(index["valid"]) == sorted(p.stem for p in version.glob("valid/*.shard"))
+        assert sorted(index["invalid"]) == sorted(p.stem for p in version.glob("invalid/*.shard"))
+        assert sum(p.stat().st_size for p in version.rglob("*") if p.is_file()) < 256 * 1024
+
+
+RELEASED = {"v1.0": "xxh3_64:084edbc861925c74"}
+"""XXH3-64 over the sorted relative paths and bytes of each released version's vectors: they
+are never regenerated or edited, only read by every later reader."""
+
+
+@pytest.mark.parametrize("version", sorted(RELEASED))
+def test_released_vectors_are_unchanged(version: str) -> None:
+    files = sorted(p for p in (VECTORS / version).rglob("*") if p.is_file())
+    listing = b"".join(str(p.relative_to(VECTORS / version)).encode() + b"\0" + p.read_bytes() for p in files)
+    assert format_checksum(checksum(listing)) == RELEASED[version]
+
+
+def test_every_field_type_has_a_valid_vector() -> None:
+    current = VECTORS / make_vectors.VERSION
+    types = {field.type for path in current.glob("valid/*.shard") for field in ShardReader(path).schema.fields}
+    assert types == set(FIELD_COLUMNS)
+    dtypes = {field.dtype for path in current.glob("valid/*.shard") for field in ShardReader(path).schema.fields}
+    assert set(NDARRAY_DTYPES) <= dtypes
 
 
 def expect_u64(value: Any, text: str) -> None:
@@ -93,6 +116,16 @@ def test_valid_vector_reads_back(path: Path) -> None:
 def check_value(field_type: str, actual: Any, expected: Any) -> None:
     if field_type in ("jpeg", "bytes"):
         assert bytes(actual).hex() == expected
+    elif field_type == "raw":
+        assert actual.dtype == np.uint8 and actual.ndim == 3 and not actual.flags.writeable
+        assert actual.tobytes().hex() == expected
+    elif field_type == "ndarray":
+        special = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+        numbers = np.vectorize(lambda x: special.get(x, x) if isinstance(x, str) else x, otypes=[object])(np.array(expected, dtype=object))
+        wanted = numbers.astype(actual.dtype)
+        assert actual.shape == wanted.shape and not actual.flags.writeable
+        assert np.array_equal(actual, wanted, equal_nan=actual.dtype.kind == "f")
+        assert np.array_equal(np.signbit(actual), np.signbit(wanted)) if actual.dtype.kind == "f" else True
     elif field_type == "float64":
         special = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
         number = special.get(expected, expected) if isinstance(expected, str) else expected

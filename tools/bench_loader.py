@@ -10,17 +10,29 @@ as the dataset holds it.
                   unchanged into shardfmt shards with `DatasetWriter` (not the converter, so that
                   every contender decodes byte-identical files); once with ``fast_decode=True``
                   (the default) and once with ``fast_decode=False``.
+  tar             the same Loader (``fast_decode=True``) over the same JPEG bytes written as
+                  WebDataset tar shards, each with its member index (``DatasetWriter(...,
+                  shard_format="tar")``), read from the memory-mapped tars. Target: 0.9x the
+                  images/s of ``shardfmt fast_decode=True``.
   PIL DataLoader  ``torch.utils.data.DataLoader(shuffle=True, persistent_workers=True)`` (workers
                   start once, as shardfmt's do) with the default collate, over an ImageFolder-style Dataset of (path, label): PIL
                   ``Image.open(...).convert("RGB")``, torchvision's RandomResizedCrop.get_params
-                  (reimplemented: torchvision has no CPU wheel here), ``Image.resize((224, 224),
-                  BILINEAR, box=...)``, ``transpose`` for the flip, numpy to a CHW tensor.
+                  (reimplemented: torchvision has no CPU wheel here), ``Image.crop`` then
+                  ``Image.resize((224, 224), BILINEAR)`` as torchvision's ``resized_crop`` does on
+                  a PIL image, ``transpose`` for the flip, numpy to a CHW tensor.
   webdataset      the webdataset library over the same JPEG bytes in its own tar shards (written
                   in a shuffled order with ``ShardWriter``, ``jpg`` + ``cls``, at least two shards
                   per worker and split across workers by webdataset), ``.shuffle(1000)``,
                   simplejpeg decode (exact IDCT), the same get_params, the crop resized with
                   torch's antialiased bilinear kernel (torchvision's tensor resize; PIL-free),
                   ``.batched()`` inside the workers of a ``DataLoader(batch_size=None)``.
+  raw             ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the same images stored
+                  as raw RGB pixels (a "raw" field: each JPEG decoded once, exact IDCT, by
+                  simplejpeg, and written with `DatasetWriter`; about 450 KB a record for the
+                  generated images, 5x the JPEG), so that loading is a crop and resize from the
+                  memory-mapped shard, with no decode: the same 224 crop, the same checksum
+                  check of every record. Target: 5x the images/s of ``shardfmt
+                  fast_decode=True``; the images per CPU second ratio is the steadier figure.
   shardfmt over S3  ``--only s3``: the same records and Loader settings (fast_decode=True), read by
                   URL from moto's S3-compatible server on 127.0.0.1 (a thread of this process, so
                   its CPU counts as the loader's own) through s3fs. The shards are written again
@@ -66,8 +78,9 @@ Columns, for each loader:
                separate start before the timed run.
 
 Ratios are printed of images/s (with the targets: shardfmt at least 2.4x the PIL DataLoader and
-0.8x the exact-IDCT decode limit) and of images per CPU second: the images/s ratio the contenders
-would reach with every core busy and to themselves, the steadier figure on a shared machine.
+0.8x the exact-IDCT decode limit, tar shards at least 0.9x and raw pixels at least 5x shardfmt's
+JPEG path) and of images per CPU second: the images/s ratio the contenders would reach with every
+core busy and to themselves, the steadier figure on a shared machine.
 
 All files are read from the page cache (they were just written or read), so this measures the CPU
 cost of loading, not the disk. Timings are only as quiet as the machine: the load average is
@@ -75,7 +88,8 @@ printed before and after.
 
 Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
 `shardfmt.sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
-of selected images, the shardfmt and webdataset copies; delete the directory to rebuild.
+of selected images, the shardfmt, shardfmt tar, raw-pixel (about 2.2 GB for the default 5000
+images) and webdataset copies; delete the directory to rebuild.
 
 Usage::
 
@@ -121,7 +135,7 @@ from shardfmt.sample import make_imagefolder
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "pil", "webdataset", "decode", "s3")
+CONTENDERS = ("shardfmt", "tar", "raw", "pil", "webdataset", "decode", "s3")
 SAMPLE_INTERVAL = 0.05
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -130,6 +144,8 @@ JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 SHARDFMT_FAST = "shardfmt fast_decode=True"
 SHARDFMT_EXACT = "shardfmt fast_decode=False"
+SHARDFMT_TAR = "shardfmt on tar shards"
+SHARDFMT_RAW = "shardfmt raw pixels"
 S3_RANGE = "shardfmt over S3, range reads"
 S3_CACHE = "shardfmt over S3, shard cache"
 PIL_LOADER = "PIL DataLoader"
@@ -302,8 +318,9 @@ class FolderDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         with open(path, "rb") as file:
             image = Image.open(file).convert("RGB")
         top, left, height, width = crop_params(image.height, image.width)
-        box = (left, top, left + width, top + height)
-        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR, box=box)
+        # torchvision's F.resized_crop on a PIL image: crop, then resize (antialiased bilinear).
+        image = image.crop((left, top, left + width, top + height))
+        image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
         if torch.rand(1).item() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.array(image)).permute(2, 0, 1), label
@@ -325,15 +342,29 @@ def decode_and_crop(sample: tuple[bytes, bytes]) -> tuple[torch.Tensor, int]:
 # -- the contenders: each opens a Stream ------------------------------------------------------
 
 
-def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool) -> Stream:
+def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = "shardfmt") -> Stream:
     loader = shardfmt.Loader(
-        source.derived / "shardfmt",
+        source.derived / folder,
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
         size=OUTPUT_SIZE,
         pipeline="train",
         fast_decode=fast_decode,
+        layout="NCHW",
+    )
+    return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
+
+
+def open_raw(source: Source, settings: Settings) -> Stream:
+    """The same Loader over the raw-pixel copy of the images: no decode, crop and resize only."""
+    loader = shardfmt.Loader(
+        source.derived / "raw",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        size=OUTPUT_SIZE,
+        pipeline="train",
         layout="NCHW",
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
@@ -600,18 +631,34 @@ def load_source(root: Path, work_dir: Path, images: int | None) -> Source:
     )
 
 
-def prepare_shardfmt(source: Source, *, shard_size: int | None = None) -> Path:
-    out = source.derived / ("shardfmt" if shard_size is None else f"shardfmt-{shard_size}")
+def prepare_shardfmt(source: Source, *, shard_format: str = "binary", shard_size: int | None = None) -> Path:
+    name = "shardfmt" if shard_format == "binary" else "shardfmt-tar"
+    out = source.derived / (name if shard_size is None else f"{name}-{shard_size}")
     if (out / "manifest.json").exists():  # written last: the commit point of the dataset
         return out
     shutil.rmtree(out, ignore_errors=True)
-    say(f"writing shardfmt shards to {out}")
+    say(f"writing shardfmt {shard_format} shards to {out}")
     options = {} if shard_size is None else {"shard_size": shard_size}
-    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes, **options) as writer:
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes, shard_format=shard_format, **options) as writer:
         for path, label in zip(source.files, source.labels):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             writer.write({"image": path.read_bytes(), "label": label, "key": key})
     return out
+
+
+def prepare_raw(source: Source) -> None:
+    """The images decoded once (exact IDCT, RGB) and stored as a "raw" field, cached."""
+    out = source.derived / "raw"
+    if (out / "manifest.json").exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    say(f"writing raw-pixel shards to {out}")
+    schema = shardfmt.Schema.of(image="raw", label="int64", key="str")
+    with DatasetWriter(out, schema=schema, classes=source.classes) as writer:
+        for path, label in zip(source.files, source.labels):
+            key = path.relative_to(source.root).with_suffix("").as_posix()
+            pixels = simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB", fastdct=False, fastupsample=False)
+            writer.write({"image": pixels, "label": label, "key": key})
 
 
 def webdataset_dir(source: Source, settings: Settings) -> tuple[Path, int]:
@@ -719,16 +766,19 @@ def print_table(results: list[Result]) -> None:
 
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
+    (SHARDFMT_RAW, SHARDFMT_FAST, 5.0),
     (S3_RANGE, SHARDFMT_FAST, None),
     (S3_CACHE, SHARDFMT_FAST, None),
     (SHARDFMT_EXACT, PIL_LOADER, None),
     (SHARDFMT_FAST, LIMIT_EXACT, 0.8),
     (SHARDFMT_FAST, LIMIT_FAST, None),
     (SHARDFMT_EXACT, LIMIT_EXACT, None),
+    (SHARDFMT_TAR, SHARDFMT_FAST, 0.9),
     (WEBDATASET, LIMIT_EXACT, None),
     (WEBDATASET, PIL_LOADER, None),
 )
 CPU_RATIOS = (
+    (SHARDFMT_RAW, SHARDFMT_FAST),
     (SHARDFMT_FAST, PIL_LOADER),
     (SHARDFMT_FAST, ONE_CORE_EXACT),
     (WEBDATASET, ONE_CORE_EXACT),
@@ -834,6 +884,10 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
     if "shardfmt" in args.only:
         prepare_shardfmt(source)
+    if "tar" in args.only:
+        prepare_shardfmt(source, shard_format="tar")
+    if "raw" in args.only:
+        prepare_raw(source)
     if "s3" in args.only:
         s3_shards = prepare_shardfmt(source, shard_size=args.s3_shard_size)
     if "webdataset" in args.only:
@@ -846,6 +900,11 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
             results.append(measure_loader(name, functools.partial(open_shardfmt, source, settings, fast_decode=fast), source, settings))
+    if "tar" in args.only:
+        opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, folder="shardfmt-tar")
+        results.append(measure_loader(SHARDFMT_TAR, opener, source, settings))
+    if "raw" in args.only:
+        results.append(measure_loader(SHARDFMT_RAW, lambda: open_raw(source, settings), source, settings))
     if "s3" in args.only:
         server = S3Server.start(s3_shards)
         try:

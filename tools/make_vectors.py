@@ -49,6 +49,7 @@ from shardfmt.layout import (  # noqa: E402
     HEADER_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SCHEMA_SIZE,
+    NDARRAY_DTYPES,
     column_name,
 )
 
@@ -78,8 +79,25 @@ def jpeg_gray(height: int, width: int, *, seed: int) -> bytes:
 
 # --- valid shards ----------------------------------------------------------------------------
 
+def raw_pixels(height: int, width: int, channels: int, *, seed: int) -> np.ndarray[Any, Any]:
+    """Small uint8 pixels H x W x C whose every byte differs from its neighbours."""
+    values = (np.arange(height * width * channels) * 37 + seed * 11) % 256
+    return values.astype(np.uint8).reshape(height, width, channels)
+
+
 ALL_TYPES = Schema.of(image="jpeg", label="int64", score="float64", key="str", blob="bytes", meta="json")
 TINY = Schema.of(data="bytes", label="int64")
+ARRAYS = Schema.of(
+    u8="ndarray:uint8:3",
+    u16="ndarray:uint16:2",
+    i16="ndarray:int16:2x2",
+    i32="ndarray:int32:1",
+    i64="ndarray:int64:2",
+    f16="ndarray:float16:3",
+    f32="ndarray:float32:2x1x2",
+    f64="ndarray:float64:4",
+)
+PAIRS = Schema.of(lr="raw", hr="raw", mask="raw", label="int64")
 
 VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
     "empty": ("no records: header, empty table, footer", IMAGE_CLASSIFICATION, [], 64),
@@ -153,6 +171,52 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
         [{"image": jpeg_gray(h, w, seed=20 + h)} for h, w in [(8, 8), (16, 24)]],
         64,
     ),
+    "raw": (
+        "raw pixels with 1, 3 and 4 channels (v1.1)",
+        Schema.of(pixels="raw"),
+        [
+            {"pixels": raw_pixels(3, 5, 1, seed=1)},
+            {"pixels": raw_pixels(2, 2, 3, seed=2)},
+            {"pixels": raw_pixels(1, 3, 4, seed=3)},
+        ],
+        64,
+    ),
+    "ndarray": (
+        "one ndarray field of every dtype: extreme integers, signed zero, subnormals, infinities, NaN (v1.1)",
+        ARRAYS,
+        [
+            {
+                "u8": np.array([0, 128, 255], np.uint8),
+                "u16": np.array([0, 65535], np.uint16),
+                "i16": np.array([[-32768, -1], [0, 32767]], np.int16),
+                "i32": np.array([-(1 << 31)], np.int32),
+                "i64": np.array([-(1 << 63), (1 << 63) - 1], np.int64),
+                "f16": np.array([-0.0, 6e-08, 65504.0], np.float16),
+                "f32": np.array([[[1.5, -2.25]], [[math.inf, 1e-45]]], np.float32),
+                "f64": np.array([math.nan, -math.inf, 5e-324, 0.1], np.float64),
+            },
+            {
+                "u8": np.array([1, 2, 3], np.uint8),
+                "u16": np.array([258, 772], np.uint16),
+                "i16": np.array([[1, 2], [3, 4]], np.int16),
+                "i32": np.array([(1 << 31) - 1], np.int32),
+                "i64": np.array([0, -2], np.int64),
+                "f16": np.array([1.0, -2.0, 0.5], np.float16),
+                "f32": np.array([[[0.0, -0.0]], [[3.0, -4.0]]], np.float32),
+                "f64": np.array([1.0, -1.0, 1e300, -0.0], np.float64),
+            },
+        ],
+        64,
+    ),
+    "pairs": (
+        "a super-resolution record: a low- and a high-resolution image (2x), a one-channel mask and a label (v1.1)",
+        PAIRS,
+        [
+            {"lr": raw_pixels(2, 3, 3, seed=i), "hr": raw_pixels(4, 6, 3, seed=10 + i), "mask": (raw_pixels(4, 6, 1, seed=i) % 3), "label": i}
+            for i in range(2)
+        ],
+        8,
+    ),
     "align8": (
         "alignment 8, the minimum: fields and records start at multiples of 8",
         Schema.of(key="str", blob="bytes", label="int64"),
@@ -184,6 +248,14 @@ def float_value(value: float) -> float | str:
     return value
 
 
+def array_value(array: np.ndarray[Any, Any]) -> Any:
+    """An ndarray for JSON: nested lists in row-major order; floats as `float_value` writes them
+    (a float16 or float32 element as the float64 of the same value, which is exact)."""
+    if array.dtype.kind != "f":
+        return array.tolist()
+    return np.vectorize(lambda x: float_value(float(x)), otypes=[object])(array).tolist()
+
+
 def describe(data: bytes) -> dict[str, Any]:
     """What a reader must find in a valid shard: every header, footer and table value, every payload."""
     shard = ShardBytes(data)
@@ -213,6 +285,8 @@ def describe(data: bytes) -> dict[str, Any]:
                     values[field.name] = payload.decode("utf-8")
                 elif field.type == "json":
                     values[field.name] = json.loads(payload)
+                elif field.type == "ndarray":
+                    values[field.name] = array_value(np.frombuffer(payload, NDARRAY_DTYPES[field.dtype or ""]).reshape(field.shape or ()))
                 else:
                     values[field.name] = payload.hex()
         records.append({"row": columns, "values": values})
@@ -405,6 +479,45 @@ def record_checksum(s: ShardBytes) -> Invalid:
     row = s.table()[3]
     s.data[int(row["image.offset"]) + 100] ^= 0x10
     return "ChecksumError", int(row["offset"]), 3, "read"
+
+
+@invalid("raw", "raw payload size: height x width x channels bytes (v1.1)")
+def raw_size_mismatch(s: ShardBytes) -> Invalid:
+    s.table()["pixels.height"][0] = 2  # 2 x 5 x 1 pixels, but 15 bytes stored
+    s.reseal_table()
+    return "FormatError", s.column_offset(0, "pixels.size"), 0, "open"
+
+
+@invalid("raw", "raw channels: 1, 3 or 4 (v1.1)")
+def raw_channels(s: ShardBytes) -> Invalid:
+    s.table()["pixels.channels"][2] = 2
+    s.reseal_table()
+    return "FormatError", s.column_offset(2, "pixels.channels"), 2, "open"
+
+
+@invalid("raw", "raw sides: height and width are at least 1 (v1.1)")
+def raw_zero_width(s: ShardBytes) -> Invalid:
+    s.table()["pixels.width"][1] = 0
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "pixels.height"), 1, "open"
+
+
+@invalid("ndarray", "ndarray payload size: the product of the shape times the dtype's size (v1.1)")
+def ndarray_size_mismatch(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"shape":[4]', b'"shape":[5]'))  # f64: 40 bytes declared, 32 stored
+    return "FormatError", s.column_offset(0, "f64.size"), 0, "open"
+
+
+@invalid("ndarray", "ndarray dtype: a reader refuses a dtype it does not know (v1.1)")
+def ndarray_unknown_dtype(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"float16"', b'"bfloat16"'))
+    return "UnsupportedVersionError", HEADER_SIZE, None, "open"
+
+
+@invalid("ndarray", "ndarray shape: 1 to 8 sizes, each at least 1 (v1.1)")
+def ndarray_bad_shape(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"shape":[2,2]', b'"shape":[2,0]'))
+    return "FormatError", HEADER_SIZE, None, "open"
 
 
 # --- the dataset -----------------------------------------------------------------------------

@@ -138,9 +138,8 @@ class ShardBytes:
 
     def replace_schema(self, schema_bytes: bytes) -> None:
         """Swap in other schema bytes, moving everything after the header; offsets are fixed up."""
-        header = self.header()[0]
-        alignment = int(header["alignment"])
-        old_header_size = int(header["header_size"])
+        alignment = int(self.header()[0]["alignment"])  # no view may outlive a change of length
+        old_header_size = int(self.header()[0]["header_size"])
         new_header_size = -(-(HEADER_SIZE + len(schema_bytes)) // alignment) * alignment
         shift = new_header_size - old_header_size
         rows = self.table().copy() if shift else None

@@ -8,7 +8,10 @@ keep. With ``device="cuda"`` the loader copies each batch to the GPU on a side s
 slot is reused once that copy is done.
 
 Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
-4 KiB), plus per worker a decode buffer of the largest image (height * width * 3 bytes).
+4 KiB), plus per worker a decode buffer of the largest image (height * width * 3 bytes). With
+``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes`` (H * W * C for
+an image, the array's bytes, 8 for a number; each field's part rounded up to 4 KiB), plus per
+worker and jpeg field a decode buffer of its largest image (height * width * C bytes).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 import os
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +29,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import SchemaError
-from ..layout import column_name
-from ..ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
+from ..ops import Pipeline
 from ..reader import DatasetReader
 from ..sampling import EpochPlan, check_split, sample_batches
 from ..storage import RemoteOptions, is_url
 from ..storage.urls import local_path
+from .fields import FieldRequest, resolve_outputs
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
@@ -42,17 +44,12 @@ __all__ = ["Loader"]
 _STATE_VERSION = 1
 
 
-def _resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> Pipeline:
-    if not isinstance(pipeline, str):
-        return pipeline
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if pipeline == "train":
-        return RandomResizedCrop(pair)
-    if pipeline == "eval":
-        return CenterCrop(pair, resize=round(max(pair) / 0.875))
-    if pipeline == "resize":
-        return Resize(pair)
-    raise ValueError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline object, got {pipeline!r}")
+def _loader_path(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str | Path | list[str]:
+    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
+    if isinstance(path, (list, tuple)):
+        return [os.fspath(p) for p in path]
+    text = os.fspath(path)  # type: ignore[arg-type]
+    return text if is_url(text) else Path(local_path(text))
 
 
 def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -99,7 +96,9 @@ class Loader:
     """Shuffled batches from a shardfmt dataset, decoded by worker processes into shared memory.
 
     Args:
-        path: the dataset directory or its manifest.json, or a URL (``s3://bucket/prefix``, ...).
+        path: the dataset directory or its manifest.json, or a URL (``s3://bucket/prefix``, ...);
+            or local WebDataset tars, as `open_dataset` takes them (a ``.tar`` path, a brace
+            pattern, or a list).
         batch_size: records per batch.
         shuffle: a seeded permutation per epoch (else dataset order).
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
@@ -129,17 +128,35 @@ class Loader:
             shards its coming batches need ahead of the workers.
         window: shuffle shards, then records within windows of this many shards (see
             `sampling.window_order`), so that only about `window` shards are read at a time;
-            None shuffles all records at once.
+            None shuffles all records at once. Works alike with `fields`.
+        fields: deliver several fields as a dict of tensors instead of (images, labels): a
+            mapping from field name to `shardfmt.ops.ImageOutput` (or its size, or None for
+            the defaults), or a list of names. Image fields ("jpeg", "raw") are cut at the same
+            place: the pipeline draws the box on the first image field and the others take it
+            scaled by their size ratio, with the same flip (a jpeg field decoded at a reduced
+            DCT scale snaps it to that scale, exact for whole-number ratios at proportional
+            output sizes: `shardfmt.ops.scale_plan`); each has its own output size, channels
+            and interpolation. "ndarray", "int64" and "float64" fields arrive as stored.
+            ``image_field`` and ``label_field`` are then unused.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
-        SchemaError: the fields are not a "jpeg" image and an "int64" label.
+        SchemaError: without `fields`, the fields are not an image ("jpeg" or "raw") and an
+            "int64" label; with `fields`, one is missing or cannot be delivered (str, bytes,
+            json).
         ValueError: the batch split is impossible (e.g. fewer records than ranks).
+
+    Example::
+
+        loader = Loader("sr", batch_size=16, pipeline=RandomCrop(48),
+                        fields={"lr": 48, "hr": 192, "mask": ImageOutput(192, 1, "nearest")})
+        for batch in loader:
+            batch["lr"], batch["hr"]   # (16, 3, 48, 48), (16, 3, 192, 192) uint8
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         batch_size: int,
         shuffle: bool = True,
@@ -163,6 +180,7 @@ class Loader:
         timeout: float = 120.0,
         image_field: str = "image",
         label_field: str | None = "label",
+        fields: FieldRequest | None = None,
         remote: RemoteOptions | None = None,
         window: int | None = None,
     ) -> None:
@@ -172,13 +190,12 @@ class Loader:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1 shard, got {window}")
-        self.path: str | Path = os.fspath(path) if is_url(os.fspath(path)) else Path(local_path(os.fspath(path)))
+        self.path: str | Path | list[str] = _loader_path(path)
         self.window = window
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-        self.pipeline = _resolve_pipeline(pipeline, size)
         self.drop_last = drop_last
         self.layout = layout
         self.rank, self.world_size = _distributed_defaults(rank, world_size)
@@ -191,39 +208,29 @@ class Loader:
         self._delivered: set[int] = set()
 
         self._dataset = DatasetReader(self.path, verify=verify, remote=remote)
-        schema = self._dataset.schema
-        if schema.field(image_field).type != "jpeg":
-            raise SchemaError(f"field {image_field!r} is {schema.field(image_field).type!r}, the loader needs 'jpeg'")
-        if label_field is not None and schema.field(label_field).type != "int64":
-            raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
+        if self._dataset.location.is_remote:  # the tables are read next: open the shards concurrently
+            self._dataset.open_shards(range(len(self._dataset.manifest.shards)))
+        self.pipeline, self.outputs = resolve_outputs(
+            self._dataset, fields=fields, pipeline=pipeline, size=size, image_field=image_field, label_field=label_field
+        )
+        self._fields = fields is not None
         self.num_records = len(self._dataset)
         check_split(self.num_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
-        max_h = max_w = 1
-        self._dataset.open_shards(range(len(self._dataset.manifest.shards)))
-        for shard_index in range(len(self._dataset.manifest.shards)):
-            table = self._dataset.shard(shard_index).table
-            if len(table):
-                max_h = max(max_h, int(table[column_name(image_field, "height")].max()))
-                max_w = max(max_w, int(table[column_name(image_field, "width")].max()))
-        out_h, out_w = self.pipeline.size
-        self.image_shape = (out_h, out_w, 3)
-        self.layout_spec = SlotLayout(prefetch + 1, batch_size, self.image_shape)
+        self.image_shape = self.outputs[0].shape if not self._fields else None
+        self.layout_spec = SlotLayout(prefetch + 1, batch_size, tuple(spec.slot_array() for spec in self.outputs))
         self._config: dict[str, Any] = {
-            "path": str(self.path),
+            "path": self.path if isinstance(self.path, list) else str(self.path),
             "remote": remote,
             "verify": verify,
-            "image_field": image_field,
-            "label_field": label_field,
+            "outputs": [spec.to_config() for spec in self.outputs],
             "pipeline": self.pipeline.to_config(),
             "seed": seed,
-            "max_size": [max_h, max_w],
-            "output_size": [out_h, out_w],
             "fast_decode": fast_decode,
             "batch_size": batch_size,
             "num_slots": prefetch + 1,
-            "image_shape": list(self.image_shape),
+            "slot_arrays": [spec.slot_array().to_config() for spec in self.outputs],
         }
         self._chunk = max(1, min(64, math.ceil(batch_size / (2 * max(1, self.num_workers)))))
         self._start_method = start_method
@@ -245,6 +252,8 @@ class Loader:
         if self._device is not None:
             from .cuda import DeviceStage
 
+            if self._fields and (mean is not None or std is not None):
+                raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise on the device yourself")
             self._stage = DeviceStage(self._device, mean=mean, std=std, layout=layout)
         elif mean is not None or std is not None:
             raise ValueError("mean and std normalise on the device: pass device='cuda' too")
@@ -313,8 +322,9 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield this epoch's remaining batches as (images, labels); then the epoch advances."""
+    def __iter__(self) -> Iterator[Any]:
+        """Yield this epoch's remaining batches as (images, labels), or with `fields` as a dict
+        from field name to tensor; then the epoch advances."""
         if self._closed:
             raise RuntimeError("this Loader is closed")
         try:
@@ -338,7 +348,7 @@ class Loader:
             "ordered": self.ordered,
             "window": self.window,
             "pipeline": json.dumps(self.pipeline.to_config(), sort_keys=True),
-        }
+        } | ({"fields": json.dumps([spec.to_config() for spec in self.outputs], sort_keys=True)} if self._fields else {})
 
     def _start(self) -> None:
         if self._pool is not None:
@@ -354,8 +364,7 @@ class Loader:
             )
         self._resources.pool = self._pool
         self._free = list(range(self.layout_spec.num_slots))
-        self._images = [torch.from_numpy(a) for a in self._ring.images]
-        self._labels = [torch.from_numpy(a) for a in self._ring.labels]
+        self._tensors = [{name: torch.from_numpy(array) for name, array in slot.items()} for slot in self._ring.arrays]
         if self._stage is not None:
             self._stage.pin(self._ring)
 
@@ -434,7 +443,16 @@ class Loader:
                 return None
         return None
 
-    def _stream(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _deliver(self, tensors: dict[str, torch.Tensor]) -> Any:
+        """The batch as handed out: images NCHW (a channels_last view) if asked, then the
+        (images, labels) pair or the dict of every field."""
+        if self.layout == "NCHW":
+            tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
+        if self._fields:
+            return tensors
+        return tensors[self.outputs[0].name], tensors[self.outputs[1].name]
+
+    def _stream(self) -> Iterator[Any]:
         epoch = self.epoch
         plan = self._plan(epoch)
         expected = [b for b in range(self._position, len(plan)) if b not in self._delivered]
@@ -454,20 +472,21 @@ class Loader:
                 while self._position in self._delivered:
                     self._delivered.discard(self._position)
                     self._position += 1
-                images, labels = self._images[item.slot][: item.count], self._labels[item.slot][: item.count]
+                tensors = {name: tensor[: item.count] for name, tensor in self._tensors[item.slot].items()}
                 if self._stage is not None:
-                    images, labels, done = self._stage.transfer(images, labels)
+                    images = {spec.name for spec in self.outputs if spec.is_image}
+                    tensors, done = self._stage.transfer(tensors, images)
                     held = item.slot
-                    yield images, labels
+                    yield tensors if self._fields else (tensors[self.outputs[0].name], tensors[self.outputs[1].name])
                     done.synchronize()  # the copy out of the slot is over before the slot is refilled
                 elif self.copy:
-                    images, labels = images.clone(), labels.clone()
+                    tensors = {name: tensor.clone() for name, tensor in tensors.items()}
                     self._free.append(item.slot)
-                    yield (images.permute(0, 3, 1, 2) if self.layout == "NCHW" else images), labels
+                    yield self._deliver(tensors)
                     continue
                 else:
                     held = item.slot
-                    yield (images.permute(0, 3, 1, 2) if self.layout == "NCHW" else images), labels
+                    yield self._deliver(tensors)
                 self._free.append(held)
                 held = None
             self.epoch, self._position, self._delivered = epoch + 1, 0, set()

@@ -42,36 +42,44 @@ class DeviceStage:
         self._mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 1, 1, -1) if mean is not None else None
         self._std = torch.tensor(std, dtype=torch.float32, device=device).view(1, 1, 1, -1) if std is not None else None
         self._registered: list[int] = []
-        self._staging: list[torch.Tensor] | None = None
+        self._staging: dict[str, torch.Tensor] | None = None
 
     def pin(self, ring: SlotRing) -> None:
-        """Page-lock every slot of `ring` (or prepare a pinned staging buffer)."""
+        """Page-lock every array of every slot of `ring` (or prepare pinned staging buffers)."""
         cudart: Any = torch.cuda.cudart()
-        for images in ring.images:
-            tensor = torch.from_numpy(images)
-            code = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel(), 0)
-            if int(code) != 0:
-                self._staging = [torch.empty(images.shape, dtype=torch.uint8, pin_memory=True)]
-                return
-            self._registered.append(tensor.data_ptr())
+        for slot in ring.arrays:
+            for array in slot.values():
+                tensor = torch.from_numpy(array)
+                code = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
+                if int(code) != 0:
+                    self._staging = {name: torch.empty(a.shape, dtype=torch.from_numpy(a).dtype, pin_memory=True) for name, a in ring.arrays[0].items()}
+                    return
+                self._registered.append(tensor.data_ptr())
 
-    def transfer(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.cuda.Event]:
-        """Start copying one batch; return the device tensors and an event marking the copy's end."""
+    def transfer(self, tensors: dict[str, torch.Tensor], images: set[str]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event]:
+        """Start copying one batch (every field); return the device tensors and an event marking
+        the copy's end. The fields named in `images` (N x H x W x C) are normalised and permuted."""
         if self._staging is not None:
-            staging = self._staging[0][: len(images)]
-            staging.copy_(images)
-            images = staging
+            staged = {}
+            for name, tensor in tensors.items():
+                staging = self._staging[name][: len(tensor)]
+                staging.copy_(tensor)
+                staged[name] = staging
+            tensors = staged
         with torch.cuda.stream(self.stream):
-            on_device = images.to(self.device, non_blocking=True)
-            labels_on_device = labels.to(self.device, non_blocking=True)
-            if self._mean is not None:
-                on_device = (on_device.float() - self._mean) / self._std
-            if self.layout == "NCHW":
-                on_device = on_device.permute(0, 3, 1, 2)
+            on_device = {}
+            for name, tensor in tensors.items():
+                moved = tensor.to(self.device, non_blocking=True)
+                if name in images:
+                    if self._mean is not None:
+                        moved = (moved.float() - self._mean) / self._std
+                    if self.layout == "NCHW":
+                        moved = moved.permute(0, 3, 1, 2)
+                on_device[name] = moved
             done = torch.cuda.Event()
             done.record(self.stream)
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(done)
-        on_device.record_stream(consumer)
-        labels_on_device.record_stream(consumer)
-        return on_device, labels_on_device, done
+        for tensor in on_device.values():
+            tensor.record_stream(consumer)
+        return on_device, done

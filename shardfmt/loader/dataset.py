@@ -8,17 +8,19 @@ settings: each worker opens the shards itself (memory-mapped) on first access.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import DecodeError
+from ..errors import DecodeError, SchemaError
 from ..layout import column_name
 from ..ops import ImageDecoder, Pipeline
+from ..ops.decode import as_target
 from ..reader import DatasetReader
 from ..storage import RemoteOptions
-from .core import _resolve_pipeline
+from .fields import resolve_pipeline
 
 __all__ = ["Dataset"]
 
@@ -27,7 +29,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Record i -> (image, label): image a uint8 tensor CHW (or HWC), label an int.
 
     Args:
-        path: the dataset directory or its manifest.
+        path: the dataset directory or its manifest, or tars as `open_dataset` takes them.
         pipeline: "train", "eval", "resize" or an object from `shardfmt.ops` (see `Loader`).
         size: output size for the named pipelines.
         layout: "CHW" (as torchvision's PILToTensor gives) or "HWC".
@@ -42,7 +44,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         pipeline: Pipeline | str = "train",
         size: int | tuple[int, int] = 224,
@@ -55,8 +57,8 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
-        self.path = os.fspath(path)
-        self.pipeline = _resolve_pipeline(pipeline, size)
+        self.path: str | list[str] = [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else os.fspath(path)
+        self.pipeline = resolve_pipeline(pipeline, size)
         self.layout = layout
         self.verify = verify
         self.fast_decode = fast_decode
@@ -65,7 +67,10 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         self.remote = remote
         reader = DatasetReader(self.path, verify=verify, remote=remote)
         self._length = len(reader)
+        kind = reader.schema.field(image_field).type
         reader.close()
+        if kind != "jpeg":
+            raise SchemaError(f"field {image_field!r} is {kind!r}: Dataset decodes jpeg fields; use Loader(fields=...) for raw ones")
         self._reader: DatasetReader | None = None
         self._decoder: ImageDecoder | None = None
 
@@ -104,7 +109,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 box_height=int(plan.height[0]),
                 box_width=int(plan.width[0]),
                 flip=bool(plan.flip[0]),
-                out=out,
+                out=as_target(out[None]),
             )
         except ValueError as err:
             raise DecodeError(f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local) from err

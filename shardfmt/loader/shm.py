@@ -1,9 +1,14 @@
 """The ring of batch slots in shared memory: created by the loader, attached by its workers.
 
-One segment holds every slot. Slot s is ``images[s]`` (batch_size x H x W x C uint8, page
-aligned) and ``labels[s]`` (batch_size int64). Size in bytes::
+One segment holds every slot. A slot holds one page-aligned array per output field,
+``arrays[s][name]`` of shape (batch_size, *shape) and the field's dtype: for the single-image
+form an image array (batch_size x H x W x C uint8) and a label array (batch_size int64); with
+several fields, one per field. Size in bytes::
 
-    num_slots * (align(batch_size * H * W * C, 4096) + align(8 * batch_size, 4096))
+    num_slots * sum over the arrays of align(batch_size * prod(shape) * itemsize, 4096)
+
+which for the single-image form is
+``num_slots * (align(batch_size * H * W * C, 4096) + align(8 * batch_size, 4096))``.
 
 The loader unlinks the segment on close, so /dev/shm holds nothing afterwards; memory that a
 consumer still references stays mapped until it is garbage-collected. If the loader process is
@@ -17,10 +22,11 @@ import os
 import secrets
 from dataclasses import dataclass
 from multiprocessing import shared_memory
+from typing import Any
 
 import numpy as np
 
-__all__ = ["SlotLayout", "SlotRing"]
+__all__ = ["SlotArray", "SlotLayout", "SlotRing"]
 
 _PAGE = 4096
 
@@ -30,24 +36,39 @@ def _align(value: int) -> int:
 
 
 @dataclass(frozen=True)
+class SlotArray:
+    """One array of every slot: `shape` and numpy `dtype` (a string such as "|u1") of one sample."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def sample_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def to_config(self) -> list[Any]:
+        return [self.name, list(self.shape), self.dtype]
+
+    @classmethod
+    def from_config(cls, value: list[Any]) -> SlotArray:
+        return cls(value[0], tuple(value[1]), value[2])
+
+
+@dataclass(frozen=True)
 class SlotLayout:
-    """Geometry of the ring: how many slots of how many images of which shape."""
+    """Geometry of the ring: how many slots of how many samples, and the arrays of a slot."""
 
     num_slots: int
     batch_size: int
-    image_shape: tuple[int, int, int]
+    arrays: tuple[SlotArray, ...]
 
-    @property
-    def image_bytes(self) -> int:
-        return _align(self.batch_size * int(np.prod(self.image_shape)))
-
-    @property
-    def label_bytes(self) -> int:
-        return _align(8 * self.batch_size)
+    def array_bytes(self, array: SlotArray) -> int:
+        return _align(self.batch_size * array.sample_bytes)
 
     @property
     def slot_bytes(self) -> int:
-        return self.image_bytes + self.label_bytes
+        return sum(self.array_bytes(array) for array in self.arrays)
 
     @property
     def total_bytes(self) -> int:
@@ -64,15 +85,16 @@ class SlotRing:
         self.name = name
         self.layout = layout
         self._owner = owner
-        array = np.frombuffer(buffer, np.uint8, count=layout.total_bytes)
-        self.images = []
-        self.labels = []
+        memory = np.frombuffer(buffer, np.uint8, count=layout.total_bytes)
+        self.arrays: list[dict[str, np.ndarray]] = []
         for slot in range(layout.num_slots):
-            base = slot * layout.slot_bytes
-            images = array[base : base + layout.batch_size * int(np.prod(layout.image_shape))]
-            self.images.append(images.reshape(layout.batch_size, *layout.image_shape))
-            start = base + layout.image_bytes
-            self.labels.append(array[start : start + 8 * layout.batch_size].view(np.int64))
+            start = slot * layout.slot_bytes
+            views = {}
+            for array in layout.arrays:
+                view = memory[start : start + layout.batch_size * array.sample_bytes].view(array.dtype)
+                views[array.name] = view.reshape(layout.batch_size, *array.shape)
+                start += layout.array_bytes(array)
+            self.arrays.append(views)
 
     @classmethod
     def create(cls, layout: SlotLayout) -> SlotRing:

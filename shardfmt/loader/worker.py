@@ -1,5 +1,10 @@
 """Loader workers: decode chunks of records straight into shared-memory batch slots.
 
+Each delivered field has its filler (`fields.make_filler`); the crop boxes of a chunk are drawn
+once, on the reference image field, and carried to the other image fields (snapped to the DCT
+scale of each jpeg field that is decoded at one). Image fillers write through (N, C, H, W) views
+of the slot arrays (`ops.decode.as_target`).
+
 A worker is started once per loader with a small config (the dataset path, the pipeline as a
 dict, the slot layout) and never with the dataset object, so it works under spawn as well as
 fork. Messages are fixed structs sent with `send_bytes` (no pickling):
@@ -25,10 +30,12 @@ import numpy as np
 
 from ..errors import ChecksumError, DecodeError, ShardfmtError
 from ..layout import column_name
-from ..ops import ImageDecoder, pipeline_from_config
+from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
+from ..ops.decode import as_target
 from ..reader import DatasetReader
 from ..sampling import AUGMENT_STREAM, record_keys
-from .shm import SlotLayout, SlotRing
+from .fields import OutputSpec, make_filler
+from .shm import SlotArray, SlotLayout, SlotRing
 
 __all__ = ["ChunkProcessor", "worker_main"]
 
@@ -46,22 +53,25 @@ class ChunkFailure(Exception):
 
 
 class ChunkProcessor:
-    """Decode records into slots. Runs inside a worker, or in the loader with num_workers=0."""
+    """Fill slots with records. Runs inside a worker, or in the loader with num_workers=0."""
 
     def __init__(self, config: dict[str, Any], ring: SlotRing) -> None:
         self.config = config
         self.ring = ring
         self.dataset = DatasetReader(config["path"], verify=config["verify"], remote=config.get("remote"))
-        self.image_field = config["image_field"]
-        self.label_field = config["label_field"]
         self.pipeline = pipeline_from_config(config["pipeline"])
         self.seed = int(config["seed"])
-        height, width = config["max_size"]
-        self.decoder = ImageDecoder(max_height=height, max_width=width, output_size=tuple(config["output_size"]), fast=config["fast_decode"])
+        specs = [OutputSpec.from_config(value) for value in config["outputs"]]
+        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"]) for spec in specs]
+        self.images = [spec for spec in specs if spec.is_image]
+        self.reads_payload = any(filler.reads_payload for filler in self.fillers)
+        # Per slot, what each filler writes into: image arrays as the (N, C, H, W) views the
+        # decoder and resizer write through, other fields as the numpy arrays themselves.
+        self.targets = [{spec.name: as_target(arrays[spec.name]) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
-        """Decode `indices` into rows [row, row + len(indices)) of slot `slot`.
+        """Fill rows [row, row + len(indices)) of slot `slot` with records `indices`.
 
         Raises:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
@@ -69,53 +79,58 @@ class ChunkProcessor:
         count = len(indices)
         shards = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
         local = indices - self.dataset.cumulative[shards]
-        heights = np.empty(count, np.int64)
-        widths = np.empty(count, np.int64)
-        labels = self.ring.labels[slot]
         readers = []
-        image_offset = column_name(self.image_field, "offset")
-        image_size = column_name(self.image_field, "size")
-        height_col = column_name(self.image_field, "height")
-        width_col = column_name(self.image_field, "width")
         rows = []
         for k in range(count):
             reader = self.dataset.shard(int(shards[k]))
-            table_row = reader.table[int(local[k])]
             readers.append(reader)
-            rows.append(table_row)
-            heights[k] = table_row[height_col]
-            widths[k] = table_row[width_col]
-            labels[row + k] = table_row[self.label_field] if self.label_field else 0
-        _prefetch_spans(readers, rows)
-        plan = self.pipeline.plan(heights, widths, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
-        images = self.ring.images[slot]
+            rows.append(reader.table[int(local[k])])
+        if self.reads_payload:
+            _prefetch_spans(readers, rows)
+        boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
+        targets = self.targets[slot]
         for k in range(count):
             reader, table_row, record = readers[k], rows[k], int(local[k])
             self.current[0] = indices[k]
-            start = int(table_row[image_offset])
+            filler = None
             try:
-                if reader.verify:
+                if reader.verify and self.reads_payload:
                     reader.verify_record(record)
-                data = reader.source.read(start, start + int(table_row[image_size]))
-                self.decoder.decode_box(
-                    data,
-                    height=int(heights[k]),
-                    width=int(widths[k]),
-                    top=int(plan.top[k]),
-                    left=int(plan.left[k]),
-                    box_height=int(plan.height[k]),
-                    box_width=int(plan.width[k]),
-                    flip=bool(plan.flip[k]),
-                    out=images[row + k],
-                )
+                for filler in self.fillers:
+                    box = boxes.get(filler.name)
+                    filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k)
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
             except (ShardfmtError, ValueError) as err:
-                wrapped = DecodeError(f"image field {self.image_field!r} does not decode: {err}", path=reader.path, offset=start, record=record)
+                assert filler is not None  # verify_record raises only ChecksumError
+                start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
+                wrapped = DecodeError(f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record)
                 raise self._failure(wrapped, reader.path, record, int(indices[k]), start) from err
             except Exception as err:
-                raise self._failure(err, reader.path, record, int(indices[k]), start) from err
+                raise self._failure(err, reader.path, record, int(indices[k]), int(table_row["offset"])) from err
         self.current[0] = -1
+
+    def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
+        """The crop of every image field: the pipeline's boxes on the reference (the first image
+        field, snapped by the pipeline to its DCT scale), carried to the others by their size
+        ratios and snapped again where a field is decoded at a reduced DCT scale, that scale
+        being chosen on the field's own box and output size."""
+        if not self.images:
+            return {}
+
+        def sizes(name: str) -> tuple[np.ndarray, np.ndarray]:
+            height, width = column_name(name, "height"), column_name(name, "width")
+            return (np.array([r[height] for r in rows], np.int64), np.array([r[width] for r in rows], np.int64))
+
+        reference = self.images[0]
+        ref_h, ref_w = sizes(reference.name)
+        plan = self.pipeline.plan(ref_h, ref_w, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
+        boxes = {reference.name: plan}
+        for spec in self.images[1:]:
+            heights, widths = sizes(spec.name)
+            carried = scale_plan(plan, heights, widths, ref_h, ref_w)
+            boxes[spec.name] = snap_to_scale(carried, heights, widths, (spec.shape[0], spec.shape[1])) if spec.dct_scaled else carried
+        return boxes
 
     @staticmethod
     def _failure(err: BaseException, shard: str, record: int, index: int, offset: int | None) -> ChunkFailure:
@@ -155,7 +170,7 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any)
 
     torch.set_num_threads(1)
     try:
-        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(config["image_shape"]))
+        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(SlotArray.from_config(a) for a in config["slot_arrays"]))
         ring = SlotRing.attach(config["shm_name"], layout)
         processor = ChunkProcessor(config, ring)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]

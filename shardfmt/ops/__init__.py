@@ -3,7 +3,34 @@ are allocated once; each draws its random parameters from the record table, befo
 
 from __future__ import annotations
 
-from .crop import CenterCrop, CropPlan, Pipeline, RandomResizedCrop, Resize, pipeline_from_config
+from .crop import (
+    CenterCrop,
+    CropPlan,
+    Pipeline,
+    RandomCrop,
+    RandomResizedCrop,
+    Resize,
+    dct_scale,
+    pipeline_from_config,
+    scale_plan,
+    snap_to_scale,
+)
 from .decode import ImageDecoder
+from .output import ImageOutput
+from .resize import Resizer
 
-__all__ = ["CenterCrop", "CropPlan", "ImageDecoder", "Pipeline", "RandomResizedCrop", "Resize", "pipeline_from_config"]
+__all__ = [
+    "CenterCrop",
+    "CropPlan",
+    "ImageDecoder",
+    "ImageOutput",
+    "Pipeline",
+    "RandomCrop",
+    "RandomResizedCrop",
+    "Resize",
+    "Resizer",
+    "dct_scale",
+    "pipeline_from_config",
+    "scale_plan",
+    "snap_to_scale",
+]

@@ -1,9 +1,12 @@
 """Decode a JPEG with libjpeg-turbo and resize a box of it straight into an output slot.
 
 Per image: pick the largest DCT scale (1/2, 1/4, 1/8) that keeps the box at least as large as the
-output, decode into a reused buffer at that scale, then resize the box with torch's antialiased
-bilinear kernel (the one torchvision's resize uses, matching PIL's BILINEAR) writing into the
-slot, and flip there if asked. The decoder allocates its buffers once.
+output (`dct_scale`; the pipelines have snapped the box's edges to it), decode into a reused
+buffer at that scale (as RGB, grayscale or RGBA, whatever the stored channels: libjpeg-turbo
+converts), take the box as one strided view of that buffer, then resize it with `Resizer`
+(torch's antialiased bilinear kernel, matching PIL's BILINEAR, or nearest) writing into the
+slot's view (`as_target`), and flip there if asked. With nearest interpolation no DCT scaling is
+used, since it averages pixels. The decoder allocates its buffers once.
 """
 
 from __future__ import annotations
@@ -13,36 +16,55 @@ import simplejpeg
 import torch
 
 from ..errors import DecodeError, LimitError
+from .crop import dct_scale
+from .resize import Resizer
 
-__all__ = ["MAX_DECODE_PIXELS", "ImageDecoder"]
+__all__ = ["MAX_DECODE_PIXELS", "ImageDecoder", "as_target"]
 
 MAX_DECODE_PIXELS = 1 << 28
 """Largest height x width the loader decodes (256 Mpx, 768 MiB of RGB): a decompression-bomb cap,
 checked from the record table before the decode buffer is sized."""
 
-_resize_out = getattr(getattr(torch._C, "_nn", None), "_upsample_bilinear2d_aa", None)
+_COLORSPACES = {1: "GRAY", 3: "RGB", 4: "RGBA"}
 
 
 class ImageDecoder:
-    """Decode-crop-resize-flip into caller-provided HxWx3 uint8 arrays.
+    """Decode-crop-resize-flip into caller-provided HxWxC uint8 arrays.
 
     Args:
         max_height, max_width: the largest source image it will see (from the record table).
         output_size: (height, width) of every output.
         fast: use libjpeg-turbo's fast integer IDCT and upsampling (a few % faster; crops stay
             within about 44 dB PSNR of an exact decode).
+        channels: C of the outputs: 3 (RGB), 1 (grayscale) or 4 (RGBA, alpha 255).
+        interpolation: "bilinear" (antialiased) or "nearest".
     """
 
-    def __init__(self, *, max_height: int, max_width: int, output_size: tuple[int, int], fast: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        max_height: int,
+        max_width: int,
+        output_size: tuple[int, int],
+        fast: bool = True,
+        channels: int = 3,
+        interpolation: str = "bilinear",
+    ) -> None:
         if max_height * max_width > MAX_DECODE_PIXELS:
             raise LimitError(
                 f"an image of {max_height}x{max_width} exceeds the decode limit of {MAX_DECODE_PIXELS} pixels"
             )
+        if channels not in _COLORSPACES:
+            raise ValueError(f"channels must be 1, 3 or 4, got {channels}")
         self.output_size = output_size
         self.fast = fast
-        self._buffer = np.empty(max(1, max_height * max_width * 3), np.uint8)
-        self._scratch = torch.empty((1, 3, *output_size), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
-        self._use_out = _resize_out is not None
+        self.channels = channels
+        self.interpolation = interpolation
+        self._colorspace = _COLORSPACES[channels]
+        self._buffer = np.empty(max(1, max_height * max_width * channels), np.uint8)
+        self._buffer_tensor = torch.from_numpy(self._buffer)
+        self._resizer = Resizer(output_size=output_size, channels=channels, interpolation=interpolation)
+        self._dct_scaling = interpolation == "bilinear"
 
     def decode_box(
         self,
@@ -55,29 +77,24 @@ class ImageDecoder:
         box_height: int,
         box_width: int,
         flip: bool,
-        out: np.ndarray,
+        out: torch.Tensor,
     ) -> None:
         """Write the box [top, top+box_height) x [left, left+box_width) of the image, resized to
-        the output size and optionally mirrored, into `out` (output_size + (3,), uint8, C-contiguous).
+        the output size and optionally mirrored, into `out`: a (1, C, H, W) uint8 view of an
+        H x W x C array (see `as_target`).
 
         Raises:
             ValueError: from libjpeg-turbo when the data is corrupt (the caller names the record).
+            DecodeError: the JPEG's size is not the size the record table states.
         """
-        out_h, out_w = self.output_size
-        scale = 1
-        for candidate in (8, 4, 2):
-            if box_height >= candidate * out_h and box_width >= candidate * out_w:
-                scale = candidate
-                break
+        scale = dct_scale(box_height, box_width, self.output_size) if self._dct_scaling else 1
         if scale == 1:
-            image = simplejpeg.decode_jpeg(
-                data, colorspace="RGB", fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer
-            )
+            image = simplejpeg.decode_jpeg(data, colorspace=self._colorspace, fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer)
             y0, y1, x0, x1 = top, top + box_height, left, left + box_width
         else:
             image = simplejpeg.decode_jpeg(
                 data,
-                colorspace="RGB",
+                colorspace=self._colorspace,
                 fastdct=self.fast,
                 fastupsample=self.fast,
                 min_height=-(-height // scale),
@@ -86,18 +103,19 @@ class ImageDecoder:
                 buffer=self._buffer,
             )
             y0, x0 = top // scale, left // scale
-            y1 = min(image.shape[0], -(-(top + box_height) // scale))
-            x1 = min(image.shape[1], -(-(left + box_width) // scale))
-        if image.shape[0] * scale < height - scale or image.shape[1] * scale < width - scale:
-            raise DecodeError(f"decoded {image.shape[1]}x{image.shape[0]} at 1/{scale} scale, but the table says {width}x{height}")
-        source = torch.from_numpy(image[y0:y1, x0:x1]).permute(2, 0, 1).unsqueeze(0)
-        target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
-        destination = self._scratch if flip else target
-        if source.shape[2:] == destination.shape[2:]:
-            destination.copy_(source)
-        elif self._use_out:
-            _resize_out(source, [out_h, out_w], False, None, None, out=destination)
-        else:
-            destination.copy_(torch.nn.functional.interpolate(source, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False))
-        if flip:
-            target.copy_(self._scratch.flip(3))  # 19 us for 224x224; numpy's reversed copy takes 220
+            y1 = -(-(top + box_height) // scale)
+            x1 = -(-(left + box_width) // scale)
+        decoded_h, decoded_w = image.shape[0], image.shape[1]
+        if decoded_h != -(-height // scale) or decoded_w != -(-width // scale):
+            raise DecodeError(f"the JPEG decodes to {decoded_w * scale}x{decoded_h * scale} but the record table says {width}x{height}")
+        # One strided view of the decode buffer instead of from_numpy + slice + permute + unsqueeze.
+        channels = self.channels
+        row = decoded_w * channels
+        source = self._buffer_tensor.as_strided((1, channels, y1 - y0, x1 - x0), (decoded_h * row, 1, row, channels), y0 * row + x0 * channels)
+        self._resizer.resize(source, flip=flip, out=out)
+
+
+def as_target(images: np.ndarray) -> torch.Tensor:
+    """Return N x H x W x C uint8 images as the (N, C, H, W) channels_last view `decode_box`
+    writes into; ``as_target(a)[k : k + 1]`` is image k."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2)

@@ -4,7 +4,9 @@ from a local folder or a URL.
 
 Opening costs a bounded number of requests: the manifest is one GET; a shard is two range reads,
 its header (whose size the manifest's schema gives) and its record table with the footer (which
-start ``num_records * record_size + 64`` bytes before the end, both known from the manifest).
+start ``num_records * record_size + 64`` bytes before the end, both known from the manifest). A
+tar shard (``shard_format: "tar"``) is one GET of its member index, whose size the manifest
+gives; the tar itself is only read record by record (or, with the cache, downloaded whole).
 """
 
 from __future__ import annotations
@@ -133,13 +135,27 @@ class DatasetLocation:
         return self.store.describe(entry.path)
 
     def open_shard(self, entry: ShardEntry, schema: Schema) -> ByteSource:
-        """Open a shard for `ShardReader`: mapped if local, two range reads if remote."""
+        """Open a shard for `ShardReader`: mapped if local, two range reads if remote. For a
+        tar shard, the tar: no read on open (its table comes from the member index)."""
         if not self.is_remote:
             return LocalFile(self.store.describe(entry.path))
-        windows = shard_windows(entry, schema)
+        windows = shard_windows(entry, schema) if entry.index is None else ()
         if self.cache is not None:
             return CachedFile(self.store, entry.path, size=entry.size, checksum=entry.checksum, cache=self.cache, namespace=self.namespace, windows=windows)
         return self.store.open(entry.path, size=entry.size, windows=windows)
+
+    def open_index(self, entry: ShardEntry) -> ByteSource:
+        """Open the member index of a tar shard: mapped if local, one GET of the whole index
+        (its size is in the manifest) if remote.
+
+        Raises:
+            ValueError: `entry` is not a tar shard.
+        """
+        if entry.index is None:
+            raise ValueError(f"shard {entry.path} has no member index: it is not a tar shard")
+        if not self.is_remote:
+            return LocalFile(self.store.describe(entry.index.path))
+        return self.store.open(entry.index.path, size=entry.index.size, windows=((0, entry.index.size),))
 
     def fetch_shard(self, entry: ShardEntry) -> None:
         """Bring a whole shard into the cache (mode "cache"); nothing otherwise."""
