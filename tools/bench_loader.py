@@ -63,7 +63,7 @@ Columns, for each loader:
                (shardfmt's workers run on into the next epoch and finish their queued chunks
                before they stop).
                CPU ms/img divides it by the images delivered.
-  PSS, anon,   the largest sum, over the samples a thread takes every 50 ms from
+  PSS, anon,   the largest sum, over the samples a thread takes every second from
   RSS          /proc/<pid>/smaps_rollup, of this process and every process started during the
                run: of Pss, of Pss_Anon + Pss_Shmem, and of Rss (each peak taken on its own). PSS
                divides each shared page among the processes that map it, so the shared-memory
@@ -136,7 +136,7 @@ OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
 CONTENDERS = ("shardfmt", "tar", "raw", "pil", "webdataset", "decode", "s3")
-SAMPLE_INTERVAL = 0.05
+SAMPLE_INTERVAL = 1.0  # reading smaps_rollup of 3 processes costs ~45 ms of CPU: every 50 ms it took a core
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
 GENERATED_QUALITY = 95
