@@ -154,6 +154,7 @@ LIMIT_EXACT = "decode limit, exact IDCT"
 LIMIT_FAST = "decode limit, fast IDCT"
 ONE_CORE_EXACT = "  decode on 1 core, exact IDCT"
 ONE_CORE_FAST = "  decode on 1 core, fast IDCT"
+PARALLEL_EXACT = "  decode on all cores at once, exact IDCT"
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -478,6 +479,29 @@ def measure_decode(source: Source, settings: Settings, *, fast: bool) -> tuple[R
     )
 
 
+def _decode_share(args: tuple[list[str], int]) -> tuple[int, float]:
+    paths, epochs = args
+    blobs = [Path(path).read_bytes() for path in paths]
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for data in blobs:
+            simplejpeg.decode_jpeg(data, colorspace="RGB")
+    return epochs * len(blobs), time.perf_counter() - start
+
+
+def measure_parallel_decode(source: Source, settings: Settings) -> Result:
+    """Context for the limit: one process per core decoding its share of the images at the same
+    time (bytes in RAM, exact IDCT). Cores share caches, memory bandwidth and clock headroom, so
+    this is usually a little below one core x cores; the targets use one core x cores."""
+    cores = os.cpu_count() or 1
+    shares = [([str(p) for p in source.files[i::cores]], settings.epochs) for i in range(cores)]
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        done = pool.map(_decode_share, shares)
+    images = sum(count for count, _ in done)
+    seconds = max(wall for _, wall in done)
+    return Result(PARALLEL_EXACT, images, seconds, note=f"{cores} processes, each timing its own share")
+
+
 # -- measuring a loader -----------------------------------------------------------------------
 
 
@@ -774,6 +798,7 @@ SPEED_RATIOS = (
     (SHARDFMT_FAST, LIMIT_FAST, None),
     (SHARDFMT_EXACT, LIMIT_EXACT, None),
     (SHARDFMT_TAR, SHARDFMT_FAST, 0.9),
+    (SHARDFMT_FAST, PARALLEL_EXACT, None),
     (WEBDATASET, LIMIT_EXACT, None),
     (WEBDATASET, PIL_LOADER, None),
 )
@@ -920,6 +945,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         for fast in (False, True):
             say(f"decode limit, {'fast' if fast else 'exact'} IDCT")
             results.extend(measure_decode(source, settings, fast=fast))
+        say("decode on all cores at once")
+        results.append(measure_parallel_decode(source, settings))
     load_after = os.getloadavg()
 
     print()
