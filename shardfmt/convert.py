@@ -317,8 +317,44 @@ def run_plan(
         list(tasks), out=out, workers=workers if workers is not None else os.cpu_count() or 1, progress=progress, runner=runner, engine=engine
     )
     manifest, rejects = _finish(out, plan, [sidecar for sidecar, _ in outcomes], schema=schema)
-    result = ConvertResult(
+    return conclude(
         path=out,
+        manifest=manifest,
+        plan=plan,
+        outcomes=outcomes,
+        rejects=rejects,
+        started=started,
+        strict=strict,
+        rejects_at=str(out / REJECTS_NAME),
+        reject_path=lambda first: reject_root / first["path"],
+    )
+
+
+def conclude(
+    *,
+    path: Any,
+    manifest: Manifest,
+    plan: dict[str, Any],
+    outcomes: Sequence[tuple[dict[str, Any], bool]],
+    rejects: list[dict[str, Any]],
+    started: float,
+    strict: bool,
+    rejects_at: str,
+    reject_path: Callable[[dict[str, Any]], Any],
+) -> ConvertResult:
+    """Summarise a finished conversion; with `strict`, raise for the first reject instead.
+
+    Raises:
+        ConvertError: `strict` and at least one input was rejected (everything is written).
+    """
+    if strict and rejects:
+        first = rejects[0]
+        raise ConvertError(
+            f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in {rejects_at})",
+            path=reject_path(first),
+        )
+    return ConvertResult(
+        path=path,
         manifest=manifest,
         num_inputs=len(plan["inputs"]),
         num_records=manifest.num_records,
@@ -327,14 +363,6 @@ def run_plan(
         reused_shards=sum(reused for _, reused in outcomes),
         seconds=time.perf_counter() - started,
     )
-    if strict and rejects:
-        first = rejects[0]
-        raise ConvertError(
-            f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in "
-            f"{out / REJECTS_NAME})",
-            path=reject_root / first["path"],
-        )
-    return result
 
 
 def _is_own(name: str) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from .convert import (
     _make_plan,
     _run_tasks,
     build_outputs,
+    conclude,
 )
 from .destination import WORK_DIR
 from .errors import ConvertError
@@ -148,23 +148,17 @@ def run_plan_in_store(
         store.delete(key)
     if not is_url(out):
         _remove_empty_work_dirs(Path(out) / WORK_DIR)
-    result = ConvertResult(
+    return conclude(
         path=store.root if is_url(out) else Path(out),
         manifest=manifest,
-        num_inputs=len(plan["inputs"]),
-        num_records=manifest.num_records,
-        num_rejects=len(rejects),
-        input_bytes=sum(item[1] for item in plan["inputs"]),
-        reused_shards=sum(reused for _, reused in outcomes),
-        seconds=time.perf_counter() - started,
+        plan=plan,
+        outcomes=outcomes,
+        rejects=rejects,
+        started=started,
+        strict=strict,
+        rejects_at=store.describe(REJECTS_NAME),
+        reject_path=lambda first: first["path"],
     )
-    if strict and rejects:
-        first = rejects[0]
-        raise ConvertError(
-            f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in {store.describe(REJECTS_NAME)})",
-            path=first["path"],
-        )
-    return result
 
 
 def _prepare(store: Store, existing: dict[str, dict[str, object]], *, resume: bool, overwrite: bool) -> None:

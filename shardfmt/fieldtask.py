@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .checksum import format_checksum
 from .destination import destination_for
 from .errors import RejectError, WorkerError
 from .normalise import REENCODE_REASONS
@@ -23,7 +22,7 @@ from .pixels import IMAGE_KINDS, plan_geometry, store_image, upright_size
 from .scan import display_path
 from .schema import Schema
 from .storage import RemoteOptions
-from .task import finished_sidecar, read_input, read_member
+from .task import finished_sidecar, read_input, read_member, shard_sidecar
 from .writer import ShardWriter, shard_name
 
 __all__ = ["FieldTask", "run_field_task"]
@@ -108,17 +107,7 @@ def run_field_task(task: FieldTask, *, on_image: Callable[[int], None] | None = 
         if info is not None:
             current = "(uploading the shard)"
             destination.commit([name])
-        sidecar = {
-            "index": task.index,
-            "inputs": len(task.inputs),
-            "path": name if info is not None else None,
-            "num_records": info.num_records if info is not None else 0,
-            "size": info.size if info is not None else 0,
-            "checksum": format_checksum(info.checksum) if info is not None else None,
-            "rejects": rejects,
-            "passthrough": passthrough,
-            "reencoded": reencoded,
-        }
+        sidecar = shard_sidecar(task, name=name, info=info, rejects=rejects, passthrough=passthrough, reencoded=reencoded)
         destination.write_sidecar(sidecar)
         return sidecar, False
     except Exception as err:

@@ -44,7 +44,7 @@ from .layout import (
     align_up,
     column_name,
 )
-from .manifest import Manifest, ShardEntry
+from .manifest import ShardEntry
 from .schema import Schema
 from .storage import ByteSource, DatasetLocation, LocalStore, RemoteOptions, locate_dataset, open_source
 from .storage.urls import is_url

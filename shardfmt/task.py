@@ -35,7 +35,7 @@ from .schema import IMAGE_CLASSIFICATION
 from .storage import RemoteOptions, Store, open_store
 from .storage.urls import is_url
 from .tar import TarShardInfo, TarShardWriter, display_key, tar_key
-from .writer import ShardWriter, shard_name
+from .writer import ShardInfo, ShardWriter, shard_name
 
 __all__ = [
     "MAX_INPUT_SIZE",
@@ -231,17 +231,7 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
         if info is not None:
             current = "(uploading the shard)"
             destination.commit([name] if index is None else [name, index["path"]])
-        sidecar = {
-            "index": task.index,
-            "inputs": len(task.inputs),
-            "path": name if info is not None else None,
-            "num_records": info.num_records if info is not None else 0,
-            "size": info.size if info is not None else 0,
-            "checksum": format_checksum(info.checksum) if info is not None else None,
-            "rejects": rejects,
-            "passthrough": passthrough,
-            "reencoded": reencoded,
-        }
+        sidecar = shard_sidecar(task, name=name, info=info, rejects=rejects, passthrough=passthrough, reencoded=reencoded)
         if index is not None:
             sidecar["member_index"] = index
         destination.write_sidecar(sidecar)
@@ -258,6 +248,24 @@ def run_shard_task(task: ShardTask, *, on_image: Callable[[int], None] | None = 
 
 def _ignore(count: int) -> None:
     pass
+
+
+def shard_sidecar(
+    task: Any, *, name: str, info: ShardInfo | None, rejects: list[dict[str, Any]], passthrough: int, reencoded: dict[str, int]
+) -> dict[str, Any]:
+    """The sidecar of a finished shard task: what the manifest and a resume need to know of it
+    (a task whose inputs were all rejected writes no shard: `info` is None)."""
+    return {
+        "index": task.index,
+        "inputs": len(task.inputs),
+        "path": name if info is not None else None,
+        "num_records": info.num_records if info is not None else 0,
+        "size": info.size if info is not None else 0,
+        "checksum": format_checksum(info.checksum) if info is not None else None,
+        "rejects": rejects,
+        "passthrough": passthrough,
+        "reencoded": reencoded,
+    }
 
 
 def read_remote_input(store: Store, path: str, *, size_hint: int) -> bytes:
