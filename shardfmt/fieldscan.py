@@ -37,7 +37,18 @@ from typing import Any, Final
 
 from .errors import ConvertError
 from .pixels import IMAGE_KINDS
-from .scan import LISTING_SUFFIXES, ScanReject, SourceFile, _listed_path, describe_os_error, display_path, record_key, scan_folder, scan_source
+from .scan import (
+    LISTING_SUFFIXES,
+    ScanReject,
+    SourceFile,
+    _listed_path,
+    describe_os_error,
+    display_path,
+    jsonl_values,
+    record_key,
+    scan_folder,
+    scan_source,
+)
 
 __all__ = ["VALUE_KINDS", "FieldColumn", "FieldInput", "FieldScan", "listing_columns", "scan_fields"]
 
@@ -343,13 +354,7 @@ def _csv_table(text: str, listing: Path) -> tuple[list[str], list[tuple[int, lis
 def _jsonl_table(text: str, listing: Path) -> tuple[list[str], list[tuple[int, list[Any]]]]:
     names: list[str] | None = None
     rows = []
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            value = json.loads(raw)
-        except ValueError as err:
-            raise ConvertError(f"line {line}: not JSON: {err}", path=listing) from err
+    for line, value in jsonl_values(text, listing):
         if not isinstance(value, dict):
             raise ConvertError(f"line {line}: expected an object", path=listing)
         if names is None:

@@ -207,13 +207,7 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         where = f"shards[{i}]"
         if not isinstance(raw, dict):
             raise fail(f"{where} is not an object")
-        shard_path = need(raw, "path", str, where)
-        problem = _unsafe_path(shard_path)
-        if problem:
-            raise fail(f"{where}: path {_show(shard_path)} {problem}")
-        if shard_path in seen:
-            raise fail(f"{where}: path {_show(shard_path)} is listed twice")
-        seen.add(shard_path)
+        shard_path = _claim_path(need(raw, "path", str, where), where, seen, fail)
         num_records = need(raw, "num_records", int, where)
         size = need(raw, "size", int, where)
         if not 0 <= num_records <= MAX_RECORDS_PER_SHARD:
@@ -247,15 +241,20 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
     return manifest
 
 
+def _claim_path(path: str, where: str, seen: set[str], fail: Any) -> str:
+    """Check that a listed path is safe and not listed before, and remember it."""
+    problem = _unsafe_path(path)
+    if problem:
+        raise fail(f"{where}: path {_show(path)} {problem}")
+    if path in seen:
+        raise fail(f"{where}: path {_show(path)} is listed twice")
+    seen.add(path)
+    return path
+
+
 def _parse_index(raw: dict[str, Any], where: str, seen: set[str], fail: Any, need: Any) -> IndexEntry:
     """Parse a tar shard's "index" object; its path joins `seen`, shared with the shard paths."""
-    index_path = need(raw, "path", str, where)
-    problem = _unsafe_path(index_path)
-    if problem:
-        raise fail(f"{where}: path {_show(index_path)} {problem}")
-    if index_path in seen:
-        raise fail(f"{where}: path {_show(index_path)} is listed twice")
-    seen.add(index_path)
+    index_path = _claim_path(need(raw, "path", str, where), where, seen, fail)
     size = need(raw, "size", int, where)
     if not 0 < size <= MAX_SHARD_SIZE:
         raise fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")

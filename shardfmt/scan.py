@@ -44,6 +44,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,15 +365,24 @@ def _csv_rows(text: str, listing: Path) -> list[tuple[int, str, Any]]:
     return rows
 
 
-def _jsonl_rows(text: str, listing: Path) -> list[tuple[int, str, Any]]:
-    rows = []
+def jsonl_values(text: str, listing: Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, parsed value) for each non-blank line of a JSONL listing.
+
+    Raises:
+        ConvertError: a line is not JSON, naming the listing and the line.
+    """
     for line, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
-            value = json.loads(raw)
+            yield line, json.loads(raw)
         except ValueError as err:
             raise ConvertError(f"line {line}: not JSON: {err}", path=listing) from err
+
+
+def _jsonl_rows(text: str, listing: Path) -> list[tuple[int, str, Any]]:
+    rows = []
+    for line, value in jsonl_values(text, listing):
         if not isinstance(value, dict) or not isinstance(value.get("path"), str):
             raise ConvertError(f'line {line}: expected {{"path": "...", "label": ...}}', path=listing)
         label = value.get("label")
