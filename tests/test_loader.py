@@ -213,6 +213,56 @@ def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> Non
     assert shm_entries() <= before
 
 
+@pytest.mark.parametrize(("verify", "checks_per_record"), [(True, 1), ("always", 3), (False, 0)])
+def test_local_records_are_checked_once_per_loader_by_default(
+    indexed_dataset: Path, monkeypatch: pytest.MonkeyPatch, verify: object, checks_per_record: int
+) -> None:
+    from shardfmt.reader import ShardReader
+
+    checked: list[tuple[str, int]] = []
+    original = ShardReader.verify_record
+
+    def counting(self: ShardReader, index: int) -> None:
+        checked.append((self.path, index))
+        original(self, index)
+
+    monkeypatch.setattr(ShardReader, "verify_record", counting)
+    with Loader(indexed_dataset, batch_size=16, num_workers=0, size=16, verify=verify) as loader:
+        for _ in range(3):
+            collect(loader)
+    # "always" may also check the batches decoded ahead for the next epoch
+    assert checks_per_record * NUM_RECORDS <= len(checked) <= checks_per_record * (NUM_RECORDS + 2 * 16)
+    assert len(set(checked)) == (NUM_RECORDS if checks_per_record else 0)
+
+
+def test_workers_share_the_checked_records(indexed_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over three epochs on two forked workers each record is checked once, by one worker or
+    the other (a rare lost bit may cost one extra check)."""
+    from shardfmt.reader import ShardReader
+
+    log = tmp_path / "checks.log"
+    original = ShardReader.verify_record
+
+    def logging_check(self: ShardReader, index: int) -> None:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {self.path} {index}\n")
+        original(self, index)
+
+    monkeypatch.setattr(ShardReader, "verify_record", logging_check)
+    with Loader(indexed_dataset, batch_size=8, num_workers=2, size=16, start_method="fork") as loader:
+        for _ in range(3):
+            collect(loader)
+    lines = log.read_text().splitlines()
+    assert len({line.split(" ", 1)[1] for line in lines}) == NUM_RECORDS
+    assert len(lines) <= NUM_RECORDS + 8
+    assert len({line.split(" ", 1)[0] for line in lines}) == 2, "both workers checked records"
+
+
+def test_verify_takes_only_its_three_values(indexed_dataset: Path) -> None:
+    with pytest.raises(ValueError, match="verify must be"):
+        Loader(indexed_dataset, batch_size=8, num_workers=0, verify="sometimes")
+
+
 def test_dev_shm_is_clean_after_close_and_after_an_error_in_the_loop(indexed_dataset: Path) -> None:
     before = shm_entries()
     loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)

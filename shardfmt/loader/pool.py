@@ -23,7 +23,7 @@ import torch
 from ..errors import WorkerError
 from ..reader import DatasetReader
 from .shm import SlotRing
-from .worker import DONE, ERROR, HEADER, READY, TASK, ChunkFailure, ChunkProcessor, worker_main
+from .worker import DONE, ERROR, HEADER, READY, TASK, ChunkFailure, ChunkProcessor, checked_bytes, worker_main
 
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
 
@@ -54,10 +54,11 @@ class WorkerPool:
         self.ring = ring
         context = multiprocessing.get_context(start_method)
         self.current = context.Array("q", [-1] * num_workers)
+        self.checked = context.RawArray("B", checked_bytes(len(dataset)))
         config = dict(config, shm_name=ring.name)
         for worker_id in range(num_workers):
             parent_end, child_end = context.Pipe(duplex=True)
-            process = context.Process(target=worker_main, args=(worker_id, child_end, config, self.current), name=f"shardfmt-worker-{worker_id}", daemon=True)
+            process = context.Process(target=worker_main, args=(worker_id, child_end, config, self.current, self.checked), name=f"shardfmt-worker-{worker_id}", daemon=True)
             process.start()
             child_end.close()
             self.processes.append(process)

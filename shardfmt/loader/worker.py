@@ -15,6 +15,11 @@ fork. Messages are fixed structs sent with `send_bytes` (no pickling):
 
 While it works, a worker stores the record it is on in a shared array, so that if it dies the
 loader can name the shard and record.
+
+Checksums: a record of a local dataset is checked the first time any worker of the loader reads
+it; the workers share one bit per record (`checked`, num_records / 8 bytes). Two workers setting
+bits of one byte at once may lose a bit, which only means that record is checked again: a bit is
+never set for a record that was not checked. Records fetched from a URL are checked every time.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from ..sampling import AUGMENT_STREAM, record_keys
 from .fields import OutputSpec, make_filler
 from .shm import SlotArray, SlotLayout, SlotRing
 
-__all__ = ["ChunkProcessor", "worker_main"]
+__all__ = ["ChunkProcessor", "checked_bytes", "worker_main"]
 
 TASK, STOP, READY, DONE, ERROR = 1, 2, 3, 4, 5
 HEADER = struct.Struct("<qqqqq")  # op, slot, row, epoch, count
@@ -69,6 +74,8 @@ class ChunkProcessor:
         # decoder and resizer write through, other fields as the numpy arrays themselves.
         self.targets = [{spec.name: as_target(arrays[spec.name]) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
+        self.every_read = bool(config.get("verify_every_read", True))
+        self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
         """Fill rows [row, row + len(indices)) of slot `slot` with records `indices`.
@@ -95,7 +102,7 @@ class ChunkProcessor:
             filler = None
             try:
                 if reader.verify and self.reads_payload:
-                    reader.verify_record(record)
+                    self._verify(reader, record, int(indices[k]))
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
                     filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k)
@@ -109,6 +116,16 @@ class ChunkProcessor:
             except Exception as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), int(table_row["offset"])) from err
         self.current[0] = -1
+
+    def _verify(self, reader: Any, record: int, index: int) -> None:
+        """Check the record's checksum unless this loader has checked it before (local data)."""
+        if self.every_read:
+            reader.verify_record(record)
+            return
+        byte, bit = index >> 3, 1 << (index & 7)
+        if not self.checked[byte] & bit:
+            reader.verify_record(record)
+            self.checked[byte] |= bit
 
     def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
@@ -148,6 +165,11 @@ class ChunkProcessor:
         self.dataset.close()
 
 
+def checked_bytes(num_records: int) -> int:
+    """Bytes of the shared bitmap of checked records."""
+    return max(1, (num_records + 7) // 8)
+
+
 def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
     """Ask remote sources for every record span of the chunk at once (one concurrent batch of
     range reads per shard instead of one round trip per record); local sources skip this."""
@@ -163,7 +185,7 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
             pass
 
 
-def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any) -> None:
+def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any, checked: Any) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     import torch
@@ -174,6 +196,7 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any)
         ring = SlotRing.attach(config["shm_name"], layout)
         processor = ChunkProcessor(config, ring)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
+        processor.checked = np.frombuffer(checked, np.uint8)
     except BaseException as err:  # report start-up failures instead of dying silently
         _send_error(conn, err, None, None, -1, None)
         return
