@@ -21,7 +21,7 @@ pytest.importorskip("psutil", reason="the bench needs the 'bench' extra")
 
 def run_bench(*args: str, work_dir: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, str(SCRIPT), "--images", "40", "--batch-size", "8", "--workers", "1", "--epochs", "1", "--work-dir", str(work_dir), *args]
+    command = [sys.executable, str(SCRIPT), "--images", "40", "--batch-size", "8", "--workers", "1", "--epochs", "1", "--min-seconds", "0", "--work-dir", str(work_dir), *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
 
 

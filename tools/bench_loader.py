@@ -56,6 +56,8 @@ Columns, for each loader:
 
   images/s     images delivered in the timed epochs / seconds from the end of the warm-up
                epochs to the last batch: the rate a training run sees from its second epoch on.
+               Timed epochs are added past ``--epochs`` until they last ``--min-seconds``
+               (default 5), so that a fast contender is not timed over a second or two.
                The start and the first epoch are not hidden, they have their own columns (first
                batch; 1st epoch img/s). ``--warmup-epochs 0`` times from constructing the loader
                instead: worker start-up (about 0.2 s) then weighs about 4% of shardfmt's 2
@@ -187,6 +189,7 @@ class Settings:
     workers: int
     epochs: int
     warmup_epochs: int = 1
+    min_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -615,6 +618,8 @@ def measure_loader(name: str, open_stream: Callable[[], Stream], source: Source,
             cpu_before, sampler_before = live_cpu_seconds(baseline), sampler.cpu_seconds
             start = time.perf_counter()
         images_done = consume(name, stream, source, settings, epochs=settings.epochs)
+        while time.perf_counter() - start < settings.min_seconds:  # a short window is a noisy one
+            images_done += consume(name, stream, source, settings, epochs=1)
         seconds = time.perf_counter() - start
         cpu_after, sampler_after = live_cpu_seconds(baseline), sampler.cpu_seconds
     finally:
@@ -922,6 +927,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=2, help="timed passes over the images per contender (default 2)")
     parser.add_argument(
+        "--min-seconds", type=float, default=5.0, help="add timed epochs until they last this long (default 5)"
+    )
+    parser.add_argument(
         "--warmup-epochs", type=int, default=1, help="untimed passes first, from a fresh start (default 1; 0 times the start-up too)"
     )
     parser.add_argument("--only", default=",".join(CONTENDERS), help=f"comma list of contenders out of {','.join(CONTENDERS)}")
@@ -935,13 +943,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--only takes names out of {','.join(CONTENDERS)}, got {','.join(unknown) or 'none'}")
     if args.images is not None and args.images < 1:
         parser.error("--images must be at least 1")
-    if args.batch_size < 1 or args.epochs < 1 or args.workers < 0 or args.warmup_epochs < 0:
-        parser.error("--batch-size and --epochs must be at least 1, --workers and --warmup-epochs at least 0")
+    if args.batch_size < 1 or args.epochs < 1 or args.workers < 0 or args.warmup_epochs < 0 or args.min_seconds < 0:
+        parser.error("--batch-size and --epochs must be at least 1, --workers, --warmup-epochs and --min-seconds at least 0")
     return args
 
 
 def run(args: argparse.Namespace, work_dir: Path) -> int:
-    settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs)
+    settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds)
     if args.src is not None:
         source = load_source(args.src, work_dir, args.images)
     else:
