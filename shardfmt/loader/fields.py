@@ -243,10 +243,11 @@ class _Filler:
         self.spec = spec
         self.name = spec.name
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         """Write the field of the record in `row` into row `index` of `out`: for an image field
         the (N, C, H, W) view of the slot's array (`shardfmt.ops.decode.as_target`), for the
-        others the slot's numpy array."""
+        others the slot's numpy array. `trusted`: this loader has read the record before and
+        decoded it without error (see `ImageDecoder.decode_box`)."""
         raise NotImplementedError
 
     def payload(self, reader: ShardReader, row: Any) -> memoryview:
@@ -255,7 +256,7 @@ class _Filler:
 
 
 class _JpegFiller(_Filler):
-    def __init__(self, spec: OutputSpec, *, fast: bool) -> None:
+    def __init__(self, spec: OutputSpec, *, fast: bool, partial: bool) -> None:
         super().__init__(spec)
         height, width, channels = spec.shape
         self.decoder = ImageDecoder(
@@ -265,9 +266,10 @@ class _JpegFiller(_Filler):
             fast=fast,
             channels=channels,
             interpolation=spec.interpolation,
+            partial=partial,
         )
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
         self.decoder.decode_box(
@@ -280,6 +282,7 @@ class _JpegFiller(_Filler):
             box_width=box_width,
             flip=flip,
             out=out[index : index + 1],
+            trusted=trusted,
         )
 
 
@@ -292,7 +295,7 @@ class _RawFiller(_Filler):
         self._columns = tuple(column_name(self.name, c) for c in ("offset", "height", "width", "channels"))
         self._files: dict[str, torch.Tensor] = {}
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
         offset, height, width, channels = (int(row[column]) for column in self._columns)
@@ -320,28 +323,29 @@ def _tensor(buffer: memoryview) -> torch.Tensor:
 
 
 class _ArrayFiller(_Filler):
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         out[index] = np.frombuffer(self.payload(reader, row), self.spec.dtype).reshape(self.spec.shape)
 
 
 class _ScalarFiller(_Filler):
     reads_payload = False
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         out[index] = row[self.name]
 
 
 class _ZerosFiller(_Filler):
     reads_payload = False
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int) -> None:
+    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         out[index] = 0
 
 
-def make_filler(spec: OutputSpec, *, fast_decode: bool) -> _Filler:
-    """Return the step that fills `spec`'s field of a slot row."""
+def make_filler(spec: OutputSpec, *, fast_decode: bool, partial: bool = False) -> _Filler:
+    """Return the step that fills `spec`'s field of a slot row; `partial` lets a jpeg field
+    decode only the crop box of trusted records (in worker processes only: see `ops.jpegcrop`)."""
     if spec.type == "jpeg":
-        return _JpegFiller(spec, fast=fast_decode)
+        return _JpegFiller(spec, fast=fast_decode, partial=partial)
     if spec.type == "raw":
         return _RawFiller(spec)
     if spec.type == "ndarray":

@@ -16,10 +16,13 @@ fork. Messages are fixed structs sent with `send_bytes` (no pickling):
 While it works, a worker stores the record it is on in a shared array, so that if it dies the
 loader can name the shard and record.
 
-Checksums: a record of a local dataset is checked the first time any worker of the loader reads
-it; the workers share one bit per record (`checked`, num_records / 8 bytes). Two workers setting
-bits of one byte at once may lose a bit, which only means that record is checked again: a bit is
-never set for a record that was not checked. Records fetched from a URL are checked every time.
+Checksums and trust: the workers share one bit per record (`checked`, num_records / 8 bytes),
+set once the record's checksum has been checked (when the loader verifies) and every field has
+decoded without error. A record of a local dataset is checked only while its bit is clear;
+records fetched from a URL are checked every time. A record whose bit is set is "trusted": its
+JPEG fields may be decoded partially (only the crop box, `ops.jpegcrop`), which is only done in
+worker processes. Two workers setting bits of one byte at once may lose a bit, which only means
+that record is checked again: a bit is never set for a record that was not checked and decoded.
 """
 
 from __future__ import annotations
@@ -60,14 +63,14 @@ class ChunkFailure(Exception):
 class ChunkProcessor:
     """Fill slots with records. Runs inside a worker, or in the loader with num_workers=0."""
 
-    def __init__(self, config: dict[str, Any], ring: SlotRing) -> None:
+    def __init__(self, config: dict[str, Any], ring: SlotRing, *, in_worker: bool = False) -> None:
         self.config = config
         self.ring = ring
         self.dataset = DatasetReader(config["path"], verify=config["verify"], remote=config.get("remote"))
         self.pipeline = pipeline_from_config(config["pipeline"])
         self.seed = int(config["seed"])
         specs = [OutputSpec.from_config(value) for value in config["outputs"]]
-        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"]) for spec in specs]
+        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"], partial=in_worker) for spec in specs]
         self.images = [spec for spec in specs if spec.is_image]
         self.reads_payload = any(filler.reads_payload for filler in self.fillers)
         # Per slot, what each filler writes into: image arrays as the (N, C, H, W) views the
@@ -75,6 +78,7 @@ class ChunkProcessor:
         self.targets = [{spec.name: as_target(arrays[spec.name]) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
         self.every_read = bool(config.get("verify_every_read", True))
+        self.remote = bool(self.dataset.location.is_remote)
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
@@ -100,12 +104,17 @@ class ChunkProcessor:
             reader, table_row, record = readers[k], rows[k], int(local[k])
             self.current[0] = indices[k]
             filler = None
+            index = int(indices[k])
+            byte, bit = index >> 3, 1 << (index & 7)
+            trusted = bool(self.checked[byte] & bit)
             try:
-                if reader.verify and self.reads_payload:
-                    self._verify(reader, record, int(indices[k]))
+                if reader.verify and self.reads_payload and (self.every_read or not trusted):
+                    reader.verify_record(record)
+                # bytes fetched again from a URL are the ones decoded before only if checked again
+                same_bytes = trusted and (reader.verify or not self.remote)
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
-                    filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k)
+                    filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k, trusted=same_bytes)
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
             except (ShardfmtError, ValueError) as err:
@@ -115,17 +124,9 @@ class ChunkProcessor:
                 raise self._failure(wrapped, reader.path, record, int(indices[k]), start) from err
             except Exception as err:
                 raise self._failure(err, reader.path, record, int(indices[k]), int(table_row["offset"])) from err
+            if not trusted:
+                self.checked[byte] |= bit
         self.current[0] = -1
-
-    def _verify(self, reader: Any, record: int, index: int) -> None:
-        """Check the record's checksum unless this loader has checked it before (local data)."""
-        if self.every_read:
-            reader.verify_record(record)
-            return
-        byte, bit = index >> 3, 1 << (index & 7)
-        if not self.checked[byte] & bit:
-            reader.verify_record(record)
-            self.checked[byte] |= bit
 
     def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
@@ -194,7 +195,7 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any,
     try:
         layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(SlotArray.from_config(a) for a in config["slot_arrays"]))
         ring = SlotRing.attach(config["shm_name"], layout)
-        processor = ChunkProcessor(config, ring)
+        processor = ChunkProcessor(config, ring, in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
     except BaseException as err:  # report start-up failures instead of dying silently

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import DecodeError, LimitError
 from .crop import dct_scale
+from .jpegcrop import CropDecoder
 from .resize import Resizer
 
 __all__ = ["MAX_DECODE_PIXELS", "ImageDecoder", "as_target"]
@@ -38,6 +39,9 @@ class ImageDecoder:
             within about 44 dB PSNR of an exact decode).
         channels: C of the outputs: 3 (RGB), 1 (grayscale) or 4 (RGBA, alpha 255).
         interpolation: "bilinear" (antialiased) or "nearest".
+        partial: decode only the box of records the caller trusts (`decode_box(trusted=True)`)
+            with libjpeg-turbo's partial decoding (`jpegcrop.CropDecoder`), where it is
+            available and the output is fast-decoded RGB at full scale; the pixels are the same.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class ImageDecoder:
         fast: bool = True,
         channels: int = 3,
         interpolation: str = "bilinear",
+        partial: bool = False,
     ) -> None:
         if max_height * max_width > MAX_DECODE_PIXELS:
             raise LimitError(
@@ -65,6 +70,10 @@ class ImageDecoder:
         self._buffer_tensor = torch.from_numpy(self._buffer)
         self._resizer = Resizer(output_size=output_size, channels=channels, interpolation=interpolation)
         self._dct_scaling = interpolation == "bilinear"
+        self._crop: CropDecoder | None = None
+        if partial and fast and channels == 3 and CropDecoder.available():
+            self._crop = CropDecoder(max_height=max_height, max_width=max_width)
+            self._crop_tensor = torch.from_numpy(self._crop.buffer)
 
     def decode_box(
         self,
@@ -78,16 +87,26 @@ class ImageDecoder:
         box_width: int,
         flip: bool,
         out: torch.Tensor,
+        trusted: bool = False,
     ) -> None:
         """Write the box [top, top+box_height) x [left, left+box_width) of the image, resized to
         the output size and optionally mirrored, into `out`: a (1, C, H, W) uint8 view of an
         H x W x C array (see `as_target`).
+
+        `trusted`: the caller has decoded these very bytes before without error (and checked
+        their checksum), so the partial decoder, which cannot raise, may take them.
 
         Raises:
             ValueError: from libjpeg-turbo when the data is corrupt (the caller names the record).
             DecodeError: the JPEG's size is not the size the record table states.
         """
         scale = dct_scale(box_height, box_width, self.output_size) if self._dct_scaling else 1
+        if trusted and scale == 1 and self._crop is not None:
+            start = self._crop.decode(data, top=top, left=left, box_height=box_height, box_width=box_width)
+            row = self._crop.row_stride
+            source = self._crop_tensor.as_strided((1, 3, box_height, box_width), (box_height * row, 1, row, 3), start)
+            self._resizer.resize(source, flip=flip, out=out)
+            return
         if scale == 1:
             image = simplejpeg.decode_jpeg(data, colorspace=self._colorspace, fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer)
             y0, y1, x0, x1 = top, top + box_height, left, left + box_width
