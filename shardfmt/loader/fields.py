@@ -293,12 +293,14 @@ class _RawFiller(_Filler):
         self.channels = channels
         self.resizer = Resizer(output_size=(height, width), channels=channels, interpolation=spec.interpolation)
         self._columns = tuple(column_name(self.name, c) for c in ("offset", "height", "width", "channels"))
+        self._cached: tuple[Any, tuple[int, ...]] | None = None
         self._files: dict[str, torch.Tensor] = {}
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
-        offset, height, width, channels = (int(row[column]) for column in self._columns)
+        values = row.item()  # one tuple of the row's fields: cheaper than four lookups by name
+        offset, height, width, channels = (values[i] for i in self._positions(row))
         if reader.source.zero_copy:
             whole = self._files.get(reader.path)
             if whole is None:
@@ -308,9 +310,20 @@ class _RawFiller(_Filler):
             offset = 0
         # The box as one strided view of the mapped pixels: rows of width * channels bytes.
         start = offset + (top * width + left) * channels
-        region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
-        source = match_channels(region, self.channels).permute(2, 0, 1).unsqueeze(0)
+        if channels == self.channels:  # (1, C, h, w) at once
+            row_bytes = width * channels
+            source = whole.as_strided((1, channels, box_height, box_width), (box_height * row_bytes, 1, row_bytes, channels), start)
+        else:
+            region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
+            source = match_channels(region, self.channels).permute(2, 0, 1).unsqueeze(0)
         self.resizer.resize(source, flip=flip, out=out[index : index + 1])
+
+    def _positions(self, row: Any) -> tuple[int, ...]:
+        """Where this field's offset, height, width and channels sit in `row.item()`."""
+        names = row.dtype.names
+        if self._cached is None or self._cached[0] is not names:
+            self._cached = (names, tuple(names.index(column) for column in self._columns))
+        return self._cached[1]
 
 
 def _tensor(buffer: memoryview) -> torch.Tensor:

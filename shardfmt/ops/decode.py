@@ -6,7 +6,8 @@ buffer at that scale (as RGB, grayscale or RGBA, whatever the stored channels: l
 converts), take the box as one strided view of that buffer, then resize it with `Resizer`
 (torch's antialiased bilinear kernel, matching PIL's BILINEAR, or nearest) writing into the
 slot's view (`as_target`), and flip there if asked. With nearest interpolation no DCT scaling is
-used, since it averages pixels. The decoder allocates its buffers once.
+used, since it averages pixels. The decoder allocates its buffers once. For records the caller
+trusts (decoded before without error), a full-scale RGB box is decoded alone (`jpegcrop`).
 """
 
 from __future__ import annotations

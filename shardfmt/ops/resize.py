@@ -44,7 +44,7 @@ class Resizer:
         `shardfmt.ops.decode.as_target`)."""
         out_h, out_w = self.output_size
         destination = self._scratch if flip else out
-        if source.shape[2:] == destination.shape[2:]:
+        if source.shape[2] == out_h and source.shape[3] == out_w:
             destination.copy_(source)
         elif self.interpolation == "bilinear" and _bilinear_out is not None:
             _bilinear_out(source, [out_h, out_w], False, None, None, out=destination)
