@@ -245,8 +245,8 @@ class _Filler:
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         """Write the field of the record in `row` into row `index` of `out`: for an image field
-        the (N, C, H, W) view of the slot's array (`shardfmt.ops.decode.as_target`), for the
-        others the slot's numpy array. `trusted`: this loader has read the record before and
+        a list of (1, C, H, W) views of the slot's images (`shardfmt.ops.decode.as_target`), for
+        the others the slot's numpy array. `trusted`: this loader has read the record before and
         decoded it without error (see `ImageDecoder.decode_box`)."""
         raise NotImplementedError
 
@@ -281,7 +281,7 @@ class _JpegFiller(_Filler):
             box_height=box_height,
             box_width=box_width,
             flip=flip,
-            out=out[index : index + 1],
+            out=out[index],
             trusted=trusted,
         )
 
@@ -316,7 +316,7 @@ class _RawFiller(_Filler):
         else:
             region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
             source = match_channels(region, self.channels).permute(2, 0, 1).unsqueeze(0)
-        self.resizer.resize(source, flip=flip, out=out[index : index + 1])
+        self.resizer.resize(source, flip=flip, out=out[index])
 
     def _positions(self, row: Any) -> tuple[int, ...]:
         """Where this field's offset, height, width and channels sit in `row.item()`."""

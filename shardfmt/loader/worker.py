@@ -73,9 +73,9 @@ class ChunkProcessor:
         self.fillers = [make_filler(spec, fast_decode=config["fast_decode"], partial=in_worker) for spec in specs]
         self.images = [spec for spec in specs if spec.is_image]
         self.reads_payload = any(filler.reads_payload for filler in self.fillers)
-        # Per slot, what each filler writes into: image arrays as the (N, C, H, W) views the
-        # decoder and resizer write through, other fields as the numpy arrays themselves.
-        self.targets = [{spec.name: as_target(arrays[spec.name]) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
+        # Per slot, what each filler writes into: for an image field one (1, C, H, W) view per
+        # row, which the decoder and resizer write through; other fields as the numpy arrays.
+        self.targets = [{spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
         self.every_read = bool(config.get("verify_every_read", True))
         self.remote = bool(self.dataset.location.is_remote)
@@ -88,25 +88,27 @@ class ChunkProcessor:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
         """
         count = len(indices)
-        shards = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
-        local = indices - self.dataset.cumulative[shards]
+        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
+        local = (indices - self.dataset.cumulative[shard_array]).tolist()
+        shards, numbers = shard_array.tolist(), indices.tolist()
         readers = []
         rows = []
         for k in range(count):
-            reader = self.dataset.shard(int(shards[k]))
+            reader = self.dataset.shard(shards[k])
             readers.append(reader)
-            rows.append(reader.table[int(local[k])])
+            rows.append(reader.table[local[k]])
         if self.reads_payload:
             _prefetch_spans(readers, rows)
         boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
         targets = self.targets[slot]
+        checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
+        current = self.current
         for k in range(count):
-            reader, table_row, record = readers[k], rows[k], int(local[k])
-            self.current[0] = indices[k]
+            reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
+            current[0] = index
             filler = None
-            index = int(indices[k])
             byte, bit = index >> 3, 1 << (index & 7)
-            trusted = bool(self.checked[byte] & bit)
+            trusted = bool(checked[byte] & bit)
             try:
                 if reader.verify and self.reads_payload and (self.every_read or not trusted):
                     reader.verify_record(record)
@@ -116,16 +118,16 @@ class ChunkProcessor:
                     box = boxes.get(filler.name)
                     filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k, trusted=same_bytes)
             except ChecksumError as err:
-                raise self._failure(err, reader.path, record, int(indices[k]), err.offset) from err
+                raise self._failure(err, reader.path, record, index, err.offset) from err
             except (ShardfmtError, ValueError) as err:
                 assert filler is not None  # verify_record raises only ChecksumError
                 start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
                 wrapped = DecodeError(f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record)
-                raise self._failure(wrapped, reader.path, record, int(indices[k]), start) from err
+                raise self._failure(wrapped, reader.path, record, index, start) from err
             except Exception as err:
-                raise self._failure(err, reader.path, record, int(indices[k]), int(table_row["offset"])) from err
+                raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
             if not trusted:
-                self.checked[byte] |= bit
+                checked[byte] |= bit
         self.current[0] = -1
 
     def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
@@ -164,6 +166,11 @@ class ChunkProcessor:
 
     def close(self) -> None:
         self.dataset.close()
+
+
+def _row_views(images: Any) -> list[Any]:
+    """Image k of an (N, C, H, W) slot view as its own (1, C, H, W) view, made once."""
+    return [images[k : k + 1] for k in range(images.shape[0])]
 
 
 def checked_bytes(num_records: int) -> int:

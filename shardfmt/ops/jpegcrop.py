@@ -120,6 +120,8 @@ class CropDecoder:
         self._rows = ffi.new("unsigned char *[]", max(1, max_height))
         for i in range(max(1, max_height)):
             self._rows[i] = base + i * self.row_stride
+        # &rows[i] for every i, made once: the read loop runs once per two rows
+        self._row_pointers = [self._rows + i for i in range(max(1, max_height))]
         self._offset = ffi.new("unsigned int *")
         self._width = ffi.new("unsigned int *")
 
@@ -139,10 +141,10 @@ class CropDecoder:
         lib.jpeg_crop_scanline(cinfo, self._offset, self._width)
         if top:
             lib.jpeg_skip_scanlines(cinfo, top)
-        rows, read, done = self._rows, lib.jpeg_read_scanlines, 0
+        pointers, read, done = self._row_pointers, lib.jpeg_read_scanlines, 0
         while done < box_height:
-            got = read(cinfo, rows + done, box_height - done)
-            if got == 0:  # cannot happen for bytes decoded before; never loop forever
+            got = read(cinfo, pointers[done], box_height - done)
+            if not got:  # cannot happen for bytes decoded before; never loop forever
                 break
             done += got
         lib.jpeg_abort_decompress(cinfo)
