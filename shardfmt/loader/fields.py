@@ -293,14 +293,13 @@ class _RawFiller(_Filler):
         self.channels = channels
         self.resizer = Resizer(output_size=(height, width), channels=channels, interpolation=spec.interpolation)
         self._columns = tuple(column_name(self.name, c) for c in ("offset", "height", "width", "channels"))
-        self._cached: tuple[Any, tuple[int, ...]] | None = None
         self._files: dict[str, torch.Tensor] = {}
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
-        values = row.item()  # one tuple of the row's fields: cheaper than four lookups by name
-        offset, height, width, channels = (values[i] for i in self._positions(row))
+        values, names = row.item(), row.dtype.names  # one tuple of the row: cheaper than four reads by name
+        offset, height, width, channels = (values[names.index(column)] for column in self._columns)
         if reader.source.zero_copy:
             whole = self._files.get(reader.path)
             if whole is None:
@@ -317,13 +316,6 @@ class _RawFiller(_Filler):
             region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
             source = match_channels(region, self.channels).permute(2, 0, 1).unsqueeze(0)
         self.resizer.resize(source, flip=flip, out=out[index])
-
-    def _positions(self, row: Any) -> tuple[int, ...]:
-        """Where this field's offset, height, width and channels sit in `row.item()`."""
-        names = row.dtype.names
-        if self._cached is None or self._cached[0] is not names:
-            self._cached = (names, tuple(names.index(column) for column in self._columns))
-        return self._cached[1]
 
 
 def _tensor(buffer: memoryview) -> torch.Tensor:
