@@ -56,12 +56,20 @@ def test_every_contender_with_chart(tmp_path: Path) -> None:
 
 
 def test_raw_pixels_beside_the_jpeg_path(tmp_path: Path) -> None:
-    done = run_bench("--only", "shardfmt,raw", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
+    done = run_bench("--only", "shardfmt,raw,patches", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = ratio_lines(done.stdout)
-    assert any("shardfmt raw pixels / shardfmt fast_decode=True" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    assert any("shardfmt raw pixels / shardfmt fast_decode=True" in line and line.rstrip().endswith("x") for line in lines)
+    assert any("shardfmt raw patches / shardfmt JPEG patches" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
     results = {r["name"].strip(): r for r in json.loads((tmp_path / "out.json").read_text())["results"]}
-    assert results["shardfmt raw pixels"]["images"] == 40 and results["shardfmt raw pixels"]["cpu_seconds"] > 0
+    for name in ("shardfmt raw pixels", "shardfmt JPEG patches", "shardfmt raw patches"):
+        assert results[name]["images"] == 40 and results[name]["cpu_seconds"] > 0, name
+    # Both patch copies come from `shardfmt convert --patch 256`: 256x256 records, as JPEG and as pixels.
+    for store, kind in (("jpeg", "jpeg"), ("raw", "raw")):
+        (folder,) = tmp_path.glob(f"derived-*/patches-256-{store}")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["num_records"] == 40
+        assert kind in json.dumps(manifest["schema"])
 
 
 def test_unknown_contender_is_refused(tmp_path: Path) -> None:

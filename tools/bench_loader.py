@@ -32,8 +32,20 @@ as the dataset holds it.
                   simplejpeg, and written with `DatasetWriter`; about 450 KB a record for the
                   generated images, 5x the JPEG), so that loading is a crop and resize from the
                   memory-mapped shard, with no decode: the same 224 crop, the same checksum
-                  checks (each record once per loader: `Loader(verify=True)`). Target: 5x the images/s of ``shardfmt
-                  fast_decode=True``; the images per CPU second ratio is the steadier figure.
+                  checks (each record once per loader: `Loader(verify=True)`). Its ratio to ``shardfmt
+                  fast_decode=True`` is printed (no target: see ``patches``); the images per CPU
+                  second ratio is the steadier figure.
+  patches         ``--only patches``: the same images converted once more by ``shardfmt convert
+                  --patch 256`` (shorter side resized to 256, the centred 256x256 square kept),
+                  once as JPEG (``--quality 95``) and once with ``--store raw``, both loaded by
+                  ``shardfmt.Loader(pipeline=RandomCrop(224))``: a 224x224 box placed at random
+                  and a random flip, no resize. This is what ``--store raw`` with fixed-size
+                  patches is for: the raw copy's loading is a copy out of the memory map, bound
+                  by memory bandwidth, while the JPEG copy still decodes every box. Target: raw
+                  patches at 5x or more the images/s of the JPEG patches (same crop size, same
+                  pipeline). The ``raw`` contender above keeps the RandomResizedCrop of the
+                  main table, where both paths resize every crop (about 0.1 to 0.2 ms for 224 px,
+                  torch's kernel) and the ratio is bounded by that shared cost.
   shardfmt over S3  ``--only s3``: the same records and Loader settings (fast_decode=True), read by
                   URL from moto's S3-compatible server on 127.0.0.1 (a thread of this process, so
                   its CPU counts as the loader's own) through s3fs. The shards are written again
@@ -92,8 +104,8 @@ Columns, for each loader:
                of each record's checksum included.
 
 Ratios are printed of images/s (with the targets: shardfmt at least 2.4x the PIL DataLoader and
-0.8x the exact-IDCT decode limit, tar shards at least 0.9x and raw pixels at least 5x shardfmt's
-JPEG path), of images per CPU second (the images/s ratio the contenders would reach with every
+0.8x the exact-IDCT decode limit, tar shards at least 0.9x, and raw patches at least 5x the JPEG
+patches), of images per CPU second (the images/s ratio the contenders would reach with every
 core busy and to themselves, the steadier figure on a shared machine), and the targets once more
 on the first-epoch rates, start-up included.
 
@@ -145,12 +157,14 @@ from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
+from shardfmt.fields import convert_fields
+from shardfmt.ops import RandomCrop
 from shardfmt.sample import make_imagefolder
 
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "tar", "raw", "pil", "webdataset", "decode", "s3")
+CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "webdataset", "decode", "s3")
 SAMPLE_INTERVAL = 1.0  # reading smaps_rollup of 3 processes costs ~45 ms of CPU: every 50 ms it took a core
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -161,6 +175,10 @@ SHARDFMT_FAST = "shardfmt fast_decode=True"
 SHARDFMT_EXACT = "shardfmt fast_decode=False"
 SHARDFMT_TAR = "shardfmt on tar shards"
 SHARDFMT_RAW = "shardfmt raw pixels"
+JPEG_PATCHES = "shardfmt JPEG patches"
+RAW_PATCHES = "shardfmt raw patches"
+PATCH_SIZE = 256
+PATCH_QUALITY = 95
 S3_RANGE = "shardfmt over S3, range reads"
 S3_CACHE = "shardfmt over S3, shard cache"
 PIL_LOADER = "PIL DataLoader"
@@ -393,6 +411,19 @@ def open_raw(source: Source, settings: Settings) -> Stream:
         seed=0,
         size=OUTPUT_SIZE,
         pipeline="train",
+        layout="NCHW",
+    )
+    return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
+
+
+def open_patches(source: Source, settings: Settings, *, store: str) -> Stream:
+    """The Loader over a `prepare_patches` copy: a 224 box at random and a flip, no resize."""
+    loader = shardfmt.Loader(
+        source.derived / f"patches-{PATCH_SIZE}-{store}",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        pipeline=RandomCrop(OUTPUT_SIZE),
         layout="NCHW",
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
@@ -731,6 +762,35 @@ def prepare_raw(source: Source) -> None:
             writer.write({"image": pixels, "label": label, "key": key})
 
 
+def prepare_patches(source: Source, settings: Settings) -> None:
+    """The images as `PATCH_SIZE` squares (``shardfmt convert --patch``), as JPEG and as raw
+    pixels, cached. The selected files are listed (integer labels, so that a subset keeps the
+    folder's class numbers) beside symbolic links to them, since a listing names files below
+    its own folder."""
+    links = source.derived / "patch-inputs"
+    listing = links / "listing.csv"
+    if not listing.exists():
+        shutil.rmtree(links, ignore_errors=True)
+        lines = ["path,label"]
+        for path, label in zip(source.files, source.labels):
+            rel = path.relative_to(source.root)
+            (links / rel).parent.mkdir(parents=True, exist_ok=True)
+            (links / rel).symlink_to(path.resolve())
+            lines.append(f"{rel.as_posix()},{label}")
+        partial = links / "listing.csv.tmp"
+        partial.write_text("\n".join(lines) + "\n")
+        partial.replace(listing)
+    for store in ("jpeg", "raw"):
+        out = source.derived / f"patches-{PATCH_SIZE}-{store}"
+        if (out / "manifest.json").exists():
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        say(f"converting {PATCH_SIZE}x{PATCH_SIZE} patches stored as {store} to {out}")
+        result = convert_fields(listing, out, store=store, patch=PATCH_SIZE, quality=PATCH_QUALITY, workers=max(1, settings.workers))
+        if result.num_rejects:
+            raise SystemExit(f"{result.num_rejects} images were rejected converting patches; see {out / 'rejects.jsonl'}")
+
+
 def webdataset_dir(source: Source, settings: Settings) -> tuple[Path, int]:
     """Where the tar shards go and how many images each holds: the same number of shards for
     every worker, at least 2 each and 8 in all (fewer only with fewer images)."""
@@ -838,7 +898,9 @@ def print_table(results: list[Result]) -> None:
 
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
-    (SHARDFMT_RAW, SHARDFMT_FAST, 5.0),
+    (RAW_PATCHES, JPEG_PATCHES, 5.0),
+    (SHARDFMT_RAW, SHARDFMT_FAST, None),
+    (RAW_PATCHES, SHARDFMT_FAST, None),
     (S3_RANGE, SHARDFMT_FAST, None),
     (S3_CACHE, SHARDFMT_FAST, None),
     (SHARDFMT_EXACT, PIL_LOADER, None),
@@ -851,6 +913,7 @@ SPEED_RATIOS = (
     (WEBDATASET, PIL_LOADER, None),
 )
 CPU_RATIOS = (
+    (RAW_PATCHES, JPEG_PATCHES),
     (SHARDFMT_RAW, SHARDFMT_FAST),
     (SHARDFMT_FAST, PIL_LOADER),
     (SHARDFMT_FAST, ONE_CORE_EXACT),
@@ -901,7 +964,8 @@ def write_chart(path: Path, results: list[Result], machine: dict[str, Any], sett
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loaders = [r for r in results if r.first_batch_seconds is not None]
+    # The patch rows have another pipeline (and raw patches would dwarf the scale): table only.
+    loaders = [r for r in results if r.first_batch_seconds is not None and r.name not in (JPEG_PATCHES, RAW_PATCHES)]
     limits = {r.name: r.images_per_second for r in results if r.name in (LIMIT_EXACT, LIMIT_FAST)}
     figure, axes = plt.subplots(figsize=(9, 0.55 * len(loaders) + 1.6))
     names = [r.name for r in loaders][::-1]
@@ -973,6 +1037,9 @@ def measure_round(args: argparse.Namespace, source: Source, settings: Settings, 
         results.append(measure_loader(SHARDFMT_TAR, opener, source, settings))
     if "raw" in args.only:
         results.append(measure_loader(SHARDFMT_RAW, lambda: open_raw(source, settings), source, settings))
+    if "patches" in args.only:
+        for name, store in ((JPEG_PATCHES, "jpeg"), (RAW_PATCHES, "raw")):
+            results.append(measure_loader(name, functools.partial(open_patches, source, settings, store=store), source, settings))
     if "s3" in args.only:
         server = S3Server.start(s3_shards)
         try:
@@ -1023,6 +1090,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         prepare_shardfmt(source, shard_format="tar")
     if "raw" in args.only:
         prepare_raw(source)
+    if "patches" in args.only:
+        prepare_patches(source, settings)
     if "s3" in args.only:
         s3_shards = prepare_shardfmt(source, shard_size=args.s3_shard_size)
     if "webdataset" in args.only:
