@@ -106,6 +106,8 @@ class ShardWriter:
         self._file = AtomicFile(path)
         self._hasher = Hasher()
         self._closed = False
+        self._names = frozenset(schema.names)
+        self._end = 0  # bytes emitted so far: the file's position, without asking the file
         self._emit(encode_header(schema, alignment=alignment))
 
     @property
@@ -119,11 +121,12 @@ class ShardWriter:
     @property
     def size(self) -> int:
         """Bytes the shard would have if closed now (header, payload, table and footer)."""
-        return self._file.tell() + len(self._rows) * self._dtype.itemsize + FOOTER_DTYPE.itemsize
+        return self._end + len(self._rows) * self._dtype.itemsize + FOOTER_DTYPE.itemsize
 
     def _emit(self, data: bytes | bytearray | memoryview) -> None:
         self._file.write(data)
         self._hasher.update(data)
+        self._end += len(data)
 
     def write(self, record: Mapping[str, Any]) -> int:
         """Append one record and return its index in the shard.
@@ -146,12 +149,11 @@ class ShardWriter:
             raise ValueError("write() on a closed ShardWriter")
         if len(self._rows) >= MAX_RECORDS_PER_SHARD:
             raise SchemaError(f"a shard holds at most {MAX_RECORDS_PER_SHARD} records")
-        extra = set(record) - set(self.schema.names)
+        extra = record.keys() - self._names
         if extra:
             raise SchemaError(f"record has fields not in the schema: {', '.join(sorted(map(str, extra)))}")
         index = len(self._rows)
-        start = self._file.tell()
-        position = start
+        start = position = self._end
         pieces: list[bytes | memoryview] = []
         columns: list[Any] = []
         for field in self.schema.fields:
@@ -186,7 +188,7 @@ class ShardWriter:
         if self._closed:
             raise ValueError("close() on a closed ShardWriter")
         table = np.array(self._rows, dtype=self._dtype) if self._rows else np.zeros(0, self._dtype)
-        table_offset = self._file.tell()
+        table_offset = self._end
         table_bytes = table.tobytes()
         footer = np.zeros((), FOOTER_DTYPE)
         footer["table_offset"] = table_offset
@@ -197,7 +199,7 @@ class ShardWriter:
         footer["checksum"] = checksum(footer.tobytes()[:FOOTER_CHECKED_BYTES])
         self._emit(table_bytes)
         self._emit(footer.tobytes())
-        size = self._file.tell()
+        size = self._end
         self._file.commit()
         self._closed = True
         return ShardInfo(self.path, len(self._rows), size, self._hasher.intdigest())
