@@ -9,7 +9,7 @@ that all runs see a warm page cache, then times, end to end and in one process r
   and the same followed by an fsync of every tar it wrote (as durable as shardfmt's shards);
 - the checks alone: `normalise_image` (header parse and the strict decode that reads every
   entropy-coded byte) over every file already in RAM, in this process, times the largest worker
-  count: the rate no conversion with these checks can pass on this many cores, whatever its I/O.
+  count (at most the cores): the rate no conversion with these checks can pass here, whatever its I/O.
 
 Usage:
     python tools/bench_convert.py                       # 3,200 generated JPEGs, ~416x362, ~90 KB
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import webdataset  # noqa: E402
 
 from shardfmt.convert import convert  # noqa: E402
+from shardfmt.fileio import fsync_directory  # noqa: E402
 from shardfmt.normalise import normalise_image  # noqa: E402
 from shardfmt.sample import make_imagefolder  # noqa: E402
 from shardfmt.scan import scan_source  # noqa: E402
@@ -79,11 +80,7 @@ def fsync_tree(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(folder)
 
 
 def checks_alone(src: Path, paths: list[Path], *, repeat: int) -> float:
@@ -165,9 +162,9 @@ def main() -> None:
 
         durable = timed(durable_webdataset, clear=temp / "wds", repeat=args.repeat)
         rows.append(("webdataset.ShardWriter, then fsync", durable))
-        most = max(args.workers)
-        ceiling = checks_alone(src, [item.path for item in inputs], repeat=args.repeat) / most
-        rows.append((f"the checks alone, 1 core x {most}", ceiling))
+        cores = min(max(args.workers), os.cpu_count() or 1)  # more workers than cores add no core
+        ceiling = checks_alone(src, [item.path for item in inputs], repeat=args.repeat) / cores
+        rows.append((f"the checks alone, 1 core x {cores}", ceiling))
 
         print()
         print(f"{'writer':<40} {'seconds':>8} {'images/s':>10} {'MB/s':>8} {'vs webdataset':>14}")
@@ -179,7 +176,7 @@ def main() -> None:
             first, last = rows[0][1], rows[len(args.workers) - 1][1]
             print(f"speed-up from {args.workers[0]} to {args.workers[-1]} workers: {first / last:.2f}x")
         fastest = min(seconds for _, seconds in rows[: len(args.workers)])
-        print(f"shardfmt convert at its fastest: {ceiling / fastest:.2f}x of the checks alone on {most} cores "
+        print(f"shardfmt convert at its fastest: {ceiling / fastest:.2f}x of the checks alone on {cores} cores "
               f"({len(inputs) / fastest:,.0f} of {len(inputs) / ceiling:,.0f} images/s)")
         if 2 in args.workers:
             two = rows[args.workers.index(2)][1]
