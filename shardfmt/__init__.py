@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import typing
 
+from ._version import __version__
+from .dataset.reader import DatasetReader, open_dataset
+from .dataset.tars import index_tars
+from .dataset.writer import DatasetWriter
 from .errors import (
     ChecksumError,
     ConvertError,
@@ -27,17 +31,16 @@ from .errors import (
     UnsupportedVersionError,
     WorkerError,
 )
-from .layout import FORMAT_VERSION
-from .manifest import Manifest, ShardEntry
-from .reader import DatasetReader, ImageInfo, Record, ShardReader, open_dataset
-from .schema import IMAGE_CLASSIFICATION, Field, Schema
+from .format.layout import FORMAT_VERSION
+from .format.manifest import Manifest, ShardEntry
+from .format.reader import ImageInfo, Record, ShardReader
+from .format.schema import IMAGE_CLASSIFICATION, Field, Schema
+from .format.writer import ShardInfo, ShardWriter
 from .storage import RemoteOptions, RetryPolicy
-from .tar import TarShardWriter, index_tar, iter_tar_samples
-from .tarindex import index_tars
-from .tarreader import TarShardReader
-from .writer import DatasetWriter, ShardInfo, ShardWriter
-
-__version__ = "0.1.0"
+from .tar.index import index_tar
+from .tar.reader import TarShardReader
+from .tar.scan import iter_tar_samples
+from .tar.writer import TarShardWriter
 
 __all__ = [
     "FORMAT_VERSION",

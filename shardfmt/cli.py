@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import click
 
-from . import __version__
+from ._version import __version__
+from .convert.normalise import DEFAULT_QUALITY, MAX_PIXELS
 from .errors import ConvertError, ShardfmtError
-from .normalise import DEFAULT_QUALITY, MAX_PIXELS
-from .writer import DEFAULT_SHARD_SIZE
+from .format.writer import DEFAULT_SHARD_SIZE
 
 __all__ = ["main"]
 
@@ -166,8 +166,8 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
                     engine: str, storage_options: str | None) -> None:
-    from .convert import convert
-    from .fields import convert_fields, needs_fields
+    from .convert.fields import convert_fields, needs_fields
+    from .convert.run import convert
     from .storage import RemoteOptions
 
     declared = [_parse_field(value) for value in fields]
@@ -221,7 +221,7 @@ def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, q
       shardfmt index /data/wds-train
       shardfmt index '/data/wds/train-{000000..000146}.tar' --out /data/wds
     """
-    from .tarindex import index_tars
+    from .dataset.tars import index_tars
 
     manifest = index_tars(sources, out=out, overwrite=overwrite)
     if not quiet:
@@ -244,7 +244,7 @@ def info_command(dataset: Path, as_json: bool) -> None:
       shardfmt info /fast/imagenet-train
       shardfmt info /fast/imagenet-train --json | jq .height
     """
-    from .summary import summarise_dataset
+    from .dataset.summary import summarise_dataset
 
     summary = summarise_dataset(dataset)
     if as_json:
@@ -291,7 +291,7 @@ def verify_command(dataset: Path, quick: bool) -> None:
       shardfmt verify /fast/imagenet-train
       shardfmt verify /fast/imagenet-train --quick   # seconds, even for large datasets
     """
-    from .verify import verify_dataset
+    from .dataset.verify import verify_dataset
 
     report = verify_dataset(dataset, quick=quick)
     for problem in report.problems:
@@ -316,7 +316,7 @@ def demo_command(directory: Path | None, images: int, workers: int | None) -> No
       shardfmt demo
       shardfmt demo --dir /tmp/shardfmt-demo --images 2000
     """
-    from .demo import run_demo
+    from ._demo import run_demo
 
     if directory is None:
         with tempfile.TemporaryDirectory(prefix="shardfmt-demo-") as temp:

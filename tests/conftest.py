@@ -15,7 +15,7 @@ import simplejpeg
 from PIL import Image
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
-from shardfmt.sample import make_image, make_imagefolder
+from shardfmt._sample import make_image, make_imagefolder
 
 # tools/ holds the vector generator and the byte-level shard builder the format tests share.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import numpy as np
+import pytest
 from conftest import tree_bytes
 from PIL import Image
-from shardfmt.convert import convert
-from shardfmt.fields import convert_fields
+
+from shardfmt.convert.fields import convert_fields
+from shardfmt.convert.run import convert
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the 'ray' extra")
 

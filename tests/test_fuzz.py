@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 from shardbytes import ShardBytes
 
 from shardfmt import ShardfmtError, ShardReader
-from shardfmt.layout import FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, HEADER_SIZE, IMAGE_TYPES
+from shardfmt.format.layout import (
+    FOOTER_DTYPE,
+    FOOTER_SIZE,
+    HEADER_DTYPE,
+    HEADER_SIZE,
+    IMAGE_TYPES,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [path.read_bytes() for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]

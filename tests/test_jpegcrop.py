@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simplejpeg
+from conftest import make_image
 
 from shardfmt import Loader
 from shardfmt.ops.jpegcrop import CropDecoder
-
-from conftest import make_image
 
 pytestmark = pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
 

@@ -14,7 +14,14 @@ import torch
 from PIL import Image
 
 from shardfmt import DatasetWriter, Loader, Schema, SchemaError, open_dataset
-from shardfmt.ops import CropPlan, ImageOutput, RandomCrop, RandomResizedCrop, dct_scale, scale_plan
+from shardfmt.ops import (
+    CropPlan,
+    ImageOutput,
+    RandomCrop,
+    RandomResizedCrop,
+    dct_scale,
+    scale_plan,
+)
 from shardfmt.sampling import window_order
 
 SCALE = 4
@@ -214,8 +221,8 @@ def test_shared_memory_holds_every_field(pairs: Path) -> None:
 
 def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
     from shardfmt.loader.fields import _RawFiller
-    from shardfmt.loader.worker import ChunkProcessor
     from shardfmt.loader.shm import SlotRing
+    from shardfmt.loader.worker import ChunkProcessor
 
     with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
         layout = loader.layout_spec
@@ -311,7 +318,7 @@ def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
 def chunk_boxes(pairs: Path, fields: Any, pipeline: Any, *, epochs: int = 3) -> tuple[Any, dict[str, list[CropPlan]], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """The boxes a worker draws for every record in a few epochs, per image field, and each
     field's stored sizes."""
-    from shardfmt.layout import column_name
+    from shardfmt.format.layout import column_name
     from shardfmt.loader.shm import SlotRing
     from shardfmt.loader.worker import ChunkProcessor
 

@@ -33,7 +33,7 @@ from shardfmt import (
     UnsupportedVersionError,
     open_dataset,
 )
-from shardfmt.layout import (
+from shardfmt.format.layout import (
     MAX_CLASSES,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
@@ -837,7 +837,7 @@ def test_field_cases_start_from_a_valid_shard(tmp_path: Path) -> None:
 
 def test_a_1_0_reader_refuses_the_new_types_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that knows only the six 1.0 types (as shardfmt 0.1 does) refuses raw by name."""
-    from shardfmt import schema
+    from shardfmt.format import schema
 
     path = tmp_path / "fields.shard"
     path.write_bytes(valid_fields_shard())

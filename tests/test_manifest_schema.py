@@ -16,7 +16,7 @@ from test_malformed import BAD_MANIFESTS
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Schema
 from shardfmt.checksum import parse_checksum
-from shardfmt.layout import (
+from shardfmt.format.layout import (
     FIELD_COLUMNS,
     MAX_CLASSES,
     MAX_FIELD_NAME_LENGTH,
@@ -25,7 +25,7 @@ from shardfmt.layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from shardfmt.manifest import _VERSION_RE, _unsafe_path
+from shardfmt.format.manifest import _VERSION_RE, _unsafe_path
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -7,13 +7,19 @@ import io
 import numpy as np
 import pytest
 import simplejpeg
-from conftest import awkward_files, exif_rotated_jpeg, jpeg_bytes, pillow_bytes, png_header_only
+from conftest import (
+    awkward_files,
+    exif_rotated_jpeg,
+    jpeg_bytes,
+    pillow_bytes,
+    png_header_only,
+)
 from PIL import Image
 
 from shardfmt import RejectError
-from shardfmt.jpeg import read_jpeg_info
-from shardfmt.normalise import MAX_PIXELS, normalise_image
-from shardfmt.sample import make_image
+from shardfmt._sample import make_image
+from shardfmt.convert.normalise import MAX_PIXELS, normalise_image
+from shardfmt.format.jpeg import read_jpeg_info
 
 
 def decodes_to_rgb(data: bytes) -> tuple[int, int]:

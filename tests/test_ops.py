@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from shardfmt._sample import make_image
 from shardfmt.ops import CenterCrop, RandomResizedCrop, Resize
 from shardfmt.ops.crop import dct_scale
 from shardfmt.ops.decode import ImageDecoder, as_target
-from shardfmt.sample import make_image
 from shardfmt.sampling import AUGMENT_STREAM, record_keys
 
 

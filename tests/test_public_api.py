@@ -1,8 +1,8 @@
 """The public API: `shardfmt.__all__` is sorted and lists every public top-level name."""
 
 from __future__ import annotations
-
 import __future__
+
 import types
 
 import shardfmt
@@ -36,7 +36,6 @@ def test_all_lists_every_public_name() -> None:
 def test_lazy_names_keep_torch_out_of_the_reader() -> None:
     import subprocess
     import sys
-
     from pathlib import Path
 
     code = "import sys, shardfmt; shardfmt.open_dataset; print('torch' in sys.modules)"

@@ -16,8 +16,9 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="HTTP URLs need fsspec's HTTP filesystem (aiohttp)")
 
-import shardfmt.storage.remote
 from remote_servers import RangeServer, range_server
+
+import shardfmt.storage.remote
 from shardfmt import (
     ChecksumError,
     DatasetNotFoundError,
@@ -231,7 +232,7 @@ def test_map_style_dataset_over_http_in_a_dataloader(server: RangeServer) -> Non
 
 def test_http_is_no_conversion_output_or_listable_source(server: RangeServer, imagefolder: Path) -> None:
     from shardfmt import ConvertError
-    from shardfmt.convert import convert
+    from shardfmt.convert.run import convert
 
     with pytest.raises(ConvertError, match="read-only"):
         convert(imagefolder, f"{server.url}/new", workers=1)

@@ -10,13 +10,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+import shardfmt.format.writer as writer_module
 import simplejpeg
 from conftest import jpeg_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shardfmt.writer as writer_module
-from shardfmt import DatasetWriter, Schema, SchemaError, ShardReader, ShardWriter, open_dataset
+from shardfmt import (
+    DatasetWriter,
+    Schema,
+    SchemaError,
+    ShardReader,
+    ShardWriter,
+    open_dataset,
+)
 
 
 def test_dataset_reads_back_every_record(small_dataset: Path) -> None:
@@ -106,7 +113,7 @@ def test_datasets_round_trip_across_shard_rollover(values: list[dict[str, Any]],
 
 # Version 1.1: raw pixels and fixed-shape arrays, with 1.0 fields beside them.
 
-from shardfmt.layout import NDARRAY_DTYPES  # noqa: E402
+from shardfmt.format.layout import NDARRAY_DTYPES  # noqa: E402
 
 ARRAY_SHAPES = {"uint8": (3,), "uint16": (2, 2), "int16": (1,), "int32": (2, 1, 2), "int64": (2,), "float16": (4,), "float32": (2, 3), "float64": (1, 1)}
 FIELDS_1_1 = Schema.of(

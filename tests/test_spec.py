@@ -12,9 +12,14 @@ import numpy as np
 import pytest
 
 import shardfmt
-from shardfmt import layout
 from shardfmt.checksum import checksum
-from shardfmt.layout import FIELD_COLUMNS, FOOTER_DTYPE, HEADER_DTYPE, column_name
+from shardfmt.format import layout
+from shardfmt.format.layout import (
+    FIELD_COLUMNS,
+    FOOTER_DTYPE,
+    HEADER_DTYPE,
+    column_name,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec"

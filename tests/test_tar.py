@@ -35,18 +35,19 @@ from shardfmt import (
     ShardWriter,
     open_dataset,
 )
-from shardfmt.sample import make_image
-from shardfmt.tar import (
-    INDEX_SCHEMA,
-    REJECT_REASONS,
-    TarShardWriter,
-    index_path_for,
-    index_tar,
-    iter_tar_samples,
-    split_key,
+from shardfmt._sample import make_image
+from shardfmt.dataset.tars import (
+    CACHE_NAME,
+    cache_dirs,
+    expand_braces,
+    index_tars,
+    tar_sources,
 )
-from shardfmt.tarindex import CACHE_NAME, cache_dirs, expand_braces, index_tars, tar_sources
-from shardfmt.tarreader import TarShardReader
+from shardfmt.tar.index import INDEX_SCHEMA, index_path_for, index_tar
+from shardfmt.tar.keys import REJECT_REASONS, split_key
+from shardfmt.tar.reader import TarShardReader
+from shardfmt.tar.scan import iter_tar_samples
+from shardfmt.tar.writer import TarShardWriter
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -360,7 +361,7 @@ def test_malformed_tar(tmp_path: Path, damage: Any, offset: Any, says: str) -> N
 
 
 def test_tar_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardfmt import tar
+    from shardfmt.tar import scan as tar
 
     path = tmp_path / "a.tar"
     write_ours(path, 3)
@@ -623,7 +624,7 @@ SPEC = Path(__file__).resolve().parents[1] / "spec"
 
 
 def test_spec_header_table_is_what_the_writer_writes() -> None:
-    from shardfmt.tar import _ustar_header
+    from shardfmt.tar.writer import _ustar_header
 
     text = (SPEC / "tar.md").read_text()
     header = _ustar_header(b"cat/0001.cls", 1, b"0")
@@ -664,8 +665,8 @@ def flip(path: Path, offset: int) -> None:
 
 
 def test_verify_checks_images_tars_and_indexes(tmp_path: Path) -> None:
-    from shardfmt.summary import summarise_dataset
-    from shardfmt.verify import verify_dataset
+    from shardfmt.dataset.summary import summarise_dataset
+    from shardfmt.dataset.verify import verify_dataset
 
     root = tmp_path / "ds"
     tar_dataset(root)
@@ -687,7 +688,7 @@ def test_verify_checks_images_tars_and_indexes(tmp_path: Path) -> None:
 
 
 def test_verify_names_the_index_of_a_label_without_class(tmp_path: Path) -> None:
-    from shardfmt.verify import verify_dataset
+    from shardfmt.dataset.verify import verify_dataset
 
     root = tmp_path / "ds"
     tar_dataset(root)

@@ -17,8 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, open_dataset
-from shardfmt.tar import TarShardWriter, index_tar, iter_tar_samples, split_key
-from shardfmt.tarindex import index_tars
+from shardfmt.dataset.tars import index_tars
+from shardfmt.tar.index import index_tar
+from shardfmt.tar.keys import split_key
+from shardfmt.tar.scan import iter_tar_samples
+from shardfmt.tar.writer import TarShardWriter
 
 wds = pytest.importorskip("webdataset")
 from webdataset.tariterators import base_plus_ext  # noqa: E402

@@ -16,7 +16,13 @@ import pytest
 import shardfmt
 from shardfmt import ShardfmtError, ShardReader, open_dataset
 from shardfmt.checksum import checksum, format_checksum
-from shardfmt.layout import FIELD_COLUMNS, FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, NDARRAY_DTYPES
+from shardfmt.format.layout import (
+    FIELD_COLUMNS,
+    FOOTER_DTYPE,
+    FOOTER_SIZE,
+    HEADER_DTYPE,
+    NDARRAY_DTYPES,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / "spec" / "vectors"

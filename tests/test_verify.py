@@ -8,11 +8,18 @@ from pathlib import Path
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, ChecksumError, DatasetNotFoundError, DatasetWriter, FormatError, ShardReader
-from shardfmt.convert import convert
+from shardfmt import (
+    IMAGE_CLASSIFICATION,
+    ChecksumError,
+    DatasetNotFoundError,
+    DatasetWriter,
+    FormatError,
+    ShardReader,
+)
+from shardfmt.convert.run import convert
+from shardfmt.dataset.summary import summarise_dataset
+from shardfmt.dataset.verify import verify_dataset
 from shardfmt.errors import ManifestError, ShardNotFoundError
-from shardfmt.summary import summarise_dataset
-from shardfmt.verify import verify_dataset
 
 
 @pytest.fixture

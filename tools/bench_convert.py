@@ -37,12 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import webdataset  # noqa: E402
 
-from shardfmt.convert import convert  # noqa: E402
-from shardfmt.fileio import fsync_directory  # noqa: E402
-from shardfmt.normalise import normalise_image  # noqa: E402
-from shardfmt.sample import make_imagefolder  # noqa: E402
-from shardfmt.scan import scan_source  # noqa: E402
-
+from shardfmt._sample import make_imagefolder  # noqa: E402
+from shardfmt.convert.normalise import normalise_image  # noqa: E402
+from shardfmt.convert.run import convert  # noqa: E402
+from shardfmt.convert.scan import scan_source  # noqa: E402
+from shardfmt.storage.atomic import fsync_directory  # noqa: E402
 
 TARGET = 2500
 """images/s with 2 workers that the converter aims at (2 cores, ImageNet-like 90 KB JPEGs)."""

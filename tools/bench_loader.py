@@ -114,7 +114,7 @@ cost of loading, not the disk. Timings are only as quiet as the machine: the loa
 printed before and after.
 
 Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
-`shardfmt.sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
+`shardfmt._sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
 of selected images, the shardfmt, shardfmt tar, raw-pixel (about 2.2 GB for the default 5000
 images) and webdataset copies; delete the directory to rebuild.
 
@@ -157,9 +157,9 @@ from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
-from shardfmt.fields import convert_fields
+from shardfmt._sample import make_imagefolder
+from shardfmt.convert.fields import convert_fields
 from shardfmt.ops import RandomCrop
-from shardfmt.sample import make_imagefolder
 
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)

@@ -41,7 +41,7 @@ from shardbytes import ShardBytes, build_shard  # noqa: E402
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Schema  # noqa: E402
 from shardfmt.checksum import checksum, format_checksum  # noqa: E402
-from shardfmt.layout import (  # noqa: E402
+from shardfmt.format.layout import (
     FOOTER_DTYPE,
     FOOTER_SIZE,
     FORMAT_VERSION,

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dataset.reader import DatasetReader
 from ..ops import Pipeline
-from ..reader import DatasetReader
 from ..sampling import EpochPlan, check_split, sample_batches
 from ..storage import RemoteOptions, is_url
 from ..storage.urls import local_path

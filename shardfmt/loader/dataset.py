@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dataset.reader import DatasetReader
 from ..errors import DecodeError, SchemaError
-from ..layout import column_name
+from ..format.layout import column_name
 from ..ops import ImageDecoder, Pipeline
 from ..ops.decode import as_target
-from ..reader import DatasetReader
 from ..storage import RemoteOptions
 from .fields import resolve_pipeline
 

@@ -23,11 +23,20 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from ..dataset.reader import DatasetReader
 from ..errors import SchemaError
-from ..layout import IMAGE_TYPES, NDARRAY_DTYPES, column_name
-from ..ops import CenterCrop, ImageDecoder, ImageOutput, Pipeline, RandomResizedCrop, Resize, Resizer
+from ..format.layout import IMAGE_TYPES, NDARRAY_DTYPES, column_name
+from ..format.reader import ShardReader
+from ..ops import (
+    CenterCrop,
+    ImageDecoder,
+    ImageOutput,
+    Pipeline,
+    RandomResizedCrop,
+    Resize,
+    Resizer,
+)
 from ..ops.resize import match_channels
-from ..reader import DatasetReader, ShardReader
 from .shm import SlotArray
 
 __all__ = ["FieldRequest", "OutputSpec", "make_filler", "resolve_outputs", "resolve_pipeline"]

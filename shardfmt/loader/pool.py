@@ -20,10 +20,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dataset.reader import DatasetReader
 from ..errors import WorkerError
-from ..reader import DatasetReader
 from .shm import SlotRing
-from .worker import DONE, ERROR, HEADER, READY, TASK, ChunkFailure, ChunkProcessor, checked_bytes, worker_main
+from .worker import (
+    DONE,
+    ERROR,
+    HEADER,
+    READY,
+    TASK,
+    ChunkFailure,
+    ChunkProcessor,
+    checked_bytes,
+    worker_main,
+)
 
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
 

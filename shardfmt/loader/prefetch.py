@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from ..reader import DatasetReader
+from ..dataset.reader import DatasetReader
 from ..sampling import EpochPlan
 
 __all__ = ["ShardPrefetcher"]

@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from ..dataset.reader import DatasetReader
 from ..errors import ChecksumError, DecodeError, ShardfmtError
-from ..layout import column_name
+from ..format.layout import column_name
 from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
 from ..ops.decode import as_target
-from ..reader import DatasetReader
 from ..sampling import AUGMENT_STREAM, record_keys
 from .fields import OutputSpec, make_filler
 from .shm import SlotArray, SlotLayout, SlotRing

@@ -1,10 +1,11 @@
-"""Byte sources and stores behind small protocols: local files (memory-mapped), remote objects
-through fsspec (range reads), and a local cache of whole remote shards."""
+"""Bytes only: local files (memory-mapped), remote objects through fsspec (range reads), a local
+cache of whole remote shards, retries, atomic files and URLs, behind one small `Store` /
+`ByteSource` protocol. Nothing here knows what a shard or a manifest is."""
 
 from __future__ import annotations
 
 from .local import LocalFile, LocalStore
-from .options import DEFAULT_CACHE_SIZE, DatasetLocation, RemoteOptions, default_cache_dir, locate_dataset
+from .options import DEFAULT_CACHE_SIZE, RemoteOptions, default_cache_dir
 from .protocol import ByteSource, Store
 from .retry import RetryPolicy
 from .urls import Redactor, is_url
@@ -12,7 +13,6 @@ from .urls import Redactor, is_url
 __all__ = [
     "DEFAULT_CACHE_SIZE",
     "ByteSource",
-    "DatasetLocation",
     "LocalFile",
     "LocalStore",
     "Redactor",
@@ -21,7 +21,6 @@ __all__ = [
     "Store",
     "default_cache_dir",
     "is_url",
-    "locate_dataset",
     "open_source",
     "open_store",
 ]

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 from ..errors import ShardNotFoundError
-from ..fileio import atomic_write_bytes, temp_path
+from .atomic import atomic_write_bytes, temp_path
 
 
 class LocalFile:

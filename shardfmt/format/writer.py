@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .checksum import Hasher, checksum
-from .errors import SchemaError
-from .fileio import AtomicFile
+from ..checksum import Hasher, checksum
+from ..errors import SchemaError
+from ..storage.atomic import AtomicFile
 from .jpeg import read_jpeg_info
 from .layout import (
     DEFAULT_ALIGNMENT,
@@ -30,20 +30,20 @@ from .layout import (
     HEADER_SIZE,
     JPEG_CHANNELS,
     MAGIC,
-    NDARRAY_DTYPES,
-    RAW_CHANNELS,
     MAX_ALIGNMENT,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
+    NDARRAY_DTYPES,
+    RAW_CHANNELS,
     SHARD_SUFFIX,
     align_up,
 )
 from .schema import Field, Schema
 
-__all__ = ["DEFAULT_SHARD_SIZE", "DatasetWriter", "ShardInfo", "ShardWriter", "jpeg_columns", "shard_name"]
+__all__ = ["DEFAULT_SHARD_SIZE", "ShardInfo", "ShardWriter", "jpeg_columns", "shard_name"]
 
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -303,114 +303,3 @@ def _encode_array(field: Field, value: Any, where: str) -> memoryview:
     if value.shape != field.shape:
         raise SchemaError(f"{where} has shape {list(value.shape)}, the schema declares {list(field.shape or ())}")
     return memoryview(np.ascontiguousarray(value, dtype=expected)).cast("B")
-
-
-class DatasetWriter:
-    """Write records into shards of about `shard_size` bytes and commit a manifest on `close()`.
-
-    Args:
-        directory: the dataset root; created if missing. Shards are ``shard-NNNNN.shard``, or
-            ``shard-NNNNN.tar`` with their member index ``shard-NNNNN.tar.idx``.
-        schema: the fields of every record.
-        shard_size: target shard size in bytes; a shard is closed once it reaches it, so it may
-            exceed it by one record.
-        classes: class names in label order, stored in the manifest.
-        options: free-form options recorded under "converter" in the manifest.
-        shard_format: "binary" (spec/format.md) or "tar" (WebDataset tars, spec/tar.md), which
-            needs the ``IMAGE_CLASSIFICATION`` schema: ``KEY.cls`` and ``KEY.jpg`` per record.
-    """
-
-    def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        *,
-        schema: Schema,
-        shard_size: int = DEFAULT_SHARD_SIZE,
-        classes: Sequence[str] | None = None,
-        options: Mapping[str, Any] | None = None,
-        shard_format: str = "binary",
-    ) -> None:
-        from .schema import IMAGE_CLASSIFICATION
-
-        if shard_size <= 0:
-            raise ValueError(f"shard_size must be positive, got {shard_size}")
-        if shard_format not in ("binary", "tar"):
-            raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
-        if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
-            raise SchemaError("tar shards hold the IMAGE_CLASSIFICATION schema (image, label, key) only")
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.schema = schema
-        self.shard_size = shard_size
-        self.classes = list(classes) if classes is not None else None
-        self.options = dict(options or {})
-        self.shard_format = shard_format
-        self.shards: list[Any] = []
-        """`ShardInfo` of each finished shard, or `tar.TarShardInfo` for tar shards."""
-        self._current: Any = None
-
-    def _open_shard(self) -> Any:
-        number = len(self.shards)
-        if self.shard_format == "binary":
-            return ShardWriter(self.directory / shard_name(number), schema=self.schema)
-        from .tar import TarShardWriter
-
-        return TarShardWriter(self.directory / shard_name(number, suffix=".tar"))
-
-    def write(self, record: Mapping[str, Any]) -> None:
-        """Append one record (see `ShardWriter.write`, and `tar.TarShardWriter.write` for tars)."""
-        if self._current is None:
-            self._current = self._open_shard()
-        try:
-            if self.shard_format == "binary":
-                self._current.write(record)
-            else:
-                if set(record) != set(self.schema.names):
-                    raise SchemaError(f"a tar record has exactly the fields {', '.join(self.schema.names)}, got {', '.join(sorted(map(str, record)))}")
-                self._current.write(record["key"], image=record["image"], label=record["label"])
-        except BaseException:
-            self.abort()
-            raise
-        if self._current.size >= self.shard_size:
-            self.shards.append(self._current.close())
-            self._current = None
-
-    def close(self) -> Any:
-        """Close the last shard and write manifest.json last; return the `Manifest`."""
-        from .manifest import IndexEntry, Manifest, ShardEntry
-
-        if self._current is not None and (self._current.num_records or not self.shards):
-            self.shards.append(self._current.close())
-        elif self._current is not None:
-            self._current.abort()
-        self._current = None
-        entries = []
-        for info in self.shards:
-            if self.shard_format == "binary":
-                entries.append(ShardEntry(info.path.name, info.num_records, info.size, info.checksum))
-            else:
-                index = IndexEntry(info.index.path.name, info.index.size, info.index.checksum)
-                entries.append(ShardEntry(info.tar.path.name, info.tar.num_records, info.tar.size, info.tar.checksum, index))
-        manifest = Manifest(
-            schema=self.schema,
-            classes=self.classes,
-            shards=tuple(entries),
-            shard_format=self.shard_format,
-            converter={"name": "shardfmt", "options": self.options},
-        )
-        manifest.write(self.directory)
-        return manifest
-
-    def abort(self) -> None:
-        if self._current is not None:
-            self._current.abort()
-            self._current = None
-
-    def __enter__(self) -> DatasetWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()

@@ -24,7 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .convert import (
+from ..errors import ConvertError
+from ..format.manifest import MANIFEST_NAME
+from ..format.schema import IMAGE_CLASSIFICATION, Schema
+from ..storage import RemoteOptions, Store, open_store
+from ..storage.urls import is_url
+from .destination import WORK_DIR
+from .run import (
     PLAN_NAME,
     REJECTS_NAME,
     ConvertResult,
@@ -34,14 +40,8 @@ from .convert import (
     build_outputs,
     conclude,
 )
-from .destination import WORK_DIR
-from .errors import ConvertError
-from .manifest import MANIFEST_NAME
 from .scan import SourceScan, scan_source
 from .scan_remote import TARS_BY_URL, scan_remote_source
-from .schema import IMAGE_CLASSIFICATION, Schema
-from .storage import RemoteOptions, Store, open_store
-from .storage.urls import is_url
 from .task import ShardTask, run_shard_task
 
 __all__ = ["convert_with_store", "prepare_store", "run_plan_in_store"]

@@ -15,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..errors import RejectError, WorkerError
+from ..format.schema import Schema
+from ..format.writer import ShardWriter, shard_name
+from ..storage import RemoteOptions
 from .destination import destination_for
-from .errors import RejectError, WorkerError
 from .normalise import REENCODE_REASONS
 from .pixels import IMAGE_KINDS, plan_geometry, store_image, upright_size
 from .scan import display_path
-from .schema import Schema
-from .storage import RemoteOptions
 from .task import finished_sidecar, read_input, read_member, shard_sidecar
-from .writer import ShardWriter, shard_name
 
 __all__ = ["FieldTask", "run_field_task"]
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import simplejpeg
 
-from .convert import ConvertResult, convert
+from ._sample import make_imagefolder
+from .convert.run import ConvertResult, convert
+from .dataset.reader import open_dataset
 from .errors import ConvertError
-from .reader import open_dataset
-from .sample import make_imagefolder
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -91,7 +91,7 @@ def run_demo(
     read_seconds = time.perf_counter() - start
 
     try:
-        from shardfmt.loader import Loader
+        from .loader import Loader
     except ImportError as err:
         return DemoResult(source, output, generated, converted, read, read_seconds, None, None, f"shardfmt.loader is not available ({err})")
     start = time.perf_counter()

@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .errors import ConvertError, ShardfmtError, WorkerError
+from ..errors import ConvertError, ShardfmtError, WorkerError
 from .task import run_shard_task
 
 __all__ = ["run_tasks_on_ray"]

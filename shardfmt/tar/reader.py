@@ -14,13 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from .checksum import checksum
-from .errors import ChecksumError, FormatError, SchemaError
-from .layout import JPEG_CHANNELS, MAX_CLASSES, MAX_FIELD_SIZE, MAX_IMAGE_SIDE, column_name
-from .reader import ImageInfo, Record, ShardReader
-from .schema import IMAGE_CLASSIFICATION
-from .storage import ByteSource, open_source
-from .tar import BLOCK_SIZE, INDEX_SCHEMA, index_path_for
+from ..checksum import checksum
+from ..errors import ChecksumError, FormatError, SchemaError
+from ..format.layout import (
+    JPEG_CHANNELS,
+    MAX_CLASSES,
+    MAX_FIELD_SIZE,
+    MAX_IMAGE_SIDE,
+    column_name,
+)
+from ..format.reader import ImageInfo, Record, ShardReader
+from ..format.schema import IMAGE_CLASSIFICATION
+from ..storage import ByteSource, open_source
+from .index import INDEX_SCHEMA, index_path_for
+from .keys import BLOCK_SIZE
 
 __all__ = ["TarRecord", "TarShardReader"]
 

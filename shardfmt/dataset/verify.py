@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .checksum import checksum, format_checksum
-from .errors import ChecksumError, FormatError, ManifestError, ShardfmtError
-from .manifest import Manifest, ShardEntry, find_manifest
+from ..checksum import checksum, format_checksum
+from ..errors import ChecksumError, FormatError, ManifestError, ShardfmtError
+from ..format.manifest import Manifest, ShardEntry, find_manifest
+from ..tar.reader import TarShardReader
 from .reader import open_shard
-from .tarreader import TarShardReader
 
 __all__ = ["VerifyReport", "verify_dataset"]
 

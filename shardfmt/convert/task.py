@@ -25,17 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .checksum import format_checksum
+from ..checksum import format_checksum
+from ..errors import RejectError, SchemaError, WorkerError
+from ..format.layout import MAX_CLASSES, MAX_FIELD_SIZE
+from ..format.schema import IMAGE_CLASSIFICATION
+from ..format.writer import ShardInfo, ShardWriter, shard_name
+from ..storage import RemoteOptions, Store, open_store
+from ..storage.urls import is_url
+from ..tar.keys import display_key, tar_key
+from ..tar.writer import TarShardInfo, TarShardWriter
 from .destination import WORK_DIR, Destination, destination_for
-from .errors import RejectError, SchemaError, WorkerError
-from .layout import MAX_CLASSES, MAX_FIELD_SIZE
 from .normalise import REENCODE_REASONS, normalise_image
 from .scan import describe_os_error, display_path, record_key
-from .schema import IMAGE_CLASSIFICATION
-from .storage import RemoteOptions, Store, open_store
-from .storage.urls import is_url
-from .tar import TarShardInfo, TarShardWriter, display_key, tar_key
-from .writer import ShardInfo, ShardWriter, shard_name
 
 __all__ = [
     "MAX_INPUT_SIZE",

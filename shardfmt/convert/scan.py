@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConvertError, FormatError, ShardNotFoundError
+from ..errors import ConvertError, FormatError, ShardNotFoundError
 
 __all__ = [
     "LISTING_SUFFIXES",
@@ -395,7 +395,7 @@ def _jsonl_rows(text: str, listing: Path) -> list[tuple[int, str, Any]]:
 def _tar_sources(src: str | os.PathLike[str]) -> list[Path] | None:
     """Return the tars `src` names: a tar path or pattern, or a folder with tars and no
     sub-folders (hidden entries aside); None for anything else."""
-    from .tarindex import tar_sources
+    from ..dataset.tars import tar_sources
 
     text = os.fspath(src)
     if os.path.isdir(text):
@@ -413,7 +413,9 @@ def _tar_sources(src: str | os.PathLike[str]) -> list[Path] | None:
 
 
 def _scan_tars(tars: list[Path]) -> SourceScan:
-    from .tar import LABEL_EXTENSION, MAX_LABEL_SIZE, display_key, parse_label, scan_samples
+    from ..tar.index import parse_label
+    from ..tar.keys import LABEL_EXTENSION, MAX_LABEL_SIZE, display_key
+    from ..tar.scan import scan_samples
 
     root = Path(os.path.commonpath([os.path.dirname(os.path.abspath(tar)) for tar in tars]))
     inputs: list[SourceFile] = []

@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from .checksum import file_checksum, parse_checksum
-from .fileio import atomic_write_bytes
-from .storage import RemoteOptions, open_store
-from .storage.urls import is_url
+from ..checksum import file_checksum, parse_checksum
+from ..storage import RemoteOptions, open_store
+from ..storage.atomic import atomic_write_bytes
+from ..storage.urls import is_url
 
 __all__ = ["WORK_DIR", "Destination", "LocalDestination", "RemoteDestination", "destination_for", "sidecar_key"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SchemaError, UnsupportedVersionError
+from ..errors import SchemaError, UnsupportedVersionError
 from .layout import (
     ARRAY_TYPES,
     BASE_COLUMNS,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .errors import ConvertError
+from ..errors import ConvertError
 from .pixels import IMAGE_KINDS
 from .scan import (
     LISTING_SUFFIXES,

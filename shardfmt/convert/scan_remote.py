@@ -17,10 +17,17 @@ from collections import defaultdict
 
 import xxhash
 
-from .errors import ConvertError
-from .scan import LISTING_SUFFIXES, ScanReject, SourceFile, SourceScan, _csv_rows, _jsonl_rows
-from .storage import RemoteOptions, Store, open_store
-from .storage.urls import split_manifest_url
+from ..errors import ConvertError
+from ..storage import RemoteOptions, Store, open_store
+from ..storage.urls import split_manifest_url
+from .scan import (
+    LISTING_SUFFIXES,
+    ScanReject,
+    SourceFile,
+    SourceScan,
+    _csv_rows,
+    _jsonl_rows,
+)
 
 __all__ = ["TARS_BY_URL", "scan_remote_source"]
 

@@ -86,19 +86,19 @@ from typing import Any, Final
 
 from tqdm import tqdm
 
-from . import __version__
-from .checksum import parse_checksum
-from .errors import ConvertError, WorkerError
-from .fileio import atomic_write_bytes, fsync_directory
-from .layout import MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE
-from .manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
+from .._version import __version__
+from ..checksum import parse_checksum
+from ..errors import ConvertError, WorkerError
+from ..format.layout import MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE
+from ..format.manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
+from ..format.schema import IMAGE_CLASSIFICATION, Schema
+from ..format.writer import DEFAULT_SHARD_SIZE
+from ..storage import RemoteOptions
+from ..storage.atomic import atomic_write_bytes, fsync_directory
+from ..storage.urls import is_url
 from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
 from .scan import SourceScan, display_path, scan_source
-from .schema import IMAGE_CLASSIFICATION, Schema
-from .storage import RemoteOptions
-from .storage.urls import is_url
 from .task import WORK_DIR, ShardTask, run_shard_task, shard_file_name
-from .writer import DEFAULT_SHARD_SIZE
 
 __all__ = [
     "ENGINES",
@@ -234,7 +234,7 @@ def convert(
     if shard_format not in ("binary", "tar"):
         raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
     if is_url(os.fspath(src)) or is_url(os.fspath(out)):
-        from .convert_remote import convert_with_store
+        from .remote import convert_with_store
 
         return convert_with_store(
             os.fspath(src), os.fspath(out), options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
@@ -476,7 +476,7 @@ def _run_tasks(
     engine: str = "local",
 ) -> list[tuple[dict[str, Any], bool]]:
     if engine == "ray":
-        from .ray_engine import run_tasks_on_ray
+        from .ray import run_tasks_on_ray
 
         return run_tasks_on_ray(tasks, runner=runner, progress=progress)
     total = sum(len(task.inputs) for task in tasks)

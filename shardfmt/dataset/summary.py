@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .layout import IMAGE_TYPES, column_name
-from .manifest import Manifest, find_manifest
+from ..format.layout import IMAGE_TYPES, column_name
+from ..format.manifest import Manifest, find_manifest
 from .reader import open_shard
 
 __all__ = ["DatasetSummary", "summarise_dataset"]

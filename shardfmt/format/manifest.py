@@ -15,10 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checksum import format_checksum, parse_checksum
-from .errors import DatasetNotFoundError, ManifestError, SchemaError, UnsupportedVersionError
-from .fileio import atomic_write_bytes
-from .layout import FORMAT_VERSION, MAX_CLASSES, MAX_MANIFEST_SIZE, MAX_RECORDS_PER_SHARD, MAX_SHARD_SIZE, MAX_SHARDS
+from ..checksum import format_checksum, parse_checksum
+from ..errors import (
+    DatasetNotFoundError,
+    ManifestError,
+    SchemaError,
+    UnsupportedVersionError,
+)
+from ..storage.atomic import atomic_write_bytes
+from .layout import (
+    FORMAT_VERSION,
+    MAX_CLASSES,
+    MAX_MANIFEST_SIZE,
+    MAX_RECORDS_PER_SHARD,
+    MAX_SHARD_SIZE,
+    MAX_SHARDS,
+)
 from .schema import Schema
 
 __all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry", "find_manifest"]

@@ -26,8 +26,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import RejectError
-from .jpeg import JpegInfo, is_jpeg, read_jpeg_info
+from ..errors import RejectError
+from ..format.jpeg import JpegInfo, is_jpeg, read_jpeg_info
 
 __all__ = [
     "DEFAULT_QUALITY",

@@ -26,16 +26,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .convert import ConvertResult, check_options, plan_shards, prepare_output, run_plan
-from .errors import ConvertError
+from ..errors import ConvertError
+from ..format.schema import Field, Schema
+from ..format.writer import DEFAULT_SHARD_SIZE
+from ..storage import RemoteOptions
+from ..storage.urls import is_url
 from .fieldscan import FieldScan, listing_columns, scan_fields
 from .fieldtask import FieldTask, run_field_task
 from .normalise import DEFAULT_QUALITY
 from .pixels import IMAGE_KINDS
-from .schema import Field, Schema
-from .storage import RemoteOptions
-from .storage.urls import is_url
-from .writer import DEFAULT_SHARD_SIZE
+from .run import ConvertResult, check_options, plan_shards, prepare_output, run_plan
 
 __all__ = ["convert_fields", "needs_fields"]
 
@@ -121,7 +121,7 @@ def convert_fields(
     paths = [Path(name) for name in names]
     to_store = is_url(os.fspath(out))
     if to_store:
-        from .convert_remote import prepare_store, run_plan_in_store
+        from .remote import prepare_store, run_plan_in_store
 
         output, stored_plan = prepare_store(os.fspath(out), remote=remote, resume=resume, overwrite=overwrite)
     else:

@@ -28,8 +28,8 @@ from typing import Any, Final
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import RejectError
-from .jpeg import is_jpeg, read_jpeg_info
+from ..errors import RejectError
+from ..format.jpeg import is_jpeg, read_jpeg_info
 from .normalise import MAX_PIXELS, normalise_image
 
 __all__ = ["IMAGE_KINDS", "Geometry", "StoredImage", "plan_geometry", "store_image", "upright_size"]

@@ -1,0 +1,225 @@
+"""`DatasetReader` and `open_dataset`: the shards a manifest lists (binary or tar, local or by URL),
+or local tars opened directly, as one indexable sequence of records."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    ManifestError,
+)
+from ..format.manifest import ShardEntry
+from ..format.reader import Record, ShardReader
+from ..storage import LocalStore, RemoteOptions
+from ..storage.urls import is_url
+from ..tar.reader import TarShardReader
+from .locate import DatasetLocation, locate_dataset
+from .tars import open_tars, tar_sources
+
+__all__ = ["DatasetReader", "open_dataset", "open_shard"]
+
+
+class DatasetReader:
+    """A dataset: the shards its manifest lists, as one sequence of records.
+
+    Shards are opened lazily, on the first access to one of their records, and each is checked
+    against the manifest's size on open. Binary shards are read by `ShardReader`, tar shards
+    (``shard_format: "tar"``) by `tarreader.TarShardReader` through their member index; both
+    offer the same record table. Use `open_dataset` to make one.
+
+    A dataset given by URL is read through `location` (range reads or the shard cache of
+    `RemoteOptions`), binary and tar shards alike; tars themselves must be local to be opened
+    directly.
+
+    Attributes:
+        location: where the manifest and shards live, and how shards open (`storage.DatasetLocation`).
+        root: the directory shard paths are relative to (for a URL: the URL, without credentials).
+        index_root: the directory index paths of tar shards are relative to: `root`, except for
+            tars opened directly, whose indexes live in a cache (see `open_dataset`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        verify: bool = True,
+        remote: RemoteOptions | None = None,
+    ) -> None:
+        tars = None if _is_dataset_url(path) else tar_sources(path)
+        if tars is None:
+            self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
+            self.manifest = self.location.load_manifest()
+            self.root = self.location.root
+            self.index_root = self.root
+        else:
+            self.manifest, root, self.index_root = open_tars(tars)
+            self.root = root
+            self.location = DatasetLocation(LocalStore(root), "manifest.json", root, os.fspath(root / "manifest.json"))
+        self.verify = verify
+        self.schema = self.manifest.schema
+        self.classes = self.manifest.classes
+        counts = [shard.num_records for shard in self.manifest.shards]
+        self.cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        self._readers: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return int(self.cumulative[-1])
+
+    def shard(self, shard_index: int) -> Any:
+        """Open (once) and return shard number `shard_index`, checked against the manifest: a
+        `ShardReader`, or a `tarreader.TarShardReader` for a tar shard."""
+        reader = self._readers.get(shard_index)
+        if reader is None:
+            entry = self.manifest.shards[shard_index]
+            if not self.location.is_remote:
+                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root))
+            else:
+                reader = self._open_remote(entry)
+            if len(reader) != entry.num_records:
+                reader.close()
+                raise ManifestError(
+                    f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}",
+                    path=self.location.manifest_path,
+                )
+            if reader.schema != self.schema:
+                reader.close()
+                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=self.location.manifest_path)
+            self._readers[shard_index] = reader
+        return reader
+
+    def _open_remote(self, entry: ShardEntry) -> Any:
+        """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
+        table and footer), a tar shard with one GET of its member index and none of the tar."""
+        source = self.location.open_shard(entry, self.schema)
+        try:
+            if entry.index is None:
+                return ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
+            from ..tar.reader import TarShardReader
+
+            index = self.location.open_index(entry)
+            return TarShardReader(
+                source.path, index=index.path, verify=self.verify, expected_size=entry.size,
+                expected_index_size=entry.index.size, source=source, index_source=index,
+            )
+        except BaseException:
+            source.close()
+            raise
+
+    def shard_path(self, shard_index: int) -> str:
+        """How messages name shard number `shard_index` (a path, or a URL without credentials)."""
+        return self.location.shard_path(self.manifest.shards[shard_index])
+
+    def open_shards(self, shard_indices: Sequence[int], *, threads: int = 16) -> None:
+        """Open several shards at once, `threads` at a time for a remote dataset (each costs
+        two range reads), in this thread for a local one."""
+        todo = [i for i in shard_indices if i not in self._readers]
+        if not self.location.is_remote or len(todo) < 2:
+            for i in todo:
+                self.shard(i)
+            return
+        with ThreadPoolExecutor(min(threads, len(todo))) as pool:
+            list(pool.map(self.shard, todo))
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Return (shard number, record number within it) of dataset record `index`."""
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"record {index} out of range for a dataset of {n}")
+        index %= n
+        shard_index = bisect.bisect_right(self.cumulative, index) - 1
+        return shard_index, index - int(self.cumulative[shard_index])
+
+    def __getitem__(self, index: int) -> Record:
+        shard_index, local = self.locate(index)
+        return self.shard(shard_index).record(local)
+
+    def __iter__(self) -> Iterator[Record]:
+        for shard_index in range(len(self.manifest.shards)):
+            yield from self.shard(shard_index)
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+    def __enter__(self) -> DatasetReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+    """Open the shard a manifest entry names, checked against the entry's sizes.
+
+    Args:
+        root: the folder the entry's path is relative to.
+        entry: the manifest entry.
+        verify: check each record's checksum when its payload is read.
+        index_root: the folder a tar shard's index path is relative to (default `root`).
+
+    Returns:
+        A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+    """
+    if entry.index is None:
+        return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
+
+    return TarShardReader(
+        root / entry.path,
+        index=(root if index_root is None else index_root) / entry.index.path,
+        verify=verify,
+        expected_size=entry.size,
+        expected_index_size=entry.index.size,
+    )
+
+
+def _is_dataset_url(path: Any) -> bool:
+    """True for a dataset given by URL; a URL naming tars (``.tar``, braces) is refused here, since
+    tars opened directly are indexed and memory-mapped locally."""
+    if not isinstance(path, (str, os.PathLike)) or not is_url(os.fspath(path)):
+        return False
+    base = os.fspath(path).partition("?")[0]
+    if base.endswith(".tar") or "{" in base:
+        raise ValueError(
+            f"{base[:80]!r}: only local tars can be opened directly (they are indexed and memory-mapped here); "
+            "index them into a dataset (shardfmt index), put it in the store and open the dataset's URL"
+        )
+    return True
+
+
+def open_dataset(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True, remote: RemoteOptions | None = None
+) -> DatasetReader:
+    """Open a dataset by its directory or its manifest.json, locally or by URL, or local WebDataset
+    tars directly.
+
+    Args:
+        path: the dataset root or its manifest: a local path, or a URL that fsspec can open
+            (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...), binary or tar
+            shards; or local tars: a path ending in ``.tar``, a pattern with braces
+            (``shards-{000..099}.tar``), or a list of those. Tars opened directly are indexed on
+            first open into a cache, and found there afterwards (see `tarindex.open_tars` for
+            where); a directory without manifest.json is never a dataset, even one full of tars
+            (index it with `tarindex.index_tars`).
+        verify: check each record's checksum when its payload is read.
+        remote: for a URL, how to read it: range reads (default) or a local shard cache,
+            credentials, retries (see `RemoteOptions`).
+
+    Returns:
+        A `DatasetReader`: ``len()``, ``reader[i]`` -> `Record`, iteration in order.
+
+    Raises:
+        DatasetNotFoundError: no manifest (not a dataset, or an unfinished conversion).
+        ManifestError, UnsupportedVersionError: the manifest is invalid or too new.
+        ShardNotFoundError, FormatError: a tar opened directly is missing or malformed.
+        RemoteError: a remote store failed after its retries.
+        ValueError: tars named by URL (they must be local to be opened directly).
+    """
+    return DatasetReader(path, verify=verify, remote=remote)

@@ -1,0 +1,3 @@
+"""The binary shard, byte for byte (spec/format.md): the layout constants and limits, JPEG header
+parsing, the schema, the manifest, `ShardWriter` and `ShardReader`. Knows nothing of tars,
+datasets of many shards, conversion or loading."""
