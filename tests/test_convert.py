@@ -14,7 +14,8 @@ from conftest import jpeg_bytes, tree_bytes
 
 from shardfmt import ConvertError, ImageInfo, WorkerError, open_dataset
 from shardfmt._sample import make_imagefolder
-from shardfmt.convert.run import convert, plan_shards
+from shardfmt.convert.plan import plan_shards
+from shardfmt.convert.run import convert
 from shardfmt.format.layout import MAX_RECORDS_PER_SHARD
 
 EXPECTED_REJECTS = [
@@ -210,28 +211,28 @@ def test_strict_finishes_the_dataset_then_names_the_first_reject(awkward_tree: P
 
 
 def test_a_failing_task_names_shard_and_input_instead_of_hanging(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardfmt.convert.task
+    import shardfmt.convert.records
 
-    real = shardfmt.convert.task.normalise_image
+    real = shardfmt.convert.records.normalise_image
 
     def failing(data: bytes, **kwargs: Any) -> Any:
         if data == (imagefolder / "class_002" / "img_00020.JPEG").read_bytes():
             raise RuntimeError("simulated bug")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(shardfmt.convert.task, "normalise_image", failing)  # inherited by forked workers
+    monkeypatch.setattr(shardfmt.convert.records, "normalise_image", failing)  # inherited by forked workers
     with pytest.raises(WorkerError, match=r"shard-\d{5}\.shard: input class_002/img_00020.JPEG: RuntimeError: simulated bug"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_a_dying_worker_is_reported_not_waited_for(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardfmt.convert.task
+    import shardfmt.convert.records
 
     def dying(data: bytes, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    monkeypatch.setattr(shardfmt.convert.task, "normalise_image", dying)
+    monkeypatch.setattr(shardfmt.convert.records, "normalise_image", dying)
     with pytest.raises(WorkerError, match="worker process died"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import shardfmt.convert.fields
-import shardfmt.convert.fieldtask
+import shardfmt.convert.pipeline
+import shardfmt.convert.records
 from click.testing import CliRunner
 from conftest import tree_bytes
 from PIL import Image
@@ -209,18 +209,18 @@ def test_output_is_byte_identical_for_any_number_of_workers_and_after_resume(
     assert len(json.loads((one / "manifest.json").read_text())["shards"]) > 2
     assert tree_bytes(one) == tree_bytes(two)
 
-    original = shardfmt.convert.fieldtask.run_field_task
+    original = shardfmt.convert.pipeline._write_shard
 
-    def crash_on_shard_2(task: Any, **kwargs: Any) -> Any:
-        if task.index == 2:
+    def crash_on_shard_2(plan: Any, output: Any, index: int, *args: Any) -> Any:
+        if index == 2:
             raise KeyboardInterrupt  # the run stops, as on Ctrl-C, with shards 0 and 1 done
-        return original(task, **kwargs)
+        return original(plan, output, index, *args)
 
-    monkeypatch.setattr(shardfmt.convert.fields, "run_field_task", crash_on_shard_2)
+    monkeypatch.setattr(shardfmt.convert.pipeline, "_write_shard", crash_on_shard_2)
     with pytest.raises(KeyboardInterrupt):
         convert_fields([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, **options)
     assert not (resumed / "manifest.json").exists() and (resumed / "shard-00001.shard").exists()
-    monkeypatch.setattr(shardfmt.convert.fields, "run_field_task", original)
+    monkeypatch.undo()
     with pytest.raises(ConvertError, match="options changed"):
         convert_fields([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, resume=True, **dict(options, store="jpeg"))
     result = convert_fields([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, resume=True, **options)
@@ -232,7 +232,7 @@ def test_a_failing_task_is_named(sr_folders: Path, tmp_path: Path, monkeypatch: 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(shardfmt.convert.fieldtask, "store_image", failing)
+    monkeypatch.setattr(shardfmt.convert.records, "store_image", failing)
     with pytest.raises(WorkerError, match="input LR/0000.png: RuntimeError: disk on fire"):
         convert_fields([sr_folders / "LR", sr_folders / "HR"], tmp_path / "out", scale=SCALE, workers=1)
 

@@ -12,10 +12,11 @@ size): a record whose images do not have exactly those sizes is rejected as "siz
 read from the headers before decoding. ``max_side`` and ``patch`` reshape the first image and
 every other one by the same geometry times its scale, so the relation stays exact.
 
-Planning, the process pool (or Ray, ``engine="ray"``), sidecars, resume, rejects.jsonl and the
-manifest written last are `convert`'s own (`convert.run_plan`, or `convert_remote.run_plan_in_store`
-for an output given by URL): same determinism, atomicity and crash safety. The sources must be
-local: a source given by URL is refused with a `ConvertError`.
+Planning (`plan.from_field_scan`), the parallel build (`records.FieldsBuilder`), sidecars,
+resume, rejects.jsonl and the manifest written last are `convert`'s own pipeline
+(`pipeline.run_conversion`): same determinism, atomicity and crash safety, for a local output or
+one given by URL. The sources must be local: a source given by URL is refused with a
+`ConvertError`.
 """
 
 from __future__ import annotations
@@ -31,15 +32,17 @@ from ..format.schema import Field, Schema
 from ..format.writer import DEFAULT_SHARD_SIZE
 from ..storage import RemoteOptions
 from ..storage.urls import is_url
-from .fieldscan import FieldScan, listing_columns, scan_fields
-from .fieldtask import FieldTask, run_field_task
+from .fieldscan import listing_columns, scan_fields
 from .normalise import DEFAULT_QUALITY
+from .output import Output
+from .pipeline import ConvertResult, run_conversion
 from .pixels import IMAGE_KINDS
-from .run import ConvertResult, check_options, plan_shards, prepare_output, run_plan
+from .plan import from_field_scan
+from .records import builder_for
+from .run import check_not_inside, check_options, resolve_workers
 
 __all__ = ["convert_fields", "needs_fields"]
 
-_PLAN_VERSION = 1
 _TYPES = {"jpeg": "jpeg", "int64": "int64", "label": "int64", "float64": "float64", "str": "str"}
 """Format type of each converter kind; the other image kinds are "raw"."""
 
@@ -118,20 +121,10 @@ def convert_fields(
                 "sources only; copy the source from object storage first (the output may be a URL)",
                 path=name.partition("?")[0],
             )
-    paths = [Path(name) for name in names]
-    to_store = is_url(os.fspath(out))
-    if to_store:
-        from .remote import prepare_store, run_plan_in_store
-
-        output, stored_plan = prepare_store(os.fspath(out), remote=remote, resume=resume, overwrite=overwrite)
-    else:
-        out = Path(out)
-        for src in paths:
-            if src.is_dir() and (out.resolve() == src.resolve() or src.resolve() in out.resolve().parents):
-                raise ConvertError("the output folder lies inside a source folder; choose another", path=out)
-        prepare_output(out, resume=resume, overwrite=overwrite)
+    check_not_inside(names, os.fspath(out))
+    output = Output.open(out, remote=remote, resume=resume, overwrite=overwrite)
     declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-    scan = scan_fields(paths, declared=declared, store=store)
+    scan = scan_fields([Path(name) for name in names], declared=declared, store=store)
     images = [column for column in scan.columns if column.is_image]
     scales = _scales(scale, len(images))
     if None in scales and (patch is not None or max_side is not None):
@@ -147,34 +140,12 @@ def convert_fields(
         "quality": quality,
         "shard_size": shard_size,
     }
-    plan = _make_plan(scan, paths, options)
-    tasks = [
-        FieldTask(
-            index=index,
-            root=str(scan.root),
-            out=os.fspath(out),
-            schema=schema,
-            columns=tuple((c.name, c.kind) for c in scan.columns),
-            scales=scales,
-            inputs=tuple(
-                (i, tuple((path, size, *member) for path, size, _, *member in item[4]["files"]), _values(item[4]["values"]), item[4]["key"])
-                for i, item in enumerate(plan["inputs"][start:stop], start)
-            ),
-            max_side=max_side,
-            patch=patch,
-            quality=quality,
-            remote=remote,
-        )
-        for index, (start, stop) in enumerate(plan["shards"])
-    ]
-    if to_store:
-        return run_plan_in_store(
-            plan, tasks, runner=run_field_task, schema=schema, store=output, out=os.fspath(out), stored_plan=stored_plan,
-            workers=workers, progress=progress, strict=strict, engine=engine, started=started,
-        )
-    return run_plan(
-        plan, tasks, runner=run_field_task, schema=schema, out=Path(out), workers=workers,
-        progress=progress, strict=strict, reject_root=scan.root, started=started, engine=engine,
+    plan = from_field_scan(
+        scan, source=tuple(str(Path(name).resolve()) for name in names), root=str(scan.root), schema=schema, options=options
+    )
+    return run_conversion(
+        plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
+        progress=progress, strict=strict, started=started,
     )
 
 
@@ -187,40 +158,3 @@ def _scales(scale: int | Sequence[int] | None, images: int) -> tuple[int | None,
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
         raise ConvertError(f"scales must be whole numbers of at least 1, got {values}")
     return (1, *values)
-
-
-def _make_plan(scan: FieldScan, paths: list[Path], options: dict[str, Any]) -> dict[str, Any]:
-    """The plan `convert.run_plan` stores: inputs keep convert's first four items (reference path,
-    total size, reference mtime, label), then the files, values and key of the record."""
-    value_columns = [column for column in scan.columns if not column.is_image]
-    labels = [n for n, column in enumerate(value_columns) if column.kind == "label"]
-    inputs = []
-    for item in scan.inputs:
-        # The image of a sample of a tar adds where its member's data starts.
-        files = [[f.path, f.size, f.mtime_ns, *([f.offset] if f.offset is not None else [])] for f in item.files]
-        label = item.values[labels[0]] if labels else 0
-        extra = {"files": files, "values": [_plan_value(v) for v in item.values], "key": item.key}
-        if item.files[0].sample_key is not None:
-            extra["sample_key"] = item.files[0].sample_key  # named by its rejects
-        inputs.append([item.files[0].path, sum(f.size for f in item.files), item.files[0].mtime_ns, label, extra])
-    return {
-        "version": _PLAN_VERSION,
-        "source": [str(path.resolve()) for path in paths],
-        "kind": scan.kind,
-        "options": options,
-        "classes": list(scan.classes) if scan.classes is not None else None,
-        "inputs": inputs,
-        "shard_format": "binary",
-        "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in scan.rejects],
-        "shards": [list(span) for span in plan_shards([item[1] for item in inputs], shard_size=options["shard_size"])],
-    }
-
-
-def _plan_value(value: Any) -> Any:
-    """A value as the plan stores it: floats as their exact hex form, so that a NaN compares
-    equal to itself when a resumed run checks the plan."""
-    return {"float": value.hex()} if isinstance(value, float) else value
-
-
-def _values(values: list[Any]) -> tuple[Any, ...]:
-    return tuple(float.fromhex(v["float"]) if isinstance(v, dict) else v for v in values)
