@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import shardfmt.convert.pipeline
-import shardfmt.convert.records
 from click.testing import CliRunner
 from conftest import tree_bytes
 from PIL import Image
 
+import shardfmt.convert.pipeline
+import shardfmt.convert.records
 from shardfmt import ConvertError, Loader, WorkerError, open_dataset
 from shardfmt._sample import make_image, make_imagefolder
 from shardfmt.cli import main

@@ -22,7 +22,6 @@ from PIL import Image
 pytest.importorskip("s3fs", reason="S3 URLs need s3fs")
 pytest.importorskip("moto.server", reason="the S3-compatible test server is moto's")
 
-import shardfmt.convert.pipeline
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 from remote_servers import (
@@ -33,6 +32,7 @@ from remote_servers import (
     upload_tree,
 )
 
+import shardfmt.convert.pipeline
 from shardfmt import (
     IMAGE_CLASSIFICATION,
     ChecksumError,

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import shardfmt.convert.records
 from conftest import pillow_bytes, tree_bytes
 from PIL import Image
 
 import shardfmt.convert.output
+import shardfmt.convert.records
 from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_dataset
 from shardfmt._sample import make_image
 from shardfmt.convert.run import convert

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import shardfmt.format.writer as writer_module
 import simplejpeg
 from conftest import jpeg_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import shardfmt.format.writer as writer_module
 from shardfmt import (
     DatasetWriter,
     Schema,

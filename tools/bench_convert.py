@@ -9,7 +9,13 @@ that all runs see a warm page cache, then times, end to end and in one process r
   and the same followed by an fsync of every tar it wrote (as durable as shardfmt's shards);
 - the checks alone: `normalise_image` (header parse and the strict decode that reads every
   entropy-coded byte) over every file already in RAM, in this process, times the largest worker
-  count (at most the cores): the rate no conversion with these checks can pass here, whatever its I/O.
+  count (at most the cores): the rate no conversion with these checks can pass here, whatever its I/O;
+- a folder that fits one shard (--one-shard images, default 2,000, the default 256 MiB shard
+  size) with 1 and 2 workers: parallel work inside a shard, where a shard-per-worker design
+  stays on one core.
+
+Targets (2 cores): 2 workers at >= 0.8x the checks alone on the main set, and >= 1.7x the
+1-worker rate on the one-shard folder.
 
 Usage:
     python tools/bench_convert.py                       # 3,200 generated JPEGs, ~416x362, ~90 KB
@@ -45,6 +51,10 @@ from shardfmt.storage.atomic import fsync_directory  # noqa: E402
 
 TARGET = 2500
 """images/s with 2 workers that the converter aims at (2 cores, ImageNet-like 90 KB JPEGs)."""
+TARGET_OF_CHECKS = 0.8
+"""2 workers' rate over the checks' own 2-core rate that the converter aims at."""
+TARGET_ONE_SHARD = 1.7
+"""2 workers' rate over 1 worker's on a folder that fits one shard."""
 
 
 def cpu_model() -> str:
@@ -106,6 +116,26 @@ def timed(run: Callable[[], object], *, clear: Path, repeat: int) -> float:
     return best
 
 
+def one_shard(temp: Path, images: int, *, repeat: int) -> None:
+    """Time a folder that fits one default-size shard with 1 and 2 workers; print the speed-up."""
+    src = temp / "one-shard-src"
+    make_imagefolder(src, num_classes=10, per_class=-(-images // 10), size=(362, 416), quality=95, seed=1)
+    count = len(scan_source(src).inputs)
+    for item in scan_source(src).inputs:
+        (src / item.path).read_bytes()
+    times = {}
+    for workers in (1, 2):
+        out = temp / f"one-shard-{workers}"
+        times[workers] = timed(lambda: convert(src, out, workers=workers), clear=out, repeat=repeat)
+    shards = len(list((temp / "one-shard-2").glob("shard-*.shard")))
+    print()
+    print(f"one shard: {count:,} files in {shards} shard(s); 1 worker {count / times[1]:,.0f} images/s, "
+          f"2 workers {count / times[2]:,.0f} images/s")
+    speedup = times[1] / times[2]
+    verdict = "met" if speedup >= TARGET_ONE_SHARD else "NOT met"
+    print(f"target >= {TARGET_ONE_SHARD}x from 1 to 2 workers inside one shard: {speedup:.2f}x, {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, help="an existing ImageFolder (default: generate one)")
@@ -115,6 +145,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to time (default 1 2)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported (default 3)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of a 1-worker conversion")
+    parser.add_argument("--one-shard", type=int, default=2000, help="images of the one-shard folder (default 2000; 0 skips it)")
     args = parser.parse_args()
 
     temp = Path(tempfile.mkdtemp(prefix="bench-convert-"))
@@ -181,6 +212,11 @@ def main() -> None:
             two = rows[args.workers.index(2)][1]
             verdict = "met" if len(inputs) / two >= TARGET else "NOT met"
             print(f"target >= {TARGET:,} images/s with 2 workers: {len(inputs) / two:,.0f}, {verdict}")
+            share = ceiling / two
+            verdict = "met" if share >= TARGET_OF_CHECKS else "NOT met"
+            print(f"target >= {TARGET_OF_CHECKS}x of the checks alone with 2 workers: {share:.2f}x, {verdict}")
+        if args.one_shard:
+            one_shard(temp, args.one_shard, repeat=args.repeat)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

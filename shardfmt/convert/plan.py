@@ -19,7 +19,7 @@ from ..errors import ConvertError
 from ..format.layout import MAX_RECORDS_PER_SHARD
 from ..format.schema import IMAGE_CLASSIFICATION, Schema
 from .fieldscan import FieldScan
-from .scan import SourceScan, display_path
+from .scan import ScanReject, SourceScan, display_path
 
 __all__ = ["PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "plan_shards"]
 
@@ -78,17 +78,6 @@ class PlannedRecord:
         files = tuple(InputFile.from_json(f) for f in value[0])
         values = tuple(_python_value(v) for v in value[3]) if len(value) > 3 else ()
         return cls(files, value[1], value[2], values, value[4] if len(value) > 4 else None)
-
-
-@dataclass(frozen=True)
-class ScanReject:
-    """An input the scan refused, at `position` in input order (before the record of that number)."""
-
-    position: int
-    path: str
-    reason: str
-    detail: str
-    key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from ..errors import SchemaError
 from ..format.manifest import IndexEntry, Manifest, ShardEntry
 from ..format.schema import IMAGE_CLASSIFICATION, Schema
 from ..format.writer import DEFAULT_SHARD_SIZE, ShardWriter, shard_name
+from ..storage.atomic import Transaction
 from ..tar.writer import TarShardWriter
 
 __all__ = ["DatasetWriter"]
@@ -19,7 +20,7 @@ __all__ = ["DatasetWriter"]
 __all__ = ["DatasetWriter"]
 
 
-class DatasetWriter:
+class DatasetWriter(Transaction):
     """Write records into shards of about `shard_size` bytes and commit a manifest on `close()`.
 
     Args:
@@ -110,18 +111,10 @@ class DatasetWriter:
             converter={"name": "shardfmt", "options": self.options},
         )
         manifest.write(self.directory)
+        self.closed = True
         return manifest
 
     def abort(self) -> None:
         if self._current is not None:
             self._current.abort()
             self._current = None
-
-    def __enter__(self) -> DatasetWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..checksum import Hasher, checksum
 from ..errors import SchemaError
-from ..storage.atomic import AtomicFile
+from ..storage.atomic import AtomicFile, Transaction
 from .jpeg import read_jpeg_info
 from .layout import (
     DEFAULT_ALIGNMENT,
@@ -84,7 +84,7 @@ def encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> byte
     return bytes(raw)
 
 
-class ShardWriter:
+class ShardWriter(Transaction):
     """Write records to one shard file.
 
     Args:
@@ -105,7 +105,7 @@ class ShardWriter:
         self._rows: list[tuple[Any, ...]] = []
         self._file = AtomicFile(path)
         self._hasher = Hasher()
-        self._closed = False
+        self.closed = False
         self._names = frozenset(schema.names)
         self._end = 0  # bytes emitted so far: the file's position, without asking the file
         self._emit(encode_header(schema, alignment=alignment))
@@ -145,7 +145,7 @@ class ShardWriter:
                 declared dtype and shape; or the record would take the shard past
                 MAX_SHARD_SIZE or MAX_RECORDS_PER_SHARD.
         """
-        if self._closed:
+        if self.closed:
             raise ValueError("write() on a closed ShardWriter")
         if len(self._rows) >= MAX_RECORDS_PER_SHARD:
             raise SchemaError(f"a shard holds at most {MAX_RECORDS_PER_SHARD} records")
@@ -185,7 +185,7 @@ class ShardWriter:
 
     def close(self) -> ShardInfo:
         """Write the table and footer, fsync and move the shard to its final name."""
-        if self._closed:
+        if self.closed:
             raise ValueError("close() on a closed ShardWriter")
         table = np.array(self._rows, dtype=self._dtype) if self._rows else np.zeros(0, self._dtype)
         table_offset = self._end
@@ -201,23 +201,14 @@ class ShardWriter:
         self._emit(footer.tobytes())
         size = self._end
         self._file.commit()
-        self._closed = True
+        self.closed = True
         return ShardInfo(self.path, len(self._rows), size, self._hasher.intdigest())
 
     def abort(self) -> None:
         """Discard the shard: remove its temporary file."""
-        if not self._closed:
+        if not self.closed:
             self._file.abort()
-            self._closed = True
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        elif not self._closed:
-            self.close()
+            self.closed = True
 
 
 def _scalar(field: Field, value: Any, index: int) -> int | float:

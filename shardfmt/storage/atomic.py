@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 __all__ = ["AtomicFile", "atomic_write_bytes", "fsync_directory", "temp_path"]
+
+_T = TypeVar("_T", bound="Transaction")
 
 
 def temp_path(path: Path) -> Path:
@@ -28,7 +30,29 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-class AtomicFile:
+class Transaction:
+    """A writer used as a context manager: leaving the block normally commits it (`close`), an
+    exception discards it (`abort`). Subclasses set `closed` once committed or discarded."""
+
+    closed: bool = False
+
+    def close(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _T) -> _T:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self.closed:
+            self.close()
+
+
+class AtomicFile(Transaction):
     """A binary file that appears under its final name only once `commit()` has run.
 
     Until then its bytes live under `temp_path(path)`; `abort()` (or leaving a `with` block by an
@@ -46,6 +70,13 @@ class AtomicFile:
     def tell(self) -> int:
         return self.file.tell()
 
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return self.file.closed
+
+    def close(self) -> None:
+        self.commit()
+
     def commit(self) -> None:
         self.file.flush()
         os.fsync(self.file.fileno())
@@ -60,15 +91,6 @@ class AtomicFile:
             os.unlink(self.temp)
         except FileNotFoundError:
             pass
-
-    def __enter__(self) -> AtomicFile:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        elif not self.file.closed:
-            self.commit()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

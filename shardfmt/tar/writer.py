@@ -21,7 +21,7 @@ from ..format.layout import (
     align_up,
 )
 from ..format.writer import ShardInfo, ShardWriter, jpeg_columns
-from ..storage.atomic import AtomicFile
+from ..storage.atomic import AtomicFile, Transaction
 from .index import INDEX_SCHEMA, index_path_for
 from .keys import (
     BLOCK_SIZE,
@@ -96,7 +96,7 @@ class TarShardInfo:
     index: ShardInfo
 
 
-class TarShardWriter:
+class TarShardWriter(Transaction):
     """Write samples to one WebDataset tar and its member index, both deterministic and atomic.
 
     Args:
@@ -117,7 +117,7 @@ class TarShardWriter:
             raise
         self._hasher = Hasher()
         self._keys: set[str] = set()
-        self._closed = False
+        self.closed = False
 
     @property
     def path(self) -> Path:
@@ -154,7 +154,7 @@ class TarShardWriter:
                 of range, `meta` that is not JSON, or the shard would exceed MAX_SHARD_SIZE or
                 MAX_RECORDS_PER_SHARD.
         """
-        if self._closed:
+        if self.closed:
             raise ValueError("write() on a closed TarShardWriter")
         name = encode_key(key)
         index = self.num_records
@@ -211,7 +211,7 @@ class TarShardWriter:
 
     def close(self) -> TarShardInfo:
         """End the tar (two zero blocks, padded to 10240 bytes), commit it, then its index."""
-        if self._closed:
+        if self.closed:
             raise ValueError("close() on a closed TarShardWriter")
         self._emit(bytes(self.size - self._file.tell()))
         size = self._file.tell()
@@ -220,24 +220,15 @@ class TarShardWriter:
         except BaseException:
             self._index.abort()
             raise
-        self._closed = True
+        self.closed = True
         tar = ShardInfo(self.path, self.num_records, size, self._hasher.intdigest())
         return TarShardInfo(tar, self._index.close())
 
     def abort(self) -> None:
         """Discard the tar and the index: remove their temporary files."""
-        if not self._closed:
+        if not self.closed:
             self._file.abort()
             self._index.abort()
-            self._closed = True
-
-    def __enter__(self) -> TarShardWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        elif not self._closed:
-            self.close()
+            self.closed = True
 
 
