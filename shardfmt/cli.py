@@ -161,11 +161,14 @@ def _parse_scale(value: str | None) -> Any:
               help="local: a process pool here; ray: one task per shard on the running Ray cluster (or a local one).")
 @click.option("--storage-options", "storage_options", default=None, metavar="JSON",
               help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.')
+@click.option("--allow-empty", is_flag=True, help="Write an empty dataset when SRC holds no image, instead of failing.")
+@click.option("--break-lock", is_flag=True,
+              help="Remove the lock object a crashed run left in an OUT given by URL (a local lock needs no breaking).")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
-                    engine: str, storage_options: str | None) -> None:
+                    engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool) -> None:
     from .convert.fields import convert_fields, needs_fields
     from .convert.run import convert
     from .storage import RemoteOptions
@@ -174,7 +177,7 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
     remote = RemoteOptions(storage_options=_parse_storage_options(storage_options))
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
-                                  engine=engine, remote=remote)
+                                  engine=engine, remote=remote, allow_empty=allow_empty, break_lock=break_lock)
     if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch):
         if shard_format == "tar":
             raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "

@@ -13,6 +13,7 @@ The hierarchy::
     ├── ShardNotFoundError (FileNotFoundError)     a shard named by the manifest is missing
     ├── DecodeError (ValueError)            an image payload cannot be decoded
     ├── ConvertError                        a conversion cannot start or continue
+    │   └── LockedError                     another run holds the output's lock
     ├── RemoteError (OSError)               a remote store failed, after retrying what was transient
     ├── RejectError (ValueError)            one input file cannot become a record (`.reason` says why)
     └── WorkerError (RuntimeError)          a loader worker raised or died
@@ -32,6 +33,7 @@ __all__ = [
     "DecodeError",
     "FormatError",
     "LimitError",
+    "LockedError",
     "ManifestError",
     "RejectError",
     "RemoteError",
@@ -127,6 +129,10 @@ class DecodeError(ShardfmtError, ValueError):
 
 class ConvertError(ShardfmtError):
     """A conversion cannot start or continue (output not empty, options changed on resume, ...)."""
+
+
+class LockedError(ConvertError):
+    """Another run holds the lock of the output: two runs never write one dataset."""
 
 
 class RemoteError(ShardfmtError, OSError):

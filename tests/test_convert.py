@@ -177,12 +177,24 @@ def test_non_empty_output_needs_resume_or_overwrite_and_overwrite_touches_only_o
         convert(imagefolder, tmp_path / "out3", quality=0)
 
 
-def test_empty_source_gives_an_empty_dataset(tmp_path: Path) -> None:
-    (tmp_path / "src").mkdir()
-    result = convert(tmp_path / "src", tmp_path / "out", workers=1)
+def test_an_empty_source_is_an_error_that_names_it_unless_allowed(tmp_path: Path) -> None:
+    (tmp_path / "src" / "cats").mkdir(parents=True)
+    (tmp_path / "src" / ".hidden.JPEG").write_bytes(b"x")
+    with pytest.raises(ConvertError, match=r"src: no image found: looked for image files in class sub-folders .*1 entries were set aside \(1 hidden\)") as caught:
+        convert(tmp_path / "src", tmp_path / "out", workers=1)
+    assert caught.value.path == str(tmp_path / "src")
+    assert not (tmp_path / "out").exists()  # the folder this run created is not left behind
+    result = convert(tmp_path / "src", tmp_path / "out", workers=1, allow_empty=True)
     assert result.num_records == 0 and result.manifest.shards == ()
     with open_dataset(tmp_path / "out") as dataset:
-        assert len(dataset) == 0
+        assert len(dataset) == 0 and dataset.classes == ["cats"]
+
+
+def test_an_empty_listing_is_an_error_too(tmp_path: Path) -> None:
+    listing = tmp_path / "list.csv"
+    listing.write_text("path,label\n")
+    with pytest.raises(ConvertError, match="no image found: looked for rows of path,label in the listing"):
+        convert(listing, tmp_path / "out", workers=1)
 
 
 def test_unreadable_file_is_rejected_with_the_os_error(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from .pipeline import ConvertResult, run_conversion
 from .pixels import IMAGE_KINDS
 from .plan import from_field_scan
 from .records import builder_for
-from .run import check_not_inside, check_options, resolve_workers
+from .run import check_not_inside, check_options, nothing_found, resolve_workers
 
 __all__ = ["convert_fields", "needs_fields"]
 
@@ -79,6 +80,8 @@ def convert_fields(
     progress: bool = False,
     engine: str = "local",
     remote: RemoteOptions | None = None,
+    allow_empty: bool = False,
+    break_lock: bool = False,
 ) -> ConvertResult:
     """Convert records of several fields, or images stored as pixels (see the module docstring).
 
@@ -93,8 +96,8 @@ def convert_fields(
         patch: resize every first image so its shorter side is `patch` and keep the centered
             square (the others by their scale).
         max_side: shrink first images whose longer side exceeds this (the others by their scale).
-        quality, shard_size, workers, resume, overwrite, strict, progress, engine, remote: as
-            for `convert`.
+        quality, shard_size, workers, resume, overwrite, strict, progress, engine, remote,
+            allow_empty, break_lock: as for `convert`.
 
     Returns:
         A `ConvertResult`.
@@ -122,9 +125,20 @@ def convert_fields(
                 path=name.partition("?")[0],
             )
     check_not_inside(names, os.fspath(out))
-    output = Output.open(out, remote=remote, resume=resume, overwrite=overwrite)
+    with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
+        return _convert_into(output, names, fields=fields, store=store, scale=scale, patch=patch, max_side=max_side, quality=quality,
+                             shard_size=shard_size, workers=workers, strict=strict, progress=progress, engine=engine, remote=remote,
+                             allow_empty=allow_empty, started=started)
+
+
+def _convert_into(output: Output, names: list[str], *, fields: Declared, store: str, scale: Any, patch: int | None,
+                  max_side: int | None, quality: int, shard_size: int, workers: int | None, strict: bool, progress: bool,
+                  engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
     declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
     scan = scan_fields([Path(name) for name in names], declared=declared, store=store)
+    if not scan.inputs and not allow_empty:
+        reasons = Counter(r.reason for r in scan.rejects)
+        raise ConvertError(nothing_found(scan.kind, len(scan.rejects), reasons), path=names[0] if len(names) == 1 else ', '.join(names))
     images = [column for column in scan.columns if column.is_image]
     scales = _scales(scale, len(images))
     if None in scales and (patch is not None or max_side is not None):

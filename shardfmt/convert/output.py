@@ -31,6 +31,7 @@ from ..format.manifest import MANIFEST_NAME, Manifest
 from ..format.writer import shard_name
 from ..storage import LocalStore, RemoteOptions, Store, open_store
 from ..storage.atomic import fsync_directory
+from ..storage.lock import LOCK_NAME, StoreLock
 from ..storage.urls import is_url, local_path
 
 __all__ = ["PLAN_NAME", "REJECTS_NAME", "WORK_DIR", "Output", "shard_file_name"]
@@ -66,19 +67,25 @@ class Output:
         has_plan: the output holds the plan of an interrupted conversion.
     """
 
-    def __init__(self, store: Store, location: Path | str, *, has_plan: bool) -> None:
+    def __init__(self, store: Store, location: Path | str, *, has_plan: bool, lock: StoreLock | None = None, created: bool = False) -> None:
         self.store = store
         self.location = location
         self.has_plan = has_plan
         self._local = store.path if isinstance(store, LocalStore) else None
         self._staging: Path | None = None
+        self._lock = lock
+        self._created = created
 
     @classmethod
-    def open(cls, out: str | os.PathLike[str], *, remote: RemoteOptions | None, resume: bool, overwrite: bool) -> Output:
-        """Open `out` (a folder, created if missing, or a URL) and make sure it may be written:
-        empty, holding an interrupted conversion to resume, or cleared of shardfmt's files.
+    def open(
+        cls, out: str | os.PathLike[str], *, remote: RemoteOptions | None, resume: bool, overwrite: bool, break_lock: bool = False
+    ) -> Output:
+        """Open `out` (a folder, created if missing, or a URL), take its lock (`storage.lock`) and
+        make sure it may be written: empty, holding an interrupted conversion to resume, or
+        cleared of shardfmt's files. `close()` gives the lock back.
 
         Raises:
+            LockedError: another run holds the output's lock.
             ConvertError: `out` is not a folder, cannot be written (plain HTTP), or holds
                 something that forbids writing there.
         """
@@ -92,17 +99,23 @@ class Output:
             path = Path(local_path(text))
             if path.exists() and not path.is_dir():
                 raise ConvertError("the output exists and is not a folder", path=path)
+            created = not path.exists()
             path.mkdir(parents=True, exist_ok=True)
             store, location = LocalStore(path), path
-        output = cls(store, location, has_plan=False)
-        output._prepare(resume=resume, overwrite=overwrite)
+        lock = StoreLock(store, purpose="converting into this output", break_lock=break_lock)
+        output = cls(store, location, has_plan=False, lock=lock, created=not is_url(text) and created)
+        try:
+            output._prepare(resume=resume, overwrite=overwrite)
+        except BaseException:
+            output.close()
+            raise
         return output
 
     def _entries(self) -> tuple[list[str], dict[str, dict[str, object]]]:
         """The output's top-level names, and every file under it."""
-        keys = self.store.list()
+        keys = {key: info for key, info in self.store.list().items() if key != LOCK_NAME}
         if self._local is not None:
-            return sorted(os.listdir(self._local)), keys
+            return sorted(name for name in os.listdir(self._local) if name != LOCK_NAME), keys
         return sorted({key.split("/", 1)[0] for key in keys}), keys
 
     def _prepare(self, *, resume: bool, overwrite: bool) -> None:
@@ -218,12 +231,29 @@ class Output:
             self.store.put_file(name, os.fspath(staged))
             staged.unlink()
 
-    def close(self) -> None:
+    def drop_staging(self) -> None:
         """Remove the staging folder, if any."""
         if self._staging is not None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(self._staging)
             self._staging = None
+
+    def close(self) -> None:
+        """Remove the staging folder, give the lock back, and remove the output folder if this
+        run created it and left nothing in it."""
+        self.drop_staging()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        if self._created and self._local is not None:
+            with contextlib.suppress(OSError):
+                self._local.rmdir()  # only when empty
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- the commit point ---------------------------------------------------------------------
 

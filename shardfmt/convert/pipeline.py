@@ -18,6 +18,7 @@ A conversion killed at any moment is finished by running it again with ``resume`
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections import Counter
@@ -123,12 +124,21 @@ def run_conversion(
                 mine = chunks[position : position + count]
                 position += count
                 sidecars[index] = _write_shard(plan, output, index, mine, results, bar)
+        except OSError as err:
+            if err.errno == errno.ENOSPC:
+                raise _disk_full(output, err) from err
+            raise
         finally:
             results.close()  # type: ignore[attr-defined]
-            output.close()
+            output.drop_staging()
     done = [s for s in sidecars if s is not None]
     manifest, rejects, report = build_outputs(plan, done)
-    output.finish(manifest, report)
+    try:
+        output.finish(manifest, report)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise _disk_full(output, err) from err
+        raise
     if strict and rejects:
         first = rejects[0]
         where = join_url(plan.root, first["path"]) if is_url(plan.root) else Path(plan.root) / first["path"]
@@ -267,10 +277,22 @@ def _write_shard(
         return sink.close(stop - start)
     except WorkerError:
         raise
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise
+        raise WorkerError(f"input {current}: {type(err).__name__}: {err}", path=output.describe(sink.name)) from err
     except Exception as err:
         raise WorkerError(f"input {current}: {type(err).__name__}: {err}", path=output.describe(sink.name)) from err
     finally:
         sink.abort()
+
+
+def _disk_full(output: Output, err: OSError) -> ConvertError:
+    return ConvertError(
+        "no space left on the device of the output; nothing unfinished was kept under a final name: "
+        "free some space, then run the same command with --resume to keep the finished shards and do the rest",
+        path=output.location,
+    )
 
 
 def _describe(record: PlannedRecord) -> str:

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from ..errors import ConvertError
@@ -88,7 +89,7 @@ from .records import builder_for
 from .scan import SourceScan, scan_source
 from .scan_remote import TARS_BY_URL, scan_remote_source
 
-__all__ = ["ConvertResult", "check_options", "convert", "resolve_workers", "source_name"]
+__all__ = ["ConvertResult", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers", "source_name"]
 
 
 def convert(
@@ -106,6 +107,8 @@ def convert(
     shard_format: str = "binary",
     engine: str = "local",
     remote: RemoteOptions | None = None,
+    allow_empty: bool = False,
+    break_lock: bool = False,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
@@ -131,15 +134,21 @@ def convert(
         engine: "local" (default): a process pool on this machine; "ray": Ray tasks on the
             running Ray cluster (or a local Ray instance). The bytes written are the same.
         remote: credentials and retries for a `src` or `out` given by URL.
+        allow_empty: write an empty dataset when the source holds no input, rather than
+            raising (a wrong path would otherwise silently give nothing).
+        break_lock: first remove the lock object a crashed run left in an output given by URL
+            (a local lock dies with its process and never needs this).
 
     Returns:
         A `ConvertResult`.
 
     Raises:
         ValueError: an option is out of range.
-        ConvertError: the source is unusable, `out` is not empty (and neither `resume` nor
-            `overwrite` was given), the inputs or options changed since the interrupted run,
-            or `strict` is set and an input was rejected.
+        LockedError: another run is converting into `out`.
+        ConvertError: the source is unusable or holds no input (without `allow_empty`), `out`
+            is not empty (and neither `resume` nor `overwrite` was given), the inputs or
+            options changed since the interrupted run, `strict` is set and an input was
+            rejected, or the output's device is full (resume once there is space).
         WorkerError: a failure other than a bad input, naming the shard and the input; or a
             worker process died.
         OSError: the output cannot be written.
@@ -150,14 +159,34 @@ def convert(
         raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
     src, out = os.fspath(src), os.fspath(out)
     check_not_inside([src], out)
-    output = Output.open(out, remote=remote, resume=resume, overwrite=overwrite)
-    scan, root = _scan(src, remote)
-    options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-    plan = from_scan(scan, source=source_name(src, remote), root=root, options=options, shard_format=shard_format)
-    return run_conversion(
-        plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
-        progress=progress, strict=strict, started=started,
-    )
+    with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
+        scan, root = _scan(src, remote)
+        if not scan.inputs and not allow_empty:
+            raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=src)
+        options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
+        plan = from_scan(scan, source=source_name(src, remote), root=root, options=options, shard_format=shard_format)
+        return run_conversion(
+            plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
+            progress=progress, strict=strict, started=started,
+        )
+
+
+_LOOKED_FOR = {
+    "imagefolder": "image files in class sub-folders (SRC/CLASS/IMAGE, as torchvision's ImageFolder)",
+    "csv": "rows of path,label in the listing",
+    "jsonl": "lines of {\"path\": ..., \"label\": ...} in the listing",
+    "webdataset": "samples with a .jpg or .jpeg member in the tars",
+}
+
+
+def nothing_found(kind: str, num_rejects: int, reasons: Counter[str]) -> str:
+    """The message of a source that holds no input: what was looked for, what was set aside."""
+    looked = _LOOKED_FOR.get(kind, "inputs")
+    aside = ""
+    if num_rejects:
+        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+        aside = f"; {num_rejects} entries were set aside ({counts})"
+    return f"no image found: looked for {looked}{aside}; check the path, or pass --allow-empty to write an empty dataset"
 
 
 def check_options(
