@@ -4,7 +4,7 @@ images stored as raw pixels, converted with the guarantees of `convert`.
 The sources (`fieldscan.scan_fields` has the details): an ImageFolder tree or ``path,label``
 listing whose images are stored in another kind (``store="raw"``: decoded RGB pixels); several
 parallel folders matched by file name (``LR/ HR/``); or a listing with several columns
-(``image,mask,label,weight``). Each image column is stored in a kind (`pixels.IMAGE_KINDS`:
+(``image,mask,label,weight``). Each image column is stored in a kind (`images.IMAGE_KINDS`:
 jpeg, raw, gray, rgba, mask), each value column as int64, float64, str or a label.
 
 Image columns after the first have a stated ``scale`` relative to it (1 by default: the same
@@ -33,8 +33,7 @@ from ..storage import RemoteOptions
 from ..storage.urls import is_url
 from .fieldscan import FieldScan, listing_columns, scan_fields
 from .fieldtask import FieldTask, run_field_task
-from .normalise import DEFAULT_QUALITY
-from .pixels import IMAGE_KINDS
+from .images import DEFAULT_QUALITY, IMAGE_KINDS
 from .run import ConvertResult, check_options, plan_shards, prepare_output, run_plan
 
 __all__ = ["convert_fields", "needs_fields"]

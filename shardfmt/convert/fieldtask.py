@@ -4,7 +4,7 @@ As `task.run_shard_task` does for single images, with the same sidecar and crash
 per record: read each image file, read the sizes from the headers and check them against the
 stated scales (a high-resolution partner must be exactly `scale` times the reference on each
 side, else the record is rejected as "size-mismatch"), reshape every image alike (`Geometry`,
-scaled per field), store each in its kind (`pixels.store_image`), and write the record. A
+scaled per field), store each in its kind (`images.store_image`), and write the record. A
 reject of any file rejects the record; its detail names the field and the file.
 """
 
@@ -20,8 +20,13 @@ from ..format.schema import Schema
 from ..format.writer import ShardWriter, shard_name
 from ..storage import RemoteOptions
 from .destination import destination_for
-from .normalise import REENCODE_REASONS
-from .pixels import IMAGE_KINDS, plan_geometry, store_image, upright_size
+from .images import (
+    IMAGE_KINDS,
+    REENCODE_REASONS,
+    plan_geometry,
+    store_image,
+    upright_size,
+)
 from .scan import display_path
 from .task import finished_sidecar, read_input, read_member, shard_sidecar
 

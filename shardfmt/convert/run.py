@@ -96,7 +96,7 @@ from ..format.writer import DEFAULT_SHARD_SIZE
 from ..storage import RemoteOptions
 from ..storage.atomic import atomic_write_bytes, fsync_directory
 from ..storage.urls import is_url
-from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
+from .images import DEFAULT_QUALITY, REENCODE_REASONS
 from .scan import SourceScan, display_path, scan_source
 from .task import WORK_DIR, ShardTask, run_shard_task, shard_file_name
 

@@ -2,7 +2,7 @@
 
 A task reads each input with one `os.read` (a sample of a tar: its image member with one
 `os.pread`, nothing extracted; an input in a store: one GET), normalises it
-(`normalise.normalise_image`), and writes the records with `ShardWriter`, or `tar.TarShardWriter`
+(`images.normalise_image`), and writes the records with `ShardWriter`, or `tar.TarShardWriter`
 for tar shards (temporary name, fsync, rename). Only then does it write its sidecar,
 ``.shardfmt-work/shard-NNNNN.json``, atomically: record count, size, checksum, rejects and
 statistics. A shard counts as done only when its sidecar exists and the files agree with it, so a
@@ -35,7 +35,7 @@ from ..storage.urls import is_url
 from ..tar.keys import display_key, tar_key
 from ..tar.writer import TarShardInfo, TarShardWriter
 from .destination import WORK_DIR, Destination, destination_for
-from .normalise import REENCODE_REASONS, normalise_image
+from .images import REENCODE_REASONS, normalise_image
 from .scan import describe_os_error, display_path, record_key
 
 __all__ = [
