@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from ._version import __version__
-from .convert.normalise import DEFAULT_QUALITY, MAX_PIXELS
+from .convert.images import DEFAULT_QUALITY, MAX_PIXELS
 from .errors import ConvertError, ShardfmtError
 from .format.writer import DEFAULT_SHARD_SIZE
 

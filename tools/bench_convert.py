@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import webdataset  # noqa: E402
 
 from shardfmt._sample import make_imagefolder  # noqa: E402
-from shardfmt.convert.normalise import normalise_image  # noqa: E402
+from shardfmt.convert.images import normalise_image  # noqa: E402
 from shardfmt.convert.run import convert  # noqa: E402
 from shardfmt.convert.scan import scan_source  # noqa: E402
 from shardfmt.storage.atomic import fsync_directory  # noqa: E402

@@ -4,7 +4,7 @@ images stored as raw pixels, converted with the guarantees of `convert`.
 The sources (`fieldscan.scan_fields` has the details): an ImageFolder tree or ``path,label``
 listing whose images are stored in another kind (``store="raw"``: decoded RGB pixels); several
 parallel folders matched by file name (``LR/ HR/``); or a listing with several columns
-(``image,mask,label,weight``). Each image column is stored in a kind (`pixels.IMAGE_KINDS`:
+(``image,mask,label,weight``). Each image column is stored in a kind (`images.IMAGE_KINDS`:
 jpeg, raw, gray, rgba, mask), each value column as int64, float64, str or a label.
 
 Image columns after the first have a stated ``scale`` relative to it (1 by default: the same
@@ -34,10 +34,9 @@ from ..format.writer import DEFAULT_SHARD_SIZE
 from ..storage import RemoteOptions
 from ..storage.urls import is_url
 from .fieldscan import listing_columns, scan_fields
-from .normalise import DEFAULT_QUALITY
+from .images import DEFAULT_QUALITY, IMAGE_KINDS
 from .output import Output
 from .pipeline import ConvertResult, run_conversion
-from .pixels import IMAGE_KINDS
 from .plan import from_field_scan
 from .records import builder_for
 from .run import check_not_inside, check_options, nothing_found, resolve_workers

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import ConvertError
-from .pixels import IMAGE_KINDS
+from .images import IMAGE_KINDS
 from .scan import (
     LISTING_SUFFIXES,
     ScanReject,

@@ -39,7 +39,7 @@ from ..storage.urls import is_url, join_url
 from ..tar.keys import display_key, tar_key
 from ..tar.writer import TarShardInfo, TarShardWriter
 from .engine import WorkerDied, imap_ordered
-from .normalise import REENCODE_REASONS
+from .images import REENCODE_REASONS
 from .output import REJECTS_NAME, Output, shard_file_name
 from .plan import ConversionPlan, PlannedRecord, compare_plans
 from .records import Builder, Built, Chunk, build_chunk

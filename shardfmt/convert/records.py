@@ -20,8 +20,13 @@ from ..format.layout import MAX_FIELD_SIZE
 from ..storage import RemoteOptions, Store, open_store
 from ..storage.urls import is_url
 from ..tar.keys import tar_key
-from .normalise import normalise_image
-from .pixels import IMAGE_KINDS, plan_geometry, store_image, upright_size
+from .images import (
+    IMAGE_KINDS,
+    normalise_image,
+    plan_geometry,
+    store_image,
+    upright_size,
+)
 from .plan import ConversionPlan, InputFile, PlannedRecord
 from .scan import describe_os_error, display_path
 

@@ -81,7 +81,7 @@ from ..format.writer import DEFAULT_SHARD_SIZE
 from ..storage import RemoteOptions, open_store
 from ..storage.urls import is_url
 from .engine import ENGINES
-from .normalise import DEFAULT_QUALITY
+from .images import DEFAULT_QUALITY
 from .output import Output
 from .pipeline import ConvertResult, run_conversion
 from .plan import from_scan
