@@ -16,7 +16,7 @@ from ..errors import (
     ManifestError,
 )
 from ..format.manifest import ShardEntry
-from ..format.reader import Record, ShardReader
+from ..format.reader import Record, ShardReader, ShardReaderBase
 from ..storage import LocalStore, RemoteOptions
 from ..storage.urls import is_url
 from ..tar.reader import TarShardReader
@@ -31,7 +31,7 @@ class DatasetReader:
 
     Shards are opened lazily, on the first access to one of their records, and each is checked
     against the manifest's size on open. Binary shards are read by `ShardReader`, tar shards
-    (``shard_format: "tar"``) by `tarreader.TarShardReader` through their member index; both
+    (``shard_format: "tar"``) by `tar.reader.TarShardReader` through their member index; both
     offer the same record table. Use `open_dataset` to make one.
 
     A dataset given by URL is read through `location` (range reads or the shard cache of
@@ -67,14 +67,14 @@ class DatasetReader:
         self.classes = self.manifest.classes
         counts = [shard.num_records for shard in self.manifest.shards]
         self.cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._readers: dict[int, Any] = {}
+        self._readers: dict[int, ShardReaderBase] = {}
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def shard(self, shard_index: int) -> Any:
+    def shard(self, shard_index: int) -> ShardReaderBase:
         """Open (once) and return shard number `shard_index`, checked against the manifest: a
-        `ShardReader`, or a `tarreader.TarShardReader` for a tar shard."""
+        `ShardReader`, or a `tar.reader.TarShardReader` for a tar shard."""
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
@@ -94,15 +94,13 @@ class DatasetReader:
             self._readers[shard_index] = reader
         return reader
 
-    def _open_remote(self, entry: ShardEntry) -> Any:
+    def _open_remote(self, entry: ShardEntry) -> ShardReaderBase:
         """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
         table and footer), a tar shard with one GET of its member index and none of the tar."""
         source = self.location.open_shard(entry, self.schema)
         try:
             if entry.index is None:
                 return ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
-            from ..tar.reader import TarShardReader
-
             index = self.location.open_index(entry)
             return TarShardReader(
                 source.path, index=index.path, verify=self.verify, expected_size=entry.size,
@@ -156,7 +154,7 @@ class DatasetReader:
         self.close()
 
 
-def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> ShardReaderBase:
     """Open the shard a manifest entry names, checked against the entry's sizes.
 
     Args:
@@ -166,7 +164,7 @@ def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root
         index_root: the folder a tar shard's index path is relative to (default `root`).
 
     Returns:
-        A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+        A `ShardReader`, or a `tar.reader.TarShardReader` for an entry with an index.
     """
     if entry.index is None:
         return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..format.layout import IMAGE_TYPES, column_name
+from ..format.layout import column_name
 from ..format.manifest import Manifest, find_manifest
 from .reader import open_shard
 
@@ -59,7 +59,7 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
     """
     manifest = Manifest.load(path)
     root = find_manifest(path).parent
-    image = next((f.name for f in manifest.schema.fields if f.type in IMAGE_TYPES), None)
+    image = next((f.name for f in manifest.schema.fields if f.kind.is_image), None)
     columns: dict[str, list[np.ndarray[Any, Any]]] = {"height": [], "width": [], "channels": [], "label": []}
     for entry in manifest.shards:
         with open_shard(root, entry, verify=False) as reader:
