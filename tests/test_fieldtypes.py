@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, SchemaError, ShardReader, ShardWriter, TarShardReader, TarShardWriter
+from shardfmt import (
+    IMAGE_CLASSIFICATION,
+    SchemaError,
+    ShardReader,
+    ShardWriter,
+    TarShardReader,
+    TarShardWriter,
+)
 from shardfmt.format.fieldtypes import FIELD_TYPES, IMAGE_TYPES, JpegType
 from shardfmt.format.jpeg import read_jpeg_info
 from shardfmt.format.reader import ShardReaderBase
