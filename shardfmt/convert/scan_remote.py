@@ -19,7 +19,7 @@ import xxhash
 
 from ..errors import ConvertError
 from ..storage import RemoteOptions, Store, open_store
-from ..storage.urls import split_manifest_url
+from ..dataset.locate import split_manifest_url
 from .scan import (
     LISTING_SUFFIXES,
     ScanReject,

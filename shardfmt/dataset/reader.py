@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -18,7 +17,6 @@ from ..errors import (
 from ..format.manifest import ShardEntry
 from ..format.reader import Record, ShardReader, ShardReaderBase
 from ..storage import LocalStore, RemoteOptions
-from ..storage.urls import is_url
 from ..tar.reader import TarShardReader
 from .locate import DatasetLocation, locate_dataset
 from .tars import open_tars, tar_sources
@@ -39,7 +37,7 @@ class DatasetReader:
     directly.
 
     Attributes:
-        location: where the manifest and shards live, and how shards open (`storage.DatasetLocation`).
+        location: where the manifest and shards live, and how shards open (`locate.DatasetLocation`).
         root: the directory shard paths are relative to (for a URL: the URL, without credentials).
         index_root: the directory index paths of tar shards are relative to: `root`, except for
             tars opened directly, whose indexes live in a cache (see `open_dataset`).
@@ -52,7 +50,7 @@ class DatasetReader:
         verify: bool = True,
         remote: RemoteOptions | None = None,
     ) -> None:
-        tars = None if _is_dataset_url(path) else tar_sources(path)
+        tars = tar_sources(path)
         if tars is None:
             self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
             self.manifest = self.location.load_manifest()
@@ -178,20 +176,6 @@ def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root
     )
 
 
-def _is_dataset_url(path: Any) -> bool:
-    """True for a dataset given by URL; a URL naming tars (``.tar``, braces) is refused here, since
-    tars opened directly are indexed and memory-mapped locally."""
-    if not isinstance(path, (str, os.PathLike)) or not is_url(os.fspath(path)):
-        return False
-    base = os.fspath(path).partition("?")[0]
-    if base.endswith(".tar") or "{" in base:
-        raise ValueError(
-            f"{base[:80]!r}: only local tars can be opened directly (they are indexed and memory-mapped here); "
-            "index them into a dataset (shardfmt index), put it in the store and open the dataset's URL"
-        )
-    return True
-
-
 def open_dataset(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True, remote: RemoteOptions | None = None
 ) -> DatasetReader:
@@ -203,9 +187,9 @@ def open_dataset(
             (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...), binary or tar
             shards; or local tars: a path ending in ``.tar``, a pattern with braces
             (``shards-{000..099}.tar``), or a list of those. Tars opened directly are indexed on
-            first open into a cache, and found there afterwards (see `tarindex.open_tars` for
+            first open into a cache, and found there afterwards (see `tars.open_tars` for
             where); a directory without manifest.json is never a dataset, even one full of tars
-            (index it with `tarindex.index_tars`).
+            (index it with `tars.index_tars`).
         verify: check each record's checksum when its payload is read.
         remote: for a URL, how to read it: range reads (default) or a local shard cache,
             credentials, retries (see `RemoteOptions`).

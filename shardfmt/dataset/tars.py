@@ -25,6 +25,7 @@ from ..format.schema import IMAGE_CLASSIFICATION
 from ..storage.atomic import atomic_write_bytes
 from ..tar.index import TarIndexInfo, index_tar
 from ..tar.keys import INDEX_SUFFIX, display_key
+from .locate import Location, classify_location
 
 __all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "find_tars", "index_tars", "open_tars", "tar_sources"]
 
@@ -89,33 +90,36 @@ def _choices(inner: str) -> list[str] | None:
 def tar_sources(path: Any) -> list[Path] | None:
     """Return the tars `path` names when it names tars rather than a dataset, else None.
 
-    Tars are: a list or tuple (each item a path or brace pattern), or one path or pattern that
-    is not a directory and ends in ``.tar``. ``file://`` is stripped; other URL schemes are
-    refused (tars are memory-mapped, so they must be local).
+    Tars are: a list or tuple (each item a path or brace pattern), or one location that
+    `classify_location` finds to be tars (a path or pattern ending in ``.tar`` that is not a
+    folder). ``file://`` is stripped; tars by URL are refused (tars opened directly are indexed
+    and memory-mapped, so they must be local).
 
     Raises:
-        ValueError: a URL that is not local, or a list that expands to nothing.
+        ValueError: tars named by URL, or a list that expands to nothing.
     """
     if isinstance(path, (list, tuple)):
-        items = [os.fspath(item) for item in path]
+        items = [_local(item) for item in path]
     else:
-        text = os.fspath(path)
-        if not isinstance(text, str) or os.path.isdir(text) or not _local(text).endswith(".tar"):
+        location = classify_location(path)
+        if not location.is_tars:
             return None
-        items = [text]
-    tars = [Path(name) for item in items for name in expand_braces(_local(item))]
+        items = [_local(location)]
+    tars = [Path(name) for item in items for name in expand_braces(item)]
     if not tars:
         raise ValueError("no tars given")
     return tars
 
 
-def _local(text: str) -> str:
-    """Return a local path: ``file://`` stripped; a URL (``scheme://``, webdataset's ``pipe:``) refused."""
-    if text.startswith("file://"):
-        return text[len("file://") :]
-    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) or text.startswith("pipe:"):
-        raise ValueError(f"{text[:80]!r}: only local tars can be opened (they are memory-mapped)")
-    return text
+def _local(item: str | os.PathLike[str] | Location) -> str:
+    """Return the local path or pattern of a location; refuse one that is remote."""
+    location = item if isinstance(item, Location) else classify_location(item)
+    if location.path is None:
+        raise ValueError(
+            f"{location.text[:80]!r}: only local tars can be opened directly (they are indexed and memory-mapped here); "
+            "index them into a dataset (shardfmt index), put it in the store and open the dataset's URL"
+        )
+    return location.path
 
 
 def find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -129,7 +133,7 @@ def find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     sources = list(sources)
     found: dict[str, Path] = {}
     for source in sources:
-        text = _local(os.fspath(source))
+        text = _local(source)
         if os.path.isdir(text):
             root = Path(text)
             below = sorted(

@@ -19,9 +19,10 @@ import numpy as np
 
 from ..checksum import checksum, format_checksum
 from ..errors import ChecksumError, FormatError, ManifestError, ShardfmtError
-from ..format.manifest import Manifest, ShardEntry, find_manifest
+from ..format.manifest import Manifest, ShardEntry
 from ..format.reader import ShardReaderBase
 from ..tar.reader import TarShardReader
+from .locate import classify_location
 from .reader import open_shard
 
 __all__ = ["VerifyReport", "verify_dataset"]
@@ -67,8 +68,9 @@ def verify_dataset(path: str | os.PathLike[str], *, quick: bool = False) -> Veri
         ManifestError, UnsupportedVersionError: the manifest itself is invalid, so nothing can
             be checked against it.
     """
-    manifest = Manifest.load(path)
-    root = find_manifest(path).parent
+    manifest_path = classify_location(path).manifest_path()
+    manifest = Manifest.load(manifest_path)
+    root = manifest_path.parent
     problems: list[ShardfmtError] = []
     hashed = 0
     for entry in manifest.shards:
