@@ -18,12 +18,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ..checksum import format_checksum, parse_checksum
-from ..errors import ConvertError
+from ..checksum import checksum, format_checksum, parse_checksum
+from ..errors import ConvertError, ShardNotFoundError
 from ..format.manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
 from ..format.schema import IMAGE_CLASSIFICATION
+from ..format.writer import ShardInfo
 from ..storage.atomic import atomic_write_bytes
-from ..tar.index import TarIndexInfo, index_tar
+from ..tar.index import TarIndexInfo, TarReject, index_tar
 from ..tar.keys import INDEX_SUFFIX, display_key
 from .locate import Location, classify_location
 
@@ -254,8 +255,6 @@ def cache_dirs(root: Path) -> tuple[Path, Path]:
     """Return the two cache folders for tars below `root`, in the order they are tried: the
     ``.shardfmt-index`` folder in `root`, and ``$XDG_CACHE_HOME/shardfmt/tar-index/HASH`` (default
     ``~/.cache``) where HASH is the XXH3-64 of `root`'s absolute path."""
-    from ..checksum import checksum
-
     user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = f"{checksum(os.fsencode(os.path.abspath(root))):016x}"
     return root / CACHE_NAME, user / "shardfmt" / "tar-index" / digest
@@ -268,9 +267,6 @@ def _stamp(path: Path) -> dict[str, int]:
 
 def _load_entry(cache: Path, relative: str, stamp: dict[str, int]) -> TarIndexInfo | None:
     """Return the cached index of a tar if it is there and the tar has not changed, else None."""
-    from ..format.writer import ShardInfo
-    from ..tar.index import TarReject
-
     try:
         value = json.loads((cache / (relative + ".json")).read_bytes())
         if value.get("version") != _CACHE_VERSION or value.get("source") != stamp:
@@ -324,8 +320,6 @@ def open_tars(tars: Sequence[Path]) -> tuple[Manifest, Path, Path]:
         FormatError, LimitError: a tar is malformed.
         OSError: no cache folder can be written.
     """
-    from ..errors import ShardNotFoundError
-
     root = _common_root(tars)
     caches = cache_dirs(root)
     stamps, relatives = [], []
