@@ -41,7 +41,6 @@ __all__ = [
     "LocationKind",
     "classify_location",
     "locate_dataset",
-    "shard_windows",
     "split_manifest_url",
 ]
 
@@ -169,7 +168,7 @@ def _names_manifest(name: str) -> bool:
     return name.endswith(".json")
 
 
-def shard_windows(entry: ShardEntry, schema: Schema) -> tuple[tuple[int, int], ...]:
+def _shard_windows(entry: ShardEntry, schema: Schema) -> tuple[tuple[int, int], ...]:
     """The two ranges that validating a shard reads: its header, and its table with the footer.
 
     The header is 64 bytes plus the canonical schema, padded to the default alignment; a shard
@@ -227,7 +226,7 @@ class DatasetLocation:
         tar shard, the tar: no read on open (its table comes from the member index)."""
         if not self.is_remote:
             return LocalFile(self.store.describe(entry.path))
-        windows = shard_windows(entry, schema) if entry.index is None else ()
+        windows = _shard_windows(entry, schema) if entry.index is None else ()
         if self.cache is not None:
             return CachedFile(self.store, entry.path, size=entry.size, checksum=entry.checksum, cache=self.cache, namespace=self.namespace, windows=windows)
         return self.store.open(entry.path, size=entry.size, windows=windows)

@@ -28,7 +28,7 @@ from ..tar.index import TarIndexInfo, TarReject, index_tar
 from ..tar.keys import INDEX_SUFFIX, display_key
 from .locate import Location, classify_location
 
-__all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "find_tars", "index_tars", "open_tars", "tar_sources"]
+__all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "index_tars", "open_tars", "tar_sources"]
 
 CACHE_NAME: Final = ".shardfmt-index"
 """The cache folder beside tars that are opened directly."""
@@ -123,7 +123,7 @@ def _local(item: str | os.PathLike[str] | Location) -> str:
     return location.path
 
 
-def find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def _find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Return the tars that `sources` name, each once, in order: a directory gives every
     ``*.tar`` below it (hidden files and folders skipped) sorted by relative path; a file or
     brace pattern gives itself.
@@ -185,7 +185,7 @@ def index_tars(
             no name in `classes`.
         FormatError, LimitError, ShardNotFoundError: a tar is malformed or missing.
     """
-    tars = find_tars(sources)
+    tars = _find_tars(sources)
     root = Path(out) if out is not None else _common_root(tars)
     root.mkdir(parents=True, exist_ok=True)
     root = Path(os.path.abspath(root))
