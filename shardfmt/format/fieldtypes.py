@@ -163,6 +163,15 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _byte_string(value: Any, where: str) -> memoryview:
+    """Return a bytes-like `value` as a flat view, within the field size limit."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise SchemaError(f"{where} needs bytes, got {_type_name(value)}")
+    data = memoryview(value).cast("B")
+    _bounded(data, where)
+    return data
+
+
 class Int64Type(FieldType):
     """A signed 64-bit integer, stored in the table."""
 
@@ -202,9 +211,7 @@ class BytesType(FieldType):
     columns = _SPAN
 
     def encode(self, field: FieldLike, value: Any, where: str) -> Encoded:
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise SchemaError(f"{where} needs bytes, got {_type_name(value)}")
-        return _bounded(memoryview(value).cast("B"), where), ()
+        return _byte_string(value, where), ()
 
     def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
         return data
@@ -288,10 +295,7 @@ class JpegType(_ImageType):
         return None
 
     def encode(self, field: FieldLike, value: Any, where: str) -> tuple[memoryview, tuple[int, int, int, int]]:
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise SchemaError(f"{where} needs bytes, got {_type_name(value)}")
-        data = memoryview(value).cast("B")
-        _bounded(data, where)
+        data = _byte_string(value, where)
         try:
             info = read_jpeg_info(data)
         except ValueError as err:
