@@ -84,10 +84,9 @@ class FieldType:
     takes_parameters: ClassVar[bool] = False
     """True for types whose schema entry carries "dtype" and "shape"."""
 
-    @property
-    def is_variable(self) -> bool:
+    def __init__(self) -> None:
+        self.is_variable = self.columns[:2] == _SPAN
         """True if values live in the payload region (the columns start with offset, size)."""
-        return self.columns[:2] == _SPAN
 
     # -- the schema entry --------------------------------------------------------------------
 
@@ -143,9 +142,9 @@ class FieldType:
         """Check the rules of this type on the columns of `field` in every row of `table`; the
         reader has already checked the span (offset, size) of a variable-size field."""
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
-        """Return the value of `field` from its table row and its payload `data` (verified;
-        empty for a fixed-size type).
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
+        """Return the value of `field` in record `index` from the record `table` and the
+        record's payload `data` (verified; empty for a fixed-size type).
 
         Raises:
             InvalidValue: the stored bytes are not a value of this type.
@@ -185,8 +184,8 @@ class Int64Type(FieldType):
             raise SchemaError(f"{where} value {value} does not fit in int64")
         return None, (int(value),)
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> int:
-        return int(row[field.name])
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> int:
+        return int(table[index][field.name])
 
 
 class Float64Type(FieldType):
@@ -200,8 +199,8 @@ class Float64Type(FieldType):
             raise SchemaError(f"{where} needs a float, got {_type_name(value)}")
         return None, (float(value),)
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> float:
-        return float(row[field.name])
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> float:
+        return float(table[index][field.name])
 
 
 class BytesType(FieldType):
@@ -213,7 +212,7 @@ class BytesType(FieldType):
     def encode(self, field: FieldLike, value: Any, where: str) -> Encoded:
         return _byte_string(value, where), ()
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
         return data
 
 
@@ -232,7 +231,7 @@ class StrType(FieldType):
             raise SchemaError(f"{where} is not encodable as UTF-8: {err}") from err
         return _bounded(data, where), ()
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> str:
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> str:
         try:
             return bytes(data).decode("utf-8")
         except UnicodeDecodeError as err:
@@ -252,7 +251,7 @@ class JsonType(FieldType):
             raise SchemaError(f"{where} is not JSON-serialisable: {err}") from err
         return _bounded(data, where), ()
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
         try:
             return json.loads(bytes(data).decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as err:
@@ -305,7 +304,7 @@ class JpegType(_ImageType):
             raise SchemaError(f"{where}: a JPEG with {problem} cannot be stored; convert it to 8-bit RGB or grayscale")
         return data, (info.height, info.width, info.components, 0)
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
         return data
 
 
@@ -346,7 +345,8 @@ class RawType(_ImageType):
             column_name(name, "size"),
         )
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
+        row = table[index]
         shape = tuple(int(row[column_name(field.name, side)]) for side in ("height", "width", "channels"))
         return np.frombuffer(data, np.uint8).reshape(shape)
 
@@ -416,7 +416,7 @@ class NdarrayType(FieldType):
             column_name(field.name, "size"),
         )
 
-    def decode(self, field: FieldLike, row: Any, data: memoryview) -> Any:
+    def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
         return np.frombuffer(data, NDARRAY_DTYPES[field.dtype or ""]).reshape(field.shape or ())
 
 

@@ -102,9 +102,10 @@ class Record(Mapping[str, Any]):
         if name not in schema.names:
             raise KeyError(name)
         field = schema.field(name)
-        data = self._shard.payload(self.index, name) if field.is_variable else _NO_PAYLOAD
+        kind = field.kind
+        data = self._shard.payload(self.index, name) if kind.is_variable else _NO_PAYLOAD
         try:
-            return field.kind.decode(field, self._shard.table[self.index], data)
+            return kind.decode(field, self._shard.table, self.index, data)
         except InvalidValue as err:
             raise self._invalid(name, str(err)) from err
 
@@ -166,15 +167,15 @@ class ShardReaderBase(ABC):
             SchemaError: `field` is not a variable-size field of the schema.
             ChecksumError: verification is on and the record's bytes do not match its checksum.
         """
-        offset = column_name(field, "offset")
-        if offset not in self.table.dtype.fields:
+        row = self.table[index]
+        try:
+            start, size = int(row[column_name(field, "offset")]), int(row[column_name(field, "size")])
+        except ValueError as err:  # numpy: no such column
             names = ", ".join(f.name for f in self.schema.variable_fields)
-            raise SchemaError(f"no variable-size field {field!r} in this {self._file_noun} (fields: {names})")
+            raise SchemaError(f"no variable-size field {field!r} in this {self._file_noun} (fields: {names})") from err
         if self.verify:
             self.verify_record(index)
-        row = self.table[index]
-        start = int(row[offset])
-        return self.source.read(start, start + int(row[column_name(field, "size")]))
+        return self.source.read(start, start + size)
 
     def verify_record(self, index: int) -> None:
         """Check record `index`'s span against its XXH3-64.
