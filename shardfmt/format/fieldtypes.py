@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Protocol
 
@@ -30,9 +31,17 @@ from .layout import (
 __all__ = [
     "FIELD_TYPES",
     "IMAGE_TYPES",
+    "BytesType",
+    "FieldLike",
     "FieldType",
+    "Float64Type",
+    "Int64Type",
     "InvalidValue",
     "JpegType",
+    "JsonType",
+    "NdarrayType",
+    "RawType",
+    "StrType",
 ]
 
 Column = tuple[str, str]
@@ -70,7 +79,7 @@ class InvalidValue(ValueError):
     the reader turns it into a `FormatError` that says where the value lies."""
 
 
-class FieldType:
+class FieldType(ABC):
     """A field type: its name in the schema, its columns, and the rules for its values.
 
     Subclasses set `name` and `columns` and override what their values need; the defaults
@@ -130,26 +139,26 @@ class FieldType:
 
     # -- values ------------------------------------------------------------------------------
 
+    @abstractmethod
     def encode(self, field: FieldLike, value: Any, where: str) -> Encoded:
         """Return the payload and table columns of `value` (see `Encoded`).
 
         Raises:
             SchemaError: naming `where`: the value is of the wrong kind or cannot be stored.
         """
-        raise NotImplementedError
 
     def check_table(self, field: FieldLike, table: np.ndarray[Any, Any], raise_first: RaiseFirst) -> None:
         """Check the rules of this type on the columns of `field` in every row of `table`; the
         reader has already checked the span (offset, size) of a variable-size field."""
 
+    @abstractmethod
     def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
         """Return the value of `field` in record `index` from the record `table` and the
-        record's payload `data` (verified; empty for a fixed-size type).
+        field's payload `data` (verified; empty for a fixed-size type).
 
         Raises:
             InvalidValue: the stored bytes are not a value of this type.
         """
-        raise NotImplementedError
 
 
 def _bounded(data: bytes | memoryview, where: str) -> bytes | memoryview:
