@@ -288,7 +288,7 @@ class _ImageType(FieldType):
 
 
 class JpegType(_ImageType):
-    """A baseline or progressive 8-bit JPEG with 1 or 3 channels; read back as a zero-copy
+    """A JPEG file, 8-bit and not lossless, with 1 or 3 components; read back as a zero-copy
     memoryview, its size known from the table."""
 
     name = "jpeg"
@@ -331,8 +331,8 @@ class RawType(_ImageType):
             raise SchemaError(f"{where} needs uint8 pixels as a numpy array H x W x C or H x W, got a {kind}")
         height, width = value.shape[:2]
         channels = value.shape[2] if value.ndim == 3 else 1
-        if channels not in RAW_CHANNELS:
-            raise SchemaError(f"{where} has {channels} channels; raw pixels have {', '.join(map(str, RAW_CHANNELS))}")
+        if channels not in self.channels:
+            raise SchemaError(f"{where} has {channels} channels; raw pixels have {', '.join(map(str, self.channels))}")
         if height == 0 or width == 0:
             raise SchemaError(f"{where} is {height} x {width}: a raw image needs at least one pixel")
         if value.size > MAX_FIELD_SIZE:
