@@ -64,6 +64,13 @@ def test_the_manifest_of_a_remote_dataset() -> None:
         classify_location("/data/ds").manifest_url()
 
 
+def test_the_url_of_one_object_splits_into_its_folder_and_name() -> None:
+    assert classify_location("s3://b/lists/train.csv").split_url() == ("s3://b/lists", "train.csv")
+    assert classify_location("https://h/d/train.jsonl?sig=1").split_url() == ("https://h/d?sig=1", "train.jsonl")
+    with pytest.raises(ValueError, match="is a local path, not a URL"):
+        classify_location("train.csv").split_url()
+
+
 def test_tars_by_url_are_refused_in_a_list_too() -> None:
     assert tar_sources(["file:///a/x.tar", "b-{0..1}.tar"]) == [Path("/a/x.tar"), Path("b-0.tar"), Path("b-1.tar")]
     with pytest.raises(ValueError, match="only local tars can be opened directly"):

@@ -111,14 +111,29 @@ class Location:
         Raises:
             ValueError: the location is local (see `manifest_path`).
         """
+        if _names_manifest(self._url_parts()[0]):
+            return self.split_url()
+        base, suffix = self._url_parts()
+        return base.rstrip("/") + suffix, MANIFEST_NAME
+
+    def split_url(self) -> tuple[str, str]:
+        """Return (URL of the folder, name) for the URL of one object, such as a listing
+        (``s3://b/data/train.csv`` -> ``("s3://b/data", "train.csv")``); a query string stays on
+        the folder.
+
+        Raises:
+            ValueError: the location is local.
+        """
+        base, suffix = self._url_parts()
+        folder, _, name = base.rstrip("/").rpartition("/")
+        return folder + suffix, name
+
+    def _url_parts(self) -> tuple[str, str]:
+        """(the URL without its query string, "?" and the query string or "")."""
         if self.url is None:
             raise ValueError(f"{self.text[:80]!r} is a local path, not a URL")
         base, question, query = self.url.partition("?")
-        suffix = question + query if question else ""
-        if _names_manifest(base):
-            root, _, name = base.rpartition("/")
-            return root + suffix, name
-        return base.rstrip("/") + suffix, MANIFEST_NAME
+        return base, question + query if question else ""
 
 
 def classify_location(text: str | os.PathLike[str]) -> Location:
@@ -135,6 +150,17 @@ def classify_location(text: str | os.PathLike[str]) -> Location:
 
     A list or tuple of locations always names tars: classify each item on its own. Only rule 3
     looks at the file system (whether the path is a folder).
+
+    Examples::
+
+        classify_location("s3://bucket/train")              # URL; .manifest_url() is
+                                                            # ("s3://bucket/train", "manifest.json")
+        classify_location("s3://bucket/lists/train.csv")    # URL; .split_url() is
+                                                            # ("s3://bucket/lists", "train.csv")
+        classify_location("file:///data/x-{000..009}.tar")  # TARS; .path is "/data/x-{000..009}.tar"
+        classify_location("https://host/x.tar?sig=1")       # URL_TARS
+        classify_location("/data/imagenet")                 # PATH; .manifest_path() is
+                                                            # Path("/data/imagenet/manifest.json")
 
     Args:
         text: the location, as a user wrote it.
