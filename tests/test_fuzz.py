@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from shardbytes import ShardBytes
 
 from shardfmt import ShardfmtError, ShardReader
+from shardfmt.format.fieldtypes import IMAGE_TYPES
 from shardfmt.format.layout import (
     FOOTER_DTYPE,
     FOOTER_SIZE,
     HEADER_DTYPE,
     HEADER_SIZE,
-    IMAGE_TYPES,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

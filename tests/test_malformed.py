@@ -841,7 +841,7 @@ def test_a_1_0_reader_refuses_the_new_types_by_name(tmp_path: Path, monkeypatch:
 
     path = tmp_path / "fields.shard"
     path.write_bytes(valid_fields_shard())
-    monkeypatch.setattr(schema, "FIELD_COLUMNS", {k: v for k, v in schema.FIELD_COLUMNS.items() if k not in ("raw", "ndarray")})
+    monkeypatch.setattr(schema, "FIELD_TYPES", {k: v for k, v in schema.FIELD_TYPES.items() if k not in ("raw", "ndarray")})
     with pytest.raises(ShardfmtError) as info:
         ShardReader(path)
     check_error(info.value, UnsupportedVersionError, path=path, offset=64, says="field 'pixels' has type 'raw', which this reader does not know")

@@ -16,8 +16,8 @@ from test_malformed import BAD_MANIFESTS
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Schema
 from shardfmt.checksum import parse_checksum
+from shardfmt.format.fieldtypes import FIELD_TYPES
 from shardfmt.format.layout import (
-    FIELD_COLUMNS,
     MAX_CLASSES,
     MAX_FIELD_NAME_LENGTH,
     MAX_FIELDS,
@@ -87,7 +87,7 @@ def test_schema_states_the_layout_limits() -> None:
     assert shard["size"]["maximum"] == MAX_SHARD_SIZE
     assert fields["maxItems"] == MAX_FIELDS
     assert f"{{0,{MAX_FIELD_NAME_LENGTH - 1}}}" in SCHEMA["$defs"]["field"]["properties"]["name"]["pattern"]
-    assert sorted(SCHEMA["$defs"]["field"]["properties"]["type"]["enum"]) == sorted(FIELD_COLUMNS)
+    assert sorted(SCHEMA["$defs"]["field"]["properties"]["type"]["enum"]) == sorted(FIELD_TYPES)
 
 
 # JSON Schema cannot express uniqueness of a key across array items or sums over them; an unknown

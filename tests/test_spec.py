@@ -14,8 +14,8 @@ import pytest
 import shardfmt
 from shardfmt.checksum import checksum
 from shardfmt.format import layout
+from shardfmt.format.fieldtypes import FIELD_TYPES
 from shardfmt.format.layout import (
-    FIELD_COLUMNS,
     FOOTER_DTYPE,
     HEADER_DTYPE,
     column_name,
@@ -43,7 +43,8 @@ def test_struct_tables_match_the_layout(dtype: np.dtype[Any], prefix: str) -> No
 
 def test_record_table_columns_match_the_layout() -> None:
     text = read("format.md")
-    for type_name, columns in FIELD_COLUMNS.items():
+    for type_name, kind in FIELD_TYPES.items():
+        columns = kind.columns
         if columns[0][0]:
             listed = ", ".join(f"`{column_name('NAME', col)}` {TYPE_NAMES[fmt]}" for col, fmt in columns)
         else:

@@ -8,14 +8,12 @@ from shardfmt import RemoteOptions, RetryPolicy
 from shardfmt.storage import LocalStore, Redactor, is_url
 from shardfmt.storage.remote import merge_windows
 from shardfmt.storage.retry import ShortReadError, call_with_retries, is_transient
-from shardfmt.storage.urls import join_url, split_manifest_url
+from shardfmt.storage.urls import join_url
 
 
 def test_urls_and_local_paths() -> None:
     assert is_url("s3://bucket/prefix") and is_url("https://host/x") and is_url("memory://a")
     assert not is_url("/data/ds") and not is_url("file:///data/ds") and not is_url("C:/x") and not is_url("relative/dir")
-    assert split_manifest_url("s3://b/p/") == ("s3://b/p", "manifest.json")
-    assert split_manifest_url("s3://b/p/manifest.json") == ("s3://b/p", "manifest.json")
     assert join_url("https://h/d?sig=1", "shard-00000.shard") == "https://h/d/shard-00000.shard?sig=1"
 
 

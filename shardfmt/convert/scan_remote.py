@@ -17,9 +17,9 @@ from collections import defaultdict
 
 import xxhash
 
+from ..dataset.locate import split_manifest_url
 from ..errors import ConvertError
 from ..storage import RemoteOptions, Store, open_store
-from ..storage.urls import split_manifest_url
 from .scan import (
     LISTING_SUFFIXES,
     ScanReject,

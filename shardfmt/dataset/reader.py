@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -16,9 +15,8 @@ from ..errors import (
     ManifestError,
 )
 from ..format.manifest import ShardEntry
-from ..format.reader import Record, ShardReader
+from ..format.reader import Record, ShardReader, ShardReaderBase
 from ..storage import LocalStore, RemoteOptions
-from ..storage.urls import is_url
 from ..tar.reader import TarShardReader
 from .locate import DatasetLocation, locate_dataset
 from .tars import open_tars, tar_sources
@@ -31,7 +29,7 @@ class DatasetReader:
 
     Shards are opened lazily, on the first access to one of their records, and each is checked
     against the manifest's size on open. Binary shards are read by `ShardReader`, tar shards
-    (``shard_format: "tar"``) by `tarreader.TarShardReader` through their member index; both
+    (``shard_format: "tar"``) by `tar.reader.TarShardReader` through their member index; both
     offer the same record table. Use `open_dataset` to make one.
 
     A dataset given by URL is read through `location` (range reads or the shard cache of
@@ -39,7 +37,7 @@ class DatasetReader:
     directly.
 
     Attributes:
-        location: where the manifest and shards live, and how shards open (`storage.DatasetLocation`).
+        location: where the manifest and shards live, and how shards open (`locate.DatasetLocation`).
         root: the directory shard paths are relative to (for a URL: the URL, without credentials).
         index_root: the directory index paths of tar shards are relative to: `root`, except for
             tars opened directly, whose indexes live in a cache (see `open_dataset`).
@@ -52,7 +50,7 @@ class DatasetReader:
         verify: bool = True,
         remote: RemoteOptions | None = None,
     ) -> None:
-        tars = None if _is_dataset_url(path) else tar_sources(path)
+        tars = tar_sources(path)
         if tars is None:
             self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
             self.manifest = self.location.load_manifest()
@@ -67,14 +65,14 @@ class DatasetReader:
         self.classes = self.manifest.classes
         counts = [shard.num_records for shard in self.manifest.shards]
         self.cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._readers: dict[int, Any] = {}
+        self._readers: dict[int, ShardReaderBase] = {}
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def shard(self, shard_index: int) -> Any:
+    def shard(self, shard_index: int) -> ShardReaderBase:
         """Open (once) and return shard number `shard_index`, checked against the manifest: a
-        `ShardReader`, or a `tarreader.TarShardReader` for a tar shard."""
+        `ShardReader`, or a `tar.reader.TarShardReader` for a tar shard."""
         reader = self._readers.get(shard_index)
         if reader is None:
             entry = self.manifest.shards[shard_index]
@@ -94,15 +92,13 @@ class DatasetReader:
             self._readers[shard_index] = reader
         return reader
 
-    def _open_remote(self, entry: ShardEntry) -> Any:
+    def _open_remote(self, entry: ShardEntry) -> ShardReaderBase:
         """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
         table and footer), a tar shard with one GET of its member index and none of the tar."""
         source = self.location.open_shard(entry, self.schema)
         try:
             if entry.index is None:
                 return ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
-            from ..tar.reader import TarShardReader
-
             index = self.location.open_index(entry)
             return TarShardReader(
                 source.path, index=index.path, verify=self.verify, expected_size=entry.size,
@@ -156,7 +152,7 @@ class DatasetReader:
         self.close()
 
 
-def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> ShardReaderBase:
     """Open the shard a manifest entry names, checked against the entry's sizes.
 
     Args:
@@ -166,7 +162,7 @@ def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root
         index_root: the folder a tar shard's index path is relative to (default `root`).
 
     Returns:
-        A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+        A `ShardReader`, or a `tar.reader.TarShardReader` for an entry with an index.
     """
     if entry.index is None:
         return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
@@ -180,20 +176,6 @@ def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root
     )
 
 
-def _is_dataset_url(path: Any) -> bool:
-    """True for a dataset given by URL; a URL naming tars (``.tar``, braces) is refused here, since
-    tars opened directly are indexed and memory-mapped locally."""
-    if not isinstance(path, (str, os.PathLike)) or not is_url(os.fspath(path)):
-        return False
-    base = os.fspath(path).partition("?")[0]
-    if base.endswith(".tar") or "{" in base:
-        raise ValueError(
-            f"{base[:80]!r}: only local tars can be opened directly (they are indexed and memory-mapped here); "
-            "index them into a dataset (shardfmt index), put it in the store and open the dataset's URL"
-        )
-    return True
-
-
 def open_dataset(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, verify: bool = True, remote: RemoteOptions | None = None
 ) -> DatasetReader:
@@ -205,9 +187,9 @@ def open_dataset(
             (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...), binary or tar
             shards; or local tars: a path ending in ``.tar``, a pattern with braces
             (``shards-{000..099}.tar``), or a list of those. Tars opened directly are indexed on
-            first open into a cache, and found there afterwards (see `tarindex.open_tars` for
+            first open into a cache, and found there afterwards (see `tars.open_tars` for
             where); a directory without manifest.json is never a dataset, even one full of tars
-            (index it with `tarindex.index_tars`).
+            (index it with `tars.index_tars`).
         verify: check each record's checksum when its payload is read.
         remote: for a URL, how to read it: range reads (default) or a local shard cache,
             credentials, retries (see `RemoteOptions`).

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..format.layout import IMAGE_TYPES, column_name
-from ..format.manifest import Manifest, find_manifest
+from ..format.layout import column_name
+from ..format.manifest import Manifest
+from .locate import classify_location
 from .reader import open_shard
 
 __all__ = ["DatasetSummary", "summarise_dataset"]
@@ -57,9 +58,10 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
         DatasetNotFoundError, ManifestError: no valid manifest.
         FormatError, ShardNotFoundError: a shard is missing or breaks a structural rule.
     """
-    manifest = Manifest.load(path)
-    root = find_manifest(path).parent
-    image = next((f.name for f in manifest.schema.fields if f.type in IMAGE_TYPES), None)
+    manifest_path = classify_location(path).manifest_path()
+    manifest = Manifest.load(manifest_path)
+    root = manifest_path.parent
+    image = next((f.name for f in manifest.schema.fields if f.kind.is_image), None)
     columns: dict[str, list[np.ndarray[Any, Any]]] = {"height": [], "width": [], "channels": [], "label": []}
     for entry in manifest.shards:
         with open_shard(root, entry, verify=False) as reader:

@@ -18,15 +18,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ..checksum import format_checksum, parse_checksum
-from ..errors import ConvertError
+from ..checksum import checksum, format_checksum, parse_checksum
+from ..errors import ConvertError, ShardNotFoundError
 from ..format.manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
 from ..format.schema import IMAGE_CLASSIFICATION
+from ..format.writer import ShardInfo
 from ..storage.atomic import atomic_write_bytes
-from ..tar.index import TarIndexInfo, index_tar
+from ..tar.index import TarIndexInfo, TarReject, index_tar
 from ..tar.keys import INDEX_SUFFIX, display_key
+from .locate import Location, classify_location
 
-__all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "find_tars", "index_tars", "open_tars", "tar_sources"]
+__all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "index_tars", "open_tars", "tar_sources"]
 
 CACHE_NAME: Final = ".shardfmt-index"
 """The cache folder beside tars that are opened directly."""
@@ -89,36 +91,39 @@ def _choices(inner: str) -> list[str] | None:
 def tar_sources(path: Any) -> list[Path] | None:
     """Return the tars `path` names when it names tars rather than a dataset, else None.
 
-    Tars are: a list or tuple (each item a path or brace pattern), or one path or pattern that
-    is not a directory and ends in ``.tar``. ``file://`` is stripped; other URL schemes are
-    refused (tars are memory-mapped, so they must be local).
+    Tars are: a list or tuple (each item a path or brace pattern), or one location that
+    `classify_location` finds to be tars (a path or pattern ending in ``.tar`` that is not a
+    folder). ``file://`` is stripped; tars by URL are refused (tars opened directly are indexed
+    and memory-mapped, so they must be local).
 
     Raises:
-        ValueError: a URL that is not local, or a list that expands to nothing.
+        ValueError: tars named by URL, or a list that expands to nothing.
     """
     if isinstance(path, (list, tuple)):
-        items = [os.fspath(item) for item in path]
+        items = [_local(item) for item in path]
     else:
-        text = os.fspath(path)
-        if not isinstance(text, str) or os.path.isdir(text) or not _local(text).endswith(".tar"):
+        location = classify_location(path)
+        if not location.is_tars:
             return None
-        items = [text]
-    tars = [Path(name) for item in items for name in expand_braces(_local(item))]
+        items = [_local(location)]
+    tars = [Path(name) for item in items for name in expand_braces(item)]
     if not tars:
         raise ValueError("no tars given")
     return tars
 
 
-def _local(text: str) -> str:
-    """Return a local path: ``file://`` stripped; a URL (``scheme://``, webdataset's ``pipe:``) refused."""
-    if text.startswith("file://"):
-        return text[len("file://") :]
-    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) or text.startswith("pipe:"):
-        raise ValueError(f"{text[:80]!r}: only local tars can be opened (they are memory-mapped)")
-    return text
+def _local(item: str | os.PathLike[str] | Location) -> str:
+    """Return the local path or pattern of a location; refuse one that is remote."""
+    location = item if isinstance(item, Location) else classify_location(item)
+    if location.path is None:
+        raise ValueError(
+            f"{location.text[:80]!r}: only local tars can be opened directly (they are indexed and memory-mapped here); "
+            "index them into a dataset (shardfmt index), put it in the store and open the dataset's URL"
+        )
+    return location.path
 
 
-def find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def _find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Return the tars that `sources` name, each once, in order: a directory gives every
     ``*.tar`` below it (hidden files and folders skipped) sorted by relative path; a file or
     brace pattern gives itself.
@@ -129,7 +134,7 @@ def find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     sources = list(sources)
     found: dict[str, Path] = {}
     for source in sources:
-        text = _local(os.fspath(source))
+        text = _local(source)
         if os.path.isdir(text):
             root = Path(text)
             below = sorted(
@@ -180,7 +185,7 @@ def index_tars(
             no name in `classes`.
         FormatError, LimitError, ShardNotFoundError: a tar is malformed or missing.
     """
-    tars = find_tars(sources)
+    tars = _find_tars(sources)
     root = Path(out) if out is not None else _common_root(tars)
     root.mkdir(parents=True, exist_ok=True)
     root = Path(os.path.abspath(root))
@@ -250,8 +255,6 @@ def cache_dirs(root: Path) -> tuple[Path, Path]:
     """Return the two cache folders for tars below `root`, in the order they are tried: the
     ``.shardfmt-index`` folder in `root`, and ``$XDG_CACHE_HOME/shardfmt/tar-index/HASH`` (default
     ``~/.cache``) where HASH is the XXH3-64 of `root`'s absolute path."""
-    from ..checksum import checksum
-
     user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = f"{checksum(os.fsencode(os.path.abspath(root))):016x}"
     return root / CACHE_NAME, user / "shardfmt" / "tar-index" / digest
@@ -264,9 +267,6 @@ def _stamp(path: Path) -> dict[str, int]:
 
 def _load_entry(cache: Path, relative: str, stamp: dict[str, int]) -> TarIndexInfo | None:
     """Return the cached index of a tar if it is there and the tar has not changed, else None."""
-    from ..format.writer import ShardInfo
-    from ..tar.index import TarReject
-
     try:
         value = json.loads((cache / (relative + ".json")).read_bytes())
         if value.get("version") != _CACHE_VERSION or value.get("source") != stamp:
@@ -320,8 +320,6 @@ def open_tars(tars: Sequence[Path]) -> tuple[Manifest, Path, Path]:
         FormatError, LimitError: a tar is malformed.
         OSError: no cache folder can be written.
     """
-    from ..errors import ShardNotFoundError
-
     root = _common_root(tars)
     caches = cache_dirs(root)
     stamps, relatives = [], []

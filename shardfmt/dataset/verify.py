@@ -3,7 +3,7 @@
 A full check opens every shard (which checks each structural rule, see `ShardReader`), compares
 record counts and schema with the manifest, checks that labels name a class, re-hashes every
 record's payload and then each whole file against the manifest. A tar shard is checked through
-its index (see `tarreader.TarShardReader`): every image member is re-hashed, then the whole tar
+its index (see `tar.reader.TarShardReader`): every image member is re-hashed, then the whole tar
 and the whole index against the manifest. A quick check stops before the
 payload: it reads the manifest, the headers, footers and record tables only.
 """
@@ -19,8 +19,10 @@ import numpy as np
 
 from ..checksum import checksum, format_checksum
 from ..errors import ChecksumError, FormatError, ManifestError, ShardfmtError
-from ..format.manifest import Manifest, ShardEntry, find_manifest
+from ..format.manifest import Manifest, ShardEntry
+from ..format.reader import ShardReaderBase
 from ..tar.reader import TarShardReader
+from .locate import classify_location
 from .reader import open_shard
 
 __all__ = ["VerifyReport", "verify_dataset"]
@@ -66,8 +68,9 @@ def verify_dataset(path: str | os.PathLike[str], *, quick: bool = False) -> Veri
         ManifestError, UnsupportedVersionError: the manifest itself is invalid, so nothing can
             be checked against it.
     """
-    manifest = Manifest.load(path)
-    root = find_manifest(path).parent
+    manifest_path = classify_location(path).manifest_path()
+    manifest = Manifest.load(manifest_path)
+    root = manifest_path.parent
     problems: list[ShardfmtError] = []
     hashed = 0
     for entry in manifest.shards:
@@ -95,12 +98,12 @@ def _verify_shard(root: Path, entry: ShardEntry, manifest: Manifest, *, quick: b
             return 0
         for index in range(len(reader)):
             reader.verify_record(index)
-        hashed = _check_file(reader.source, entry.checksum)
-        if entry.index is None:
-            return (reader.table_offset - reader.header_size) + hashed
+        hashed = int(reader.table["size"].sum()) + _check_file(reader.source, entry.checksum)
+        if entry.index is None or not isinstance(reader, TarShardReader):
+            return hashed
         for index in range(len(reader.index)):
             reader.index.verify_record(index)
-        return int(reader.table["size"].sum()) + hashed + _check_file(reader.index.source, entry.index.checksum)
+        return hashed + _check_file(reader.index.source, entry.index.checksum)
 
 
 def _check_file(source: Any, expected: int) -> int:
@@ -117,19 +120,13 @@ def _check_file(source: Any, expected: int) -> int:
     return int(source.size)
 
 
-def _check_labels(reader: Any, num_classes: int) -> None:
+def _check_labels(reader: ShardReaderBase, num_classes: int) -> None:
     labels: np.ndarray[Any, Any] = reader.table["label"]
     bad = (labels < 0) | (labels >= num_classes)
     if bad.any():
         index = int(np.argmax(bad))
-        table = reader.index if isinstance(reader, TarShardReader) else reader  # a tar's labels live in its index
-        column = table.dtype.fields["label"][1]
-        raise FormatError(
-            f"label {int(labels[index])} names no class (the manifest has {num_classes})",
-            path=table.path,
-            offset=table.table_offset + index * table.dtype.itemsize + column,
-            record=index,
-        )
+        path, offset = reader.locate_column(index, "label")  # a tar's labels live in its index
+        raise FormatError(f"label {int(labels[index])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index)
 
 
 def _check_rejects_report(root: Path, manifest: Manifest) -> ShardfmtError | None:

@@ -68,43 +68,12 @@ FOOTER_CHECKED_BYTES: Final = 48
 KNOWN_FLAGS: Final = 0
 """Bit mask of header flags this reader understands. v1.0 defines none: every bit must be 0."""
 
-# Record table: three columns every record has, then the columns of each field in schema order.
+# Record table: three columns every record has, then the columns of each field in schema order
+# (those of each field type are in fieldtypes.py).
 BASE_COLUMNS: Final = [("offset", "<u8"), ("size", "<u8"), ("checksum", "<u8")]
 """`offset`/`size`: the record's payload span (all its variable-size fields with padding);
 `checksum`: xxh3_64 of exactly those `size` bytes."""
 
-SPAN_COLUMNS: Final = [("offset", "<u8"), ("size", "<u8")]
-JPEG_COLUMNS: Final = SPAN_COLUMNS + [
-    ("height", "<u2"),
-    ("width", "<u2"),
-    ("channels", "<u2"),
-    ("reserved", "<u2"),
-]
-
-RAW_COLUMNS: Final = SPAN_COLUMNS + [
-    ("height", "<u4"),
-    ("width", "<u4"),
-    ("channels", "<u4"),
-    ("reserved", "<u4"),
-]
-"""u32 sides: raw pixels are bound by no codec's 16-bit frame header, only by MAX_FIELD_SIZE."""
-
-FIELD_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
-    "jpeg": JPEG_COLUMNS,
-    "raw": RAW_COLUMNS,
-    "ndarray": SPAN_COLUMNS,
-    "bytes": SPAN_COLUMNS,
-    "str": SPAN_COLUMNS,
-    "json": SPAN_COLUMNS,
-    "int64": [("", "<i8")],
-    "float64": [("", "<f8")],
-}
-"""Columns per field type. A column named "" is the field's own name; others are "name.column"."""
-VARIABLE_TYPES: Final = frozenset(t for t, cols in FIELD_COLUMNS.items() if cols[0][0] == "offset")
-IMAGE_TYPES: Final = frozenset({"jpeg", "raw"})
-"""Types with height, width and channels columns."""
-ARRAY_TYPES: Final = frozenset({"ndarray"})
-"""Types whose schema entry carries "dtype" and "shape" parameters."""
 NDARRAY_DTYPES: Final = {
     "uint8": "<u1",
     "uint16": "<u2",

@@ -33,7 +33,7 @@ from .layout import (
 )
 from .schema import Schema
 
-__all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry", "find_manifest"]
+__all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry"]
 
 MANIFEST_NAME = "manifest.json"
 SHARD_FORMATS = ("binary", "tar")
@@ -129,21 +129,24 @@ class Manifest:
         """Read and validate a manifest.
 
         Args:
-            path: manifest.json, or the dataset directory holding it.
+            path: the manifest file, or a dataset directory holding manifest.json (which file a
+                location string names is `dataset.locate.classify_location`'s to decide).
 
         Raises:
             DatasetNotFoundError: there is no manifest (an unfinished conversion, or not a dataset).
             ManifestError: the manifest is too large, not JSON, or breaks a rule of spec/manifest.md.
             UnsupportedVersionError: its major format version is not 1.
         """
-        path = find_manifest(path)
+        path = Path(path)
+        if path.is_dir():
+            path = path / MANIFEST_NAME
         try:
             size = path.stat().st_size
         except FileNotFoundError as err:
             raise DatasetNotFoundError(
                 "no manifest.json: not a shardfmt dataset, or its conversion has not finished "
                 "(rerun `shardfmt convert --resume`)",
-                path=path.parent,
+                path=path.parent if path.name == MANIFEST_NAME else path,
             ) from err
         if size > MAX_MANIFEST_SIZE:
             raise ManifestError(f"{size} bytes exceeds the manifest limit of {MAX_MANIFEST_SIZE}", path=path)
@@ -160,12 +163,6 @@ class Manifest:
         except (UnicodeDecodeError, ValueError, RecursionError) as err:
             raise ManifestError(f"not valid UTF-8 JSON: {err}", path=path) from err
         return _parse(value, path)
-
-
-def find_manifest(path: str | os.PathLike[str]) -> Path:
-    """Return the manifest path for a dataset directory or a manifest path."""
-    path = Path(path)
-    return path / MANIFEST_NAME if path.is_dir() or not path.name.endswith(".json") else path
 
 
 def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:

@@ -1,18 +1,22 @@
-"""Reading binary shards and datasets: validate the header and footer before touching payload.
+"""Reading binary shards: validate the header, the footer and the record table before touching
+a payload.
 
 `ShardReader` opens one shard: it checks the header, the footer and every structural rule of the
-record table (vectorised, no per-record Python) before it hands out a byte. Payloads come back as
-memoryviews of the memory map, verified against their checksum on access. `DatasetReader` (from
-`open_dataset`) joins the shards that a manifest lists into one indexable sequence of records.
+record table (vectorised, no per-record Python; each field type adds its own rules, see
+`fieldtypes`) before it hands out a byte. Payloads come back as memoryviews of the memory map,
+verified against their checksum on access. `ShardReaderBase` is what every shard reader offers
+(records by index, verification on read, closing), so that `tar.reader.TarShardReader` reads a
+tar shard through the same interface; `Record` is one record as a mapping.
 """
 
 from __future__ import annotations
 
-import json
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -25,6 +29,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..storage import ByteSource, open_source
+from .fieldtypes import InvalidValue
 from .layout import (
     FOOTER_CHECKED_BYTES,
     FOOTER_DTYPE,
@@ -34,7 +39,6 @@ from .layout import (
     HEADER_CHECKED_BYTES,
     HEADER_DTYPE,
     HEADER_SIZE,
-    JPEG_CHANNELS,
     KNOWN_FLAGS,
     MAGIC,
     MAX_ALIGNMENT,
@@ -43,17 +47,29 @@ from .layout import (
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
-    NDARRAY_DTYPES,
-    RAW_CHANNELS,
     align_up,
     column_name,
 )
 from .schema import Schema
 
-__all__ = ["ImageInfo", "Record", "ShardReader"]
+__all__ = ["ImageInfo", "Record", "ShardReader", "ShardReaderBase", "close_on_error"]
 
-_CHANNELS = {"jpeg": JPEG_CHANNELS, "raw": RAW_CHANNELS}
-"""Image types and the channel counts each allows."""
+_NO_PAYLOAD = memoryview(b"")
+_Reader = TypeVar("_Reader", bound="ShardReaderBase")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+@contextmanager
+def close_on_error(resource: _Closable) -> Iterator[None]:
+    """Close `resource` if the block raises (anything, KeyboardInterrupt too), then re-raise."""
+    try:
+        yield
+    except BaseException:
+        resource.close()
+        raise
 
 
 @dataclass(frozen=True)
@@ -65,13 +81,155 @@ class ImageInfo:
     channels: int
 
 
-class ShardReader:
+class Record(Mapping[str, Any]):
+    """One record: field name -> value, decoded by the field's type (`fieldtypes`). JPEG and
+    bytes fields are zero-copy memoryviews, raw fields read-only uint8 numpy arrays H x W x C and
+    ndarray fields read-only numpy arrays of their shape (both zero-copy views of the shard), str
+    fields str, json fields the parsed value, int64 and float64 Python numbers."""
+
+    __slots__ = ("_shard", "index")
+
+    def __init__(self, shard: ShardReaderBase, index: int) -> None:
+        self._shard = shard
+        self.index = index
+
+    @property
+    def shard(self) -> str:
+        return self._shard.path
+
+    def __getitem__(self, name: str) -> Any:
+        schema = self._shard.schema
+        if name not in schema.names:
+            raise KeyError(name)
+        field = schema.field(name)
+        kind = field.kind
+        data = self._shard.payload(self.index, name) if kind.is_variable else _NO_PAYLOAD
+        try:
+            return kind.decode(field, self._shard.table, self.index, data)
+        except InvalidValue as err:
+            raise self._invalid(name, str(err)) from err
+
+    def _invalid(self, name: str, problem: str) -> FormatError:
+        offset = int(self._shard.table[self.index][column_name(name, "offset")])
+        return FormatError(f"field {name!r} {problem}", path=self.shard, offset=offset, record=self.index)
+
+    def image_info(self, name: str = "image") -> ImageInfo:
+        return self._shard.image_info(self.index, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shard.schema.names)
+
+    def __len__(self) -> int:
+        return len(self._shard.schema.fields)
+
+    def __repr__(self) -> str:
+        return f"Record({self._shard.path!r}, {self.index})"
+
+
+class ShardReaderBase(ABC):
+    """What every shard reader offers: a record table over a byte source, records by index,
+    payloads verified on read, closing. `ShardReader` reads binary shards and
+    `tar.reader.TarShardReader` tar shards; a subclass sets `schema` and `table` when it opens.
+
+    Attributes:
+        source: the shard's bytes, for range reads (a memory map, a remote object, a cached file).
+        path: how messages name the shard.
+        verify: check a record's checksum whenever one of its payloads is read.
+        schema: the fields of every record.
+        table: one row per record, with the columns of ``schema.record_dtype()``; ``offset``,
+            ``size`` and ``checksum`` are the span of `source` that a record's checksum covers.
+    """
+
+    schema: Schema
+    table: np.ndarray[Any, Any]
+    _record_type: ClassVar[type[Record]] = Record
+    _span_noun: ClassVar[str] = "payload"
+    """How messages name the span a record's checksum covers."""
+    _file_noun: ClassVar[str] = "shard"
+    """How messages name the file."""
+
+    def __init__(self, path: str | os.PathLike[str], *, verify: bool, source: ByteSource | None) -> None:
+        self.source = source if source is not None else open_source(os.fspath(path))
+        self.path = self.source.path
+        self.verify = verify
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @abstractmethod
+    def locate_column(self, index: int, column: str) -> tuple[str, int]:
+        """Return the file and the byte offset where `column` of record `index` is stored."""
+
+    def payload(self, index: int, field: str) -> memoryview:
+        """Return the bytes of variable-size `field` of record `index` as a read-only view.
+
+        Raises:
+            SchemaError: `field` is not a variable-size field of the schema.
+            ChecksumError: verification is on and the record's bytes do not match its checksum.
+        """
+        row = self.table[index]
+        try:
+            start, size = int(row[column_name(field, "offset")]), int(row[column_name(field, "size")])
+        except ValueError as err:  # numpy: no such column
+            names = ", ".join(f.name for f in self.schema.variable_fields)
+            raise SchemaError(f"no variable-size field {field!r} in this {self._file_noun} (fields: {names})") from err
+        if self.verify:
+            self.verify_record(index)
+        return self.source.read(start, start + size)
+
+    def verify_record(self, index: int) -> None:
+        """Check record `index`'s span against its XXH3-64.
+
+        Raises:
+            ChecksumError: naming the file, the record and the span's first byte.
+        """
+        row = self.table[index]
+        start, size = int(row["offset"]), int(row["size"])
+        if checksum(self.source.read(start, start + size)) != int(row["checksum"]):
+            raise ChecksumError(
+                f"{self._span_noun} [{start}, {start + size}) does not match its checksum: the {self._file_noun} is corrupt",
+                path=self.path,
+                offset=start,
+                record=index,
+            )
+
+    def image_info(self, index: int, field: str = "image") -> ImageInfo:
+        """Return the height, width and channels of image `field` of record `index`."""
+        row = self.table[index]
+        return ImageInfo(
+            int(row[column_name(field, "height")]),
+            int(row[column_name(field, "width")]),
+            int(row[column_name(field, "channels")]),
+        )
+
+    def record(self, index: int) -> Record:
+        """Return record `index` as a mapping from field name to value."""
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"record {index} out of range for a shard of {len(self)}")
+        return self._record_type(self, index % len(self))
+
+    def __iter__(self) -> Iterator[Record]:
+        for i in range(len(self)):
+            yield self._record_type(self, i)
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self: _Reader) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ShardReader(ShardReaderBase):
     """One binary shard, validated on open.
 
     Args:
         path: the shard file.
         verify: check each record's XXH3-64 when its payload is read (about 4 us per 100 KB).
         expected_size: the size the manifest states; a mismatch raises before anything else.
+        source: the shard's bytes (a remote object, a cached shard); default: a memory map of `path`.
 
     Raises:
         ShardNotFoundError: the file does not exist.
@@ -86,14 +244,9 @@ class ShardReader:
         expected_size: int | None = None,
         source: ByteSource | None = None,
     ) -> None:
-        self.source = source if source is not None else open_source(os.fspath(path))
-        self.path = self.source.path
-        self.verify = verify
-        try:
+        super().__init__(path, verify=verify, source=source)
+        with close_on_error(self):
             self._open(expected_size)
-        except BaseException:
-            self.source.close()
-            raise
 
     def _fail(self, cls: type[FormatError], message: str, offset: int | None = None, record: int | None = None) -> FormatError:
         return cls(message, path=self.path, offset=offset, record=record)
@@ -186,6 +339,7 @@ class ShardReader:
         self.table: np.ndarray[Any, Any] = np.frombuffer(table_bytes, self.dtype, count=num_records)
         self._check_table()
 
+
     def _check_table(self) -> None:
         """Check every structural rule of the table at once; report the first broken record."""
         table, n, a = self.table, len(self.table), np.uint64(self.alignment)
@@ -207,7 +361,8 @@ class ShardReader:
         self._raise_first(sizes % a != 0, f"record size is not a multiple of the alignment {self.alignment}", "size")
         position = offsets.copy()
         for field in self.schema.fields:
-            if field.is_variable:
+            kind = field.kind
+            if kind.is_variable:
                 f_off = table[column_name(field.name, "offset")]
                 f_size = table[column_name(field.name, "size")]
                 self._raise_first(
@@ -219,160 +374,16 @@ class ShardReader:
                 expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
                 self._raise_first(f_off != expected, f"field {field.name!r} payload is not at the next aligned offset of its record", column_name(field.name, "offset"))
                 position = f_off + f_size
-            if field.type in _CHANNELS:
-                self._check_image(field.name, field.type, table)
-            elif field.nbytes is not None:
-                self._raise_first(
-                    table[column_name(field.name, "size")] != np.uint64(field.nbytes),
-                    f"ndarray {field.name!r} payload size is not the {field.nbytes} bytes of its {field.dtype} shape {list(field.shape or ())}",
-                    column_name(field.name, "size"),
-                )
+            kind.check_table(field, table, self._raise_first)
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
         self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
-
-    def _check_image(self, name: str, type_: str, table: np.ndarray[Any, Any]) -> None:
-        """Rules 28c to 28f: sides, channels, reserved column and, for raw, the payload size."""
-        h = table[column_name(name, "height")]
-        w = table[column_name(name, "width")]
-        c = table[column_name(name, "channels")]
-        channels = _CHANNELS[type_]
-        self._raise_first((h == 0) | (w == 0), f"image {name!r} has a zero height or width", column_name(name, "height"))
-        self._raise_first(
-            ~np.isin(c, channels), f"{type_} image {name!r} channels are not {' or '.join(map(str, channels))}", column_name(name, "channels")
-        )
-        self._raise_first(table[column_name(name, "reserved")] != 0, f"image {name!r} reserved column is not zero", column_name(name, "reserved"))
-        if type_ == "raw":
-            # h * w is exact in u64 (both < 2^32); bounded by the field limit before the channel
-            # product, so that nothing wraps around.
-            pixels = h.astype(np.uint64) * w.astype(np.uint64)
-            expected = np.where(pixels <= np.uint64(MAX_FIELD_SIZE), pixels * c.astype(np.uint64), np.uint64(0))
-            self._raise_first(
-                (pixels > np.uint64(MAX_FIELD_SIZE)) | (table[column_name(name, "size")] != expected),
-                f"raw image {name!r} payload size is not height x width x channels",
-                column_name(name, "size"),
-            )
 
     def _raise_first(
         self, bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError
     ) -> None:
         if bad.any():
             i = int(np.argmax(bad))
-            offset = self.table_offset + i * self.dtype.itemsize + self.dtype.fields[column][1]  # type: ignore[index]
-            raise self._fail(cls, message, offset, i)
+            raise self._fail(cls, message, self.locate_column(i, column)[1], i)
 
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def payload(self, index: int, field: str) -> memoryview:
-        """Return the bytes of variable-size `field` of record `index` as a read-only view.
-
-        Raises:
-            ChecksumError: verification is on and the record's bytes do not match its checksum.
-        """
-        row = self.table[index]
-        if self.verify:
-            self.verify_record(index)
-        start = int(row[column_name(field, "offset")])
-        return self.source.read(start, start + int(row[column_name(field, "size")]))
-
-    def verify_record(self, index: int) -> None:
-        """Check record `index`'s payload span against its XXH3-64.
-
-        Raises:
-            ChecksumError: naming the shard, the record and the span's first byte.
-        """
-        row = self.table[index]
-        start, size = int(row["offset"]), int(row["size"])
-        if checksum(self.source.read(start, start + size)) != int(row["checksum"]):
-            raise ChecksumError(
-                f"payload [{start}, {start + size}) does not match its checksum: the shard is corrupt",
-                path=self.path,
-                offset=start,
-                record=index,
-            )
-
-    def image_info(self, index: int, field: str = "image") -> ImageInfo:
-        """Return the height, width and channels of image `field` of record `index`."""
-        row = self.table[index]
-        return ImageInfo(
-            int(row[column_name(field, "height")]),
-            int(row[column_name(field, "width")]),
-            int(row[column_name(field, "channels")]),
-        )
-
-    def record(self, index: int) -> Record:
-        """Return record `index` as a mapping from field name to value."""
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"record {index} out of range for a shard of {len(self)}")
-        return Record(self, index % len(self))
-
-    def __iter__(self) -> Iterator[Record]:
-        for i in range(len(self)):
-            yield Record(self, i)
-
-    def close(self) -> None:
-        self.source.close()
-
-    def __enter__(self) -> ShardReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Record(Mapping[str, Any]):
-    """One record: field name -> value. JPEG and bytes fields are zero-copy memoryviews, raw
-    fields read-only uint8 numpy arrays H x W x C and ndarray fields read-only numpy arrays of
-    their shape (both zero-copy views of the shard), str fields str, json fields the parsed
-    value, int64 and float64 Python numbers."""
-
-    __slots__ = ("_shard", "index")
-
-    def __init__(self, shard: ShardReader, index: int) -> None:
-        self._shard = shard
-        self.index = index
-
-    @property
-    def shard(self) -> str:
-        return self._shard.path
-
-    def __getitem__(self, name: str) -> Any:
-        field = self._shard.schema.field(name) if name in self._shard.schema.names else None
-        if field is None:
-            raise KeyError(name)
-        if not field.is_variable:
-            value = self._shard.table[self.index][name]
-            return int(value) if field.type == "int64" else float(value)
-        data = self._shard.payload(self.index, name)
-        if field.type == "str":
-            try:
-                return bytes(data).decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise self._invalid(name, f"is not valid UTF-8: {err}") from err
-        if field.type == "json":
-            try:
-                return json.loads(bytes(data).decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError) as err:
-                raise self._invalid(name, f"is not valid JSON: {err}") from err
-        if field.type == "raw":
-            info = self.image_info(name)
-            return np.frombuffer(data, np.uint8).reshape(info.height, info.width, info.channels)
-        if field.type == "ndarray":
-            return np.frombuffer(data, NDARRAY_DTYPES[field.dtype or ""]).reshape(field.shape or ())
-        return data
-
-    def _invalid(self, name: str, problem: str) -> FormatError:
-        offset = int(self._shard.table[self.index][column_name(name, "offset")])
-        return FormatError(f"field {name!r} {problem}", path=self.shard, offset=offset, record=self.index)
-
-    def image_info(self, name: str = "image") -> ImageInfo:
-        return self._shard.image_info(self.index, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._shard.schema.names)
-
-    def __len__(self) -> int:
-        return len(self._shard.schema.fields)
-
-    def __repr__(self) -> str:
-        return f"Record({self._shard.path!r}, {self.index})"
+    def locate_column(self, index: int, column: str) -> tuple[str, int]:
+        return self.path, self.table_offset + index * self.dtype.itemsize + self.dtype.fields[column][1]  # type: ignore[index]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -11,16 +10,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import SchemaError, UnsupportedVersionError
+from .fieldtypes import FIELD_TYPES, FieldType
 from .layout import (
-    ARRAY_TYPES,
     BASE_COLUMNS,
-    FIELD_COLUMNS,
     MAX_FIELD_NAME_LENGTH,
-    MAX_FIELD_SIZE,
     MAX_FIELDS,
-    MAX_NDIM,
-    NDARRAY_DTYPES,
-    VARIABLE_TYPES,
     column_name,
 )
 
@@ -39,6 +33,9 @@ class Field:
         type: one of "jpeg", "raw", "ndarray", "int64", "float64", "str", "bytes", "json".
         dtype, shape: the element type (a key of `layout.NDARRAY_DTYPES`) and the fixed shape
             (1 to 8 positive sizes) of an "ndarray" field; None for every other type.
+
+    What depends on the type (columns, parameters, encoding, checks, decoding) is in its
+    `fieldtypes.FieldType`, `kind`.
     """
 
     name: str
@@ -51,30 +48,41 @@ class Field:
             object.__setattr__(self, "shape", tuple(self.shape))
 
     @property
+    def kind(self) -> FieldType:
+        """The field's type, from `fieldtypes.FIELD_TYPES`.
+
+        Raises:
+            UnsupportedVersionError: this reader does not know the type.
+        """
+        kind = FIELD_TYPES.get(self.type)
+        if kind is None:
+            raise UnsupportedVersionError(
+                f"field {self.name!r} has type {self.type!r}, which this reader does not know "
+                f"(known: {', '.join(sorted(FIELD_TYPES))}); upgrade shardfmt"
+            )
+        return kind
+
+    @property
     def is_variable(self) -> bool:
         """True if the field's bytes live in the payload region rather than in the table."""
-        return self.type in VARIABLE_TYPES
+        kind = FIELD_TYPES.get(self.type)
+        return kind is not None and kind.is_variable
 
     @property
     def spec(self) -> str:
         """The type as `parse_field_type` reads it: "jpeg", or "ndarray:float32:3x4"."""
-        if self.type in ARRAY_TYPES and self.shape is not None:
-            return f"{self.type}:{self.dtype}:{'x'.join(map(str, self.shape))}"
-        return self.type
+        kind = FIELD_TYPES.get(self.type)
+        return kind.spec(self) if kind is not None else self.type
 
     @property
     def nbytes(self) -> int | None:
-        """The payload size every value of an "ndarray" field has; None for other types."""
-        if self.type not in ARRAY_TYPES or self.shape is None or self.dtype not in NDARRAY_DTYPES:
-            return None
-        return math.prod(self.shape) * np.dtype(NDARRAY_DTYPES[self.dtype]).itemsize
+        """The payload size every value of the field has ("ndarray"); None if values vary."""
+        kind = FIELD_TYPES.get(self.type)
+        return kind.nbytes(self) if kind is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        value: dict[str, Any] = {"name": self.name, "type": self.type}
-        if self.type in ARRAY_TYPES:
-            value["dtype"] = self.dtype
-            value["shape"] = list(self.shape or ())
-        return value
+        kind = FIELD_TYPES.get(self.type)
+        return {"name": self.name, "type": self.type, **(kind.parameters(self) if kind is not None else {})}
 
 
 def parse_field_type(name: str, text: str) -> Field:
@@ -85,33 +93,13 @@ def parse_field_type(name: str, text: str) -> Field:
         SchemaError: the text is not of that form (the schema checks the values themselves).
     """
     parts = text.split(":")
-    if parts[0] not in ARRAY_TYPES:
+    kind = FIELD_TYPES.get(parts[0])
+    if kind is None:
         if len(parts) != 1:
             raise SchemaError(f"field {name!r}: type {text!r} takes no parameters")
-        return Field(name, text)
-    if len(parts) != 3 or not re.fullmatch(r"[0-9]+(x[0-9]+)*", parts[2]):
-        raise SchemaError(f"field {name!r}: write an array type as ndarray:DTYPE:SHAPE, e.g. ndarray:float32:3x4, not {text!r}")
-    return Field(name, parts[0], parts[1], tuple(int(size) for size in parts[2].split("x")))
-
-
-def _check_array(field: Field) -> None:
-    """Check the dtype and shape of an "ndarray" field (unknown dtype: UnsupportedVersionError)."""
-    where = f"ndarray field {field.name!r}"
-    if not isinstance(field.dtype, str):
-        raise SchemaError(f'{where} needs a string "dtype"')
-    if field.dtype not in NDARRAY_DTYPES:
-        raise UnsupportedVersionError(
-            f"{where} has dtype {field.dtype!r}, which this reader does not know "
-            f"(known: {', '.join(NDARRAY_DTYPES)}); upgrade shardfmt"
-        )
-    shape = field.shape
-    if not isinstance(shape, tuple) or not 1 <= len(shape) <= MAX_NDIM:
-        raise SchemaError(f'{where} needs a "shape" of 1 to {MAX_NDIM} sizes')
-    if not all(isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_FIELD_SIZE for size in shape):
-        raise SchemaError(f"{where} has a shape whose sizes are not all integers from 1 to {MAX_FIELD_SIZE}")
-    nbytes = field.nbytes or 0
-    if nbytes > MAX_FIELD_SIZE:
-        raise SchemaError(f"{where} of shape {list(shape)} holds {nbytes} bytes, over the field limit of {MAX_FIELD_SIZE}")
+        return Field(name, text)  # the schema refuses the unknown type by name
+    dtype, shape = kind.parse_parameters(name, text, parts[1:])
+    return Field(name, parts[0], dtype, shape)
 
 
 @dataclass(frozen=True)
@@ -136,15 +124,7 @@ class Schema:
             if field.name in seen:
                 raise SchemaError(f"field name {field.name!r} appears twice")
             seen.add(field.name)
-            if field.type not in FIELD_COLUMNS:
-                raise UnsupportedVersionError(
-                    f"field {field.name!r} has type {field.type!r}, which this reader does not know "
-                    f"(known: {', '.join(sorted(FIELD_COLUMNS))}); upgrade shardfmt"
-                )
-            if field.type in ARRAY_TYPES:
-                _check_array(field)
-            elif field.dtype is not None or field.shape is not None:
-                raise SchemaError(f"field {field.name!r} of type {field.type!r} takes no dtype or shape")
+            field.kind.check_parameters(field)
 
     @classmethod
     def of(cls, **types: str) -> Schema:
@@ -188,11 +168,9 @@ class Schema:
         for i, item in enumerate(value["fields"]):
             if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("type"), str):
                 raise SchemaError(f'schema field {i} needs string "name" and "type"')
-            if item["type"] in ARRAY_TYPES:
-                shape = item.get("shape")
-                fields.append(Field(item["name"], item["type"], item.get("dtype"), tuple(shape) if isinstance(shape, list) else shape))
-            else:  # parameters of other types are not defined: ignored, as the spec says
-                fields.append(Field(item["name"], item["type"]))
+            kind = FIELD_TYPES.get(item["type"])
+            dtype, shape = kind.json_parameters(item) if kind is not None else (None, None)
+            fields.append(Field(item["name"], item["type"], dtype, shape))
         return cls(tuple(fields))
 
     @classmethod
@@ -208,7 +186,7 @@ class Schema:
         """Return the packed, little-endian numpy dtype of one record-table row."""
         columns = list(BASE_COLUMNS)
         for field in self.fields:
-            columns.extend((column_name(field.name, col), fmt) for col, fmt in FIELD_COLUMNS[field.type])
+            columns.extend((column_name(field.name, col), fmt) for col, fmt in field.kind.columns)
         return np.dtype(columns)
 
     @property

@@ -1,12 +1,11 @@
 """Writing binary shards: one streaming pass, under a temporary name until `close()` commits it.
 
-`ShardWriter` writes one shard; `DatasetWriter` rolls records over into shards of a target size
-and writes the manifest last, as the commit point of the whole dataset.
+`ShardWriter` writes one shard; each field's value is encoded by its type (`fieldtypes`).
+`dataset.writer.DatasetWriter` rolls records over into shards of a target size.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ import numpy as np
 from ..checksum import Hasher, checksum
 from ..errors import SchemaError
 from ..storage.atomic import AtomicFile, Transaction
-from .jpeg import read_jpeg_info
 from .layout import (
     DEFAULT_ALIGNMENT,
     FOOTER_CHECKED_BYTES,
@@ -28,25 +26,20 @@ from .layout import (
     HEADER_CHECKED_BYTES,
     HEADER_DTYPE,
     HEADER_SIZE,
-    JPEG_CHANNELS,
     MAGIC,
     MAX_ALIGNMENT,
-    MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
-    NDARRAY_DTYPES,
-    RAW_CHANNELS,
     SHARD_SUFFIX,
     align_up,
 )
-from .schema import Field, Schema
+from .schema import Schema
 
-__all__ = ["DEFAULT_SHARD_SIZE", "ShardInfo", "ShardWriter", "jpeg_columns", "shard_name"]
+__all__ = ["DEFAULT_SHARD_SIZE", "ShardInfo", "ShardWriter", "shard_name"]
 
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -64,7 +57,7 @@ def shard_name(index: int, *, suffix: str = SHARD_SUFFIX) -> str:
     return f"shard-{index:05d}{suffix}"
 
 
-def encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> bytes:
+def _encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> bytes:
     """Return the header bytes of a shard with `schema`: struct, schema, zero padding."""
     schema_bytes = schema.to_bytes()
     if len(schema_bytes) > MAX_SCHEMA_SIZE:
@@ -107,8 +100,9 @@ class ShardWriter(Transaction):
         self._hasher = Hasher()
         self.closed = False
         self._names = frozenset(schema.names)
+        self._kinds = [(field, field.kind) for field in schema.fields]
         self._end = 0  # bytes emitted so far: the file's position, without asking the file
-        self._emit(encode_header(schema, alignment=alignment))
+        self._emit(_encode_header(schema, alignment=alignment))
 
     @property
     def path(self) -> Path:
@@ -156,19 +150,18 @@ class ShardWriter(Transaction):
         start = position = self._end
         pieces: list[bytes | memoryview] = []
         columns: list[Any] = []
-        for field in self.schema.fields:
+        for field, kind in self._kinds:
             if field.name not in record:
                 raise SchemaError(f"record {index} has no value for field {field.name!r}")
-            value = record[field.name]
-            if not field.is_variable:
-                columns.append(_scalar(field, value, index))
+            data, field_columns = kind.encode(field, record[field.name], f"record {index}: field {field.name!r}")
+            if data is None:
+                columns.extend(field_columns)
                 continue
-            data, extra_columns = _encode_variable(field, value, index)
             padded = align_up(position, self.alignment)
             if padded > position:
                 pieces.append(bytes(padded - position))
             pieces.append(data)
-            columns.extend((padded, len(data), *extra_columns))
+            columns.extend((padded, len(data), *field_columns))
             position = padded + len(data)
         end = align_up(position, self.alignment)
         if end > position:
@@ -209,88 +202,3 @@ class ShardWriter(Transaction):
         if not self.closed:
             self._file.abort()
             self.closed = True
-
-
-def _scalar(field: Field, value: Any, index: int) -> int | float:
-    if field.type == "int64":
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise SchemaError(f"record {index}: field {field.name!r} needs an int, got {type(value).__name__}")
-        if not _INT64_MIN <= int(value) <= _INT64_MAX:
-            raise SchemaError(f"record {index}: field {field.name!r} value {value} does not fit in int64")
-        return int(value)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise SchemaError(f"record {index}: field {field.name!r} needs a float, got {type(value).__name__}")
-    return float(value)
-
-
-def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memoryview, tuple[int, ...]]:
-    where = f"record {index}: field {field.name!r}"
-    if field.type == "raw":
-        return _encode_raw(value, where)
-    if field.type == "ndarray":
-        return _encode_array(field, value, where), ()
-    if field.type == "str":
-        if not isinstance(value, str):
-            raise SchemaError(f"{where} needs a str, got {type(value).__name__}")
-        try:
-            data: bytes | memoryview = value.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise SchemaError(f"{where} is not encodable as UTF-8: {err}") from err
-    elif field.type == "json":
-        try:
-            data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-        except (TypeError, ValueError) as err:
-            raise SchemaError(f"{where} is not JSON-serialisable: {err}") from err
-    else:
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise SchemaError(f"{where} needs bytes, got {type(value).__name__}")
-        data = memoryview(value).cast("B")
-    if len(data) > MAX_FIELD_SIZE:
-        raise SchemaError(f"{where} is {len(data)} bytes, over the limit of {MAX_FIELD_SIZE}")
-    if field.type != "jpeg":
-        return data, ()
-    return data, jpeg_columns(data, where)
-
-
-def jpeg_columns(data: bytes | memoryview, where: str) -> tuple[int, int, int, int]:
-    """Return the table columns (height, width, channels, reserved) of a storable JPEG.
-
-    Raises:
-        SchemaError: naming `where`: not a JPEG, or not 8-bit, non-lossless with 1 or 3 channels.
-    """
-    try:
-        info = read_jpeg_info(data)
-    except ValueError as err:
-        raise SchemaError(f"{where} is not a JPEG: {err}") from err
-    if info.components not in JPEG_CHANNELS or info.lossless or info.precision != 8:
-        raise SchemaError(
-            f"{where}: a JPEG with {info.components} components, {info.precision}-bit"
-            f"{', lossless' if info.lossless else ''} cannot be stored; convert it to 8-bit RGB or grayscale"
-        )
-    return (info.height, info.width, info.components, 0)
-
-
-def _encode_raw(value: Any, where: str) -> tuple[memoryview, tuple[int, ...]]:
-    if not isinstance(value, np.ndarray) or value.dtype != np.uint8 or value.ndim not in (2, 3):
-        kind = f"{value.dtype} array of {value.ndim} dimensions" if isinstance(value, np.ndarray) else type(value).__name__
-        raise SchemaError(f"{where} needs uint8 pixels as a numpy array H x W x C or H x W, got a {kind}")
-    height, width = value.shape[:2]
-    channels = value.shape[2] if value.ndim == 3 else 1
-    if channels not in RAW_CHANNELS:
-        raise SchemaError(f"{where} has {channels} channels; raw pixels have {', '.join(map(str, RAW_CHANNELS))}")
-    if height == 0 or width == 0:
-        raise SchemaError(f"{where} is {height} x {width}: a raw image needs at least one pixel")
-    if value.size > MAX_FIELD_SIZE:
-        raise SchemaError(f"{where} is {value.size} bytes, over the limit of {MAX_FIELD_SIZE}")
-    data = memoryview(np.ascontiguousarray(value)).cast("B")
-    return data, (height, width, channels, 0)
-
-
-def _encode_array(field: Field, value: Any, where: str) -> memoryview:
-    expected = np.dtype(NDARRAY_DTYPES[field.dtype or ""])
-    if not isinstance(value, np.ndarray) or value.dtype.newbyteorder("<") != expected:
-        kind = f"a {value.dtype} array" if isinstance(value, np.ndarray) else type(value).__name__
-        raise SchemaError(f"{where} needs a numpy {field.dtype} array, got {kind}")
-    if value.shape != field.shape:
-        raise SchemaError(f"{where} has shape {list(value.shape)}, the schema declares {list(field.shape or ())}")
-    return memoryview(np.ascontiguousarray(value, dtype=expected)).cast("B")

@@ -25,7 +25,8 @@ import torch
 
 from ..dataset.reader import DatasetReader
 from ..errors import SchemaError
-from ..format.layout import IMAGE_TYPES, NDARRAY_DTYPES, column_name
+from ..format.fieldtypes import IMAGE_TYPES
+from ..format.layout import NDARRAY_DTYPES, column_name
 from ..format.reader import ShardReader
 from ..ops import (
     CenterCrop,

@@ -1,5 +1,6 @@
-"""URLs of remote datasets: telling them from local paths, joining keys, and keeping secrets out
-of every message.
+"""URL syntax: telling a URL from a local path, joining keys, and keeping secrets out of every
+message. What a location names (a dataset, its manifest, tars) is decided above the storage
+layer, by `dataset.locate.classify_location`.
 
 A location is a URL when it starts with a scheme of two or more letters and ``://`` (``s3://``,
 ``gs://``, ``https://``, ``memory://``); ``file://`` URLs are local paths. Credentials may sit in a
@@ -14,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Redactor", "is_url", "join_url", "local_path", "split_manifest_url"]
+__all__ = ["Redactor", "is_url", "join_url", "local_path"]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+://)(?P<userinfo>[^/@\s]*@)")
@@ -40,16 +41,6 @@ def join_url(root: str, key: str) -> str:
     """Join a '/'-separated key onto a URL, keeping any query string at the end."""
     base, question, query = root.partition("?")
     return f"{base.rstrip('/')}/{key}" + (question + query if question else "")
-
-
-def split_manifest_url(url: str) -> tuple[str, str]:
-    """Return (dataset root URL, manifest key) for a dataset URL or the URL of its manifest."""
-    base, question, query = url.partition("?")
-    suffix = question + query if question else ""
-    if base.endswith(".json"):
-        root, _, name = base.rpartition("/")
-        return root + suffix, name
-    return base.rstrip("/") + suffix, "manifest.json"
 
 
 class Redactor:

@@ -9,12 +9,9 @@ from pathlib import Path
 from typing import Final
 
 from ..checksum import Hasher, checksum
+from ..format.fieldtypes import JpegType
 from ..format.jpeg import is_jpeg, read_jpeg_info
-from ..format.layout import (
-    JPEG_CHANNELS,
-    MAX_CLASSES,
-    MAX_FIELD_SIZE,
-)
+from ..format.layout import MAX_CLASSES, MAX_FIELD_SIZE
 from ..format.schema import Schema
 from ..format.writer import ShardInfo, ShardWriter
 from ..storage import open_source
@@ -88,8 +85,9 @@ def _image_problem(data: memoryview) -> tuple[str, str] | tuple[int, int, int]:
         info = read_jpeg_info(data)
     except ValueError as err:
         return ("corrupt", str(err))
-    if info.components not in JPEG_CHANNELS or info.lossless or info.precision != 8:
-        return ("unsupported-jpeg", f"{info.components} components, {info.precision}-bit{', lossless' if info.lossless else ''}")
+    problem = JpegType.unstorable(info)
+    if problem is not None:
+        return ("unsupported-jpeg", problem)
     return (info.height, info.width, info.components)
 
 

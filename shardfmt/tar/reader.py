@@ -9,30 +9,51 @@ therefore the same for both shard formats.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from ..checksum import checksum
-from ..errors import ChecksumError, FormatError, SchemaError
-from ..format.layout import (
-    JPEG_CHANNELS,
-    MAX_CLASSES,
-    MAX_FIELD_SIZE,
-    MAX_IMAGE_SIDE,
-    column_name,
-)
-from ..format.reader import ImageInfo, Record, ShardReader
+from ..errors import FormatError
+from ..format.fieldtypes import JpegType
+from ..format.layout import MAX_CLASSES, MAX_FIELD_SIZE, MAX_IMAGE_SIDE
+from ..format.reader import Record, ShardReader, ShardReaderBase, close_on_error
 from ..format.schema import IMAGE_CLASSIFICATION
-from ..storage import ByteSource, open_source
+from ..storage import ByteSource
 from .index import INDEX_SCHEMA, index_path_for
 from .keys import BLOCK_SIZE
 
 __all__ = ["TarRecord", "TarShardReader"]
 
+_FROM_INDEX: Final = {
+    "offset": "image_offset",
+    "size": "image_size",
+    "checksum": "image_checksum",
+    "image.offset": "image_offset",
+    "image.size": "image_size",
+    "image.height": "image_height",
+    "image.width": "image_width",
+    "image.channels": "image_channels",
+    "label": "label",
+    "key.offset": "key.offset",
+    "key.size": "key.size",
+}
+"""Each column of the record table and the member index column it is copied from. The record's
+span is its image member, so a record's checksum is the image's; ``image.reserved`` stays zero."""
 
-class TarShardReader:
+
+class TarRecord(Record):
+    """A record of a tar shard; its key keeps bytes that are not UTF-8 (as surrogate escapes)."""
+
+    __slots__ = ()
+    _shard: TarShardReader
+
+    def __getitem__(self, name: str) -> Any:
+        if name == "key":
+            return self._shard.key(self.index)
+        return super().__getitem__(name)
+
+
+class TarShardReader(ShardReaderBase):
     """A tar shard read through its member index, with the interface of `ShardReader`.
 
     `table` has the columns and dtypes of a binary shard's record table for the
@@ -55,6 +76,10 @@ class TarShardReader:
         FormatError: the index is not a valid member index, or does not fit the tar.
     """
 
+    _record_type = TarRecord
+    _span_noun = "image member"
+    _file_noun = "tar"
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -66,24 +91,16 @@ class TarShardReader:
         source: ByteSource | None = None,
         index_source: ByteSource | None = None,
     ) -> None:
-        self.source = source if source is not None else open_source(os.fspath(path))
-        self.path = self.source.path
-        self.verify = verify
+        super().__init__(path, verify=verify, source=source)
         self.schema = IMAGE_CLASSIFICATION
-        try:
+        with close_on_error(self.source):
             if expected_size is not None and self.source.size != expected_size:
                 raise FormatError(f"file is {self.source.size} bytes but the manifest says {expected_size}", path=self.path)
             self.index = ShardReader(
                 index_path_for(path) if index is None else index, verify=verify, expected_size=expected_index_size, source=index_source
             )
-        except BaseException:
-            self.source.close()
-            raise
-        try:
-            self.table: np.ndarray[Any, Any] = self._build_table()
-        except BaseException:
-            self.close()
-            raise
+        with close_on_error(self):
+            self.table = self._build_table()
 
     def _build_table(self) -> np.ndarray[Any, Any]:
         """Check the index against the tar, all records at once, and build the record table."""
@@ -97,15 +114,16 @@ class TarShardReader:
         def check(bad: np.ndarray[Any, Any], message: str, column: str) -> None:
             if bad.any():
                 i = int(np.argmax(bad))
-                at = index.table_offset + i * index.dtype.itemsize + index.dtype.fields[column][1]  # type: ignore[index]
-                raise FormatError(f"{message} (tar {self.path}, {self.source.size} bytes)", path=index.path, offset=at, record=i)
+                raise FormatError(
+                    f"{message} (tar {self.path}, {self.source.size} bytes)", path=index.path, offset=index.locate_column(i, column)[1], record=i
+                )
 
         check((offsets < BLOCK_SIZE) | (offsets % BLOCK_SIZE != 0), "image data does not start on a 512-byte block after a header", "image_offset")
         check(offsets > self.source.size, "image data starts past the end of the tar", "image_offset")
         check((sizes < 0) | (sizes > MAX_FIELD_SIZE), f"image size is outside [0, {MAX_FIELD_SIZE}]", "image_size")
         check(offsets + sizes > self.source.size, "image data runs past the end of the tar", "image_size")
         check((heights < 1) | (heights > MAX_IMAGE_SIDE) | (widths < 1) | (widths > MAX_IMAGE_SIDE), "image height or width is outside [1, 65535]", "image_height")
-        check(~np.isin(channels, JPEG_CHANNELS), "image channels are not 1 or 3", "image_channels")
+        check(~np.isin(channels, JpegType.channels), f"image channels are not {' or '.join(map(str, JpegType.channels))}", "image_channels")
         check((rows["label"] < 0) | (rows["label"] >= MAX_CLASSES), f"label is outside [0, {MAX_CLASSES})", "label")
         order = np.argsort(offsets, kind="stable")
         ends = (offsets[order] + sizes[order] + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE
@@ -114,52 +132,24 @@ class TarShardReader:
         check(overlap, "image data overlaps another record's image or leaves no room for its header", "image_offset")
 
         table = np.zeros(len(rows), IMAGE_CLASSIFICATION.record_dtype())
-        table["offset"] = table[column_name("image", "offset")] = offsets
-        table["size"] = table[column_name("image", "size")] = sizes
-        table["checksum"] = rows["image_checksum"].view(np.uint64)
-        table[column_name("image", "height")] = heights
-        table[column_name("image", "width")] = widths
-        table[column_name("image", "channels")] = channels
-        table["label"] = rows["label"]
-        table[column_name("key", "offset")] = rows[column_name("key", "offset")]
-        table[column_name("key", "size")] = rows[column_name("key", "size")]
+        for column, source in _FROM_INDEX.items():
+            table[column] = rows[source]  # the checksum's int64 bits become its u64 value
         table.flags.writeable = False
         return table
 
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def verify_record(self, index: int) -> None:
-        """Check record `index`'s image member against its XXH3-64.
-
-        Raises:
-            ChecksumError: naming the tar, the record and the member's first byte.
-        """
-        row = self.table[index]
-        start, size = int(row["offset"]), int(row["size"])
-        if checksum(self.source.read(start, start + size)) != int(row["checksum"]):
-            raise ChecksumError(
-                f"image member [{start}, {start + size}) does not match its checksum: the tar is corrupt",
-                path=self.path,
-                offset=start,
-                record=index,
-            )
+    def locate_column(self, index: int, column: str) -> tuple[str, int]:
+        """Return where `column` of record `index` is stored: in the member index."""
+        return self.index.locate_column(index, _FROM_INDEX[column])
 
     def payload(self, index: int, field: str) -> memoryview:
         """Return the bytes of "image" (from the tar, verified) or "key" (from the index)."""
         if field == "key":
             return self.index.payload(index, "key")
-        if field != "image":
-            raise SchemaError(f"no variable-size field {field!r} in a tar shard (fields: image, key)")
-        if self.verify:
-            self.verify_record(index)
-        row = self.table[index]
-        start = int(row["offset"])
-        return self.source.read(start, start + int(row["size"]))
+        return super().payload(index, field)
 
     def key(self, index: int) -> str:
         """Return record `index`'s key, decoded as tarfile decodes names (UTF-8, surrogateescape)."""
-        return bytes(self.index.payload(index, "key")).decode("utf-8", "surrogateescape")
+        return bytes(self.payload(index, "key")).decode("utf-8", "surrogateescape")
 
     def members(self, index: int) -> dict[str, memoryview]:
         """Return every member of record `index`'s sample, by lower-cased extension, unverified."""
@@ -172,39 +162,6 @@ class TarShardReader:
             result[extension] = self.source.read(span[0], span[0] + span[1])
         return result
 
-    def image_info(self, index: int, field: str = "image") -> ImageInfo:
-        row = self.table[index]
-        return ImageInfo(
-            int(row[column_name(field, "height")]), int(row[column_name(field, "width")]), int(row[column_name(field, "channels")])
-        )
-
-    def record(self, index: int) -> Record:
-        """Return record `index`: image (memoryview), label (int), key (str)."""
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"record {index} out of range for a shard of {len(self)}")
-        return TarRecord(self, index % len(self))
-
-    def __iter__(self) -> Iterator[Record]:
-        for i in range(len(self)):
-            yield TarRecord(self, i)
-
     def close(self) -> None:
         self.index.close()
-        self.source.close()
-
-    def __enter__(self) -> TarShardReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class TarRecord(Record):
-    """A record of a tar shard; its key keeps bytes that are not UTF-8 (as surrogate escapes)."""
-
-    __slots__ = ()
-
-    def __getitem__(self, name: str) -> Any:
-        if name == "key":
-            return self._shard.key(self.index)  # type: ignore[attr-defined]
-        return super().__getitem__(name)
+        super().close()

@@ -13,14 +13,15 @@ import numpy as np
 
 from ..checksum import Hasher, checksum
 from ..errors import SchemaError
+from ..format.fieldtypes import JpegType
 from ..format.layout import (
     MAX_CLASSES,
-    MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SHARD_SIZE,
     align_up,
 )
-from ..format.writer import ShardInfo, ShardWriter, jpeg_columns
+from ..format.schema import IMAGE_CLASSIFICATION
+from ..format.writer import ShardInfo, ShardWriter
 from ..storage.atomic import AtomicFile, Transaction
 from .index import INDEX_SCHEMA, index_path_for
 from .keys import (
@@ -32,6 +33,9 @@ from .keys import (
     encode_key,
 )
 
+_IMAGE: Final = IMAGE_CLASSIFICATION.field("image")
+_JPEG: Final = JpegType()
+"""A sample's image is checked and measured as the image of a binary shard is."""
 _MAX_USTAR_NAME: Final = 100
 _PAX_NAME: Final = b"././@PaxHeader"
 
@@ -165,12 +169,7 @@ class TarShardWriter(Transaction):
             raise SchemaError(f"a shard holds at most {MAX_RECORDS_PER_SHARD} records")
         if isinstance(label, (bool, np.bool_)) or not isinstance(label, (int, np.integer)) or not 0 <= label < MAX_CLASSES:
             raise SchemaError(f"{where}: label must be an int in [0, {MAX_CLASSES}), got {label!r}")
-        if not isinstance(image, (bytes, bytearray, memoryview)):
-            raise SchemaError(f"{where}: image needs bytes, got {type(image).__name__}")
-        data = memoryview(image).cast("B")
-        if len(data) > MAX_FIELD_SIZE:
-            raise SchemaError(f"{where}: image is {len(data)} bytes, over the limit of {MAX_FIELD_SIZE}")
-        height, width, channels, _ = jpeg_columns(data, f"{where}: image")
+        data, (height, width, channels, _) = _JPEG.encode(_IMAGE, image, f"{where}: image")
         members: dict[str, bytes | memoryview] = {LABEL_EXTENSION: str(int(label)).encode("ascii"), "jpg": data}
         if meta is not None:
             try:
