@@ -1,7 +1,7 @@
 """`convert_fields`: records of several fields (image pairs, image and mask, listing columns), and
 images stored as raw pixels, converted with the guarantees of `convert`.
 
-The sources (`fieldscan.scan_fields` has the details): an ImageFolder tree or ``path,label``
+The sources (`sources.scan_fields` has the details): an ImageFolder tree or ``path,label``
 listing whose images are stored in another kind (``store="raw"``: decoded RGB pixels); several
 parallel folders matched by file name (``LR/ HR/``); or a listing with several columns
 (``image,mask,label,weight``). Each image column is stored in a kind (`pixels.IMAGE_KINDS`:
@@ -14,8 +14,8 @@ every other one by the same geometry times its scale, so the relation stays exac
 
 Planning, the process pool (or Ray, ``engine="ray"``), sidecars, resume, rejects.jsonl and the
 manifest written last are `convert`'s own (`convert.run_plan`, or `convert_remote.run_plan_in_store`
-for an output given by URL): same determinism, atomicity and crash safety. The sources must be
-local: a source given by URL is refused with a `ConvertError`.
+for an output given by URL): same determinism, atomicity and crash safety. One source (an
+ImageFolder or a listing) may be a URL; several folders must be local.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from ..format.schema import Field, Schema
 from ..format.writer import DEFAULT_SHARD_SIZE
 from ..storage import RemoteOptions
 from ..storage.urls import is_url
-from .fieldscan import FieldScan, listing_columns, scan_fields
 from .fieldtask import FieldTask, run_field_task
 from .normalise import DEFAULT_QUALITY
 from .pixels import IMAGE_KINDS
 from .run import ConvertResult, check_options, plan_shards, prepare_output, run_plan
+from .sources import listing_columns, scan_fields, source_name
+from .sources.results import FieldScan
 
 __all__ = ["convert_fields", "needs_fields"]
 
@@ -47,14 +48,15 @@ Declared = Sequence[tuple[str, "str | None"]] | Mapping[str, "str | None"]
 
 
 def needs_fields(
-    sources: Sequence[str | os.PathLike[str]], *, store: str = "jpeg", fields: Declared = (), scale: Any = None, patch: int | None = None
+    sources: Sequence[str | os.PathLike[str]], *, store: str = "jpeg", fields: Declared = (), scale: Any = None, patch: int | None = None,
+    remote: RemoteOptions | None = None,
 ) -> bool:
     """True if the conversion asked for needs `convert_fields` rather than `convert`: several
     sources, a store other than jpeg, declared fields, a scale, a patch, or a listing with
-    columns other than path and label."""
+    columns other than path and label (`remote`: for a listing given by URL)."""
     if len(sources) != 1 or store != "jpeg" or fields or scale is not None or patch is not None:
         return True
-    columns = listing_columns(sources[0])
+    columns = listing_columns(sources[0], remote=remote)
     return columns is not None and columns != ["path", "label"]
 
 
@@ -80,7 +82,8 @@ def convert_fields(
     """Convert records of several fields, or images stored as pixels (see the module docstring).
 
     Args:
-        sources: one ImageFolder or listing, or several folders (one per image field); local.
+        sources: one ImageFolder or listing (either may be a URL), or several local folders (one
+            per image field).
         out: the output folder (rules as for `convert`), or a URL (``s3://bucket/prefix``).
         fields: (name, kind or None) per folder in order, or kinds of listing columns by name.
         store: the kind of image fields whose kind is not declared: "jpeg", "raw" (RGB
@@ -98,7 +101,7 @@ def convert_fields(
 
     Raises:
         ValueError, ConvertError, WorkerError, OSError: as `convert`; ConvertError also when the
-            sources, declarations and scales do not fit together, or a source is a URL.
+            sources, declarations and scales do not fit together, or several sources are URLs.
     """
     started = time.perf_counter()
     check_options(
@@ -111,15 +114,8 @@ def convert_fields(
     if patch is not None and max_side is not None:
         raise ConvertError("--patch and --max-side exclude each other: a patch has a fixed size")
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
-    for name in names:
-        if is_url(name):
-            raise ConvertError(
-                "a multi-field conversion (several sources, --field, --scale, --patch, --store other than jpeg) reads local "
-                "sources only; copy the source from object storage first (the output may be a URL)",
-                path=name.partition("?")[0],
-            )
-    paths = [Path(name) for name in names]
-    to_store = is_url(os.fspath(out))
+    paths = [Path(name) for name in names if not is_url(name)]
+    to_store = is_url(os.fspath(out)) or len(paths) < len(names)  # a source given by URL goes the store's way, as in convert
     if to_store:
         from .remote import prepare_store, run_plan_in_store
 
@@ -131,7 +127,7 @@ def convert_fields(
                 raise ConvertError("the output folder lies inside a source folder; choose another", path=out)
         prepare_output(out, resume=resume, overwrite=overwrite)
     declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-    scan = scan_fields(paths, declared=declared, store=store)
+    scan = scan_fields(names, declared=declared, store=store, remote=remote)
     images = [column for column in scan.columns if column.is_image]
     scales = _scales(scale, len(images))
     if None in scales and (patch is not None or max_side is not None):
@@ -147,7 +143,7 @@ def convert_fields(
         "quality": quality,
         "shard_size": shard_size,
     }
-    plan = _make_plan(scan, paths, options)
+    plan = _make_plan(scan, [source_name(name, remote=remote) for name in names], options)
     tasks = [
         FieldTask(
             index=index,
@@ -174,7 +170,7 @@ def convert_fields(
         )
     return run_plan(
         plan, tasks, runner=run_field_task, schema=schema, out=Path(out), workers=workers,
-        progress=progress, strict=strict, reject_root=scan.root, started=started, engine=engine,
+        progress=progress, strict=strict, reject_root=Path(scan.root), started=started, engine=engine,
     )
 
 
@@ -189,7 +185,7 @@ def _scales(scale: int | Sequence[int] | None, images: int) -> tuple[int | None,
     return (1, *values)
 
 
-def _make_plan(scan: FieldScan, paths: list[Path], options: dict[str, Any]) -> dict[str, Any]:
+def _make_plan(scan: FieldScan, sources: list[str], options: dict[str, Any]) -> dict[str, Any]:
     """The plan `convert.run_plan` stores: inputs keep convert's first four items (reference path,
     total size, reference mtime, label), then the files, values and key of the record."""
     value_columns = [column for column in scan.columns if not column.is_image]
@@ -205,7 +201,7 @@ def _make_plan(scan: FieldScan, paths: list[Path], options: dict[str, Any]) -> d
         inputs.append([item.files[0].path, sum(f.size for f in item.files), item.files[0].mtime_ns, label, extra])
     return {
         "version": _PLAN_VERSION,
-        "source": [str(path.resolve()) for path in paths],
+        "source": sources,
         "kind": scan.kind,
         "options": options,
         "classes": list(scan.classes) if scan.classes is not None else None,

@@ -18,12 +18,19 @@ from typing import Any, ClassVar
 from ..errors import RejectError, WorkerError
 from ..format.schema import Schema
 from ..format.writer import ShardWriter, shard_name
-from ..storage import RemoteOptions
+from ..storage import RemoteOptions, Store, open_store
+from ..storage.urls import is_url
 from .destination import destination_for
 from .normalise import REENCODE_REASONS
 from .pixels import IMAGE_KINDS, plan_geometry, store_image, upright_size
-from .scan import display_path
-from .task import finished_sidecar, read_input, read_member, shard_sidecar
+from .sources.results import display_path
+from .task import (
+    finished_sidecar,
+    read_input,
+    read_member,
+    read_remote_input,
+    shard_sidecar,
+)
 
 __all__ = ["FieldTask", "run_field_task"]
 
@@ -34,7 +41,7 @@ class FieldTask:
 
     Attributes:
         index: the shard number; out: the output folder, or a URL (`destination.py`); root: what
-            input paths are relative to (a local folder).
+            input paths are relative to (a local folder, or a URL).
         schema: the records' schema.
         columns: (field name, kind) of each column, image columns first (the first is the
             reference), then value columns.
@@ -43,7 +50,7 @@ class FieldTask:
             image of a sample of a tar adds the offset of its member's data: (path, size, offset).
         max_side, patch, quality: how images are reshaped and re-encoded.
         shard_format: always "binary": tar shards hold image classification records only.
-        remote: credentials and retries for an `out` given by URL.
+        remote: credentials and retries for a `root` or `out` given by URL.
     """
 
     shard_format: ClassVar[str] = "binary"
@@ -78,6 +85,7 @@ def run_field_task(task: FieldTask, *, on_image: Callable[[int], None] | None = 
         destination.cleanup()
         report(len(task.inputs))
         return done, True
+    source = open_store(task.root, remote=task.remote) if is_url(task.root) else None
     writer: ShardWriter | None = None
     current = "(before the first input)"
     try:
@@ -87,7 +95,7 @@ def run_field_task(task: FieldTask, *, on_image: Callable[[int], None] | None = 
         for number, files, values, key in task.inputs:
             current = files[0][0]
             try:
-                record, reasons = _build_record(task, files, values, key)
+                record, reasons = _build_record(task, files, values, key, source)
             except RejectError as err:
                 rejects.append([number, err.reason, err.message])
                 report(1)
@@ -119,7 +127,7 @@ def run_field_task(task: FieldTask, *, on_image: Callable[[int], None] | None = 
 
 
 def _build_record(
-    task: FieldTask, files: tuple[tuple[Any, ...], ...], values: tuple[Any, ...], key: str
+    task: FieldTask, files: tuple[tuple[Any, ...], ...], values: tuple[Any, ...], key: str, source: Store | None = None
 ) -> tuple[dict[str, Any], list[str | None]]:
     """Return the record and, per jpeg field, why it was re-encoded (None: kept as it was)."""
     images = [(name, kind) for name, kind in task.columns if kind in IMAGE_KINDS]
@@ -128,6 +136,8 @@ def _build_record(
         try:
             if member:  # the image member of a sample of a tar
                 data = read_member(os.path.join(task.root, path), offset=member[0], size=size)
+            elif source is not None:  # an input in a store given by URL
+                data = read_remote_input(source, path, size_hint=size)
             else:
                 data = read_input(os.path.join(task.root, path), size_hint=size)
             datas.append(data)

@@ -8,7 +8,7 @@ under ``.shardfmt-work/``, so any machine can resume; ``rejects.jsonl`` and then
 ``manifest.json`` are uploaded last, and only then is the work prefix deleted. A prefix without
 manifest.json is never read as a dataset.
 
-A source given by URL is listed once (`scan_remote.py`) and each input is read with one GET
+A source given by URL is listed once (`sources/`) and each input is read with one GET
 inside its task. Any mix works: local to remote, remote to remote, remote to a local folder.
 WebDataset tars as a source must be local (they are read in place with ``pread``), and are
 refused by URL. `run_plan_in_store` is the second half, shared with `fields.convert_fields`,
@@ -40,8 +40,8 @@ from .run import (
     build_outputs,
     conclude,
 )
-from .scan import SourceScan, scan_source
-from .scan_remote import TARS_BY_URL, scan_remote_source
+from .sources import scan_source, source_name
+from .sources.results import SourceScan
 from .task import ShardTask, run_shard_task
 
 __all__ = ["convert_with_store", "prepare_store", "run_plan_in_store"]
@@ -71,7 +71,7 @@ def convert_with_store(
     """
     store, stored_plan = prepare_store(out, remote=remote, resume=resume, overwrite=overwrite)
     scan, root = _scan(src, remote)
-    plan = _make_plan(scan, _source_name(src, remote), options, shard_format=shard_format)
+    plan = _make_plan(scan, source_name(src, remote=remote), options, shard_format=shard_format)
     tasks = [
         ShardTask(
             index=index,
@@ -183,25 +183,8 @@ def _prepare(store: Store, existing: dict[str, dict[str, object]], *, resume: bo
 
 
 def _scan(src: str, remote: RemoteOptions | None) -> tuple[SourceScan, str]:
-    if is_url(src):
-        if _names_tars(src):
-            raise ConvertError(TARS_BY_URL, path=open_store(src, remote=remote).root)
-        return scan_remote_source(src, remote=remote)
-    scan = scan_source(src)
+    scan = scan_source(src, remote=remote)
     return scan, os.fspath(scan.root)
-
-
-def _names_tars(url: str) -> bool:
-    """True if a source URL names WebDataset tars: a ``.tar`` object or a brace pattern."""
-    base = url.partition("?")[0].rstrip("/")
-    return base.lower().endswith(".tar") or "{" in base
-
-
-def _source_name(src: str, remote: RemoteOptions | None) -> str:
-    """How the plan names the source: the resolved path, or the URL without credentials."""
-    if is_url(src):
-        return open_store(src, remote=remote).root
-    return str(Path(src).resolve())
 
 
 def _remove_empty_work_dirs(work: Path) -> None:

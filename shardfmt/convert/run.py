@@ -1,6 +1,6 @@
 """`convert`: image folders, listings or WebDataset tars become a dataset, in parallel and resumably.
 
-Inputs (`scan.py` has the details). A folder is read as torchvision's ImageFolder: each
+Inputs (`sources/` has the details). A folder is read as torchvision's ImageFolder: each
 sub-folder is a class, classes sorted by name as plain strings and numbered from 0, files found
 recursively (following symbolic links) in torchvision's order. A ``.csv`` (``path,label``) or
 ``.jsonl`` (``{"path": ..., "label": ...}``) listing names files relative to its folder; labels
@@ -64,7 +64,7 @@ Object storage and Ray. A source or output given by URL (``s3://bucket/prefix``)
 a Ray cluster instead of the local process pool (`ray_engine`). Both work for binary and tar
 shards and for `fields.convert_fields`; what is not supported is refused with a `ConvertError`
 naming the combination: WebDataset tars given by URL as a source (they are read in place with
-``pread``), and sources given by URL for a multi-field conversion.
+``pread``), and several folders given by URL for a multi-field conversion.
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ from ..storage import RemoteOptions
 from ..storage.atomic import atomic_write_bytes, fsync_directory
 from ..storage.urls import is_url
 from .normalise import DEFAULT_QUALITY, REENCODE_REASONS
-from .scan import SourceScan, display_path, scan_source
+from .sources import scan_source
+from .sources.results import SourceScan, display_path
 from .task import WORK_DIR, ShardTask, run_shard_task, shard_file_name
 
 __all__ = [
@@ -262,7 +263,7 @@ def convert(
         )
         for index, (start, stop) in enumerate(plan["shards"])
     ]
-    reject_root = src if scan.kind == "imagefolder" else scan.root
+    reject_root = src if scan.kind == "imagefolder" else Path(scan.root)
     return run_plan(
         plan, tasks, runner=run_shard_task, schema=IMAGE_CLASSIFICATION, out=out, workers=workers,
         progress=progress, strict=strict, reject_root=reject_root, started=started, engine=engine,

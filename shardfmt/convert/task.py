@@ -36,7 +36,7 @@ from ..tar.keys import display_key, tar_key
 from ..tar.writer import TarShardInfo, TarShardWriter
 from .destination import WORK_DIR, Destination, destination_for
 from .normalise import REENCODE_REASONS, normalise_image
-from .scan import describe_os_error, display_path, record_key
+from .sources.results import describe_os_error, display_path, record_key
 
 __all__ = [
     "MAX_INPUT_SIZE",
