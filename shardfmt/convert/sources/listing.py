@@ -15,10 +15,12 @@ The same rules judge every row of both readings, and whether the listing is a lo
 object given by URL (the `Tree` it lies in differs, nothing else):
 
 - labels are all integers (the dataset then has no class names) or all strings (class names,
-  sorted as plain strings, label = index); in a CSV, a label that reads as an integer
-  (``[+-]?[0-9]+``) is one; an integer label must fit in int64; a class name must not be empty;
+  sorted as plain strings, label = index); in a CSV, where every cell is text, the labels are
+  integers when every one reads as an integer (``[+-]?[0-9]+``, spaces trimmed); an integer
+  label must fit in int64; a class name must not be empty;
 - paths are relative to the listing's folder and stay inside it; the first path of a row names
-  the record's reference file, so it must be there; inputs keep the listing's order;
+  the record's reference file, so it must not be empty (a later one may be: the record is then
+  rejected as "no-partner"); inputs keep the listing's order;
 - a listed path that names no regular file is rejected as "unreadable" (in a later path
   column: the record is rejected as "no-partner"); the hidden-file rule does not apply, since a
   listing names its files on purpose.
