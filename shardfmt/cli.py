@@ -178,7 +178,7 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
                                   engine=engine, remote=remote, allow_empty=allow_empty, break_lock=break_lock)
-    if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch):
+    if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
         if shard_format == "tar":
             raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
                                "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")

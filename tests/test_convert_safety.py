@@ -33,14 +33,14 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _hold_the_lock(src: str, out: str, locked: Any, tried: Any, results: Any, resume: bool) -> None:
     """Convert, pausing once the output is locked until the other run has tried."""
-    real = shardfmt.convert.run._scan
+    real = shardfmt.convert.run.scan_source
 
     def pausing(*args: Any, **kwargs: Any) -> Any:
         locked.set()
         tried.wait(30)
         return real(*args, **kwargs)
 
-    shardfmt.convert.run._scan = pausing  # type: ignore[assignment]
+    shardfmt.convert.run.scan_source = pausing  # type: ignore[assignment]
     try:
         convert(src, out, workers=1, shard_size=4000, resume=resume)
         results.put(("holder", "ok"))

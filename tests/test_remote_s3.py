@@ -239,11 +239,11 @@ def test_what_object_storage_does_not_take_is_refused(imagefolder: Path, tmp_pat
         with pytest.raises(ConvertError, match="tars given by URL cannot be a conversion source"):
             convert(source, tmp_path / "out", workers=1, remote=options(endpoint))
     upload_tree(s3, imagefolder, "data/fields-src")
-    with pytest.raises(ConvertError, match="multi-field conversion .* reads local sources only"):
-        convert_fields(["s3://data/fields-src"], tmp_path / "out", store="raw", remote=options(endpoint))
-    result = CliRunner().invoke(main, ["convert", "s3://data/fields-src", str(tmp_path / "out"), "--store", "raw",
+    with pytest.raises(ConvertError, match="several sources are folders of one image field each, and must be local"):
+        convert_fields(["s3://data/fields-src/class_000", "s3://data/fields-src/class_001"], tmp_path / "out", remote=options(endpoint))
+    result = CliRunner().invoke(main, ["convert", "s3://data/fields-src/class_000", "s3://data/fields-src/class_001", str(tmp_path / "out"),
                                        "--storage-options", json.dumps(s3_options(endpoint))])
-    assert result.exit_code == 1 and "reads local sources only" in result.output, result.output
+    assert result.exit_code == 1 and "must be local" in result.output, result.output
     for url in ("s3://data/wds/shard-00000.tar", "s3://data/wds/shard-{00000..00001}.tar"):
         with pytest.raises(ValueError, match="only local tars can be opened directly"):
             open_dataset(url, remote=options(endpoint))

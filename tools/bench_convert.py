@@ -46,7 +46,7 @@ import webdataset  # noqa: E402
 from shardfmt._sample import make_imagefolder  # noqa: E402
 from shardfmt.convert.images import normalise_image  # noqa: E402
 from shardfmt.convert.run import convert  # noqa: E402
-from shardfmt.convert.scan import scan_source  # noqa: E402
+from shardfmt.convert.sources import scan_source  # noqa: E402
 from shardfmt.storage.atomic import fsync_directory  # noqa: E402
 
 TARGET = 2500

@@ -1,7 +1,7 @@
 """`convert_fields`: records of several fields (image pairs, image and mask, listing columns), and
 images stored as raw pixels, converted with the guarantees of `convert`.
 
-The sources (`fieldscan.scan_fields` has the details): an ImageFolder tree or ``path,label``
+The sources (`sources.scan_fields` has the details): an ImageFolder tree or ``path,label``
 listing whose images are stored in another kind (``store="raw"``: decoded RGB pixels); several
 parallel folders matched by file name (``LR/ HR/``); or a listing with several columns
 (``image,mask,label,weight``). Each image column is stored in a kind (`images.IMAGE_KINDS`:
@@ -15,8 +15,8 @@ every other one by the same geometry times its scale, so the relation stays exac
 Planning (`plan.from_field_scan`), the parallel build (`records.FieldsBuilder`), sidecars,
 resume, rejects.jsonl and the manifest written last are `convert`'s own pipeline
 (`pipeline.run_conversion`): same determinism, atomicity and crash safety, for a local output or
-one given by URL. The sources must be local: a source given by URL is refused with a
-`ConvertError`.
+one given by URL. One source (an ImageFolder or a listing) may be a URL; several folders
+must be local.
 """
 
 from __future__ import annotations
@@ -25,21 +25,19 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import ConvertError
 from ..format.schema import Field, Schema
 from ..format.writer import DEFAULT_SHARD_SIZE
 from ..storage import RemoteOptions
-from ..storage.urls import is_url
-from .fieldscan import listing_columns, scan_fields
 from .images import DEFAULT_QUALITY, IMAGE_KINDS
 from .output import Output
 from .pipeline import ConvertResult, run_conversion
 from .plan import from_field_scan
 from .records import builder_for
 from .run import check_not_inside, check_options, nothing_found, resolve_workers
+from .sources import listing_columns, scan_fields, source_name
 
 __all__ = ["convert_fields", "needs_fields"]
 
@@ -50,14 +48,15 @@ Declared = Sequence[tuple[str, "str | None"]] | Mapping[str, "str | None"]
 
 
 def needs_fields(
-    sources: Sequence[str | os.PathLike[str]], *, store: str = "jpeg", fields: Declared = (), scale: Any = None, patch: int | None = None
+    sources: Sequence[str | os.PathLike[str]], *, store: str = "jpeg", fields: Declared = (), scale: Any = None, patch: int | None = None,
+    remote: RemoteOptions | None = None,
 ) -> bool:
     """True if the conversion asked for needs `convert_fields` rather than `convert`: several
     sources, a store other than jpeg, declared fields, a scale, a patch, or a listing with
-    columns other than path and label."""
+    columns other than path and label (`remote`: for a listing given by URL)."""
     if len(sources) != 1 or store != "jpeg" or fields or scale is not None or patch is not None:
         return True
-    columns = listing_columns(sources[0])
+    columns = listing_columns(sources[0], remote=remote)
     return columns is not None and columns != ["path", "label"]
 
 
@@ -85,7 +84,8 @@ def convert_fields(
     """Convert records of several fields, or images stored as pixels (see the module docstring).
 
     Args:
-        sources: one ImageFolder or listing, or several folders (one per image field); local.
+        sources: one ImageFolder or listing (either may be a URL), or several local folders (one
+            per image field).
         out: the output folder (rules as for `convert`), or a URL (``s3://bucket/prefix``).
         fields: (name, kind or None) per folder in order, or kinds of listing columns by name.
         store: the kind of image fields whose kind is not declared: "jpeg", "raw" (RGB
@@ -103,7 +103,7 @@ def convert_fields(
 
     Raises:
         ValueError, ConvertError, WorkerError, OSError: as `convert`; ConvertError also when the
-            sources, declarations and scales do not fit together, or a source is a URL.
+            sources, declarations and scales do not fit together, or several sources are URLs.
     """
     started = time.perf_counter()
     check_options(
@@ -116,13 +116,6 @@ def convert_fields(
     if patch is not None and max_side is not None:
         raise ConvertError("--patch and --max-side exclude each other: a patch has a fixed size")
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
-    for name in names:
-        if is_url(name):
-            raise ConvertError(
-                "a multi-field conversion (several sources, --field, --scale, --patch, --store other than jpeg) reads local "
-                "sources only; copy the source from object storage first (the output may be a URL)",
-                path=name.partition("?")[0],
-            )
     check_not_inside(names, os.fspath(out))
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
         return _convert_into(output, names, fields=fields, store=store, scale=scale, patch=patch, max_side=max_side, quality=quality,
@@ -134,7 +127,7 @@ def _convert_into(output: Output, names: list[str], *, fields: Declared, store: 
                   max_side: int | None, quality: int, shard_size: int, workers: int | None, strict: bool, progress: bool,
                   engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
     declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-    scan = scan_fields([Path(name) for name in names], declared=declared, store=store)
+    scan = scan_fields(names, declared=declared, store=store, remote=remote)
     if not scan.inputs and not allow_empty:
         reasons = Counter(r.reason for r in scan.rejects)
         raise ConvertError(nothing_found(scan.kind, len(scan.rejects), reasons), path=names[0] if len(names) == 1 else ', '.join(names))
@@ -154,7 +147,7 @@ def _convert_into(output: Output, names: list[str], *, fields: Declared, store: 
         "shard_size": shard_size,
     }
     plan = from_field_scan(
-        scan, source=tuple(str(Path(name).resolve()) for name in names), root=str(scan.root), schema=schema, options=options
+        scan, source=tuple(source_name(name, remote=remote) for name in names), root=os.fspath(scan.root), schema=schema, options=options
     )
     return run_conversion(
         plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,

@@ -43,7 +43,7 @@ from .images import REENCODE_REASONS
 from .output import REJECTS_NAME, Output, shard_file_name
 from .plan import ConversionPlan, PlannedRecord, compare_plans
 from .records import Builder, Built, Chunk, build_chunk
-from .scan import display_path
+from .sources.results import display_path
 
 __all__ = ["CHUNK_BYTES", "CHUNK_RECORDS", "ConvertResult", "run_conversion"]
 

@@ -18,8 +18,7 @@ from typing import Any, Final
 from ..errors import ConvertError
 from ..format.layout import MAX_RECORDS_PER_SHARD
 from ..format.schema import IMAGE_CLASSIFICATION, Schema
-from .fieldscan import FieldScan
-from .scan import ScanReject, SourceScan, display_path
+from .sources.results import FieldScan, ScanReject, SourceScan, display_path
 
 __all__ = ["PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "plan_shards"]
 

@@ -28,7 +28,7 @@ from .images import (
     upright_size,
 )
 from .plan import ConversionPlan, InputFile, PlannedRecord
-from .scan import describe_os_error, display_path
+from .sources.results import describe_os_error, display_path
 
 __all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "build_chunk", "builder_for"]
 

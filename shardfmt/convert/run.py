@@ -1,6 +1,6 @@
 """`convert`: image folders, listings or WebDataset tars become a dataset, in parallel and resumably.
 
-Inputs (`scan.py` has the details). A folder is read as torchvision's ImageFolder: each
+Inputs (`sources/` has the details). A folder is read as torchvision's ImageFolder: each
 sub-folder is a class, classes sorted by name as plain strings and numbered from 0, files found
 recursively (following symbolic links) in torchvision's order. A ``.csv`` (``path,label``) or
 ``.jsonl`` (``{"path": ..., "label": ...}``) listing names files relative to its folder; labels
@@ -78,7 +78,7 @@ from pathlib import Path
 from ..errors import ConvertError
 from ..format.layout import MAX_SHARD_SIZE
 from ..format.writer import DEFAULT_SHARD_SIZE
-from ..storage import RemoteOptions, open_store
+from ..storage import RemoteOptions
 from ..storage.urls import is_url
 from .engine import ENGINES
 from .images import DEFAULT_QUALITY
@@ -86,10 +86,9 @@ from .output import Output
 from .pipeline import ConvertResult, run_conversion
 from .plan import from_scan
 from .records import builder_for
-from .scan import SourceScan, scan_source
-from .scan_remote import TARS_BY_URL, scan_remote_source
+from .sources import scan_source, source_name
 
-__all__ = ["ConvertResult", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers", "source_name"]
+__all__ = ["ConvertResult", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
 
 
 def convert(
@@ -160,11 +159,12 @@ def convert(
     src, out = os.fspath(src), os.fspath(out)
     check_not_inside([src], out)
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
-        scan, root = _scan(src, remote)
+        scan = scan_source(src, remote=remote)
+        root = os.fspath(scan.root)
         if not scan.inputs and not allow_empty:
             raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=src)
         options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-        plan = from_scan(scan, source=source_name(src, remote), root=root, options=options, shard_format=shard_format)
+        plan = from_scan(scan, source=source_name(src, remote=remote), root=root, options=options, shard_format=shard_format)
         return run_conversion(
             plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
             progress=progress, strict=strict, started=started,
@@ -226,19 +226,3 @@ def check_not_inside(sources: list[str], out: str) -> None:
 def resolve_workers(workers: int | None) -> int:
     """The number of worker processes: `workers`, or every CPU."""
     return workers if workers is not None else os.cpu_count() or 1
-
-
-def source_name(src: str, remote: RemoteOptions | None) -> str:
-    """How the plan names a source: the resolved path, or the URL without credentials."""
-    return open_store(src, remote=remote).root if is_url(src) else str(Path(src).resolve())
-
-
-def _scan(src: str, remote: RemoteOptions | None) -> tuple[SourceScan, str]:
-    """Scan the source; return the scan and what its input paths are relative to."""
-    if is_url(src):
-        base = src.partition("?")[0].rstrip("/")
-        if base.lower().endswith(".tar") or "{" in base:
-            raise ConvertError(TARS_BY_URL, path=open_store(src, remote=remote).root)
-        return scan_remote_source(src, remote=remote)
-    scan = scan_source(src)
-    return scan, os.fspath(scan.root)
