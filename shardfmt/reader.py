@@ -9,7 +9,6 @@ memoryviews of the memory map, verified against their checksum on access. `Datas
 from __future__ import annotations
 
 import bisect
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,16 @@ from typing import Any
 import numpy as np
 
 from .checksum import checksum
-from .errors import ChecksumError, FormatError, LimitError, ManifestError, SchemaError, UnsupportedVersionError
+from .errors import (
+    ChecksumError,
+    FormatError,
+    LimitError,
+    ManifestError,
+    SchemaError,
+    ShardNotFoundError,
+    UnsupportedVersionError,
+)
+from .jsontext import JsonTextError, parse_json
 from .layout import (
     FOOTER_CHECKED_BYTES,
     FOOTER_DTYPE,
@@ -49,10 +57,12 @@ from .schema import Schema
 from .storage import ByteSource, DatasetLocation, LocalStore, RemoteOptions, locate_dataset, open_source
 from .storage.urls import is_url
 
-__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "open_dataset", "open_shard"]
+__all__ = ["DatasetReader", "ImageInfo", "Record", "ShardReader", "check_labels", "open_dataset", "open_shard"]
 
 _CHANNELS = {"jpeg": JPEG_CHANNELS, "raw": RAW_CHANNELS}
 """Image types and the channel counts each allows."""
+EMPTY_CHECKSUM = checksum(b"")
+"""The XXH3-64 of no bytes: the checksum of every empty record span (0x2d06800538d394c2)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,7 @@ class ShardReader:
             raise self._fail(FormatError, "header padding is not zero", HEADER_SIZE + schema_size)
         try:
             self.schema = Schema.from_bytes(bytes(schema_bytes))
+            self.schema.check_version(minor)
         except UnsupportedVersionError as err:
             raise self._fail(UnsupportedVersionError, err.message, HEADER_SIZE) from err
         except SchemaError as err:
@@ -183,6 +194,7 @@ class ShardReader:
             raise self._fail(ChecksumError, "record table checksum does not match: the table is corrupt", table_offset)
         self.table_offset = table_offset
         self.table: np.ndarray[Any, Any] = np.frombuffer(table_bytes, self.dtype, count=num_records)
+        self._variable_names = tuple(field.name for field in self.schema.fields if field.is_variable)
         self._check_table()
 
     def _check_table(self) -> None:
@@ -228,6 +240,18 @@ class ShardReader:
                 )
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
         self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
+        # Step 30 for empty spans: nothing will ever be hashed for them, so their checksum (the
+        # XXH3-64 of no bytes) is compared now; it is reported at the record's offset.
+        empty = (sizes == 0) & (table["checksum"] != np.uint64(EMPTY_CHECKSUM))
+        if empty.any():
+            i = int(np.argmax(empty))
+            raise self._fail(
+                ChecksumError,
+                f"empty record span has checksum 0x{int(table['checksum'][i]):016x}, not that of no bytes "
+                f"(0x{EMPTY_CHECKSUM:016x}): the shard is corrupt",
+                int(offsets[i]),
+                i,
+            )
 
     def _check_image(self, name: str, type_: str, table: np.ndarray[Any, Any]) -> None:
         """Rules 28c to 28f: sides, channels, reserved column and, for raw, the payload size."""
@@ -282,13 +306,36 @@ class ShardReader:
         """
         row = self.table[index]
         start, size = int(row["offset"]), int(row["size"])
-        if checksum(self.source.read(start, start + size)) != int(row["checksum"]):
+        span = self.source.read(start, start + size)
+        if checksum(span) != int(row["checksum"]):
             raise ChecksumError(
                 f"payload [{start}, {start + size}) does not match its checksum: the shard is corrupt",
                 path=self.path,
                 offset=start,
                 record=index,
             )
+        self._check_padding(index, row, span, start)
+
+    def _check_padding(self, index: int, row: Any, span: memoryview, start: int) -> None:
+        """Step 30, after the checksum: every byte of the span that belongs to no field is zero."""
+        position = start
+        gaps = []
+        for name in self._variable_names:
+            field_start = int(row[column_name(name, "offset")])
+            gaps.append((position, field_start))
+            position = field_start + int(row[column_name(name, "size")])
+        gaps.append((position, start + len(span)))
+        for gap_start, gap_stop in gaps:
+            if gap_stop > gap_start:
+                rest = bytes(span[gap_start - start : gap_stop - start]).lstrip(b"\0")
+                if rest:
+                    at = gap_stop - len(rest)
+                    raise FormatError(
+                        f"padding byte at {at} is 0x{rest[0]:02x}, not zero (a writer fills padding with zeros)",
+                        path=self.path,
+                        offset=at,
+                        record=index,
+                    )
 
     def image_info(self, index: int, field: str = "image") -> ImageInfo:
         """Return the height, width and channels of image `field` of record `index`."""
@@ -350,9 +397,9 @@ class Record(Mapping[str, Any]):
                 raise self._invalid(name, f"is not valid UTF-8: {err}") from err
         if field.type == "json":
             try:
-                return json.loads(bytes(data).decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError) as err:
-                raise self._invalid(name, f"is not valid JSON: {err}") from err
+                return parse_json(data)
+            except JsonTextError as err:
+                raise self._invalid(name, f"is not valid JSON text: {err}") from err
         if field.type == "raw":
             info = self.image_info(name)
             return np.frombuffer(data, np.uint8).reshape(info.height, info.width, info.channels)
@@ -406,6 +453,7 @@ class DatasetReader:
         from .tarindex import open_tars, tar_sources
 
         tars = None if _is_dataset_url(path) else tar_sources(path)
+        self._confine = tars is None  # shards a manifest names stay inside its root; tars named directly need not
         if tars is None:
             self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
             self.manifest = self.location.load_manifest()
@@ -432,20 +480,34 @@ class DatasetReader:
         if reader is None:
             entry = self.manifest.shards[shard_index]
             if not self.location.is_remote:
-                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root))
+                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root), confine=self._confine)
             else:
                 reader = self._open_remote(entry)
-            if len(reader) != entry.num_records:
+            try:
+                self._check_shard(entry, reader)
+            except BaseException:
                 reader.close()
-                raise ManifestError(
-                    f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}",
-                    path=self.location.manifest_path,
-                )
-            if reader.schema != self.schema:
-                reader.close()
-                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=self.location.manifest_path)
+                raise
             self._readers[shard_index] = reader
         return reader
+
+    def _check_shard(self, entry: ShardEntry, reader: Any) -> None:
+        """Manifest step 12: the shard agrees with its entry and with the manifest."""
+        manifest_path = self.location.manifest_path
+        if len(reader) != entry.num_records:
+            raise ManifestError(f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}", path=manifest_path)
+        if reader.schema != self.schema:
+            raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=manifest_path)
+        major, minor = reader.index.version if entry.index is not None else reader.version
+        stated = self.manifest.format_version
+        if major != stated[0] or minor > stated[1]:
+            raise ManifestError(
+                f"{'index of ' if entry.index is not None else ''}shard {entry.path} has format version {major}.{minor}, "
+                f"newer than the manifest's {stated[0]}.{stated[1]}",
+                path=manifest_path,
+            )
+        if self.classes is not None:
+            check_labels(reader, self.schema, len(self.classes))
 
     def _open_remote(self, entry: ShardEntry) -> Any:
         """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
@@ -509,7 +571,9 @@ class DatasetReader:
         self.close()
 
 
-def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> Any:
+def open_shard(
+    root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None, confine: bool = True
+) -> Any:
     """Open the shard a manifest entry names, checked against the entry's sizes.
 
     Args:
@@ -517,21 +581,67 @@ def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root
         entry: the manifest entry.
         verify: check each record's checksum when its payload is read.
         index_root: the folder a tar shard's index path is relative to (default `root`).
+        confine: refuse a shard (or index) whose path, symbolic links resolved, leaves its root.
 
     Returns:
         A `ShardReader`, or a `tarreader.TarShardReader` for an entry with an index.
+
+    Raises:
+        ShardNotFoundError: the shard (or index) leaves its root, does not exist or is not a file.
     """
+    index_root = root if index_root is None else index_root
+    if confine:
+        _check_inside(root, entry.path)
+        if entry.index is not None:
+            _check_inside(index_root, entry.index.path)
     if entry.index is None:
         return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
     from .tarreader import TarShardReader
 
     return TarShardReader(
         root / entry.path,
-        index=(root if index_root is None else index_root) / entry.index.path,
+        index=index_root / entry.index.path,
         verify=verify,
         expected_size=entry.size,
         expected_index_size=entry.index.size,
     )
+
+
+def _check_inside(root: Path, relative: str) -> None:
+    """Manifest step 10: the file a manifest path names, every symbolic link resolved, lies
+    inside the dataset root (itself resolved)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(root / relative)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise ShardNotFoundError(
+            "is a symbolic link (or lies under one) that leads out of the dataset root; "
+            "a reader does not follow links out of the root",
+            path=root / relative,
+        )
+
+
+def check_labels(reader: Any, schema: Schema, num_classes: int) -> None:
+    """Check that every label of a shard names a class: 0 <= label < `num_classes`, for the
+    int64 field named "label" (manifest step 12; nothing to check without one).
+
+    Raises:
+        FormatError: naming the shard (a tar shard's index, where its labels live), the record
+            and the offset of its label column.
+    """
+    if "label" not in schema.names or schema.field("label").type != "int64":
+        return
+    labels: np.ndarray[Any, Any] = reader.table["label"]
+    bad = (labels < 0) | (labels >= num_classes)
+    if bad.any():
+        index = int(np.argmax(bad))
+        table = getattr(reader, "index", reader)  # a tar's labels live in its member index
+        column = table.dtype.fields["label"][1]
+        raise FormatError(
+            f"label {int(labels[index])} names no class (the manifest has {num_classes})",
+            path=table.path,
+            offset=table.table_offset + index * table.dtype.itemsize + column,
+            record=index,
+        )
 
 
 def _is_dataset_url(path: Any) -> bool:

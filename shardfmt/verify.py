@@ -15,13 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .checksum import checksum, format_checksum
-from .errors import ChecksumError, FormatError, ManifestError, ShardfmtError
+from .errors import ChecksumError, ManifestError, ShardfmtError
 from .manifest import Manifest, ShardEntry, find_manifest
-from .reader import open_shard
-from .tarreader import TarShardReader
+from .reader import check_labels, open_shard
 
 __all__ = ["VerifyReport", "verify_dataset"]
 
@@ -89,8 +86,8 @@ def _verify_shard(root: Path, entry: ShardEntry, manifest: Manifest, *, quick: b
             raise ManifestError(f"holds {len(reader)} records but the manifest says {entry.num_records}", path=reader.path)
         if reader.schema != manifest.schema:
             raise ManifestError("its schema differs from the manifest's", path=reader.path)
-        if manifest.classes is not None and "label" in manifest.schema.names:
-            _check_labels(reader, len(manifest.classes))
+        if manifest.classes is not None:
+            check_labels(reader, manifest.schema, len(manifest.classes))
         if quick:
             return 0
         for index in range(len(reader)):
@@ -115,21 +112,6 @@ def _check_file(source: Any, expected: int) -> int:
             path=source.path,
         )
     return int(source.size)
-
-
-def _check_labels(reader: Any, num_classes: int) -> None:
-    labels: np.ndarray[Any, Any] = reader.table["label"]
-    bad = (labels < 0) | (labels >= num_classes)
-    if bad.any():
-        index = int(np.argmax(bad))
-        table = reader.index if isinstance(reader, TarShardReader) else reader  # a tar's labels live in its index
-        column = table.dtype.fields["label"][1]
-        raise FormatError(
-            f"label {int(labels[index])} names no class (the manifest has {num_classes})",
-            path=table.path,
-            offset=table.table_offset + index * table.dtype.itemsize + column,
-            record=index,
-        )
 
 
 def _check_rejects_report(root: Path, manifest: Manifest) -> ShardfmtError | None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .checksum import Hasher, checksum
 from .errors import SchemaError
+from .jsontext import parse_json
 from .fileio import AtomicFile
 from .jpeg import read_jpeg_info
 from .layout import (
@@ -248,6 +249,7 @@ def _encode_variable(field: Field, value: Any, index: int) -> tuple[bytes | memo
     elif field.type == "json":
         try:
             data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            parse_json(data)  # what readers refuse is not written: integers beyond 64 bits, ...
         except (TypeError, ValueError) as err:
             raise SchemaError(f"{where} is not JSON-serialisable: {err}") from err
     else:
@@ -343,6 +345,8 @@ class DatasetWriter:
         self.schema = schema
         self.shard_size = shard_size
         self.classes = list(classes) if classes is not None else None
+        self._check_labels = self.classes is not None and "label" in schema.names and schema.field("label").type == "int64"
+        """With classes, every label must name one (spec/manifest.md, reading step 12)."""
         self.options = dict(options or {})
         self.shard_format = shard_format
         self.shards: list[Any] = []
@@ -359,6 +363,10 @@ class DatasetWriter:
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record (see `ShardWriter.write`, and `tar.TarShardWriter.write` for tars)."""
+        if self._check_labels and self.classes is not None:
+            label = record.get("label")
+            if isinstance(label, (int, np.integer)) and not isinstance(label, (bool, np.bool_)) and not 0 <= label < len(self.classes):
+                raise SchemaError(f"label {label} names no class: the dataset has {len(self.classes)} classes")
         if self._current is None:
             self._current = self._open_shard()
         try:
