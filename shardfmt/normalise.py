@@ -42,7 +42,8 @@ MAX_PIXELS: Final = 89_478_485
 """Largest image accepted, in pixels (256 MiB as 24-bit RGB; Pillow's own decompression-bomb
 threshold). Larger images are rejected as "too-large" from their header, before decoding."""
 JPEG_MAX_SIDE: Final = 65_500
-"""libjpeg's JPEG_MAX_DIMENSION: a larger side cannot be encoded as JPEG at all."""
+"""libjpeg's JPEG_MAX_DIMENSION: libjpeg and libjpeg-turbo neither encode nor decode a larger side,
+although a JPEG frame header can state up to 65,535 (which the format accepts)."""
 DEFAULT_QUALITY: Final = 90
 REENCODE_REASONS: Final = ("not-jpeg", "cmyk", "exif-rotated", "progressive", "resized")
 """Why an image was re-encoded, in the order the first matching one is chosen."""
@@ -85,7 +86,7 @@ def normalise_image(
 
     Raises:
         RejectError: reason "empty" (no bytes), "corrupt" (a decoder failed), "not-an-image"
-            (no known format) or "too-large" (over `max_pixels` or JPEG's 65500-pixel side).
+            (no known format) or "too-large" (over `max_pixels`, or a side over libjpeg's 65500).
     """
     if not data:
         raise RejectError("the file is empty", reason="empty")
@@ -130,6 +131,8 @@ def _check_size(width: int, height: int, max_pixels: int) -> None:
         raise RejectError(
             f"{width}x{height} is {width * height} pixels, over the limit of {max_pixels}", reason="too-large"
         )
+    if max(width, height) > JPEG_MAX_SIDE:
+        raise RejectError(f"{width}x{height} has a side over libjpeg's limit of {JPEG_MAX_SIDE}", reason="too-large")
 
 
 def _fit(width: int, height: int, max_side: int | None) -> tuple[int, int] | None:
@@ -157,8 +160,6 @@ def _reencode(data: bytes, *, reason: str, max_side: int | None, quality: int, m
             raise RejectError(f"{type(err).__name__}: {err}", reason="corrupt") from err
         width, height = image.size
         _check_size(width, height, max_pixels)
-        if max(width, height) > JPEG_MAX_SIDE:
-            raise RejectError(f"{width}x{height} has a side over JPEG's limit of {JPEG_MAX_SIDE}", reason="too-large")
         try:
             return NormalisedImage(_convert(image, reason=reason, max_side=max_side, quality=quality), reason)
         except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:

@@ -114,6 +114,29 @@ def test_jpeg_missing_only_its_last_bytes_is_rejected_not_passed_through() -> No
     assert caught.value.reason == "corrupt"
 
 
+def test_a_second_frame_header_is_corrupt_and_a_hierarchical_jpeg_unsupported() -> None:
+    data = jpeg_bytes(8, 8)
+    sof = data.index(b"\xff\xc0")
+    length = int.from_bytes(data[sof + 2 : sof + 4], "big")
+    frame = data[sof : sof + 2 + length]
+    with pytest.raises(ValueError, match="a second frame header"):
+        read_jpeg_info(data[:sof] + frame + data[sof:])
+    dhp = b"\xff\xde" + frame[2:]  # a DHP segment has the layout of a frame header
+    assert read_jpeg_info(data[:sof] + dhp + data[sof:]).lossless
+    with pytest.raises(RejectError) as info:
+        normalise_image(data[:sof] + frame + data[sof:])
+    assert info.value.reason == "corrupt"
+
+
+def test_a_jpeg_side_over_libjpegs_limit_is_too_large_even_to_pass_through() -> None:
+    data = bytearray(jpeg_bytes(8, 8))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 7 : sof + 9] = (65501).to_bytes(2, "big")  # the width; 65501 x 8 pixels is within MAX_PIXELS
+    with pytest.raises(RejectError, match="over libjpeg's limit of 65500") as info:
+        normalise_image(bytes(data))
+    assert info.value.reason == "too-large"
+
+
 def test_too_many_pixels_is_rejected_from_the_header_before_decoding() -> None:
     data = bytearray(jpeg_bytes(16, 16))
     sof = data.index(b"\xff\xc0")
