@@ -140,6 +140,22 @@ BAD_MANIFESTS = {
     "total-records": (set_key("num_records", value=6), ManifestError, '"num_records" is 6 but the shards add up to 5'),
     "total-bytes": (set_key("num_bytes", value=1), ManifestError, '"num_bytes" is 1'),
     "total-missing": (drop_key("num_bytes"), ManifestError, "missing 'num_bytes'"),
+    "size-float": (set_key("shards", 0, "size", value=376.0), ManifestError, "shards[0]: 'size' has the wrong type (float)"),
+    "version-leading-zero": (set_key("format_version", value="01.1"), ManifestError, "MAJOR.MINOR"),
+    "rejects-type": (set_key("rejects", value=[]), ManifestError, '"rejects" must be an object'),
+    "rejects-count": (set_key("rejects", value={"count": 1.5}), ManifestError, '"rejects.count" must be an integer'),
+    "rejects-by-reason": (set_key("rejects", value={"by_reason": {"empty": -1}}), ManifestError, '"rejects.by_reason" must be'),
+    "rejects-report": (set_key("rejects", value={"report": 3}), ManifestError, '"rejects.report" must be a string or null'),
+    "converter-type": (set_key("converter", value="shardfmt"), ManifestError, '"converter" must be an object'),
+    "converter-name": (set_key("converter", "name", value=None), ManifestError, '"converter.name" must be a string'),
+    "converter-options": (set_key("converter", "options", value=[]), ManifestError, '"converter.options" must be an object'),
+    "stats-type": (set_key("stats", value=[]), ManifestError, '"stats" must be an object'),
+    "tar-schema": (set_key("shard_format", value="tar"), ManifestError, "schema: tar shards hold the fields"),
+    "newer-type": (
+        lambda m: (m.update(format_version="1.0"), m["schema"]["fields"].append({"name": "px", "type": "raw"})),
+        ManifestError,
+        "which format version 1.1 added, but the version stated is 1.0",
+    ),
 }
 
 
