@@ -17,9 +17,9 @@ import numpy as np
 
 from .checksum import Hasher, checksum
 from .errors import SchemaError
-from .jsontext import parse_json
 from .fileio import AtomicFile
 from .jpeg import read_jpeg_info
+from .jsontext import parse_json
 from .layout import (
     DEFAULT_ALIGNMENT,
     FOOTER_CHECKED_BYTES,
