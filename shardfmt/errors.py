@@ -19,7 +19,7 @@ The hierarchy::
     └── WorkerError (RuntimeError)          a loader worker raised or died
 
 A reader error carries ``.path``, ``.offset`` and ``.record`` (each may be None) and renders as
-``shards/shard-00003.shard: byte 81920: record 17: payload [81920, 99001) runs past end of file``.
+``shards/shard-00003.shard: byte 81920: record 17: payload [81920, 99008) runs past end of file``.
 """
 
 from __future__ import annotations

@@ -354,3 +354,26 @@ def test_store_image_checks_the_pixel_limit_before_decoding() -> None:
     for kind in IMAGE_KINDS:
         expect_reject("too-large", store_image, png_header_only(10_000, 10_000), kind=kind, geometry=None, quality=90)
         expect_reject("too-large", store_image, png_header_only(100, 100), kind=kind, geometry=None, quality=90, max_pixels=5000)
+
+
+def test_a_second_frame_header_is_corrupt_and_a_hierarchical_jpeg_unsupported() -> None:
+    data = jpeg_bytes(8, 8)
+    sof = data.index(b"\xff\xc0")
+    length = int.from_bytes(data[sof + 2 : sof + 4], "big")
+    frame = data[sof : sof + 2 + length]
+    with pytest.raises(ValueError, match="a second frame header"):
+        read_jpeg_info(data[:sof] + frame + data[sof:])
+    dhp = b"\xff\xde" + frame[2:]  # a DHP segment has the layout of a frame header
+    assert read_jpeg_info(data[:sof] + dhp + data[sof:]).lossless
+    with pytest.raises(RejectError) as info:
+        normalise_image(data[:sof] + frame + data[sof:])
+    assert info.value.reason == "corrupt"
+
+
+def test_a_jpeg_side_over_libjpegs_limit_is_too_large_even_to_pass_through() -> None:
+    data = bytearray(jpeg_bytes(8, 8))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 7 : sof + 9] = (65501).to_bytes(2, "big")  # the width; 65501 x 8 pixels is within MAX_PIXELS
+    with pytest.raises(RejectError, match="over libjpeg's limit of 65500") as info:
+        normalise_image(bytes(data))
+    assert info.value.reason == "too-large"

@@ -32,7 +32,10 @@ NUM_RECORDS = 103
 
 
 def shm_entries() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("shardfmt-")} if os.path.isdir("/dev/shm") else set()
+    """The /dev/shm entries this test process's loaders made (named ``shardfmt-PID-...`` after the
+    process that creates the ring): other loaders may run on the machine at the same time."""
+    mine = f"shardfmt-{os.getpid()}-"
+    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)} if os.path.isdir("/dev/shm") else set()
 
 
 @pytest.fixture(scope="module")

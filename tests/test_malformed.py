@@ -27,6 +27,7 @@ from shardfmt import (
     LimitError,
     ManifestError,
     Schema,
+    SchemaError,
     ShardfmtError,
     ShardNotFoundError,
     ShardReader,
@@ -139,6 +140,22 @@ BAD_MANIFESTS = {
     "total-records": (set_key("num_records", value=6), ManifestError, '"num_records" is 6 but the shards add up to 5'),
     "total-bytes": (set_key("num_bytes", value=1), ManifestError, '"num_bytes" is 1'),
     "total-missing": (drop_key("num_bytes"), ManifestError, "missing 'num_bytes'"),
+    "size-float": (set_key("shards", 0, "size", value=376.0), ManifestError, "shards[0]: 'size' has the wrong type (float)"),
+    "version-leading-zero": (set_key("format_version", value="01.1"), ManifestError, "MAJOR.MINOR"),
+    "rejects-type": (set_key("rejects", value=[]), ManifestError, '"rejects" must be an object'),
+    "rejects-count": (set_key("rejects", value={"count": 1.5}), ManifestError, '"rejects.count" must be an integer'),
+    "rejects-by-reason": (set_key("rejects", value={"by_reason": {"empty": -1}}), ManifestError, '"rejects.by_reason" must be'),
+    "rejects-report": (set_key("rejects", value={"report": 3}), ManifestError, '"rejects.report" must be a string or null'),
+    "converter-type": (set_key("converter", value="shardfmt"), ManifestError, '"converter" must be an object'),
+    "converter-name": (set_key("converter", "name", value=None), ManifestError, '"converter.name" must be a string'),
+    "converter-options": (set_key("converter", "options", value=[]), ManifestError, '"converter.options" must be an object'),
+    "stats-type": (set_key("stats", value=[]), ManifestError, '"stats" must be an object'),
+    "tar-schema": (set_key("shard_format", value="tar"), ManifestError, "schema: tar shards hold the fields"),
+    "newer-type": (
+        lambda m: (m.update(format_version="1.0"), m["schema"]["fields"].append({"name": "px", "type": "raw"})),
+        ManifestError,
+        "which format version 1.1 added, but the version stated is 1.0",
+    ),
 }
 
 
@@ -167,7 +184,7 @@ def test_manifest_not_json(dataset: Path) -> None:
     path.write_bytes(b"{\xff")
     with pytest.raises(ShardfmtError) as info:
         open_dataset(dataset)
-    check_error(info.value, ManifestError, path=path, says="not valid UTF-8 JSON")
+    check_error(info.value, ManifestError, path=path, says="not valid JSON text: not UTF-8")
 
 
 def test_manifest_not_an_object(dataset: Path) -> None:
@@ -183,6 +200,48 @@ def test_missing_manifest(tmp_path: Path) -> None:
         open_dataset(tmp_path)
     check_error(info.value, DatasetNotFoundError, path=tmp_path, says="no manifest.json")
     assert isinstance(info.value, FileNotFoundError)
+
+
+def test_a_broken_link_is_no_manifest_and_a_fifo_is_not_one(tmp_path: Path) -> None:
+    os.symlink("gone.json", tmp_path / "manifest.json")
+    with pytest.raises(ShardfmtError) as info:
+        open_dataset(tmp_path)
+    check_error(info.value, DatasetNotFoundError, path=tmp_path, says="no manifest.json")
+    (tmp_path / "manifest.json").unlink()
+    os.mkfifo(tmp_path / "manifest.json")  # opening it to read would wait for a writer forever
+    with pytest.raises(ShardfmtError) as info:
+        open_dataset(tmp_path)
+    check_error(info.value, ManifestError, path=tmp_path / "manifest.json", says="not a regular file")
+
+
+def test_shard_paths_are_one_path_up_to_case_and_unicode_normalisation(dataset: Path) -> None:
+    (dataset / "caf\u00e9.shard").write_bytes(b"")
+
+    def change(manifest: dict[str, Any]) -> None:
+        manifest["shards"][0]["path"] = "caf\u00e9.shard"  # NFC
+        manifest["shards"][1]["path"] = "CAFE\u0301.shard"  # NFD, upper case
+
+    path = rewrite_manifest(dataset, change)
+    with pytest.raises(ShardfmtError) as info:
+        open_dataset(dataset)
+    check_error(info.value, ManifestError, path=path, says="names the same file as 'café.shard'")
+
+
+def test_a_shard_linked_from_inside_the_root_is_read(dataset: Path) -> None:
+    (dataset / "store").mkdir()
+    os.replace(dataset / "shard-00001.shard", dataset / "store" / "shard-00001.shard")
+    os.symlink("store/shard-00001.shard", dataset / "shard-00001.shard")
+    with open_dataset(dataset) as reader:
+        assert [record["label"] for record in reader] == [0, 1, 0, 1, 0]
+
+
+def test_the_writer_refuses_what_readers_refuse(tmp_path: Path) -> None:
+    with DatasetWriter(tmp_path / "ds", schema=SCALARS, classes=["cat", "dog"]) as writer:
+        with pytest.raises(SchemaError, match="label 2 names no class: the dataset has 2 classes"):
+            writer.write({"label": 2, "score": 0.0})
+        writer.write({"label": 1, "score": 0.0})
+    with pytest.raises(SchemaError, match=r"outside \[-2\^63, 2\^64 - 1\]"):
+        build_shard(Schema.of(meta="json"), [{"meta": [1 << 64]}])
 
 
 def test_missing_shard(dataset: Path) -> None:
@@ -366,7 +425,7 @@ def case_header_padding(s: ShardBytes) -> Expect:
 def case_schema_not_json(s: ShardBytes) -> Expect:
     s.data[64] = ord("[")
     s.reseal_header()
-    return FormatError, 64, None, "schema: schema is not valid UTF-8 JSON", "open"
+    return FormatError, 64, None, "schema: schema is not valid JSON text: not JSON", "open"
 
 
 @shard_case
@@ -806,7 +865,7 @@ for _name, _old, _new, _cls, _says in [
     ("ndarray-boolean-size", b'"shape":[2,3]', b'"shape":[true,3]', FormatError, "sizes are not all integers"),
     ("ndarray-shape-not-a-list", b'"shape":[2,3]', b'"shape":"2x3"', FormatError, 'needs a "shape"'),
     ("ndarray-over-field-limit", b'"shape":[2,3]', b'"shape":[1073741824,2]', FormatError, "over the field limit of 1073741824"),
-    ("ndarray-huge-size", b'"shape":[2,3]', b'"shape":[' + b"9" * 400 + b",3]", FormatError, "sizes are not all integers"),
+    ("ndarray-huge-size", b'"shape":[2,3]', b'"shape":[' + b"9" * 400 + b",3]", FormatError, "is outside [-2^63, 2^64 - 1]"),
 ]:
     FIELD_CASES[_name] = schema_case(_old, _new, _cls, _says)
 

@@ -55,7 +55,7 @@ JPEGS = [
     simplejpeg.encode_jpeg(np.full((8, 16, 1), 128, np.uint8), colorspace="GRAY", colorsubsampling="Gray"),
 ]
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )

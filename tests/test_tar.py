@@ -267,6 +267,20 @@ def test_index_keys_keep_bytes_that_are_not_utf8(tmp_path: Path) -> None:
         assert bytes(reader.payload(0, "key")) == b"caf\xe9"
 
 
+def test_member_extensions_that_are_not_utf8_are_indexed_as_text(tmp_path: Path) -> None:
+    # The index's members JSON is UTF-8: such bytes are written \xNN, as reports show them.
+    image = jpeg_bytes()
+    members = [("k.jpg", image), ("k.cls", b"0"), ("k.caf\udce9", b"zz")]
+    path = write_tar(tmp_path / "k.tar", members, fmt=tarfile.GNU_FORMAT)
+    info = index_tar(path)
+    assert (info.index.num_records, info.rejects) == (1, ())
+    with TarShardReader(path) as reader:
+        assert sorted(reader.index.record(0)["members"]) == ["caf\\xe9", "cls", "jpg"]
+        assert bytes(reader.members(0)["caf\\xe9"]) == b"zz"
+    clash = write_tar(tmp_path / "c.tar", [*members, ("k.caf\\xe9", b"yy")], fmt=tarfile.GNU_FORMAT)
+    assert [(r.key, r.reason) for r in index_tar(clash).rejects] == [("k", "duplicate-member")]
+
+
 # -- the reader adapter ------------------------------------------------------------------------
 
 

@@ -82,9 +82,12 @@ def test_every_bad_shard_is_reported_and_a_missing_one_too(converted: Path) -> N
 
 
 def test_labels_must_name_a_class_and_the_rejects_report_must_match(tmp_path: Path) -> None:
-    with DatasetWriter(tmp_path / "ds", schema=IMAGE_CLASSIFICATION, classes=["a", "b"]) as writer:
+    with DatasetWriter(tmp_path / "ds", schema=IMAGE_CLASSIFICATION) as writer:
         for label in (0, 1, 5):
             writer.write({"image": jpeg_bytes(8, 8), "label": label, "key": str(label)})
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    manifest["classes"] = ["a", "b"]  # DatasetWriter itself refuses a label that names no class
+    (tmp_path / "ds" / "manifest.json").write_text(json.dumps(manifest))
     problem = verify_dataset(tmp_path / "ds", quick=True).problems[0]
     assert isinstance(problem, FormatError) and problem.record == 2 and "label 5 names no class" in str(problem)
 

@@ -23,6 +23,7 @@ import argparse
 import filecmp
 import json
 import math
+import os
 import shutil
 import struct
 import sys
@@ -47,8 +48,10 @@ from shardfmt.format.layout import (
     FORMAT_VERSION,
     HEADER_DTYPE,
     HEADER_SIZE,
+    MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SCHEMA_SIZE,
+    MAX_SHARD_SIZE,
     NDARRAY_DTYPES,
     column_name,
 )
@@ -226,6 +229,25 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
             {"key": "", "blob": bytes(range(9)), "label": 3},
         ],
         8,
+    ),
+    "json-values": (
+        "json values as a canonical writer encodes them: escapes, number forms, 64-bit integers, non-ASCII text (v1.1)",
+        Schema.of(meta="json"),
+        [
+            {
+                "meta": {
+                    "z": [1, -0.0, 2.5, 1e-07, 1e16, 1.7976931348623157e308, 5e-324],
+                    "a": "tab\there \"q\" \\ \u0001\u001f \u007f \u00e9 \u65e5\u672c \U0001f980",
+                    "n": None,
+                    "t": True,
+                    "f": False,
+                }
+            },
+            {"meta": "a string, long enough to be replaced by another value"},
+            {"meta": [(1 << 64) - 1, -(1 << 63), 0]},
+            {"meta": []},
+        ],
+        64,
     ),
 }
 
@@ -520,6 +542,333 @@ def ndarray_bad_shape(s: ShardBytes) -> Invalid:
     return "FormatError", HEADER_SIZE, None, "open"
 
 
+# Rules that had no vector in the first 1.1 draft: every step of spec/format.md section 10 that a
+# reader must check now has at least one.
+
+STATED_SIZE: dict[str, int] = {}
+"""Invalid vectors whose file is longer than the committed bytes: the .shard file followed by
+zero bytes up to this size (a sparse file, or a byte source that reports the size)."""
+
+
+def set_payload(s: ShardBytes, record: int, field: str, text: bytes) -> int:
+    """Overwrite a field's payload with `text`, padded with spaces (JSON whitespace) to the
+    field's size, and reseal the record; return the field's offset."""
+    row = s.table()[record]
+    start, size = int(row[column_name(field, "offset")]), int(row[column_name(field, "size")])
+    if len(text) > size:
+        raise ValueError(f"{text!r} does not fit the {size} bytes of field {field!r} of record {record}")
+    s.data[start : start + size] = text + b" " * (size - len(text))
+    s.reseal_record(record)
+    return start
+
+
+@invalid("tiny", "file size: at least 128 bytes, a header and a footer")
+def too_short(s: ShardBytes) -> Invalid:
+    s.truncate(127)
+    return "FormatError", 0, None, "open"
+
+
+@invalid("tiny", "file size: at most MAX_SHARD_SIZE (2^40) bytes, checked on the size alone (the file is stated larger, see STATED_SIZE)")
+def too_large(s: ShardBytes) -> Invalid:
+    STATED_SIZE["too-large"] = MAX_SHARD_SIZE + 1
+    return "LimitError", 0, None, "open"
+
+
+@invalid("tiny", "alignment: a power of two (48 is not)")
+def alignment_not_power_of_two(s: ShardBytes) -> Invalid:
+    s.header()["alignment"] = 48
+    s.reseal_header()
+    return "FormatError", 28, None, "open"
+
+
+@invalid("tiny", "alignment: at least 8 (4 is a power of two, but too small)")
+def alignment_too_small(s: ShardBytes) -> Invalid:
+    s.header()["alignment"] = 4
+    s.reseal_header()
+    return "FormatError", 28, None, "open"
+
+
+@invalid("tiny", "header_size: align_up(64 + schema_size, alignment)")
+def header_size_wrong(s: ShardBytes) -> Invalid:
+    s.header()["header_size"] = 256
+    s.reseal_header()
+    return "FormatError", 16, None, "open"
+
+
+@invalid("tiny", "header_size: the header and a footer fit in the file (alignment 65536 makes a 65536-byte header)")
+def header_past_end(s: ShardBytes) -> Invalid:
+    s.header()["alignment"] = 65536
+    s.header()["header_size"] = 65536
+    s.reseal_header()
+    return "FormatError", 16, None, "open"
+
+
+@invalid("tiny", "header reserved bytes [32, 56) are zero (only the second field is not; the offset is 32 all the same)")
+def header_reserved(s: ShardBytes) -> Invalid:
+    s.header()["reserved"][0, 1] = 1
+    s.reseal_header()
+    return "FormatError", 32, None, "open"
+
+
+@invalid("tiny", "header padding [64 + schema_size, header_size) is zero; reported at its first byte")
+def header_padding(s: ShardBytes) -> Invalid:
+    s.data[HEADER_SIZE + s.schema_size + 10] = 1
+    return "FormatError", HEADER_SIZE + s.schema_size, None, "open"
+
+
+@invalid("tiny", "schema: UTF-8 (a byte that starts no UTF-8 sequence)")
+def schema_not_utf8(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"data"', b'"dat\xff"'))
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("tiny", "schema: JSON text without a byte-order mark")
+def schema_bom(s: ShardBytes) -> Invalid:
+    s.replace_schema(b"\xef\xbb\xbf" + s.schema_bytes)
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("tiny", "schema: no object has a name twice (\"type\" twice; taking either would read another shard)")
+def schema_duplicate_key(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"type":"bytes"', b'"type":"bytes","type":"int64"'))
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("tiny", "schema: at least one field")
+def schema_no_fields(s: ShardBytes) -> Invalid:
+    s.replace_schema(b'{"fields":[]}')
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("tiny", "schema: field names are unique")
+def schema_duplicate_name(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"label"', b'"data"'))
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("tiny", "schema: no field is named offset, size or checksum")
+def schema_reserved_name(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"label"', b'"checksum"'))
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("ndarray", "ndarray shape: integers; 3.0 is a number with a fraction, not an integer (v1.1)")
+def ndarray_shape_not_integer(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"shape":[3]', b'"shape":[3.0]'))
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("ndarray", "ndarray shape: the product times the dtype's size is at most MAX_FIELD_SIZE; an invalid schema, so FormatError, not LimitError (v1.1)")
+def ndarray_too_large(s: ShardBytes) -> Invalid:
+    s.replace_schema(s.schema_bytes.replace(b'"shape":[4]', b'"shape":[134217729]'))  # float64: 2^30 + 8 bytes
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("raw", "field types exist in the header's version: raw came with 1.1, and this header says 1.0 (v1.1)")
+def type_newer_than_header(s: ShardBytes) -> Invalid:
+    s.header()["minor"] = 0
+    s.reseal_header()
+    return "FormatError", HEADER_SIZE, None, "open"
+
+
+@invalid("tiny", "footer reserved0 is zero")
+def footer_reserved0(s: ShardBytes) -> Invalid:
+    s.footer()["reserved0"] = 1
+    s.reseal_footer()
+    return "FormatError", s.footer_offset + 20, None, "open"
+
+
+@invalid("tiny", "footer reserved fields are zero (only the second u64 is not; the offset is F + 20 all the same)")
+def footer_reserved(s: ShardBytes) -> Invalid:
+    s.footer()["reserved"][0, 1] = 1
+    s.reseal_footer()
+    return "FormatError", s.footer_offset + 20, None, "open"
+
+
+@invalid("tiny", "record_size: the row size the schema defines (48 here)")
+def record_size_wrong(s: ShardBytes) -> Invalid:
+    s.footer()["record_size"] = 56
+    s.reseal_footer()
+    return "FormatError", s.footer_offset + 16, None, "open"
+
+
+@invalid("tiny", "table_offset: a multiple of the alignment")
+def table_unaligned(s: ShardBytes) -> Invalid:
+    s.footer()["table_offset"] = 264
+    s.reseal_footer()
+    return "FormatError", s.footer_offset, None, "open"
+
+
+@invalid("tiny", "table_offset: not before header_size")
+def table_in_header(s: ShardBytes) -> Invalid:
+    s.footer()["table_offset"] = 128
+    s.reseal_footer()
+    return "FormatError", s.footer_offset, None, "open"
+
+
+@invalid("tiny", "the table ends where the footer starts: table_offset + num_records x record_size = F")
+def table_end(s: ShardBytes) -> Invalid:
+    s.footer()["num_records"] = 2
+    s.reseal_footer()
+    return "FormatError", s.footer_offset, None, "open"
+
+
+@invalid("tiny", "no records: table_offset = header_size (here 64 payload bytes belong to no record)")
+def payload_without_records(s: ShardBytes) -> Invalid:
+    header_size, table_offset = int(s.header()[0]["header_size"]), s.table_offset
+    del s.data[table_offset : s.footer_offset]  # drop the table's one row
+    s.footer()["num_records"] = 0
+    s.reseal_table()
+    return "FormatError", header_size, None, "open"
+
+
+@invalid("grayscale", "record spans lie before the table: offset <= table_offset and size <= table_offset")
+def span_outside(s: ShardBytes) -> Invalid:
+    s.table()["size"][1] = 1 << 40
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "offset"), 1, "open"
+
+
+@invalid("grayscale", "the last record ends at table_offset")
+def last_record_short(s: ShardBytes) -> Invalid:
+    s.table()["size"][1] -= 64
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "offset"), 1, "open"
+
+
+@invalid("grayscale", "record sizes are multiples of the alignment (record 0 is 8 bytes longer, record 1 8 bytes shorter)")
+def record_size_unaligned(s: ShardBytes) -> Invalid:
+    s.table()["size"][0] += 8
+    s.table()["offset"][1] += 8
+    s.table()["size"][1] -= 8
+    s.reseal_table()
+    return "FormatError", s.column_offset(0, "size"), 0, "open"
+
+
+@invalid("grayscale", "variable-size fields are at most MAX_FIELD_SIZE bytes")
+def field_too_large(s: ShardBytes) -> Invalid:
+    s.table()["image.size"][1] = MAX_FIELD_SIZE + 1
+    s.reseal_table()
+    return "LimitError", s.column_offset(1, "image.size"), 1, "open"
+
+
+@invalid("grayscale", "jpeg sides: height and width at least 1")
+def jpeg_zero_height(s: ShardBytes) -> Invalid:
+    s.table()["image.height"][1] = 0
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "image.height"), 1, "open"
+
+
+@invalid("grayscale", "jpeg channels: 1 or 3 (4 is a raw field's, not a jpeg field's)")
+def jpeg_channels(s: ShardBytes) -> Invalid:
+    s.table()["image.channels"][1] = 4
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "image.channels"), 1, "open"
+
+
+@invalid("grayscale", "jpeg reserved column is zero")
+def jpeg_reserved(s: ShardBytes) -> Invalid:
+    s.table()["image.reserved"][0] = 1
+    s.reseal_table()
+    return "FormatError", s.column_offset(0, "image.reserved"), 0, "open"
+
+
+@invalid("raw", "raw reserved column is zero (v1.1)")
+def raw_reserved(s: ShardBytes) -> Invalid:
+    s.table()["pixels.reserved"][1] = 7
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "pixels.reserved"), 1, "open"
+
+
+@invalid("tiny", "the span ends at the aligned end of its fields (data is now 0 bytes, so the span should be too)")
+def span_end(s: ShardBytes) -> Invalid:
+    s.table()["data.size"][0] = 0
+    s.reseal_table()
+    return "FormatError", s.column_offset(0, "size"), 0, "open"
+
+
+@invalid("scalars", "record checksum of an empty span: the XXH3-64 of no bytes, checked on open since nothing is read later")
+def empty_span_checksum(s: ShardBytes) -> Invalid:
+    s.table()["checksum"][1] = 0
+    s.reseal_table()
+    return "ChecksumError", int(s.table()["offset"][1]), 1, "open"
+
+
+@invalid("tiny", "record padding is zero: checked after the record checksum, which matches here; reported at the first non-zero byte")
+def padding_not_zero(s: ShardBytes) -> Invalid:
+    at = int(s.table()["data.offset"][0]) + int(s.table()["data.size"][0]) + 3
+    s.data[at] = 0x20
+    s.reseal_record(0)
+    return "FormatError", at, 0, "read"
+
+
+@invalid("align8", "str values are UTF-8")
+def str_not_utf8(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "key", b"longer k\xe9y"), 1, "read"
+
+
+@invalid("json-values", "json values are JSON text")
+def json_not_json(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b'{"a":'), 1, "read"
+
+
+@invalid("json-values", "json values: NaN, Infinity and -Infinity are not JSON")
+def json_nan(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b'{"loss":NaN}'), 1, "read"
+
+
+@invalid("json-values", "json values: no object has a name twice")
+def json_duplicate_name(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b'{"a":1,"a":2}'), 1, "read"
+
+
+@invalid("json-values", "json values: no byte-order mark")
+def json_bom(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b"\xef\xbb\xbf{}"), 1, "read"
+
+
+@invalid("json-values", "json values: a number with a fraction or exponent is finite as a binary64 (1e400 is not)")
+def json_huge_number(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b"[1e400]"), 1, "read"
+
+
+@invalid("json-values", "json values: an integer is from -2^63 to 2^64 - 1")
+def json_big_integer(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b"[18446744073709551616]"), 1, "read"
+
+
+@invalid("json-values", "json values: strings are Unicode text; a \\u escape of a lone surrogate is not")
+def json_lone_surrogate(s: ShardBytes) -> Invalid:
+    return "FormatError", set_payload(s, 1, "meta", b'["\\ud800"]'), 1, "read"
+
+
+# The order of the table rules: each pins one reading of "rule by rule, lowest record first".
+
+
+@invalid("grayscale", "order: rule 24 for every record before rule 28 for any (record 0 breaks 28c, record 1 rule 24)")
+def order_rule_before_field(s: ShardBytes) -> Invalid:
+    s.table()["image.height"][0] = 0
+    s.table()["size"][1] = 1 << 40
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "offset"), 1, "open"
+
+
+@invalid("align8", "order: field by field; a field's checks (a to f) all before the next field's (record 0 breaks 28a on blob, record 1 28b on key)")
+def order_field_before_check(s: ShardBytes) -> Invalid:
+    s.table()["blob.size"][0] = MAX_FIELD_SIZE + 1
+    s.table()["key.offset"][1] += 8
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "key.offset"), 1, "open"
+
+
+@invalid("grayscale", "order: within a field, one check for every record before the next check (record 0 breaks 28d, record 1 28c)")
+def order_check_before_record(s: ShardBytes) -> Invalid:
+    s.table()["image.channels"][0] = 2
+    s.table()["image.height"][1] = 0
+    s.reseal_table()
+    return "FormatError", s.column_offset(1, "image.height"), 1, "open"
+
+
 # --- the dataset -----------------------------------------------------------------------------
 
 
@@ -542,11 +891,501 @@ def write_dataset(directory: Path) -> dict[str, Any]:
     }
 
 
+# --- invalid datasets ------------------------------------------------------------------------
+# Each is the base dataset (two shards of label-only records, 2 + 1, classes cat and dog) with one
+# rule of spec/manifest.md "Reading a dataset" broken. A dataset that fails before any shard is
+# opened (steps 1 to 9) holds its manifest only: a reader must not need the shards to refuse it.
+
+LABELS = Schema.of(label="int64")
+DatasetCase = tuple[int, str, str, str, "int | None", "int | None", str]
+"""(step, error kind, message, path the error names relative to the dataset ("." for the
+dataset itself), offset, record, when)."""
+INVALID_DATASETS: dict[str, tuple[str, bool, Callable[[Path, dict[str, Any]], DatasetCase]]] = {}
+
+
+def invalid_dataset(rule: str, *, shards: bool = False) -> Callable[[Callable[[Path, dict[str, Any]], DatasetCase]], Callable[[Path, dict[str, Any]], DatasetCase]]:
+    """Register a broken dataset: `shards` keeps the shard files (for steps 10 to 12)."""
+
+    def register(function: Callable[[Path, dict[str, Any]], DatasetCase]) -> Callable[[Path, dict[str, Any]], DatasetCase]:
+        INVALID_DATASETS[function.__name__.replace("_", "-")] = (rule, shards, function)
+        return function
+
+    return register
+
+
+def manifest_text(manifest: dict[str, Any]) -> bytes:
+    """The manifest as the reference writer encodes it (sorted keys, two-space indent, UTF-8)."""
+    return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    (directory / "manifest.json").write_bytes(manifest_text(manifest))
+
+
+def patch_manifest(directory: Path, manifest: dict[str, Any], old: bytes, new: bytes) -> None:
+    """Write the manifest with one piece of its text replaced (for what json.dumps cannot write)."""
+    text = manifest_text(manifest)
+    if text.count(old) != 1:
+        raise ValueError(f"{old!r} is not in the manifest exactly once")
+    (directory / "manifest.json").write_bytes(text.replace(old, new))
+
+
+M = "manifest.json"
+
+
+@invalid_dataset("manifest.json exists: a directory without one is not a dataset (a conversion that has not finished)", shards=True)
+def no_manifest(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / M).unlink()
+    message = "no manifest.json: not a shardfmt dataset, or its conversion has not finished (rerun `shardfmt convert --resume`)"
+    return 1, "DatasetNotFoundError", message, ".", None, None, "open"
+
+
+@invalid_dataset("manifest.json is a regular file")
+def manifest_is_a_directory(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / M).unlink()
+    (d / M).mkdir()
+    (d / M / "note.txt").write_bytes(b"manifest.json is a folder here\n")
+    return 1, "ManifestError", "is not a regular file, so it cannot be a manifest", M, None, None, "open"
+
+
+@invalid_dataset("the manifest is UTF-8")
+def manifest_not_utf8(d: Path, m: dict[str, Any]) -> DatasetCase:
+    patch_manifest(d, m, b'"cat"', b'"c\xe0t"')
+    return 2, "ManifestError", "not valid JSON text: not UTF-8: byte 23 (0xe0) starts no valid sequence", M, None, None, "open"
+
+
+@invalid_dataset("the manifest has no byte-order mark")
+def manifest_bom(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / M).write_bytes(b"\xef\xbb\xbf" + manifest_text(m))
+    return 2, "ManifestError", "not valid JSON text: the text starts with a byte-order mark (EF BB BF)", M, None, None, "open"
+
+
+@invalid_dataset("no object of the manifest has a name twice")
+def manifest_duplicate_name(d: Path, m: dict[str, Any]) -> DatasetCase:
+    patch_manifest(d, m, b'  "format": "shardfmt",\n', b'  "format": "shardfmt",\n  "format": "zarr",\n')
+    return 2, "ManifestError", "not valid JSON text: an object has the name 'format' twice", M, None, None, "open"
+
+
+@invalid_dataset("NaN is not JSON, not even in a free-form object")
+def manifest_nan(d: Path, m: dict[str, Any]) -> DatasetCase:
+    patch_manifest(d, m, b'"stats": {}', b'"stats": {"loss": NaN}')
+    return 2, "ManifestError", "not valid JSON text: NaN is not a JSON number", M, None, None, "open"
+
+
+@invalid_dataset("a number with a fraction or exponent is finite as a binary64 (1e400 is not)")
+def manifest_huge_number(d: Path, m: dict[str, Any]) -> DatasetCase:
+    patch_manifest(d, m, b'"stats": {}', b'"stats": {"loss": 1e400}')
+    return 2, "ManifestError", "not valid JSON text: the number '1e400' is beyond the range of a binary64 float", M, None, None, "open"
+
+
+@invalid_dataset("the manifest is a JSON object")
+def manifest_not_an_object(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / M).write_bytes(b"[]\n")
+    return 2, "ManifestError", "the manifest is not a JSON object", M, None, None, "open"
+
+
+@invalid_dataset("format is \"shardfmt\"")
+def format_missing(d: Path, m: dict[str, Any]) -> DatasetCase:
+    del m["format"]
+    write_manifest(d, m)
+    return 3, "ManifestError", '"format" is None, expected "shardfmt"', M, None, None, "open"
+
+
+@invalid_dataset("format_version is a string")
+def version_not_a_string(d: Path, m: dict[str, Any]) -> DatasetCase:
+    patch_manifest(d, m, b'"format_version": "1.1"', b'"format_version": 1.1')
+    return 3, "ManifestError", "manifest: 'format_version' has the wrong type (float)", M, None, None, "open"
+
+
+@invalid_dataset("format_version has one spelling: no leading zero")
+def version_leading_zero(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["format_version"] = "01.1"
+    write_manifest(d, m)
+    return 3, "ManifestError", "\"format_version\" '01.1' is not \"MAJOR.MINOR\" in decimal digits", M, None, None, "open"
+
+
+@invalid_dataset("the major version is one the reader implements")
+def version_major(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["format_version"] = "2.0"
+    write_manifest(d, m)
+    return 4, "UnsupportedVersionError", "format version 2.0 needs a reader for major version 2; this reader knows 1.x", M, None, None, "open"
+
+
+@invalid_dataset("shard_format is present and a string: a manifest without it is malformed, not too new")
+def shard_format_missing(d: Path, m: dict[str, Any]) -> DatasetCase:
+    del m["shard_format"]
+    write_manifest(d, m)
+    return 5, "ManifestError", "manifest: missing 'shard_format'", M, None, None, "open"
+
+
+@invalid_dataset("shard_format is one the reader implements")
+def shard_format_unknown(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shard_format"] = "zip"
+    write_manifest(d, m)
+    return 5, "UnsupportedVersionError", "shard_format 'zip' is unknown to this reader", M, None, None, "open"
+
+
+@invalid_dataset("the schema is valid")
+def schema_invalid(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["schema"]["fields"][0]["name"] = "a-b"
+    write_manifest(d, m)
+    return 6, "ManifestError", "schema: field name 'a-b' is not an ASCII identifier of 1 to 64 characters", M, None, None, "open"
+
+
+@invalid_dataset("the schema's field types are known")
+def schema_unknown_type(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["schema"]["fields"][0]["type"] = "webp"
+    write_manifest(d, m)
+    message = "schema: field 'label' has type 'webp', which this reader does not know (known: bytes, float64, int64, jpeg, json, ndarray, raw, str); upgrade shardfmt"
+    return 6, "UnsupportedVersionError", message, M, None, None, "open"
+
+
+@invalid_dataset("the schema's ndarray dtypes are known: an unknown one is too new, like an unknown type (v1.1)")
+def schema_unknown_dtype(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["schema"]["fields"].append({"dtype": "bfloat16", "name": "box", "shape": [4], "type": "ndarray"})
+    write_manifest(d, m)
+    message = (
+        "schema: ndarray field 'box' has dtype 'bfloat16', which this reader does not know "
+        "(known: uint8, uint16, int16, int32, int64, float16, float32, float64); upgrade shardfmt"
+    )
+    return 6, "UnsupportedVersionError", message, M, None, None, "open"
+
+
+@invalid_dataset("the schema's types exist in the manifest's version: raw came with 1.1 (v1.1)")
+def schema_newer_than_version(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["format_version"] = "1.0"
+    m["schema"]["fields"].append({"name": "mask", "type": "raw"})
+    write_manifest(d, m)
+    message = "schema: field 'mask' has type 'raw', which format version 1.1 added, but the version stated is 1.0"
+    return 6, "ManifestError", message, M, None, None, "open"
+
+
+@invalid_dataset("a tar dataset has the schema of tar shards: image (jpeg), label (int64), key (str)")
+def tar_schema(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shard_format"] = "tar"
+    write_manifest(d, m)
+    return 6, "ManifestError", "schema: tar shards hold the fields image (jpeg), label (int64), key (str), not label (int64)", M, None, None, "open"
+
+
+@invalid_dataset("classes is null or an array of strings")
+def classes_not_strings(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["classes"] = ["cat", 1]
+    write_manifest(d, m)
+    return 7, "ManifestError", '"classes" must be null or a list of strings', M, None, None, "open"
+
+
+@invalid_dataset("converter, where present, is an object whose name is a string")
+def converter_name(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["converter"]["name"] = 7
+    write_manifest(d, m)
+    return 7, "ManifestError", '"converter.name" must be a string', M, None, None, "open"
+
+
+@invalid_dataset("rejects, where present, is an object whose count is an integer of at least 0")
+def rejects_count(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["rejects"]["count"] = -1
+    write_manifest(d, m)
+    return 7, "ManifestError", '"rejects.count" must be an integer of at least 0', M, None, None, "open"
+
+
+@invalid_dataset("shard paths stay inside the dataset root")
+def shard_path_parent(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][1]["path"] = "../shard-00001.shard"
+    write_manifest(d, m)
+    return 8, "ManifestError", "shards[1]: path '../shard-00001.shard' has an empty, '.' or '..' component", M, None, None, "open"
+
+
+@invalid_dataset("shard paths are unique, compared ignoring case and Unicode normalisation (one file on macOS and Windows)")
+def shard_path_case(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][1]["path"] = "SHARD-00000.shard"
+    write_manifest(d, m)
+    message = "shards[1]: path 'SHARD-00000.shard' names the same file as 'shard-00000.shard' (paths are compared ignoring case and Unicode normalisation)"
+    return 8, "ManifestError", message, M, None, None, "open"
+
+
+@invalid_dataset("num_records and size are integers: 256.0 is a number with a fraction, not an integer")
+def shard_size_not_integer(d: Path, m: dict[str, Any]) -> DatasetCase:
+    patch_manifest(d, m, b'"size": 256', b'"size": 256.0')
+    return 8, "ManifestError", "shards[0]: 'size' has the wrong type (float)", M, None, None, "open"
+
+
+@invalid_dataset("checksums are xxh3_64: and 16 lower-case hex digits")
+def shard_checksum_upper(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][0]["checksum"] = m["shards"][0]["checksum"].upper().replace("XXH3_64", "xxh3_64")
+    write_manifest(d, m)
+    shown = m["shards"][0]["checksum"]
+    return 8, "ManifestError", f"shards[0]: checksum {shown!r} is not 'xxh3_64:' and 16 lower-case hex digits", M, None, None, "open"
+
+
+@invalid_dataset("a binary dataset's shards have no index")
+def index_in_binary(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][0]["index"] = {"checksum": m["shards"][0]["checksum"], "path": "shard-00000.idx", "size": 256}
+    write_manifest(d, m)
+    return 8, "ManifestError", "shards[0]: \"index\" is only for tar shards, and shard_format is 'binary'", M, None, None, "open"
+
+
+@invalid_dataset("a tar dataset's shards each have an index")
+def tar_without_index(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shard_format"] = "tar"
+    m["schema"] = IMAGE_CLASSIFICATION.to_json()
+    write_manifest(d, m)
+    return 8, "ManifestError", "shards[0]: missing 'index'", M, None, None, "open"
+
+
+@invalid_dataset("num_records is the sum of the shards' num_records")
+def total_records(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["num_records"] = 4
+    write_manifest(d, m)
+    return 9, "ManifestError", '"num_records" is 4 but the shards add up to 3', M, None, None, "open"
+
+
+@invalid_dataset("num_bytes is an integer: 480.0 is not")
+def total_bytes_not_integer(d: Path, m: dict[str, Any]) -> DatasetCase:
+    text = f'"num_bytes": {m["num_bytes"]}'.encode()
+    patch_manifest(d, m, text, text + b".0")
+    return 9, "ManifestError", "manifest: 'num_bytes' has the wrong type (float)", M, None, None, "open"
+
+
+@invalid_dataset("a shard the manifest names exists", shards=True)
+def shard_missing(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / "shard-00001.shard").unlink()
+    return 10, "ShardNotFoundError", "shard file does not exist", "shard-00001.shard", None, None, "read"
+
+
+@invalid_dataset("a shard is a regular file", shards=True)
+def shard_is_a_directory(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / "shard-00001.shard").unlink()
+    (d / "shard-00001.shard").mkdir()
+    (d / "shard-00001.shard" / "note.txt").write_bytes(b"shard-00001.shard is a folder here\n")
+    return 10, "ShardNotFoundError", "is not a regular file, so it cannot be a shard", "shard-00001.shard", None, None, "read"
+
+
+@invalid_dataset("a shard, its symbolic links resolved, lies inside the dataset root (this one links to a valid vector outside it)", shards=True)
+def shard_outside_root(d: Path, m: dict[str, Any]) -> DatasetCase:
+    (d / "shard-00001.shard").unlink()
+    os.symlink("../../valid/scalars.shard", d / "shard-00001.shard")
+    message = "is a symbolic link (or lies under one) that resolves to ../../valid/scalars.shard, outside the dataset root; a reader does not follow links out of the root"
+    return 10, "ShardNotFoundError", message, "shard-00001.shard", None, None, "read"
+
+
+@invalid_dataset("a shard has the size its entry states", shards=True)
+def shard_size(d: Path, m: dict[str, Any]) -> DatasetCase:
+    stated = m["shards"][1]["size"]
+    m["shards"][1]["size"] = stated + 64
+    m["num_bytes"] += 64
+    write_manifest(d, m)
+    return 11, "FormatError", f"file is {stated} bytes but the manifest says {stated + 64}", "shard-00001.shard", None, None, "read"
+
+
+@invalid_dataset("a shard holds the records its entry states", shards=True)
+def shard_record_count(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][1]["num_records"] = 2
+    m["num_records"] = 4
+    write_manifest(d, m)
+    return 12, "ManifestError", "shard shard-00001.shard holds 1 records but the manifest says 2", M, None, None, "read"
+
+
+@invalid_dataset("a shard's schema equals the manifest's (compared as parsed fields, not as bytes)", shards=True)
+def shard_schema(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["schema"]["fields"][0]["type"] = "float64"
+    write_manifest(d, m)
+    return 12, "ManifestError", "shard shard-00000.shard has a schema that differs from the manifest's", M, None, None, "read"
+
+
+@invalid_dataset("a shard's format version is not newer than the manifest's (here 1.1 shards, a 1.0 manifest)", shards=True)
+def shard_newer_than_manifest(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["format_version"] = "1.0"
+    write_manifest(d, m)
+    return 12, "ManifestError", "shard shard-00000.shard has format version 1.1, newer than the manifest's 1.0", M, None, None, "read"
+
+
+@invalid_dataset("with classes, every label names one: 0 <= label < len(classes)", shards=True)
+def label_names_no_class(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["classes"] = ["cat"]
+    write_manifest(d, m)
+    table_offset = 128  # header 64 + schema 46, aligned to 64; label is at byte 24 of a 32-byte row
+    return 12, "FormatError", "label 1 names no class (the manifest has 1)", "shard-00000.shard", table_offset + 32 + 24, 1, "read"
+
+
+@invalid_dataset("the optional whole-file checksum: compared last, by a verification pass (shardfmt verify)", shards=True)
+def file_checksum(d: Path, m: dict[str, Any]) -> DatasetCase:
+    actual = m["shards"][1]["checksum"]
+    m["shards"][1]["checksum"] = "xxh3_64:0000000000000000"
+    write_manifest(d, m)
+    message = f"whole-file checksum {actual} differs from the manifest's xxh3_64:0000000000000000: the file was changed or replaced"
+    return 13, "ChecksumError", message, "shard-00001.shard", None, None, "verify"
+
+
+def write_invalid_datasets(out: Path) -> dict[str, str]:
+    """Write every invalid dataset vector into `out`; return name -> rule."""
+    out.mkdir()
+    rules = {}
+    for name, (rule, keep_shards, break_rule) in INVALID_DATASETS.items():
+        directory = out / name
+        # A shard of n label-only records is 128 + 32 n + 64 bytes: closed at 2 records.
+        with DatasetWriter(directory, schema=LABELS, shard_size=256, classes=["cat", "dog"]) as writer:
+            for label in (0, 1, 1):
+                writer.write({"label": label})
+        manifest = json.loads((directory / M).read_text())
+        if [shard["num_records"] for shard in manifest["shards"]] != [2, 1]:
+            raise RuntimeError(f"the base dataset should hold shards of 2 and 1 records, not {manifest['shards']}")
+        if not keep_shards:
+            for shard in manifest["shards"]:
+                (directory / shard["path"]).unlink()
+        step, error, message, path, offset, record, when = break_rule(directory, manifest)
+        expected = {
+            "rule": rule, "step": step, "error": error, "message": message, "path": path, "offset": offset, "record": record, "when": when,
+        }
+        (out / f"{name}.json").write_bytes(dump_json(expected))
+        rules[name] = rule
+    return rules
+
+
+# --- sampling --------------------------------------------------------------------------------
+
+
+BATCH_CASES: list[dict[str, Any]] = [
+    {"num_records": 10, "batch_size": 3, "seed": 0, "epoch": 0, "world_size": 1, "drop_last": False},
+    {"num_records": 10, "batch_size": 3, "seed": 0, "epoch": 1, "world_size": 1, "drop_last": False},
+    {"num_records": 10, "batch_size": 3, "seed": 0, "epoch": 0, "world_size": 1, "drop_last": True},
+    {"num_records": 10, "batch_size": 3, "seed": 0, "epoch": 0, "world_size": 1, "drop_last": False, "shuffle": False},
+    {"num_records": 17, "batch_size": 4, "seed": 1234, "epoch": 3, "world_size": 3, "drop_last": False},
+    {"num_records": 17, "batch_size": 4, "seed": 1234, "epoch": 3, "world_size": 3, "drop_last": True},
+    {"num_records": 13, "batch_size": 3, "seed": 7, "epoch": 0, "world_size": 2, "drop_last": False},  # rank 1 ends 2 + 1
+    {"num_records": 8, "batch_size": 1, "seed": 5, "epoch": 2, "world_size": 4, "drop_last": False},
+    {"num_records": 6, "batch_size": 2, "seed": (1 << 64) - 1, "epoch": (1 << 64) - 1, "world_size": 1, "drop_last": False},
+    {"num_records": 6, "batch_size": 2, "seed": -1, "epoch": 0, "world_size": 1, "drop_last": False},  # -1 is 2^64 - 1
+    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "drop_last": False, "shard_sizes": [4, 0, 5, 3], "window": 1},
+    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "drop_last": False, "shard_sizes": [4, 0, 5, 3], "window": 2},
+    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "drop_last": True, "shard_sizes": [4, 0, 5, 3], "window": 4},
+]
+"""(N, batch size, seed, epoch, world size, drop_last, and optionally shuffle, shard sizes and a
+window): every rank's batches are written."""
+
+
+def sampling_batches() -> dict[str, Any]:
+    from shardfmt.sampling import ORDER_STREAM, mix64, record_keys, sample_batches
+
+    cases = []
+    for case in BATCH_CASES:
+        options = {"shuffle": True, "shard_sizes": None, "window": None, **case}
+        ranks = []
+        for rank in range(case["world_size"]):
+            plan = sample_batches(
+                options["num_records"], batch_size=options["batch_size"], seed=options["seed"], epoch=options["epoch"], rank=rank,
+                world_size=options["world_size"], shuffle=options["shuffle"], drop_last=options["drop_last"],
+                shard_sizes=options["shard_sizes"], window=options["window"],
+            )
+            ranks.append([[int(i) for i in plan.batch(b)] for b in range(len(plan))])
+        cases.append({**options, "batches": ranks})
+    with np.errstate(over="ignore"):
+        mixes = [[x, int(mix64(np.uint64(x)))] for x in (0, 1, (1 << 64) - 1, 0x4F52444552)]
+    keys = [[0, 0, i, hex64(int(record_keys(0, ORDER_STREAM, 0, np.array([i], np.uint64))[0]))] for i in range(3)]
+    return {
+        "description": (
+            "epoch orders by the sorted-key rule (every record's key sorted, the rule for datasets whose keys a loader "
+            "sorts in memory), with and without a window of shards, split over ranks and into batches: "
+            "batches[r] is rank r's list of batches of dataset record indices (spec/sampling.md)"
+        ),
+        "mix64": [[hex64(x), hex64(y)] for x, y in mixes],
+        "order_keys": [{"seed": seed, "epoch": epoch, "index": index, "key": key} for seed, epoch, index, key in keys],
+        "cases": cases,
+    }
+
+
+CROP_CASES: list[dict[str, Any]] = [
+    {"pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 375, "width": 500},
+    {"pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 2000, "width": 3000},
+    {"pipeline": {"op": "random_resized_crop", "size": [32, 32], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 31, "width": 29},
+    {"pipeline": {"op": "random_resized_crop", "size": [64, 64], "scale": [0.9, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 20, "width": 400},
+    {"pipeline": {"op": "random_resized_crop", "size": [64, 64], "scale": [0.9, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 400, "width": 20},
+    {"pipeline": {"op": "random_resized_crop", "size": [16, 16], "scale": [1.0, 1.0], "ratio": [1.0, 1.0], "flip": 0.0}, "height": 30, "width": 30},
+    # Records 66 and 131: snapping to 2 grows the box to 64 rows, 4 times the output, so a second
+    # round snaps it to 4 (a single pass would stop at the multiple of 2).
+    {"pipeline": {"op": "random_resized_crop", "size": [16, 16], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 100, "width": 130, "at": [[0, 0, 66], [0, 0, 131]]},
+    {"pipeline": {"op": "random_crop", "size": [96, 96], "flip": 0.5}, "height": 300, "width": 200},
+    {"pipeline": {"op": "random_crop", "size": [96, 96], "flip": 0.5}, "height": 50, "width": 120},
+    {"pipeline": {"op": "center_crop", "size": [224, 224], "resize": 256}, "height": 375, "width": 500},
+    {"pipeline": {"op": "center_crop", "size": [224, 224], "resize": 256}, "height": 1001, "width": 333},
+    {"pipeline": {"op": "center_crop", "size": [24, 32], "resize": 40}, "height": 81, "width": 95},
+    {"pipeline": {"op": "resize", "size": [224, 224]}, "height": 1000, "width": 1795},
+    {"pipeline": {"op": "resize", "size": [12, 12]}, "height": 100, "width": 47},
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [48, 48], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 120, "width": 160,
+        "fields": [{"height": 240, "width": 320, "size": [96, 96], "snap": True}, {"height": 120, "width": 160, "size": [48, 48], "snap": False}],
+    },
+    {
+        "pipeline": {"op": "random_crop", "size": [32, 32], "flip": 0.5},
+        "height": 64, "width": 80,
+        "fields": [{"height": 256, "width": 320, "size": [128, 128], "snap": True}, {"height": 100, "width": 125, "size": [50, 50], "snap": True}],
+    },
+    {
+        "pipeline": {"op": "center_crop", "size": [64, 64], "resize": 72},
+        "height": 300, "width": 500,
+        "fields": [{"height": 150, "width": 250, "size": [32, 32], "snap": True}, {"height": 301, "width": 499, "size": [64, 64], "snap": False}],
+    },
+]
+"""A pipeline (its configuration), the reference image field's size and, optionally, further image
+fields: size, output size and whether the carried box is snapped (a jpeg field decoded with
+bilinear interpolation). Each case is drawn for the (seed, epoch, record) of CROP_DRAWS, or of its
+"at" list."""
+CROP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (2024, 7, 123456)]
+
+
+def sampling_crops() -> dict[str, Any]:
+    from shardfmt.ops import pipeline_from_config, scale_plan, snap_to_scale
+    from shardfmt.sampling import AUGMENT_STREAM, record_keys, uniforms
+
+    cases = []
+    for case in CROP_CASES:
+        pipeline = pipeline_from_config(dict(case["pipeline"]))
+        height, width = np.array([case["height"]], np.int64), np.array([case["width"]], np.int64)
+        draws = []
+        for seed, epoch, record in case.get("at", CROP_DRAWS):
+            key = record_keys(seed, AUGMENT_STREAM, epoch, np.array([record], np.uint64))
+            plan = pipeline.plan(height, width, key)
+            entry: dict[str, Any] = {
+                "seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0])),
+                "u": [float(u) for u in uniforms(key, 4)[0]],
+                "box": [int(plan.top[0]), int(plan.left[0]), int(plan.height[0]), int(plan.width[0])],
+                "flip": bool(plan.flip[0]),
+            }
+            boxes = []
+            for field in case.get("fields", []):
+                fh, fw = np.array([field["height"]], np.int64), np.array([field["width"]], np.int64)
+                carried = scale_plan(plan, fh, fw, height, width)
+                if field["snap"]:
+                    carried = snap_to_scale(carried, fh, fw, tuple(field["size"]))
+                boxes.append([int(carried.top[0]), int(carried.left[0]), int(carried.height[0]), int(carried.width[0])])
+            if boxes:
+                entry["field_boxes"] = boxes
+            draws.append(entry)
+        cases.append({**{k: v for k, v in case.items() if k != "at"}, "draws": draws})
+    return {
+        "description": (
+            "crop boxes (top, left, height, width) in source pixels and flips of the reference image field, and the "
+            "boxes carried to further image fields, for given sizes, seed, epoch, record and pipeline; u holds the "
+            "record's first four draws as floats (spec/sampling.md)"
+        ),
+        "cases": cases,
+    }
+
+
 # --- writing and checking --------------------------------------------------------------------
 
 
 def dump_json(value: Any) -> bytes:
     return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def dump_cases(value: dict[str, Any]) -> bytes:
+    """Like `dump_json`, but each item of ``value["cases"]`` on one line: the sampling vectors
+    hold many short lists, which one number per line would make ten times longer."""
+    head = {key: item for key, item in value.items() if key != "cases"}
+    lines = [json.dumps(case, ensure_ascii=False) for case in value["cases"]]
+    text = json.dumps(head, indent=2, ensure_ascii=False)[:-2]
+    return (text + ',\n  "cases": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n").encode()
 
 
 def generate(out: Path) -> None:
@@ -568,20 +1407,35 @@ def generate(out: Path) -> None:
         error, offset, record, when = break_rule(shard)
         (out / "invalid" / f"{name}.shard").write_bytes(bytes(shard))
         expected = {"base": base, "rule": rule, "error": error, "offset": offset, "record": record, "when": when}
+        if name in STATED_SIZE:
+            expected["size"] = STATED_SIZE[name]
         (out / "invalid" / f"{name}.json").write_bytes(dump_json(expected))
         index["invalid"][name] = rule
     (out / "dataset.json").write_bytes(dump_json(write_dataset(out / "dataset")))
+    index["invalid_datasets"] = write_invalid_datasets(out / "invalid-datasets")
+    (out / "sampling").mkdir()
+    (out / "sampling" / "sorted-keys-batches.json").write_bytes(dump_cases(sampling_batches()))
+    (out / "sampling" / "crops.json").write_bytes(dump_cases(sampling_crops()))
+    index["sampling"] = {
+        "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
+        "crops": "crop boxes and flips of every pipeline, carried to further image fields",
+    }
+    index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))
 
 
 def compare(expected: Path, actual: Path) -> list[str]:
-    """Return the relative paths that differ between two vector directories."""
+    """Return the relative paths that differ between two vector directories (a symbolic link
+    differs if its target text does)."""
     problems = []
-    names = {p.relative_to(expected) for p in expected.rglob("*") if p.is_file()}
-    names |= {p.relative_to(actual) for p in actual.rglob("*") if p.is_file()}
+    names = {p.relative_to(expected) for p in expected.rglob("*") if p.is_file() or p.is_symlink()}
+    names |= {p.relative_to(actual) for p in actual.rglob("*") if p.is_file() or p.is_symlink()}
     for name in sorted(names):
         a, b = expected / name, actual / name
-        if not a.is_file():
+        if a.is_symlink() or b.is_symlink():
+            if not (a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)):
+                problems.append(f"{name}: symbolic links differ")
+        elif not a.is_file():
             problems.append(f"{name}: not in {expected}")
         elif not b.is_file():
             problems.append(f"{name}: not generated")
@@ -605,7 +1459,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         if args.out.exists():
             shutil.rmtree(args.out)
-        shutil.copytree(fresh, args.out)
+        shutil.copytree(fresh, args.out, symlinks=True)
     return 0
 
 

@@ -33,8 +33,10 @@ The rules, each applied in one place:
   same for every image of a record up to its scale. Masks are resized nearest-neighbour, so no
   new values appear; everything else with Lanczos. An image re-encoded as JPEG is first decoded
   by libjpeg at the largest reduction (1/2, 1/4 or 1/8) that keeps it at least the new size.
-- **JPEG's size.** A JPEG to write may have no side over `JPEG_MAX_SIDE`, checked on the size it
-  will have, before decoding; raw pixels have no such bound.
+- **JPEG's size.** libjpeg neither decodes nor encodes a side over `JPEG_MAX_SIDE`: a JPEG input
+  with a larger side is rejected from its header (even one that would pass through), and a JPEG
+  to write may have no larger side, checked on the size it will have, before decoding; raw pixels
+  of another format have no such bound.
 
 Rejects raise `RejectError` with the reason "empty", "corrupt", "not-an-image", "too-large" or
 (a mask only) "unsupported".
@@ -275,6 +277,8 @@ def _read_header(data: bytes, *, max_pixels: int) -> _Header:
                 f"{info.precision}-bit{' lossless' if info.lossless else ''} JPEG: only 8-bit lossy JPEGs can be decoded",
                 reason="corrupt",
             )
+        if max(width, height) > JPEG_MAX_SIDE:  # libjpeg decodes no larger side, even to check it
+            raise RejectError(f"{width}x{height} has a side over libjpeg's limit of {JPEG_MAX_SIDE}", reason="too-large")
     else:
         with _opened(data) as image:
             width, height = image.size

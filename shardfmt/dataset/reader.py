@@ -8,14 +8,14 @@ import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..errors import (
-    ManifestError,
-)
+from ..errors import FormatError, ManifestError, ShardNotFoundError
 from ..format.manifest import ShardEntry
 from ..format.reader import Record, ShardReader, ShardReaderBase
+from ..format.schema import Schema
 from ..storage import LocalStore, RemoteOptions
 from ..tar.reader import TarShardReader
 from .locate import DatasetLocation, locate_dataset
@@ -51,6 +51,7 @@ class DatasetReader:
         remote: RemoteOptions | None = None,
     ) -> None:
         tars = tar_sources(path)
+        self._confine = tars is None  # shards a manifest names stay inside its root; tars named directly need not
         if tars is None:
             self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
             self.manifest = self.location.load_manifest()
@@ -77,20 +78,34 @@ class DatasetReader:
         if reader is None:
             entry = self.manifest.shards[shard_index]
             if not self.location.is_remote:
-                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root))
+                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root), confine=self._confine)
             else:
                 reader = self._open_remote(entry)
-            if len(reader) != entry.num_records:
+            try:
+                self._check_shard(entry, reader)
+            except BaseException:
                 reader.close()
-                raise ManifestError(
-                    f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}",
-                    path=self.location.manifest_path,
-                )
-            if reader.schema != self.schema:
-                reader.close()
-                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=self.location.manifest_path)
+                raise
             self._readers[shard_index] = reader
         return reader
+
+    def _check_shard(self, entry: ShardEntry, reader: ShardReaderBase) -> None:
+        """Manifest step 12: the shard agrees with its entry and with the manifest."""
+        manifest_path = self.location.manifest_path
+        if len(reader) != entry.num_records:
+            raise ManifestError(f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}", path=manifest_path)
+        if reader.schema != self.schema:
+            raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=manifest_path)
+        major, minor = reader.index.version if isinstance(reader, TarShardReader) else reader.version  # type: ignore[attr-defined]
+        stated = self.manifest.format_version
+        if major != stated[0] or minor > stated[1]:
+            raise ManifestError(
+                f"{'index of ' if entry.index is not None else ''}shard {entry.path} has format version {major}.{minor}, "
+                f"newer than the manifest's {stated[0]}.{stated[1]}",
+                path=manifest_path,
+            )
+        if self.classes is not None:
+            check_labels(reader, self.schema, len(self.classes))
 
     def _open_remote(self, entry: ShardEntry) -> ShardReaderBase:
         """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
@@ -152,7 +167,9 @@ class DatasetReader:
         self.close()
 
 
-def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None) -> ShardReaderBase:
+def open_shard(
+    root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None, confine: bool = True
+) -> ShardReaderBase:
     """Open the shard a manifest entry names, checked against the entry's sizes.
 
     Args:
@@ -160,20 +177,60 @@ def open_shard(root: Path, entry: ShardEntry, *, verify: bool = True, index_root
         entry: the manifest entry.
         verify: check each record's checksum when its payload is read.
         index_root: the folder a tar shard's index path is relative to (default `root`).
+        confine: refuse a shard (or index) whose path, symbolic links resolved, leaves its root.
 
     Returns:
         A `ShardReader`, or a `tar.reader.TarShardReader` for an entry with an index.
+
+    Raises:
+        ShardNotFoundError: the shard (or index) leaves its root, does not exist or is not a file.
     """
+    index_root = root if index_root is None else index_root
+    if confine:
+        _check_inside(root, entry.path)
+        if entry.index is not None:
+            _check_inside(index_root, entry.index.path)
     if entry.index is None:
         return ShardReader(root / entry.path, verify=verify, expected_size=entry.size)
-
     return TarShardReader(
         root / entry.path,
-        index=(root if index_root is None else index_root) / entry.index.path,
+        index=index_root / entry.index.path,
         verify=verify,
         expected_size=entry.size,
         expected_index_size=entry.index.size,
     )
+
+
+def _check_inside(root: Path, relative: str) -> None:
+    """Manifest step 10: the file a manifest path names, every symbolic link resolved, lies
+    inside the dataset root (itself resolved), so a dataset from a stranger cannot make the
+    reader open any other file the user can read."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(root / relative)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise ShardNotFoundError(
+            f"is a symbolic link (or lies under one) that resolves to {os.path.relpath(real, real_root)}, outside the "
+            "dataset root; a reader does not follow links out of the root",
+            path=root / relative,
+        )
+
+
+def check_labels(reader: ShardReaderBase, schema: Schema, num_classes: int) -> None:
+    """Check that every label of a shard names a class: 0 <= label < `num_classes`, for the
+    int64 field named "label" (manifest step 12; nothing to check without one).
+
+    Raises:
+        FormatError: naming the shard (a tar shard's index, where its labels live), the record
+            and the offset of its label column.
+    """
+    if "label" not in schema.names or schema.field("label").type != "int64":
+        return
+    labels: np.ndarray[Any, Any] = reader.table["label"]
+    bad = (labels < 0) | (labels >= num_classes)
+    if bad.any():
+        index = int(np.argmax(bad))
+        path, offset = reader.locate_column(index, "label")
+        raise FormatError(f"label {int(labels[index])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index)
 
 
 def open_dataset(

@@ -15,15 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..checksum import checksum, format_checksum
-from ..errors import ChecksumError, FormatError, ManifestError, ShardfmtError
+from ..errors import ChecksumError, ManifestError, ShardfmtError
 from ..format.manifest import Manifest, ShardEntry
-from ..format.reader import ShardReaderBase
 from ..tar.reader import TarShardReader
 from .locate import classify_location
-from .reader import open_shard
+from .reader import check_labels, open_shard
 
 __all__ = ["VerifyReport", "verify_dataset"]
 
@@ -92,8 +89,8 @@ def _verify_shard(root: Path, entry: ShardEntry, manifest: Manifest, *, quick: b
             raise ManifestError(f"holds {len(reader)} records but the manifest says {entry.num_records}", path=reader.path)
         if reader.schema != manifest.schema:
             raise ManifestError("its schema differs from the manifest's", path=reader.path)
-        if manifest.classes is not None and "label" in manifest.schema.names:
-            _check_labels(reader, len(manifest.classes))
+        if manifest.classes is not None:
+            check_labels(reader, manifest.schema, len(manifest.classes))
         if quick:
             return 0
         for index in range(len(reader)):
@@ -118,15 +115,6 @@ def _check_file(source: Any, expected: int) -> int:
             path=source.path,
         )
     return int(source.size)
-
-
-def _check_labels(reader: ShardReaderBase, num_classes: int) -> None:
-    labels: np.ndarray[Any, Any] = reader.table["label"]
-    bad = (labels < 0) | (labels >= num_classes)
-    if bad.any():
-        index = int(np.argmax(bad))
-        path, offset = reader.locate_column(index, "label")  # a tar's labels live in its index
-        raise FormatError(f"label {int(labels[index])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index)
 
 
 def _check_rejects_report(root: Path, manifest: Manifest) -> ShardfmtError | None:

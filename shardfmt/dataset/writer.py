@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import SchemaError
 from ..format.manifest import IndexEntry, Manifest, ShardEntry
 from ..format.schema import IMAGE_CLASSIFICATION, Schema
@@ -57,6 +59,8 @@ class DatasetWriter(Transaction):
         self.schema = schema
         self.shard_size = shard_size
         self.classes = list(classes) if classes is not None else None
+        self._check_labels = self.classes is not None and "label" in schema.names and schema.field("label").type == "int64"
+        """With classes, every label must name one (spec/manifest.md, reading step 12)."""
         self.options = dict(options or {})
         self.shard_format = shard_format
         self.shards: list[Any] = []
@@ -72,6 +76,10 @@ class DatasetWriter(Transaction):
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record (see `ShardWriter.write`, and `tar.TarShardWriter.write` for tars)."""
+        if self._check_labels and self.classes is not None:
+            label = record.get("label")
+            if isinstance(label, (int, np.integer)) and not isinstance(label, (bool, np.bool_)) and not 0 <= label < len(self.classes):
+                raise SchemaError(f"label {label} names no class: the dataset has {len(self.classes)} classes")
         if self._current is None:
             self._current = self._open_shard()
         try:

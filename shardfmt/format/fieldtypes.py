@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Final, Protocol
 import numpy as np
 
 from ..errors import FormatError, SchemaError, UnsupportedVersionError
+from ..jsontext import JsonTextError, parse_json
 from .jpeg import JpegInfo, read_jpeg_info
 from .layout import (
     JPEG_CHANNELS,
@@ -256,15 +257,16 @@ class JsonType(FieldType):
     def encode(self, field: FieldLike, value: Any, where: str) -> Encoded:
         try:
             data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            parse_json(data)  # what readers refuse is not written: integers beyond 64 bits, ...
         except (TypeError, ValueError) as err:
             raise SchemaError(f"{where} is not JSON-serialisable: {err}") from err
         return _bounded(data, where), ()
 
     def decode(self, field: FieldLike, table: np.ndarray[Any, Any], index: int, data: memoryview) -> Any:
         try:
-            return json.loads(bytes(data).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as err:
-            raise InvalidValue(f"is not valid JSON: {err}") from err
+            return parse_json(data)
+        except JsonTextError as err:
+            raise InvalidValue(f"is not valid JSON text: {err}") from err
 
 
 class _ImageType(FieldType):

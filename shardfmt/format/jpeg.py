@@ -15,6 +15,8 @@ _SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 
 _PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _LOSSLESS_OR_HIERARCHICAL = frozenset({0xC3, 0xC5, 0xC6, 0xC7, 0xCB, 0xCD, 0xCE, 0xCF})
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+_DHP = 0xDE
+"""Define Hierarchical Progression: present only in hierarchical JPEGs, whose frames are several."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,10 @@ def read_jpeg_info(data: bytes | memoryview) -> JpegInfo:
         The frame's size, components and coding process, and the EXIF orientation.
 
     Raises:
-        ValueError: not a JPEG, a segment runs past the end, no frame header before the first
-            scan, or a zero size (a DNL-defined height is not supported).
+        ValueError: not a JPEG, a segment runs past the end, no frame header or two frame headers
+            before the first scan, or a zero size (a DNL-defined height is not supported). A
+            hierarchical JPEG (a DHP segment) has several frames; it is reported as `lossless`
+            (not decodable by libjpeg-turbo), whatever its first frame header says.
     """
     view = memoryview(data)
     size = len(view)
@@ -67,6 +71,7 @@ def read_jpeg_info(data: bytes | memoryview) -> JpegInfo:
     frame: tuple[int, int, int, int, int] | None = None
     orientation = 1
     adobe: int | None = None
+    hierarchical = False
     while True:
         if pos >= size:
             raise ValueError(f"file ends at byte {size} before the first scan")
@@ -93,8 +98,12 @@ def read_jpeg_info(data: bytes | memoryview) -> JpegInfo:
         if marker in _SOF_MARKERS:
             if len(segment) < 6:
                 raise ValueError(f"byte {pos - 2}: frame header of {len(segment)} bytes is too short")
+            if frame is not None:
+                raise ValueError(f"byte {pos - 2}: a second frame header (SOF) before the first scan")
             precision, height, width, components = struct.unpack(">BHHB", segment[:6])
             frame = (marker, precision, height, width, components)
+        elif marker == _DHP:
+            hierarchical = True
         elif marker == 0xE1 and bytes(segment[:6]) == b"Exif\x00\x00":
             orientation = _exif_orientation(segment[6:])
         elif marker == 0xEE and bytes(segment[:5]) == b"Adobe" and len(segment) >= 12:
@@ -112,7 +121,7 @@ def read_jpeg_info(data: bytes | memoryview) -> JpegInfo:
         width=width,
         components=components,
         progressive=marker in _PROGRESSIVE,
-        lossless=marker in _LOSSLESS_OR_HIERARCHICAL,
+        lossless=hierarchical or marker in _LOSSLESS_OR_HIERARCHICAL,
         precision=precision,
         orientation=orientation,
         adobe_transform=adobe,

@@ -24,9 +24,9 @@ FOOTER_MAGIC: Final = b"SHARDEND"
 """The last eight bytes of every shard."""
 
 FORMAT_VERSION: Final = (1, 1)
-"""(major, minor). A reader refuses another major; a newer minor only adds field types and
-optional manifest keys, which a reader either understands or refuses by name. 1.1 added the
-"raw" and "ndarray" field types."""
+"""(major, minor). A reader refuses another major; a newer minor only adds field types (with
+limits on their own parameters), flags and optional manifest keys, which a reader either
+understands or refuses by name. 1.1 added the "raw" and "ndarray" field types and MAX_NDIM."""
 SHARD_SUFFIX: Final = ".shard"
 
 HEADER_SIZE: Final = 64
@@ -85,6 +85,9 @@ NDARRAY_DTYPES: Final = {
     "float64": "<f8",
 }
 """The element types an "ndarray" field may declare, all little-endian, by schema name."""
+TYPE_SINCE_MINOR: Final = {"jpeg": 0, "int64": 0, "float64": 0, "str": 0, "bytes": 0, "json": 0, "raw": 1, "ndarray": 1}
+"""The minor version of major 1 that added each field type: a shard or manifest that states an
+older version than one of its types needs is malformed (every ndarray dtype came with 1.1)."""
 
 # Limits. Each is checked before anything is allocated for the value it bounds; spec/limits.md
 # gives the reason for every number.

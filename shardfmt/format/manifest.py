@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from ..errors import (
     SchemaError,
     UnsupportedVersionError,
 )
+from ..jsontext import JsonTextError, parse_json
 from ..storage.atomic import atomic_write_bytes
 from .layout import (
     FORMAT_VERSION,
@@ -31,15 +34,15 @@ from .layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from .schema import Schema
+from .schema import IMAGE_CLASSIFICATION, Schema
 
 __all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry"]
 
 MANIFEST_NAME = "manifest.json"
 SHARD_FORMATS = ("binary", "tar")
 """Shard encodings this reader implements: spec/format.md and spec/tar.md."""
-_VERSION_RE = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
-"""ASCII digits only, at most five (the header stores each part as a u16)."""
+_VERSION_RE = re.compile(r"(0|[1-9][0-9]{0,4})\.(0|[1-9][0-9]{0,4})")
+"""ASCII digits only, at most five, no leading zero: one spelling per version ("01.1" is not one)."""
 
 
 @dataclass(frozen=True)
@@ -138,19 +141,26 @@ class Manifest:
             UnsupportedVersionError: its major format version is not 1.
         """
         path = Path(path)
-        if path.is_dir():
+        if path.is_dir() and path.name != MANIFEST_NAME:  # a folder named manifest.json is refused below
             path = path / MANIFEST_NAME
         try:
-            size = path.stat().st_size
-        except FileNotFoundError as err:
+            status = path.stat()  # follows symbolic links: a broken one leaves no manifest to read
+        except (FileNotFoundError, NotADirectoryError) as err:
             raise DatasetNotFoundError(
                 "no manifest.json: not a shardfmt dataset, or its conversion has not finished "
                 "(rerun `shardfmt convert --resume`)",
                 path=path.parent if path.name == MANIFEST_NAME else path,
             ) from err
-        if size > MAX_MANIFEST_SIZE:
-            raise ManifestError(f"{size} bytes exceeds the manifest limit of {MAX_MANIFEST_SIZE}", path=path)
-        data = path.read_bytes()
+        except OSError as err:
+            raise ManifestError(f"cannot be read: {err.strerror}", path=path) from err
+        if not stat.S_ISREG(status.st_mode):
+            raise ManifestError("is not a regular file, so it cannot be a manifest", path=path)
+        if status.st_size > MAX_MANIFEST_SIZE:
+            raise ManifestError(f"{status.st_size} bytes exceeds the manifest limit of {MAX_MANIFEST_SIZE}", path=path)
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise ManifestError(f"cannot be read: {err.strerror}", path=path) from err
         return cls.from_bytes(data, path=path)
 
     @classmethod
@@ -159,9 +169,9 @@ class Manifest:
         if len(data) > MAX_MANIFEST_SIZE:
             raise ManifestError(f"{len(data)} bytes exceeds the manifest limit of {MAX_MANIFEST_SIZE}", path=path)
         try:
-            value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as err:
-            raise ManifestError(f"not valid UTF-8 JSON: {err}", path=path) from err
+            value = parse_json(data)
+        except JsonTextError as err:
+            raise ManifestError(f"not valid JSON text: {err}", path=path) from err
         return _parse(value, path)
 
 
@@ -197,21 +207,25 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         raise UnsupportedVersionError(f"shard_format {_show(shard_format)} is unknown to this reader", path=path)
     try:
         schema = Schema.from_json(need(value, "schema", dict, "manifest"))
+        schema.check_version(int(minor))
     except UnsupportedVersionError as err:
         raise UnsupportedVersionError(f"schema: {err.message}", path=path) from err
     except SchemaError as err:
         raise fail(f"schema: {err.message}") from err
+    if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
+        raise fail(f'schema: tar shards hold the fields image (jpeg), label (int64), key (str), not {", ".join(f"{f.name} ({f.spec})" for f in schema.fields)}')
     classes = value.get("classes")
     if classes is not None:
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
             raise fail('"classes" must be null or a list of strings')
         if len(classes) > MAX_CLASSES:
             raise fail(f"{len(classes)} classes exceed the limit of {MAX_CLASSES}")
+    _check_optional(value, fail)
     raw_shards = need(value, "shards", list, "manifest")
     if len(raw_shards) > MAX_SHARDS:
         raise fail(f"{len(raw_shards)} shards exceed the limit of {MAX_SHARDS}")
     shards = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for i, raw in enumerate(raw_shards):
         where = f"shards[{i}]"
         if not isinstance(raw, dict):
@@ -250,18 +264,56 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
     return manifest
 
 
-def _claim_path(path: str, where: str, seen: set[str], fail: Any) -> str:
-    """Check that a listed path is safe and not listed before, and remember it."""
+def _check_optional(value: dict[str, Any], fail: Any) -> None:
+    """Manifest step 7: the optional keys "rejects", "converter" and "stats", where present,
+    have the types spec/manifest.md gives (their other members are free-form)."""
+
+    def count(item: Any) -> bool:
+        return isinstance(item, int) and not isinstance(item, bool) and item >= 0
+
+    rejects = value.get("rejects", {})
+    if not isinstance(rejects, dict):
+        raise fail('"rejects" must be an object')
+    if "count" in rejects and not count(rejects["count"]):
+        raise fail('"rejects.count" must be an integer of at least 0')
+    if "by_reason" in rejects and not (isinstance(rejects["by_reason"], dict) and all(map(count, rejects["by_reason"].values()))):
+        raise fail('"rejects.by_reason" must be an object of integers of at least 0')
+    if "report" in rejects and not (rejects["report"] is None or isinstance(rejects["report"], str)):
+        raise fail('"rejects.report" must be a string or null')
+    converter = value.get("converter", {})
+    if not isinstance(converter, dict):
+        raise fail('"converter" must be an object')
+    if "name" in converter and not isinstance(converter["name"], str):
+        raise fail('"converter.name" must be a string')
+    if "options" in converter and not isinstance(converter["options"], dict):
+        raise fail('"converter.options" must be an object')
+    if not isinstance(value.get("stats", {}), dict):
+        raise fail('"stats" must be an object')
+
+
+def _path_identity(path: str) -> str:
+    """Return the form in which two manifest paths are the same file: Unicode canonical caseless
+    matching, ``NFD(casefold(NFD(path)))``, so that paths naming one file on a case-insensitive or
+    normalising file system (macOS, Windows) count as one."""
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", path).casefold())
+
+
+def _claim_path(path: str, where: str, seen: dict[str, str], fail: Any) -> str:
+    """Check that a listed path is safe and not listed before (up to case and Unicode
+    normalisation), and remember it."""
     problem = _unsafe_path(path)
     if problem:
         raise fail(f"{where}: path {_show(path)} {problem}")
-    if path in seen:
-        raise fail(f"{where}: path {_show(path)} is listed twice")
-    seen.add(path)
+    identity = _path_identity(path)
+    if identity in seen:
+        earlier = seen[identity]
+        same = "is listed twice" if earlier == path else f"names the same file as {_show(earlier)} (paths are compared ignoring case and Unicode normalisation)"
+        raise fail(f"{where}: path {_show(path)} {same}")
+    seen[identity] = path
     return path
 
 
-def _parse_index(raw: dict[str, Any], where: str, seen: set[str], fail: Any, need: Any) -> IndexEntry:
+def _parse_index(raw: dict[str, Any], where: str, seen: dict[str, str], fail: Any, need: Any) -> IndexEntry:
     """Parse a tar shard's "index" object; its path joins `seen`, shared with the shard paths."""
     index_path = _claim_path(need(raw, "path", str, where), where, seen, fail)
     size = need(raw, "size", int, where)

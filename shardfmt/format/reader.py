@@ -71,6 +71,9 @@ def close_on_error(resource: _Closable) -> Iterator[None]:
         resource.close()
         raise
 
+EMPTY_CHECKSUM = checksum(b"")
+"""The XXH3-64 of no bytes: the checksum of every empty record span (0x2d06800538d394c2)."""
+
 
 @dataclass(frozen=True)
 class ImageInfo:
@@ -298,6 +301,7 @@ class ShardReader(ShardReaderBase):
             raise self._fail(FormatError, "header padding is not zero", HEADER_SIZE + schema_size)
         try:
             self.schema = Schema.from_bytes(bytes(schema_bytes))
+            self.schema.check_version(minor)
         except UnsupportedVersionError as err:
             raise self._fail(UnsupportedVersionError, err.message, HEADER_SIZE) from err
         except SchemaError as err:
@@ -337,6 +341,7 @@ class ShardReader(ShardReaderBase):
             raise self._fail(ChecksumError, "record table checksum does not match: the table is corrupt", table_offset)
         self.table_offset = table_offset
         self.table: np.ndarray[Any, Any] = np.frombuffer(table_bytes, self.dtype, count=num_records)
+        self._variable_names = tuple(field.name for field in self.schema.fields if field.is_variable)
         self._check_table()
 
 
@@ -377,6 +382,48 @@ class ShardReader(ShardReaderBase):
             kind.check_table(field, table, self._raise_first)
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
         self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
+        # Step 30 for empty spans: nothing will ever be hashed for them, so their checksum (the
+        # XXH3-64 of no bytes) is compared now; it is reported at the record's offset.
+        empty = (sizes == 0) & (table["checksum"] != np.uint64(EMPTY_CHECKSUM))
+        if empty.any():
+            i = int(np.argmax(empty))
+            raise self._fail(
+                ChecksumError,
+                f"empty record span has checksum 0x{int(table['checksum'][i]):016x}, not that of no bytes "
+                f"(0x{EMPTY_CHECKSUM:016x}): the shard is corrupt",
+                int(offsets[i]),
+                i,
+            )
+
+    def verify_record(self, index: int) -> None:
+        """Check record `index`'s span against its XXH3-64, then that its padding is zero.
+
+        Raises:
+            ChecksumError: naming the shard, the record and the span's first byte.
+            FormatError: a padding byte is not zero (at its offset).
+        """
+        super().verify_record(index)
+        row = self.table[index]
+        start = int(row["offset"])
+        span = self.source.read(start, start + int(row["size"]))
+        position = start
+        gaps = []
+        for name in self._variable_names:
+            field_start = int(row[column_name(name, "offset")])
+            gaps.append((position, field_start))
+            position = field_start + int(row[column_name(name, "size")])
+        gaps.append((position, start + len(span)))
+        for gap_start, gap_stop in gaps:
+            if gap_stop > gap_start:
+                rest = bytes(span[gap_start - start : gap_stop - start]).lstrip(b"\0")
+                if rest:
+                    at = gap_stop - len(rest)
+                    raise FormatError(
+                        f"padding byte at {at} is 0x{rest[0]:02x}, not zero (a writer fills padding with zeros)",
+                        path=self.path,
+                        offset=at,
+                        record=index,
+                    )
 
     def _raise_first(
         self, bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError

@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import SchemaError, UnsupportedVersionError
+from ..jsontext import JsonTextError, parse_json
 from .fieldtypes import FIELD_TYPES, FieldType
 from .layout import (
     BASE_COLUMNS,
     MAX_FIELD_NAME_LENGTH,
     MAX_FIELDS,
+    TYPE_SINCE_MINOR,
     column_name,
 )
 
@@ -175,12 +177,27 @@ class Schema:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Schema:
-        """Parse the encoding stored in shards (UTF-8 JSON)."""
+        """Parse the encoding stored in shards: JSON text, read strictly (`jsontext.parse_json`)."""
         try:
-            value = json.loads(bytes(data).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as err:
-            raise SchemaError(f"schema is not valid UTF-8 JSON: {err}") from err
+            value = parse_json(data)
+        except JsonTextError as err:
+            raise SchemaError(f"schema is not valid JSON text: {err}") from err
         return cls.from_json(value)
+
+    def check_version(self, minor: int) -> None:
+        """Check that every field type exists in format version 1.`minor` (1.0 has no raw or
+        ndarray fields): a file that states an older version than its types need is malformed.
+
+        Raises:
+            SchemaError: naming the first field whose type is newer than the version.
+        """
+        for field in self.fields:
+            since = TYPE_SINCE_MINOR[field.type]
+            if minor < since:
+                raise SchemaError(
+                    f"field {field.name!r} has type {field.type!r}, which format version 1.{since} added, "
+                    f"but the version stated is 1.{minor}"
+                )
 
     def record_dtype(self) -> np.dtype[Any]:
         """Return the packed, little-endian numpy dtype of one record-table row."""

@@ -150,7 +150,9 @@ def index_tar(
         for number, sample in enumerate(scan.samples):
             image_ext = next((ext for ext in image_extensions if ext in sample.members), None)
             if sample.duplicate is not None:
-                problems[number] = ("duplicate-member", f"two members with extension {sample.duplicate.extension!r}")
+                problems[number] = ("duplicate-member", f"two members with extension {display_key(sample.duplicate.extension)!r}")
+            elif len({display_key(ext) for ext in sample.members}) < len(sample.members):
+                problems[number] = ("duplicate-member", "two extensions that read the same once bytes that are not UTF-8 are written as \\xNN")
             elif image_ext is None:
                 problems[number] = ("no-image", f"no member with extension {' or '.join(image_extensions)}")
             else:
@@ -199,7 +201,8 @@ def index_tar(
                         "image_channels": channels,
                         "image_checksum": digest - (1 << 64) if digest >= 1 << 63 else digest,
                         "label": label,
-                        "members": {ext: [m.data_offset, m.size] for ext, m in sorted(sample.members.items())},
+                        # the index's JSON is UTF-8: an extension's bytes that are not are written as \xNN
+                        "members": {display_key(ext): [m.data_offset, m.size] for ext, m in sample.members.items()},
                     }
                 )
             index_info = writer.close()
