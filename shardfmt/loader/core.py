@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dataset.locate import classify_location
 from ..dataset.reader import DatasetReader
 from ..ops import Pipeline
 from ..sampling import EpochPlan, check_split, sample_batches
-from ..storage import RemoteOptions, is_url
-from ..storage.urls import local_path
+from ..storage import RemoteOptions
 from .fields import FieldRequest, resolve_outputs
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
@@ -48,8 +48,8 @@ def _loader_path(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
     if isinstance(path, (list, tuple)):
         return [os.fspath(p) for p in path]
-    text = os.fspath(path)  # type: ignore[arg-type]
-    return text if is_url(text) else Path(local_path(text))
+    where = classify_location(os.fspath(path))  # type: ignore[arg-type]
+    return where.url if where.url is not None else Path(where.path or where.text)
 
 
 def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -27,9 +27,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ...dataset.locate import classify_location
 from ...errors import ConvertError
 from ...storage import RemoteOptions, open_store
-from ...storage.urls import is_url
 from ..images import IMAGE_KINDS
 from .folders import scan_folders
 from .imagefolder import scan_imagefolder
@@ -72,7 +72,7 @@ def scan_source(location: Location, *, remote: RemoteOptions | None = None) -> S
     listing = _listing(text, remote)
     if listing is not None:
         return scan_listing(*listing)
-    if is_url(text):
+    if classify_location(text).is_remote:
         tree = _store_tree(text, remote)
         if not tree.folders[""]:
             raise ConvertError("the source holds no objects (or does not exist)", path=tree.store.root)
@@ -121,10 +121,10 @@ def scan_fields(
         raise ConvertError("no source given")
     if len(names) > 1:
         for name in names:
-            if is_url(name):
+            if classify_location(name).is_remote:
                 raise ConvertError("several sources are folders of one image field each, and must be local: copy them from "
                                    "object storage first (one folder or listing may be a URL)", path=name.partition("?")[0])
-            if Path(name).suffix.lower() == ".tar" or "{" in Path(name).name:
+            if classify_location(name).is_tars or "{" in Path(name).name:
                 raise ConvertError("several sources are folders of one image field each; give WebDataset tars as one source "
                                    "(a .tar file, a brace pattern or their folder)", path=name)
         return scan_folders([Path(name) for name in names], declared, store)
@@ -154,18 +154,18 @@ def listing_columns(location: Location, *, remote: RemoteOptions | None = None) 
 def source_name(location: Location, *, remote: RemoteOptions | None = None) -> str:
     """How a plan names a source: its resolved path, or its URL without credentials."""
     text = os.fspath(location)
-    return open_store(text, remote=remote).root if is_url(text) else str(Path(text).resolve())
+    return open_store(text, remote=remote).root if classify_location(text).is_remote else str(Path(text).resolve())
 
 
 def _listing(text: str, remote: RemoteOptions | None) -> tuple[Tree, str] | None:
     """The folder and name of the listing `text` names, or None if it names none. A URL names a
     listing by its suffix; a local path must also be a file."""
-    if is_url(text):
-        base, question, query = text.partition("?")
-        folder, _, name = base.rstrip("/").rpartition("/")
+    where = classify_location(text)
+    if where.is_remote:
+        folder, name = where.split_url()
         if not name.lower().endswith(LISTING_SUFFIXES):
             return None
-        return _store_tree(folder + question + query, remote), name
+        return _store_tree(folder, remote), name
     path = Path(text)
     if path.is_file() and path.suffix.lower() in LISTING_SUFFIXES:
         return LocalTree(path.parent), path.name
