@@ -1,4 +1,4 @@
-"""spec/ and shardfmt/layout.py describe the same bytes: the tables, limits and examples of the
+"""spec/ and shardfmt/format/layout.py describe the same bytes: the tables, limits and examples of the
 written format are checked against the code, so neither can drift from the other."""
 
 from __future__ import annotations
