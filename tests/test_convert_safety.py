@@ -12,12 +12,16 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
 
+import shardfmt.convert.records
 import shardfmt.convert.run
 import shardfmt.storage.atomic
 from shardfmt import ConvertError, LockedError, open_dataset
 from shardfmt._sample import make_imagefolder
+from shardfmt.checksum import checksum
 from shardfmt.cli import main
 from shardfmt.convert.output import Output
+from shardfmt.convert.plan import InputFile, PlannedRecord
+from shardfmt.convert.records import ImageLabelBuilder, InputReader, KeptFile
 from shardfmt.convert.run import convert
 from shardfmt.dataset.verify import verify_dataset
 from shardfmt.storage import open_store
@@ -162,3 +166,32 @@ def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finish
     assert tree_bytes(out) == tree_bytes(clean)
     with open_dataset(out) as dataset:
         assert len(dataset) == 24
+
+
+def test_worker_processes_send_kept_files_by_reference(source: Path, tmp_path: Path) -> None:
+    """With worker processes, an image kept as it is comes back as a reference that the
+    converting process reads again; the shards are byte for byte those of an inline run."""
+    path = sorted(source.glob("*/*"))[0]
+    planned = InputFile(path.relative_to(source).as_posix(), path.stat().st_size, path.stat().st_mtime_ns)
+    builder = ImageLabelBuilder(InputReader(str(source)), None, 90, by_reference=True)
+    fields, reasons = builder.build(PlannedRecord(files=(planned,), label=0, key="k"))
+    assert reasons == (None,)
+    assert fields["image"] == KeptFile(planned, checksum(path.read_bytes()))
+    inline, pooled = tmp_path / "inline", tmp_path / "pooled"
+    convert(source, inline, workers=1, shard_size=4000)
+    convert(source, pooled, workers=2, shard_size=4000)
+    assert tree_bytes(inline) == tree_bytes(pooled)
+
+
+def test_a_file_changed_after_its_check_is_rejected_not_written(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converting process compares a kept file's digest with the worker's: bytes that differ
+    from those checked are never written (the workers here see a digest that cannot match)."""
+    monkeypatch.setattr(shardfmt.convert.records, "checksum", lambda data: 0)  # inherited by the forked workers
+    result = convert(source, tmp_path / "out", workers=2, shard_size=4000)
+    assert result.num_records == 0
+    lines = (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()
+    rejects = [json.loads(line) for line in lines]
+    assert len(rejects) == 24
+    assert {(r["reason"], r["detail"]) for r in rejects} == {("unreadable", "the file changed while it was being converted")}

@@ -23,6 +23,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,8 +31,8 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from .._version import __version__
-from ..checksum import format_checksum, parse_checksum
-from ..errors import ConvertError, SchemaError, WorkerError
+from ..checksum import checksum, format_checksum, parse_checksum
+from ..errors import ConvertError, RejectError, SchemaError, WorkerError
 from ..format.layout import MAX_CLASSES
 from ..format.manifest import IndexEntry, Manifest, ShardEntry
 from ..format.writer import ShardWriter
@@ -42,7 +43,7 @@ from .engine import WorkerDied, imap_ordered
 from .images import REENCODE_REASONS
 from .output import REJECTS_NAME, Output, shard_file_name
 from .plan import ConversionPlan, PlannedRecord, compare_plans
-from .records import Builder, Built, Chunk, build_chunk
+from .records import Builder, Built, Chunk, ImageLabelBuilder, InputReader, KeptFile, build_chunk
 from .sources.results import display_path
 
 __all__ = ["CHUNK_BYTES", "CHUNK_RECORDS", "ConvertResult", "run_conversion"]
@@ -114,16 +115,15 @@ def run_conversion(
                 bar.update(stop - start)
         reused = sum(s is not None for s in sidecars)
         todo = [index for index, sidecar in enumerate(sidecars) if sidecar is None]
-        chunks = [chunk for index in todo for chunk in _chunks(plan, index)]
+        per_shard = {index: list(_chunks(plan, index)) for index in todo}
+        chunks = [chunk for index in todo for chunk in per_shard[index]]
         window = max(1, workers) * _WINDOW_PER_WORKER
+        if engine == "local" and workers > 1 and isinstance(builder, ImageLabelBuilder):
+            builder = dataclasses.replace(builder, by_reference=True)
         results = imap_ordered(build_chunk, builder, chunks, engine=engine, workers=workers, window=window)
         try:
-            position = 0
             for index in todo:
-                count = sum(1 for chunk in chunks[position:] if chunk.shard == index)
-                mine = chunks[position : position + count]
-                position += count
-                sidecars[index] = _write_shard(plan, output, index, mine, results, bar)
+                sidecars[index] = _write_shard(plan, output, index, per_shard[index], results, bar, builder.reader)
         except OSError as err:
             if err.errno == errno.ENOSPC:
                 raise _disk_full(output, err) from err
@@ -178,8 +178,8 @@ class _Sink:
     """Shard `index` being written, in record order; tar shards also refuse a key that repeats in
     the shard ("duplicate-key") and a label a ``.cls`` member cannot hold ("bad-label")."""
 
-    def __init__(self, plan: ConversionPlan, output: Output, index: int) -> None:
-        self.plan, self.output, self.index = plan, output, index
+    def __init__(self, plan: ConversionPlan, output: Output, index: int, reader: InputReader) -> None:
+        self.plan, self.output, self.index, self.reader = plan, output, index, reader
         self.name = shard_file_name(index, plan.shard_format)
         self.tar = plan.shard_format == "tar"
         self.writer: Any = None
@@ -190,6 +190,9 @@ class _Sink:
 
     def add(self, built: Built, record: PlannedRecord) -> None:
         reject = built.reject
+        fields = built.fields
+        if fields is not None and isinstance(fields.get("image"), KeptFile):
+            fields, reject = self._fetch_kept(fields)
         key = None
         if self.tar and (reject is None or reject[0] != "bad-key"):
             try:
@@ -201,7 +204,7 @@ class _Sink:
                     reject = ("duplicate-key", f"key {display_key(key)!r} is already in this tar shard")
                 elif not 0 <= record.label < MAX_CLASSES:
                     reject = ("bad-label", f"label {record.label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
-        if reject is not None or built.fields is None:
+        if reject is not None or fields is None:
             reason, detail = reject if reject is not None else ("corrupt", "no record was built")
             self.rejects.append([built.number, reason, detail])
             return
@@ -209,15 +212,27 @@ class _Sink:
             path = self.output.file_path(self.name)
             self.writer = TarShardWriter(path) if self.tar else ShardWriter(path, schema=self.plan.schema)
         if self.tar:
-            self.writer.write(key, image=built.fields["image"], label=built.fields["label"])
+            self.writer.write(key, image=fields["image"], label=fields["label"])
             self.keys.add(key)  # type: ignore[arg-type]
         else:
-            self.writer.write(built.fields)
+            self.writer.write(fields)
         for reason in built.reencoded:
             if reason is None:
                 self.passthrough += 1
             else:
                 self.reencoded[reason] += 1
+
+    def _fetch_kept(self, fields: dict[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+        """The record with its kept image read again here, or the reject if the file can no
+        longer be read or changed since the worker checked it."""
+        kept: KeptFile = fields["image"]
+        try:
+            data = self.reader.read(kept.file)
+        except RejectError as err:
+            return None, (err.reason, err.message)
+        if checksum(data) != kept.digest:
+            return None, ("unreadable", "the file changed while it was being converted")
+        return {**fields, "image": data}, None
 
     def close(self, num_inputs: int) -> dict[str, Any]:
         """Close and commit the shard, then write its sidecar (a shard whose records were all
@@ -253,10 +268,16 @@ class _Sink:
 
 
 def _write_shard(
-    plan: ConversionPlan, output: Output, index: int, chunks: list[Chunk], results: Iterator[list[Built]], bar: Any
+    plan: ConversionPlan,
+    output: Output,
+    index: int,
+    chunks: list[Chunk],
+    results: Iterator[list[Built]],
+    bar: Any,
+    reader: InputReader,
 ) -> dict[str, Any]:
     """Write shard `index` from the built records of its `chunks`, taken from `results` in order."""
-    sink = _Sink(plan, output, index)
+    sink = _Sink(plan, output, index, reader)
     current = "(before the first input)"
     try:
         for chunk in chunks:

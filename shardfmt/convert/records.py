@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..checksum import checksum
 from ..errors import RejectError, SchemaError, ShardfmtError, WorkerError
 from ..format.layout import MAX_FIELD_SIZE
 from ..storage import RemoteOptions, Store, open_store
@@ -30,7 +31,7 @@ from .images import (
 from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.results import describe_os_error, display_path
 
-__all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "build_chunk", "builder_for"]
+__all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "KeptFile", "build_chunk", "builder_for"]
 
 MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
 """Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
@@ -59,6 +60,21 @@ class Built:
     fields: dict[str, Any] | None
     reencoded: tuple[str | None, ...] = ()
     reject: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class KeptFile:
+    """An input file a worker checked and kept byte for byte, sent back by reference: the
+    converting process reads it again (from the page cache) rather than receive its bytes
+    through a pipe, and compares the digest so that a file changed in between is never written.
+
+    Attributes:
+        file: the planned file.
+        digest: XXH3-64 of the bytes the worker checked.
+    """
+
+    file: InputFile
+    digest: int
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,8 @@ class ImageLabelBuilder:
     max_side: int | None
     quality: int
     tar_keys: bool = False
+    by_reference: bool = False
+    """Return a kept local file as a `KeptFile` instead of its bytes (worker processes only)."""
 
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
         key = record.key
@@ -145,7 +163,10 @@ class ImageLabelBuilder:
                 raise RejectError(err.message, reason="bad-key") from err
         data = self.reader.read(record.files[0])
         image = normalise_image(data, max_side=self.max_side, quality=self.quality)
-        return {"image": image.data, "label": record.label, "key": key}, (image.reencoded,)
+        value: bytes | KeptFile = image.data
+        if self.by_reference and image.reencoded is None and not is_url(self.reader.root):
+            value = KeptFile(record.files[0], checksum(data))
+        return {"image": value, "label": record.label, "key": key}, (image.reencoded,)
 
 
 @dataclass(frozen=True)
