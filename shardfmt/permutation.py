@@ -190,4 +190,5 @@ class WindowedFeistelOrder:
             within[chosen] = start + permute(positions[chosen] - start, size=count, seed=self.seed, epoch=self.epoch, index=w)
         members = np.searchsorted(self._member_start, within, side="right") - 1
         shards = self._members[members]
-        return self._dataset_start[shards] + (within - self._member_start[members])
+        records: np.ndarray = self._dataset_start[shards] + (within - self._member_start[members])
+        return records

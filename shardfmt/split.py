@@ -29,7 +29,7 @@ def split_batches(remaining: int, *, batch_size: int, world_size: int, drop_last
 
 def _batch_starts(counts: np.ndarray, batches: int, batch_size: int, number: int) -> np.ndarray:
     """Offset into each rank's records (ranks with `counts` records) where batch `number` starts."""
-    starts = np.minimum(np.int64(number) * batch_size, counts)
+    starts: np.ndarray = np.minimum(np.int64(number) * batch_size, counts)
     if batches >= 2 and number == batches - 1:
         # a rank whose last batch would be empty ends with batches of B - 1 and 1 records
         short = counts == (batches - 1) * batch_size
