@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardfmt.orders import FEISTEL_FROM, epoch_order, resolve_order
-from shardfmt.permutation import ArrayOrder, FeistelOrder, WindowedFeistelOrder, half_bits, permute
+from shardfmt.permutation import (
+    ArrayOrder,
+    FeistelOrder,
+    WindowedFeistelOrder,
+    half_bits,
+    permute,
+)
 from shardfmt.sampling import ORDER_STREAM, SHARD_STREAM, record_keys, sample_batches
 from shardfmt.split import RankPlan, delivered_records
 
