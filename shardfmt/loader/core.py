@@ -8,10 +8,13 @@ keep. With ``device="cuda"`` the loader copies each batch to the GPU on a side s
 slot is reused once that copy is done.
 
 Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
-4 KiB), plus per worker a decode buffer of the largest image (height * width * 3 bytes). With
-``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes`` (H * W * C for
-an image, the array's bytes, 8 for a number; each field's part rounded up to 4 KiB), plus per
-worker and jpeg field a decode buffer of its largest image (height * width * C bytes).
+4 KiB), plus per worker a decode buffer of the largest image it has decoded (height * width * 3
+bytes). With ``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes``
+(H * W * C for an image, the array's bytes, 8 for a number; each field's part rounded up to 4
+KiB), plus per worker and jpeg field a decode buffer of its largest image (height * width * C
+bytes). The loader holds per-shard counts and one shared bit per record (which records have
+passed their checksum); `Loader()` opens no shard, and an epoch's order is computed batch by
+batch (`orders`, `split`).
 """
 
 from __future__ import annotations
