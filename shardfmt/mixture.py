@@ -4,7 +4,7 @@
 takes a path. Records are numbered across the sources in the order given (source 0's records,
 then source 1's, ...), so a record index names one record of one source.
 
-Each epoch e draws exactly ``allocate(weights, epoch_size)[i]`` records from source i (the
+Each epoch e draws exactly ``allocate(weights, epoch_size=epoch_size)[i]`` records from source i (the
 largest-remainder rounding of ``epoch_size * w_i / sum(w)``, computed on exact rationals), chosen
 by `source_records`: whole passes over the source when it is smaller than its share, and for the
 rest, consecutive chunks of a shuffled pass, so no record repeats within a pass nor within an
@@ -49,7 +49,7 @@ class Mixture:
         weights: name -> a weight (finite, at least 0, not all 0); every source needs one.
         epoch_size: records per epoch, over all sources.
 
-    Each epoch draws exactly ``allocate(weights, epoch_size)`` records from the sources (see the
+    Each epoch draws exactly ``allocate(weights, epoch_size=epoch_size)`` records from the sources (see the
     module docstring and spec/sampling.md).
 
     Raises:
@@ -85,7 +85,7 @@ class Mixture:
     @property
     def counts(self) -> list[int]:
         """Records each source gives every epoch."""
-        return allocate(self.weights, self.epoch_size)
+        return allocate(self.weights, epoch_size=self.epoch_size)
 
     def to_config(self) -> dict[str, Any]:
         """Plain values: the names, paths, weights and epoch size."""
@@ -98,7 +98,7 @@ def _plain_path(path: SourcePath) -> Any:
     return os.fspath(path)  # type: ignore[arg-type]
 
 
-def allocate(weights: Sequence[float], epoch_size: int) -> list[int]:
+def allocate(weights: Sequence[float], *, epoch_size: int) -> list[int]:
     """Split `epoch_size` by `weights` with largest remainders, on exact rationals.
 
     Source i's quota is ``epoch_size * w_i / sum(w)`` (each weight taken as the exact value of
@@ -182,7 +182,7 @@ class MixtureOrder:
         shuffle: False keeps draws in source order and passes unshuffled.
     """
 
-    def __init__(self, source_sizes: Sequence[int], counts: Sequence[int], *, seed: int, epoch: int, shuffle: bool = True) -> None:
+    def __init__(self, source_sizes: Sequence[int], *, counts: Sequence[int], seed: int, epoch: int, shuffle: bool = True) -> None:
         self.source_sizes = [int(s) for s in source_sizes]
         self.counts = [int(c) for c in counts]
         for number, (size, count) in enumerate(zip(self.source_sizes, self.counts)):

@@ -32,7 +32,7 @@ of fewer costs at most about 1.5 MB and a few milliseconds)."""
 ORDERS = ("auto", "sorted-key", "feistel")
 
 
-def resolve_order(order: str, num_records: int, *, mixture: bool = False) -> str:
+def resolve_order(order: str, *, num_records: int, mixture: bool = False) -> str:
     """Return the order an epoch of `num_records` takes: "sorted-key" or "feistel".
 
     Raises:
@@ -74,7 +74,7 @@ def epoch_order(
         ValueError: a window comes without shard sizes that add up to `num_records`.
     """
     if source_sizes is not None and source_counts is not None:
-        return MixtureOrder(source_sizes, source_counts, seed=seed, epoch=epoch, shuffle=shuffle)
+        return MixtureOrder(source_sizes, counts=source_counts, seed=seed, epoch=epoch, shuffle=shuffle)
     if not shuffle:
         return IdentityOrder(num_records)
     if window is not None and (shard_sizes is None or int(np.sum(shard_sizes)) != num_records):

@@ -26,19 +26,19 @@ SIZES = {"binary": 13, "tar": 9, "remote": 5}
 
 
 def test_allocation_rounds_by_largest_remainders() -> None:
-    assert allocate([1, 2, 1], 30) == [8, 15, 7]  # 7.5, 15, 7.5: the tie goes to the earlier source
-    assert allocate([1, 1, 1], 10) == [4, 3, 3]
-    assert allocate([0.5, 0.25, 0.25], 7) == [3, 2, 2]
-    assert allocate([0.1, 0.2, 0.7], 10) == [1, 2, 7]  # exact rationals of the binary64 weights
-    assert allocate([3, 0], 5) == [5, 0]
+    assert allocate([1, 2, 1], epoch_size=30) == [8, 15, 7]  # 7.5, 15, 7.5: the tie goes to the earlier source
+    assert allocate([1, 1, 1], epoch_size=10) == [4, 3, 3]
+    assert allocate([0.5, 0.25, 0.25], epoch_size=7) == [3, 2, 2]
+    assert allocate([0.1, 0.2, 0.7], epoch_size=10) == [1, 2, 7]  # exact rationals of the binary64 weights
+    assert allocate([3, 0], epoch_size=5) == [5, 0]
     with pytest.raises(ValueError, match="not all 0"):
-        allocate([0, 0], 5)
+        allocate([0, 0], epoch_size=5)
 
 
 @settings(max_examples=200, deadline=None)
 @given(weights=st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=8).filter(any), epoch_size=st.integers(1, 10**12))
 def test_allocation_is_exact_and_within_one_of_each_quota(weights: list[float], epoch_size: int) -> None:
-    counts = allocate(weights, epoch_size)
+    counts = allocate(weights, epoch_size=epoch_size)
     assert sum(counts) == epoch_size
     total = sum(Fraction(w) for w in weights)
     for weight, count in zip(weights, counts):
@@ -68,10 +68,10 @@ def test_every_epoch_draws_exact_counts_and_repeats_only_beyond_a_source(sizes: 
     weights = weights[: len(sizes)]
     if not any(weights):
         return
-    counts = allocate(weights, epoch_size)
+    counts = allocate(weights, epoch_size=epoch_size)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     for epoch in range(3):
-        order = MixtureOrder(sizes, counts, seed=seed, epoch=epoch).at(np.arange(epoch_size))
+        order = MixtureOrder(sizes, counts=counts, seed=seed, epoch=epoch).at(np.arange(epoch_size))
         source_of = np.searchsorted(starts, order, side="right") - 1
         assert np.bincount(source_of, minlength=len(sizes)).tolist() == counts
         seen = collections.Counter(order.tolist())
@@ -93,7 +93,7 @@ def test_epochs_take_consecutive_chunks_of_one_pass_without_replacement() -> Non
 
 
 def test_unshuffled_mixture_keeps_source_order() -> None:
-    order = MixtureOrder([3, 4], [2, 5], seed=0, epoch=0, shuffle=False).at(np.arange(7))
+    order = MixtureOrder([3, 4], counts=[2, 5], seed=0, epoch=0, shuffle=False).at(np.arange(7))
     assert order.tolist() == [0, 1, 3, 4, 5, 6, 3]
 
 
@@ -119,7 +119,7 @@ def labels_of(loader: Loader, limit: int | None = None) -> list[list[int]]:
 
 
 def expected_batches(*, counts: list[int], epoch: int, rank: int, world_size: int, batch_size: int, seed: int) -> list[list[int]]:
-    plan = RankPlan(MixtureOrder(list(SIZES.values()), counts, seed=seed, epoch=epoch), batch_size=batch_size, rank=rank, world_size=world_size, drop_last=False)
+    plan = RankPlan(MixtureOrder(list(SIZES.values()), counts=counts, seed=seed, epoch=epoch), batch_size=batch_size, rank=rank, world_size=world_size, drop_last=False)
     return [plan.batch(b).tolist() for b in range(len(plan))]
 
 

@@ -119,14 +119,14 @@ def test_a_feistel_plan_resumed_at_any_batch_continues_the_same_order(stop: str)
 
 def test_auto_takes_feistel_from_the_threshold_on() -> None:
     assert FEISTEL_FROM == 65_536
-    assert resolve_order("auto", FEISTEL_FROM - 1) == "sorted-key"
-    assert resolve_order("auto", FEISTEL_FROM) == "feistel"
-    assert resolve_order("sorted-key", 10**9) == "sorted-key"
-    assert resolve_order("auto", 10, mixture=True) == "feistel"
+    assert resolve_order("auto", num_records=FEISTEL_FROM - 1) == "sorted-key"
+    assert resolve_order("auto", num_records=FEISTEL_FROM) == "feistel"
+    assert resolve_order("sorted-key", num_records=10**9) == "sorted-key"
+    assert resolve_order("auto", num_records=10, mixture=True) == "feistel"
     with pytest.raises(ValueError, match="order must be"):
-        resolve_order("random", 10)
+        resolve_order("random", num_records=10)
     with pytest.raises(ValueError, match="Mixture"):
-        resolve_order("sorted-key", 10, mixture=True)
+        resolve_order("sorted-key", num_records=10, mixture=True)
 
 
 def test_the_first_batch_of_a_billion_records_costs_nothing_a_record() -> None:

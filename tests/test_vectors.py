@@ -394,9 +394,9 @@ def test_feistel_vectors_follow_the_written_rule() -> None:
 
 def test_mixture_and_elastic_vectors_give_the_batches() -> None:
     for case in sampling_vector("mixture-batches")["cases"]:
-        assert allocate(case["weights"], case["epoch_size"]) == case["counts"]
+        assert allocate(case["weights"], epoch_size=case["epoch_size"]) == case["counts"]
         for epoch, ranks in case["batches"].items():
-            order = MixtureOrder(case["sizes"], case["counts"], seed=case["seed"], epoch=int(epoch), shuffle=case["shuffle"])
+            order = MixtureOrder(case["sizes"], counts=case["counts"], seed=case["seed"], epoch=int(epoch), shuffle=case["shuffle"])
             flat = sorted(i for batches in ranks for batch in batches for i in batch)
             starts = np.cumsum([0, *case["sizes"]])
             assert np.bincount(np.searchsorted(starts, flat, side="right") - 1, minlength=len(case["sizes"])).tolist() == case["counts"]

@@ -1365,10 +1365,10 @@ def sampling_mixture() -> dict[str, Any]:
     cases = []
     for case in MIXTURE_CASES:
         options = {"shuffle": True, **case}
-        counts = allocate(options["weights"], options["epoch_size"])
+        counts = allocate(options["weights"], epoch_size=options["epoch_size"])
         epochs = {}
         for epoch in options["epochs"]:
-            order = MixtureOrder(options["sizes"], counts, seed=options["seed"], epoch=epoch, shuffle=options["shuffle"])
+            order = MixtureOrder(options["sizes"], counts=counts, seed=options["seed"], epoch=epoch, shuffle=options["shuffle"])
             plans = [RankPlan(order, batch_size=options["batch_size"], rank=r, world_size=options["world_size"], drop_last=False) for r in range(options["world_size"])]
             epochs[str(epoch)] = [[plan.batch(b).tolist() for b in range(len(plan))] for plan in plans]
         cases.append({**options, "counts": counts, "batches": epochs})

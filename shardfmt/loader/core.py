@@ -242,11 +242,11 @@ class Loader:
         self._fields = fields is not None
         self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
         """Records of an epoch: the dataset's, or the mixture's epoch size."""
-        self.order = resolve_order(order, self.num_records, mixture=self._mixture is not None)
+        self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
         self._source_counts = self._mixture.counts if self._mixture is not None else None
         if self._mixture is not None:
-            for name, size, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts):  # type: ignore[union-attr, arg-type]
-                if count and not size:
+            for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts):  # type: ignore[union-attr, arg-type]
+                if count and not records:
                     raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
         check_split(self.num_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
@@ -348,7 +348,7 @@ class Loader:
             detail = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours[k]!r}" for k in changed)
             raise ValueError(f"loader state was saved with other settings ({detail})")
         epoch, position, start = int(state["epoch"]), int(state["position"]), int(state.get("start", 0))
-        delivered = set(int(b) for b in state.get("delivered", []))
+        delivered = {int(b) for b in state.get("delivered", [])}
         if (theirs.get("rank"), theirs.get("world_size")) == (self.rank, self.world_size):
             self.epoch, self._position, self._start_position, self._delivered = epoch, position, start, delivered
             return
