@@ -37,6 +37,7 @@ from .format.manifest import Manifest, ShardEntry
 from .format.reader import ImageInfo, Record, ShardReader
 from .format.schema import IMAGE_CLASSIFICATION, Field, Schema
 from .format.writer import ShardInfo, ShardWriter
+from .mixture import Mixture
 from .storage import RemoteOptions, RetryPolicy
 from .tar.index import index_tar
 from .tar.reader import TarShardReader
@@ -61,6 +62,7 @@ __all__ = [
     "LockedError",
     "Manifest",
     "ManifestError",
+    "Mixture",
     "Record",
     "RejectError",
     "RemoteError",

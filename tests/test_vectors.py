@@ -29,8 +29,11 @@ from shardfmt.format.layout import (
     NDARRAY_DTYPES,
     column_name,
 )
+from shardfmt.mixture import MixtureOrder, allocate
 from shardfmt.ops import pipeline_from_config, scale_plan, snap_to_scale
+from shardfmt.orders import epoch_order
 from shardfmt.sampling import AUGMENT_STREAM, record_keys, sample_batches, uniforms
+from shardfmt.split import RankPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / "spec" / "vectors"
@@ -335,3 +338,77 @@ def test_annotated_listing_covers_every_byte() -> None:
     offsets = [int(line[:8], 16) for line in listing]
     assert rebuilt == data
     assert offsets == sorted(offsets)
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser on Python integers, written from spec/sampling.md."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def _key(seed: int, stream: int, epoch: int, index: int) -> int:
+    return _mix64(_mix64(_mix64(_mix64(seed & _MASK) ^ stream) ^ (epoch & _MASK)) ^ index)
+
+
+def _bijection(position: int, size: int, seed: int, stream: int, epoch: int, index: int) -> int:
+    """The Feistel bijection of spec/sampling.md, one position at a time, in plain integers."""
+    bits = 1
+    while 4**bits < size:
+        bits += 1
+    mask = (1 << bits) - 1
+    keys = [_key(seed, stream, epoch, 8 * index + j) for j in range(6)]
+    value = position
+    while True:
+        left, right = value >> bits, value & mask
+        for key in keys:
+            left, right = right, left ^ (_mix64(key ^ right) & mask)
+        value = (left << bits) | right
+        if value < size:
+            return value
+
+
+def test_feistel_vectors_follow_the_written_rule() -> None:
+    vector = sampling_vector("feistel-batches")
+    for item in vector["permutations"]:
+        stream = int(item["stream"], 16)
+        keys = [f"0x{_key(item['seed'], stream, item['epoch'], 8 * item['index'] + j):016x}" for j in range(6)]
+        assert keys == item["round_keys"]
+        assert [_bijection(p, item["size"], item["seed"], stream, item["epoch"], item["index"]) for p in range(len(item["image"]))] == item["image"]
+    for case in vector["cases"]:
+        for rank, batches in case["batches"].items():
+            if case["window"] is None:  # the rank takes positions rank + k * world_size of the bijection's order
+                flat = [i for batch in batches for i in batch]
+                positions = [int(rank) + k * case["world_size"] for k in range(len(flat))]
+                assert flat == [_bijection(p, case["num_records"], case["seed"], 0x46454953, case["epoch"], 0) for p in positions]
+            sizes = make_vectors._shard_sizes(case["shard_sizes"])
+            order = epoch_order("feistel", num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"], shard_sizes=sizes, window=case["window"])
+            plan = RankPlan(order, batch_size=case["batch_size"], rank=int(rank), world_size=case["world_size"], drop_last=False)
+            assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
+    assert len(vector["cases"]) == 8
+
+
+def test_mixture_and_elastic_vectors_give_the_batches() -> None:
+    for case in sampling_vector("mixture-batches")["cases"]:
+        assert allocate(case["weights"], epoch_size=case["epoch_size"]) == case["counts"]
+        for epoch, ranks in case["batches"].items():
+            order = MixtureOrder(case["sizes"], counts=case["counts"], seed=case["seed"], epoch=int(epoch), shuffle=case["shuffle"])
+            flat = sorted(i for batches in ranks for batch in batches for i in batch)
+            starts = np.cumsum([0, *case["sizes"]])
+            assert np.bincount(np.searchsorted(starts, flat, side="right") - 1, minlength=len(case["sizes"])).tolist() == case["counts"]
+            for rank, batches in enumerate(ranks):
+                plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=case["world_size"], drop_last=False)
+                assert [plan.batch(b).tolist() for b in range(len(plan))] == batches
+    for case in sampling_vector("elastic-batches")["cases"]:
+        order = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
+        seen = []
+        for hop in case["hops"]:
+            for rank, batches in enumerate(hop["batches"]):
+                plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=hop["world_size"], drop_last=False, start=hop["start"])
+                assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
+                seen += [i for batch in batches for i in batch]
+        assert sorted(seen) == list(range(case["num_records"])), "the hops cover the epoch exactly once"

@@ -1293,6 +1293,125 @@ def sampling_batches() -> dict[str, Any]:
     }
 
 
+FEISTEL_CASES: list[dict[str, Any]] = [
+    {"num_records": 10, "batch_size": 3, "seed": 0, "epoch": 0, "world_size": 1},
+    {"num_records": 1000, "batch_size": 8, "seed": 7, "epoch": 2, "world_size": 3, "first": 2},
+    {"num_records": 6, "batch_size": 2, "seed": -1, "epoch": (1 << 64) - 1, "world_size": 1},
+    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "shard_sizes": [4, 0, 5, 3], "window": 2},
+    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "shard_sizes": [4, 0, 5, 3], "window": 4},
+    {"num_records": 70_000, "batch_size": 8, "seed": 1, "epoch": 0, "world_size": 2, "shard_sizes": [30_000, 25_000, 15_000], "window": 1, "first": 2},
+    {"num_records": 10**9, "batch_size": 8, "seed": 0, "epoch": 0, "world_size": 1024, "ranks": [0, 1023], "first": 2},
+    {"num_records": 10**9, "batch_size": 8, "seed": 0, "epoch": 5, "world_size": 1024, "ranks": [0], "first": 2, "shard_sizes": "10000 x 100000", "window": 64},
+]
+"""Feistel orders: (N, batch size, seed, epoch, world size, and optionally a window over shard
+sizes, the ranks and the number of first batches to write)."""
+
+
+def _shard_sizes(value: Any) -> Any:
+    if isinstance(value, str):  # "COUNT x SIZE": too many shards to list
+        count, size = (int(part) for part in value.split(" x "))
+        return np.full(count, size, np.int64)
+    return value
+
+
+def sampling_feistel() -> dict[str, Any]:
+    from shardfmt.orders import epoch_order
+    from shardfmt.permutation import FEISTEL_STREAM, ROUNDS, permute, round_keys
+    from shardfmt.split import RankPlan
+
+    cases = []
+    for case in FEISTEL_CASES:
+        options = {"shard_sizes": None, "window": None, **case}
+        order = epoch_order(
+            "feistel", num_records=options["num_records"], seed=options["seed"], epoch=options["epoch"],
+            shard_sizes=_shard_sizes(options["shard_sizes"]), window=options["window"],
+        )
+        ranks = options.get("ranks", list(range(options["world_size"])))
+        batches = {}
+        for rank in ranks:
+            plan = RankPlan(order, batch_size=options["batch_size"], rank=rank, world_size=options["world_size"], drop_last=False)
+            batches[str(rank)] = [plan.batch(b).tolist() for b in range(min(len(plan), options.get("first", len(plan))))]
+        cases.append({**options, "ranks": ranks, "batches": batches})
+    permutations = [
+        {"size": size, "seed": seed, "stream": hex64(FEISTEL_STREAM), "epoch": epoch, "index": index,
+         "round_keys": [hex64(int(k)) for k in round_keys(seed=seed, stream=FEISTEL_STREAM, epoch=epoch, index=index)],
+         "image": permute(np.arange(min(size, 16)), size=size, seed=seed, epoch=epoch, index=index).tolist()}
+        for size, seed, epoch, index in ((1, 0, 0, 0), (2, 0, 0, 0), (5, 0, 0, 0), (16, 9, 1, 0), (17, 9, 1, 3), (10**9, 0, 0, 0))
+    ]
+    return {
+        "description": (
+            f"epoch orders by the Feistel rule ({ROUNDS} rounds, cycle walking; with a window, one bijection per window), "
+            "split over ranks and into batches: batches[rank] is that rank's first batches of dataset record indices; "
+            "permutations gives the round keys and the images of positions 0..15 of single bijections (spec/sampling.md)"
+        ),
+        "permutations": permutations,
+        "cases": cases,
+    }
+
+
+MIXTURE_CASES: list[dict[str, Any]] = [
+    {"sizes": [13, 9, 5], "weights": [1, 2, 1], "epoch_size": 30, "seed": 3, "epochs": [0, 1], "world_size": 2, "batch_size": 4},
+    {"sizes": [10, 40], "weights": [0.1, 0.9], "epoch_size": 7, "seed": 0, "epochs": [0, 1, 2, 3], "world_size": 1, "batch_size": 7},
+    {"sizes": [3, 1000, 7], "weights": [1, 1, 0], "epoch_size": 9, "seed": 12, "epochs": [4], "world_size": 3, "batch_size": 2},
+    {"sizes": [2, 3], "weights": [1, 1], "epoch_size": 7, "seed": 5, "epochs": [0], "world_size": 1, "batch_size": 7, "shuffle": False},
+]
+"""Mixtures: source sizes, weights, epoch size, seed, the epochs written, world size, batch size."""
+
+
+def sampling_mixture() -> dict[str, Any]:
+    from shardfmt.mixture import MixtureOrder, allocate
+    from shardfmt.split import RankPlan
+
+    cases = []
+    for case in MIXTURE_CASES:
+        options = {"shuffle": True, **case}
+        counts = allocate(options["weights"], epoch_size=options["epoch_size"])
+        epochs = {}
+        for epoch in options["epochs"]:
+            order = MixtureOrder(options["sizes"], counts=counts, seed=options["seed"], epoch=epoch, shuffle=options["shuffle"])
+            plans = [RankPlan(order, batch_size=options["batch_size"], rank=r, world_size=options["world_size"], drop_last=False) for r in range(options["world_size"])]
+            epochs[str(epoch)] = [[plan.batch(b).tolist() for b in range(len(plan))] for plan in plans]
+        cases.append({**options, "counts": counts, "batches": epochs})
+    return {
+        "description": (
+            "mixtures: counts are each source's records an epoch (largest remainders); batches[epoch][rank] is that rank's "
+            "batches of indices into the concatenation of the sources in order (spec/sampling.md, Mixtures)"
+        ),
+        "cases": cases,
+    }
+
+
+ELASTIC_CASES: list[dict[str, Any]] = [
+    {"order": "feistel", "num_records": 103, "batch_size": 4, "seed": 5, "epoch": 1, "hops": [[4, 3], [3, 2], [8, None]]},
+    {"order": "sorted-key", "num_records": 103, "batch_size": 4, "seed": 5, "epoch": 1, "hops": [[4, 6], [2, None]]},
+    {"order": "feistel", "num_records": 50, "batch_size": 3, "seed": 0, "epoch": 0, "hops": [[3, 5], [8, None]]},
+]
+"""Elastic resumes: an order, and hops of [world size, batches every rank takes] (None: to the end)."""
+
+
+def sampling_elastic() -> dict[str, Any]:
+    from shardfmt.orders import epoch_order
+    from shardfmt.split import RankPlan, delivered_records
+
+    cases = []
+    for case in ELASTIC_CASES:
+        order = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
+        start, hops = 0, []
+        for world_size, taken in case["hops"]:
+            plans = [RankPlan(order, batch_size=case["batch_size"], rank=r, world_size=world_size, drop_last=False, start=start) for r in range(world_size)]
+            count = len(plans[0]) if taken is None else taken
+            hops.append({"world_size": world_size, "start": start, "batches": [[plan.batch(b).tolist() for b in range(count)] for plan in plans]})
+            start += delivered_records(case["num_records"] - start, batch_size=case["batch_size"], world_size=world_size, drop_last=False, batches=count)
+        cases.append({**{k: v for k, v in case.items() if k != "hops"}, "hops": hops})
+    return {
+        "description": (
+            "resuming on other numbers of ranks: each hop starts at position start of the epoch order (the records every "
+            "earlier hop delivered) and lists each rank's batches taken there (spec/sampling.md, Resuming on another number of ranks)"
+        ),
+        "cases": cases,
+    }
+
+
 CROP_CASES: list[dict[str, Any]] = [
     {"pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 375, "width": 500},
     {"pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 2000, "width": 3000},
@@ -1416,8 +1535,14 @@ def generate(out: Path) -> None:
     (out / "sampling").mkdir()
     (out / "sampling" / "sorted-keys-batches.json").write_bytes(dump_cases(sampling_batches()))
     (out / "sampling" / "crops.json").write_bytes(dump_cases(sampling_crops()))
+    (out / "sampling" / "feistel-batches.json").write_bytes(dump_cases(sampling_feistel()))
+    (out / "sampling" / "mixture-batches.json").write_bytes(dump_cases(sampling_mixture()))
+    (out / "sampling" / "elastic-batches.json").write_bytes(dump_cases(sampling_elastic()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
+        "feistel-batches": "epoch orders by the Feistel rule (with and without a window), the first batches of chosen ranks",
+        "mixture-batches": "mixtures: per-source counts and every rank's batches of chosen epochs",
+        "elastic-batches": "an epoch resumed on other numbers of ranks, hop by hop",
         "crops": "crop boxes and flips of every pipeline, carried to further image fields",
     }
     index["canonical"] = sorted(index["valid"])

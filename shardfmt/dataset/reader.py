@@ -71,6 +71,15 @@ class DatasetReader:
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
+    @property
+    def num_shards(self) -> int:
+        return len(self.manifest.shards)
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the dataset is read by URL."""
+        return bool(self.location.is_remote)
+
     def shard(self, shard_index: int) -> ShardReaderBase:
         """Open (once) and return shard number `shard_index`, checked against the manifest: a
         `ShardReader`, or a `tar.reader.TarShardReader` for a tar shard."""

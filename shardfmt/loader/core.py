@@ -8,10 +8,13 @@ keep. With ``device="cuda"`` the loader copies each batch to the GPU on a side s
 slot is reused once that copy is done.
 
 Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
-4 KiB), plus per worker a decode buffer of the largest image (height * width * 3 bytes). With
-``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes`` (H * W * C for
-an image, the array's bytes, 8 for a number; each field's part rounded up to 4 KiB), plus per
-worker and jpeg field a decode buffer of its largest image (height * width * C bytes).
+4 KiB), plus per worker a decode buffer of the largest image it has decoded (height * width * 3
+bytes). With ``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes``
+(H * W * C for an image, the array's bytes, 8 for a number; each field's part rounded up to 4
+KiB), plus per worker and jpeg field a decode buffer of its largest image (height * width * C
+bytes). The loader holds per-shard counts and one shared bit per record (which records have
+passed their checksum); `Loader()` opens no shard, and an epoch's order is computed batch by
+batch (`orders`, `split`).
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dataset.concat import open_records
 from ..dataset.locate import classify_location
 from ..dataset.reader import DatasetReader
+from ..mixture import Mixture
 from ..ops import Pipeline
-from ..sampling import EpochPlan, check_split, sample_batches
+from ..orders import epoch_order, resolve_order
+from ..sampling import check_split
+from ..split import RankPlan, delivered_records, split_batches
 from ..storage import RemoteOptions
 from .fields import FieldRequest, resolve_outputs
 from .pool import Chunk, InlinePool, WorkerPool
@@ -44,8 +51,10 @@ __all__ = ["Loader"]
 _STATE_VERSION = 1
 
 
-def _loader_path(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str | Path | list[str]:
+def _loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
     """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
+    if isinstance(path, Mixture):
+        return path
     if isinstance(path, (list, tuple)):
         return [os.fspath(p) for p in path]
     where = classify_location(os.fspath(path))  # type: ignore[arg-type]
@@ -69,6 +78,8 @@ class _Item:
     batch: int
     slot: int
     count: int
+    start: int = 0
+    """The position of the epoch's order the batch's split starts at (not 0 after an elastic resume)."""
 
 
 @dataclass
@@ -98,7 +109,9 @@ class Loader:
     Args:
         path: the dataset directory or its manifest.json, or a URL (``s3://bucket/prefix``, ...);
             or local WebDataset tars, as `open_dataset` takes them (a ``.tar`` path, a brace
-            pattern, or a list).
+            pattern, or a list); or a `shardfmt.Mixture` of such sources, whose records are
+            numbered across the sources in the order given and of which each epoch draws
+            exactly the mixture's counts (spec/sampling.md, "Mixtures").
         batch_size: records per batch.
         shuffle: a seeded permutation per epoch (else dataset order).
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
@@ -132,7 +145,11 @@ class Loader:
             shards its coming batches need ahead of the workers.
         window: shuffle shards, then records within windows of this many shards (see
             `sampling.window_order`), so that only about `window` shards are read at a time;
-            None shuffles all records at once. Works alike with `fields`.
+            None shuffles all records at once. Works alike with `fields`. Not with a `Mixture`.
+        order: how a shuffled epoch is ordered: "sorted-key" (every record's key sorted: 8
+            bytes a record), "feistel" (a bijection computed batch by batch: nothing a record),
+            or "auto" (default): "sorted-key" below `orders.FEISTEL_FROM` (65,536) records,
+            "feistel" from there on. A `Mixture` is always "feistel".
         fields: deliver several fields as a dict of tensors instead of (images, labels): a
             mapping from field name to `shardfmt.ops.ImageOutput` (or its size, or None for
             the defaults), or a list of names. Image fields ("jpeg", "raw") are cut at the same
@@ -187,6 +204,7 @@ class Loader:
         fields: FieldRequest | None = None,
         remote: RemoteOptions | None = None,
         window: int | None = None,
+        order: str = "auto",
     ) -> None:
         if layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
@@ -194,7 +212,10 @@ class Loader:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1 shard, got {window}")
-        self.path: str | Path | list[str] = _loader_path(path)
+        self.path: Mixture | str | Path | list[str] = _loader_path(path)
+        self._mixture = self.path if isinstance(self.path, Mixture) else None
+        if self._mixture is not None and window is not None:
+            raise ValueError("window does not apply to a Mixture: its order interleaves every source")
         self.window = window
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -209,28 +230,34 @@ class Loader:
         self.timeout = timeout
         self.epoch = 0
         self._position = 0
+        self._start_position = 0
         self._delivered: set[int] = set()
 
         if verify not in (True, False, "always"):
             raise ValueError(f"verify must be True, False or 'always', got {verify!r}")
-        self._dataset = DatasetReader(self.path, verify=bool(verify), remote=remote)
-        if self._dataset.location.is_remote:  # the tables are read next: open the shards concurrently
-            self._dataset.open_shards(range(len(self._dataset.manifest.shards)))
+        self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self.pipeline, self.outputs = resolve_outputs(
             self._dataset, fields=fields, pipeline=pipeline, size=size, image_field=image_field, label_field=label_field
         )
         self._fields = fields is not None
-        self.num_records = len(self._dataset)
+        self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
+        """Records of an epoch: the dataset's, or the mixture's epoch size."""
+        self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
+        self._source_counts = self._mixture.counts if self._mixture is not None else None
+        if self._mixture is not None:
+            for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts):  # type: ignore[union-attr, arg-type]
+                if count and not records:
+                    raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
         check_split(self.num_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
         self.image_shape = self.outputs[0].shape if not self._fields else None
         self.layout_spec = SlotLayout(prefetch + 1, batch_size, tuple(spec.slot_array() for spec in self.outputs))
         self._config: dict[str, Any] = {
-            "path": self.path if isinstance(self.path, list) else str(self.path),
+            "path": self.path if isinstance(self.path, (list, Mixture)) else str(self.path),
             "remote": remote,
             "verify": bool(verify),
-            "verify_every_read": verify == "always" or self._dataset.location.is_remote,
+            "verify_every_read": verify == "always" or self._dataset.is_remote,
             "outputs": [spec.to_config() for spec in self.outputs],
             "pipeline": self.pipeline.to_config(),
             "seed": seed,
@@ -247,10 +274,10 @@ class Loader:
         self._free: list[int] = []
         self._queue: deque[_Item] = deque()
         self._pending: deque[Chunk] = deque()
-        self._plans: dict[int, EpochPlan] = {}
+        self._plans: dict[tuple[int, int], RankPlan] = {}
         self._shard_sizes = np.diff(self._dataset.cumulative)
         self._prefetcher: ShardPrefetcher | None = None
-        if self._dataset.location.cache is not None and remote is not None and remote.prefetch_shards:
+        if isinstance(self._dataset, DatasetReader) and self._dataset.location.cache is not None and remote is not None and remote.prefetch_shards:
             self._prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
             self._resources.extra.append(self._prefetcher)
         self._closed = False
@@ -278,15 +305,12 @@ class Loader:
         return [p.pid for p in self._pool.processes] if isinstance(self._pool, WorkerPool) else []
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank."""
-        if self.drop_last:
-            return self.num_records // (self.world_size * self.batch_size)
-        most_per_rank = (self.num_records + self.world_size - 1) // self.world_size
-        return (most_per_rank + self.batch_size - 1) // self.batch_size
+        """Batches per epoch on this rank (a whole epoch: one resumed on other ranks may have fewer)."""
+        return split_batches(self.num_records, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of `epoch`."""
-        self.epoch, self._position, self._delivered = epoch, 0, set()
+        self.epoch, self._position, self._start_position, self._delivered = epoch, 0, 0, set()
 
     def state_dict(self) -> dict[str, Any]:
         """Where the stream stands: load it into a loader with the same settings to continue
@@ -295,6 +319,7 @@ class Loader:
             "version": _STATE_VERSION,
             "epoch": self.epoch,
             "position": self._position,
+            "start": self._start_position,
             "delivered": sorted(b for b in self._delivered if b >= self._position),
             "settings": self._settings(),
         }
@@ -302,19 +327,45 @@ class Loader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a `state_dict()`.
 
+        On the same rank of the same world size, the stream continues with exactly the batches
+        that would have come next. On another world size (elastic resume; or another rank), the
+        state must have been taken after the same number of batches on every rank: the rest of
+        its epoch is then exactly the records no rank had delivered, split equally over the new
+        ranks (spec/sampling.md, "Resuming on another number of ranks"); later epochs are whole.
+
         Raises:
             ValueError: the state comes from a loader with other settings (seed, batch size,
-                dataset size, ranks, order), which would not continue the same stream.
+                dataset size, order, ...), which would not continue the same stream; or, resumed
+                on other ranks, it holds batches delivered out of order (``ordered=False``), or
+                what is left of its epoch cannot be split equally over the new ranks.
         """
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {_STATE_VERSION}")
-        theirs, ours = state.get("settings", {}), self._settings()
-        changed = sorted(k for k in ours if theirs.get(k) != ours[k])
+        theirs, ours = dict(state.get("settings", {})), self._settings()
+        theirs.setdefault("order", "sorted-key")  # states of shardfmt 0.1, which had that order only
+        changed = sorted(k for k in ours if k not in ("rank", "world_size") and theirs.get(k) != ours[k])
         if changed:
             detail = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours[k]!r}" for k in changed)
             raise ValueError(f"loader state was saved with other settings ({detail})")
-        self.epoch, self._position = int(state["epoch"]), int(state["position"])
-        self._delivered = set(int(b) for b in state.get("delivered", []))
+        epoch, position, start = int(state["epoch"]), int(state["position"]), int(state.get("start", 0))
+        delivered = {int(b) for b in state.get("delivered", [])}
+        if (theirs.get("rank"), theirs.get("world_size")) == (self.rank, self.world_size):
+            self.epoch, self._position, self._start_position, self._delivered = epoch, position, start, delivered
+            return
+        if delivered:
+            raise ValueError(
+                "this state holds batches delivered out of order (ordered=False); it resumes on the ranks it was saved on only"
+            )
+        done = start + delivered_records(
+            self.num_records - start, batch_size=self.batch_size, world_size=int(theirs["world_size"]), drop_last=self.drop_last, batches=position
+        )
+        remaining = self.num_records - done
+        if remaining and not (self.drop_last and remaining < self.world_size * self.batch_size):
+            try:
+                check_split(remaining, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+            except ValueError as err:
+                raise ValueError(f"the rest of epoch {epoch} cannot go to {self.world_size} ranks: {err}; set_epoch({epoch + 1}) starts the next epoch") from err
+        self.epoch, self._position, self._start_position, self._delivered = epoch, 0, done, set()
 
     def close(self) -> None:
         """Stop the workers and remove the shared memory. Safe to call more than once."""
@@ -354,8 +405,11 @@ class Loader:
             "world_size": self.world_size,
             "ordered": self.ordered,
             "window": self.window,
+            "order": self.order,
             "pipeline": json.dumps(self.pipeline.to_config(), sort_keys=True),
-        } | ({"fields": json.dumps([spec.to_config() for spec in self.outputs], sort_keys=True)} if self._fields else {})
+        } | ({"fields": json.dumps([spec.to_config() for spec in self.outputs], sort_keys=True)} if self._fields else {}) | (
+            {"mixture": json.dumps(self._mixture.to_config() | {"sizes": self._dataset.sizes}, sort_keys=True)} if self._mixture is not None else {}  # type: ignore[union-attr]
+        )
 
     def _start(self) -> None:
         if self._pool is not None:
@@ -375,31 +429,37 @@ class Loader:
         if self._stage is not None:
             self._stage.pin(self._ring)
 
-    def _plan(self, epoch: int) -> EpochPlan:
-        plan = self._plans.get(epoch)
+    def _plan_start(self, epoch: int) -> int:
+        """Where this loader's split of `epoch` starts in its order (0 but after an elastic resume)."""
+        return self._start_position if epoch == self.epoch else 0
+
+    def _plan(self, epoch: int) -> RankPlan:
+        start = self._plan_start(epoch)
+        plan = self._plans.get((epoch, start))
         if plan is None:
-            plan = sample_batches(
-                self.num_records,
-                batch_size=self.batch_size,
+            order = epoch_order(
+                self.order,
+                num_records=self.num_records,
                 seed=self.seed,
                 epoch=epoch,
-                rank=self.rank,
-                world_size=self.world_size,
                 shuffle=self.shuffle,
-                drop_last=self.drop_last,
-                shard_sizes=self._shard_sizes,
+                shard_sizes=self._shard_sizes if self.window is not None else None,
                 window=self.window,
+                source_sizes=self._dataset.sizes if self._mixture is not None else None,  # type: ignore[union-attr]
+                source_counts=self._source_counts,
             )
-            self._plans = {e: p for e, p in self._plans.items() if e >= epoch - 1}
-            self._plans[epoch] = plan
+            plan = RankPlan(order, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last, start=start)
+            self._plans = {k: p for k, p in self._plans.items() if k[0] >= epoch - 1}
+            self._plans[(epoch, start)] = plan
         return plan
 
     def _reconcile(self, epoch: int, expected: list[int]) -> tuple[int, int]:
         """Keep batches already scheduled if they are exactly what comes next (the start of this
         epoch's remaining batches, then the start of the next epoch); else discard them.
         Returns the scheduling cursor (epoch, index into that epoch's list)."""
-        ours = [item.batch for item in self._queue if item.epoch == epoch]
-        ahead = [item.batch for item in self._queue if item.epoch == epoch + 1]
+        start = self._plan_start(epoch)
+        ours = [item.batch for item in self._queue if item.epoch == epoch and item.start == start]
+        ahead = [item.batch for item in self._queue if item.epoch == epoch + 1 and item.start == 0]
         keep = (
             len(ours) + len(ahead) == len(self._queue)
             and ours == expected[: len(ours)]
@@ -432,7 +492,7 @@ class Loader:
             if self._prefetcher is not None:
                 self._prefetcher.schedule(epoch, self._plan(epoch), batch)
             slot = self._free.pop()
-            self._queue.append(_Item(epoch, batch, slot, len(indices)))
+            self._queue.append(_Item(epoch, batch, slot, len(indices), self._plan_start(epoch)))
             for row in range(0, len(indices), self._chunk):
                 self._pending.append((slot, row, epoch, np.ascontiguousarray(indices[row : row + self._chunk])))
             index += 1
@@ -496,7 +556,7 @@ class Loader:
                     yield self._deliver(tensors)
                 self._free.append(held)
                 held = None
-            self.epoch, self._position, self._delivered = epoch + 1, 0, set()
+            self.epoch, self._position, self._start_position, self._delivered = epoch + 1, 0, 0, set()
         except GeneratorExit:
             raise
         except BaseException:

@@ -2,10 +2,13 @@
 
 `resolve_outputs` turns the loader's request (``fields=...``, or the single image and label)
 into one `OutputSpec` per field: its type, the shape and dtype of one sample in a batch slot,
-its kernel and, for images, the largest stored size. It reads the record tables only. Workers
-receive the specs as plain config and build one filler per field with `make_filler`:
+its kernel and, where the request leaves it open, what the record tables say: the channels of a
+"raw" field, the size ratio of a further image field. Only then does it read every record table,
+so a loader over a dataset of any size starts without touching one. Workers receive the specs as
+plain config and build one filler per field with `make_filler`:
 
-- "jpeg": decoded at a reduced DCT scale where the box allows, cropped, resized (`ImageDecoder`);
+- "jpeg": decoded at a reduced DCT scale where the box allows, cropped, resized (`ImageDecoder`,
+  made again larger whenever an image exceeds its buffer);
 - "raw": the box is cut from a view of the memory-mapped shard, its channels matched, and
   resized straight into the slot, or copied when it already has the output size: no other copy;
 - "ndarray", "int64", "float64": copied as stored; "zeros": the labels of a loader without a
@@ -23,7 +26,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from ..dataset.reader import DatasetReader
+from ..dataset.concat import RecordSource
 from ..errors import SchemaError
 from ..format.fieldtypes import IMAGE_TYPES
 from ..format.layout import NDARRAY_DTYPES, column_name
@@ -102,7 +105,7 @@ def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> P
 
 
 def resolve_outputs(
-    dataset: DatasetReader,
+    dataset: RecordSource,
     *,
     fields: FieldRequest | None,
     pipeline: Pipeline | str,
@@ -142,7 +145,13 @@ def resolve_outputs(
             f"{resolved.size}; give the pipeline that size"
         )
     reference = images[0] if images else None
-    stats = _image_stats(dataset, images)
+    needed = [
+        name for name in images
+        if (schema.field(name).type == "raw" and (requests[name] is None or requests[name].channels is None))
+        or (name != reference and (requests[name] is None or requests[name].size is None))
+    ]
+    stats = _image_stats(dataset, list(dict.fromkeys([images[0], *needed])) if needed else [])
+    stats = {name: stats.get(name, _ImageStats()) for name in images}
     specs = []
     for name, request in requests.items():
         field = schema.field(name)
@@ -188,19 +197,23 @@ def _no_options(name: str, kind: str, request: Any) -> None:
 class _ImageStats:
     max_height: int = 1
     max_width: int = 1
+    """Largest stored size where the tables were read; else 1, and decoders grow as they go."""
     channels: set[int] = dataclass_field(default_factory=set)
     ratio: tuple[int, int, int, int] | None = None
     """(field h, reference h, field w, reference w) of the first record if every record has the
     same ratio of sizes to the reference, else None."""
 
 
-def _image_stats(dataset: DatasetReader, images: list[str]) -> dict[str, _ImageStats]:
-    """Largest sizes, channel counts and size ratio to the reference of each image field."""
+def _image_stats(dataset: RecordSource, images: list[str]) -> dict[str, _ImageStats]:
+    """Largest sizes, channel counts and size ratio to the reference (the first name) of each
+    image field, from every record table."""
     stats = {name: _ImageStats() for name in images}
     if not images:
         return stats
+    if dataset.is_remote:  # every table is read next: open the shards concurrently
+        dataset.open_shards(range(dataset.num_shards))
     first: dict[str, tuple[int, int, int, int] | None] = {}
-    for shard_index in range(len(dataset.manifest.shards)):
+    for shard_index in range(dataset.num_shards):
         table = dataset.shard(shard_index).table
         if not len(table):
             continue
@@ -268,24 +281,33 @@ class _Filler:
 class _JpegFiller(_Filler):
     def __init__(self, spec: OutputSpec, *, fast: bool, partial: bool) -> None:
         super().__init__(spec)
-        height, width, channels = spec.shape
+        self.fast, self.partial = fast, partial
+        self.capacity = (0, 0)
+        self._make_decoder(*spec.max_size)
+
+    def _make_decoder(self, max_height: int, max_width: int) -> None:
+        height, width, channels = self.spec.shape
         self.decoder = ImageDecoder(
-            max_height=spec.max_size[0],
-            max_width=spec.max_size[1],
+            max_height=max_height,
+            max_width=max_width,
             output_size=(height, width),
-            fast=fast,
+            fast=self.fast,
             channels=channels,
-            interpolation=spec.interpolation,
-            partial=partial,
+            interpolation=self.spec.interpolation,
+            partial=self.partial,
         )
+        self.capacity = (max_height, max_width)
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
+        height, width = int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")])
+        if height > self.capacity[0] or width > self.capacity[1]:
+            self._make_decoder(max(height, self.capacity[0]), max(width, self.capacity[1]))
         self.decoder.decode_box(
             self.payload(reader, row),
-            height=int(row[column_name(self.name, "height")]),
-            width=int(row[column_name(self.name, "width")]),
+            height=height,
+            width=width,
             top=top,
             left=left,
             box_height=box_height,

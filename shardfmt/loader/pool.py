@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dataset.reader import DatasetReader
+from ..dataset.concat import RecordSource
 from ..errors import WorkerError
 from .shm import SlotRing
 from .worker import (
@@ -53,7 +53,7 @@ class WorkerPool:
         dataset: used only to name the shard and record in error messages.
     """
 
-    def __init__(self, *, config: dict[str, Any], ring: SlotRing, num_workers: int, start_method: str | None, timeout: float, dataset: DatasetReader) -> None:
+    def __init__(self, *, config: dict[str, Any], ring: SlotRing, num_workers: int, start_method: str | None, timeout: float, dataset: RecordSource) -> None:
         self.num_workers = num_workers
         self.timeout = timeout
         self.dataset = dataset

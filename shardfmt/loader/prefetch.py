@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from ..dataset.reader import DatasetReader
-from ..sampling import EpochPlan
+from ..split import RankPlan
 
 __all__ = ["ShardPrefetcher"]
 
@@ -39,7 +39,7 @@ class ShardPrefetcher:
         self._submitted: dict[int, set[int]] = {}
         self.futures: list[Future[None]] = []
 
-    def _span(self, epoch: int, plan: EpochPlan) -> tuple[np.ndarray, np.ndarray]:
+    def _span(self, epoch: int, plan: RankPlan) -> tuple[np.ndarray, np.ndarray]:
         """(first, last) position in the plan at which each shard is read; -1 if never."""
         span = self._spans.get(epoch)
         if span is None:
@@ -55,7 +55,7 @@ class ShardPrefetcher:
             self._spans[epoch] = span
         return span
 
-    def schedule(self, epoch: int, plan: EpochPlan, batch: int) -> None:
+    def schedule(self, epoch: int, plan: RankPlan, batch: int) -> None:
         """The loader is about to decode `batch` of `epoch`: start its shards and the next ones."""
         first, last = self._span(epoch, plan)
         start, stop = int(plan.bounds[batch]), int(plan.bounds[batch + 1])

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dataset.reader import DatasetReader
+from ..dataset.concat import open_records
 from ..errors import ChecksumError, DecodeError, ShardfmtError
 from ..format.layout import column_name
 from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
@@ -66,7 +66,7 @@ class ChunkProcessor:
     def __init__(self, config: dict[str, Any], ring: SlotRing, *, in_worker: bool = False) -> None:
         self.config = config
         self.ring = ring
-        self.dataset = DatasetReader(config["path"], verify=config["verify"], remote=config.get("remote"))
+        self.dataset = open_records(config["path"], verify=config["verify"], remote=config.get("remote"))
         self.pipeline = pipeline_from_config(config["pipeline"])
         self.seed = int(config["seed"])
         specs = [OutputSpec.from_config(value) for value in config["outputs"]]
@@ -78,7 +78,7 @@ class ChunkProcessor:
         self.targets = [{spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
         self.every_read = bool(config.get("verify_every_read", True))
-        self.remote = bool(self.dataset.location.is_remote)
+        self.remote = self.dataset.is_remote
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
