@@ -73,7 +73,7 @@ def main(debug: bool) -> None:
     """
 
 
-_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, or WebDataset tars) into a dataset in OUT.
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, WebDataset tars or Parquet files) into a dataset in OUT.
 
 SRC and OUT may be URLs that fsspec opens (s3://bucket/prefix, gs://..., az://...; SRC also
 http(s)://). Credentials come from the usual places (environment, ~/.aws, instance roles) or
@@ -97,9 +97,16 @@ binary shards; webdataset and tar read them, and so does everything in shardfmt.
 image classification records (a JPEG, a label, a key), so --format tar takes one SRC and none of
 --store, --field, --scale or --patch.
 
+SRC may be Parquet files with the encoded images in a column (the Hugging Face Hub's layout):
+.parquet files or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet),
+one record per row. --image-column (binary, or a struct with 'bytes'), --label-column (integers,
+named by the files' Hugging Face ClassLabel names if any, or class names) and --key-column pick
+the columns; a null or corrupt image, a null label is a reject, never fatal.
+
 \b
 Examples:
   shardfmt convert ~/data/imagenet/train /fast/imagenet-train
+  shardfmt convert 'data/train-*.parquet' out/train --label-column fine_label
   shardfmt convert train.csv out/ --max-side 512 --quality 90 --workers 8
   shardfmt convert ~/data/pets out/ --resume      # after a crash or Ctrl-C
   shardfmt convert ~/data/pets out/ --overwrite --strict --quiet
@@ -164,13 +171,21 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--allow-empty", is_flag=True, help="Write an empty dataset when SRC holds no image, instead of failing.")
 @click.option("--break-lock", is_flag=True,
               help="Remove the lock object a crashed run left in an OUT given by URL (a local lock needs no breaking).")
+@click.option("--image-column", default=None, metavar="NAME",
+              help="Parquet: the image column, binary or a struct with 'bytes'. [default: image]")
+@click.option("--label-column", default=None, metavar="NAME",
+              help="Parquet: the label column, integers or class names. [default: label, if the files have it]")
+@click.option("--key-column", default=None, metavar="NAME",
+              help="Parquet: a column of record keys. [default: the file name and row number]")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
-                    engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool) -> None:
+                    engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool,
+                    image_column: str | None, label_column: str | None, key_column: str | None) -> None:
     from .convert.fields import convert_fields, needs_fields
     from .convert.run import convert
+    from .convert.sources import ParquetColumns, names_parquet
     from .storage import RemoteOptions
 
     declared = [_parse_field(value) for value in fields]
@@ -178,7 +193,16 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
                                   engine=engine, remote=remote, allow_empty=allow_empty, break_lock=break_lock)
-    if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
+    parquet = any(names_parquet(source) for source in sources)
+    if parquet:
+        if store != "jpeg" or declared or scale is not None or patch is not None:
+            raise ConvertError("a Parquet source gives image classification records (an image, a label, a key): "
+                               "it takes none of --store, --field, --scale or --patch")
+        columns = ParquetColumns(image_column or "image", label_column, key_column)
+        result = convert(list(sources) if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
+    elif image_column is not None or label_column is not None or key_column is not None:
+        raise ConvertError("--image-column, --label-column and --key-column are for Parquet sources (.parquet files)")
+    elif needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
         if shard_format == "tar":
             raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
                                "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")
