@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -43,18 +45,53 @@ class ByteSize(click.ParamType):
 
 
 def _reports_errors(command: F) -> F:
-    """Turn shardfmt and OS errors into one line on stderr and exit status 1."""
+    """Turn shardfmt and OS errors into one line on stderr and exit status 1; end quietly when
+    the reader of stdout has gone (`_end_closed_pipe`)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except BrokenPipeError:
+            _end_closed_pipe()
         except (ShardfmtError, OSError) as err:
             if click.get_current_context().find_root().params.get("debug"):
                 raise
             raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
 
     return wrapper  # type: ignore[return-value]
+
+
+CLOSED_PIPE_STATUS = 128 + getattr(signal, "SIGPIPE", 13)
+"""The exit status after stdout's reader went away: the shell's status of a tool SIGPIPE ended."""
+
+
+def _end_closed_pipe() -> NoReturn:
+    """Stdout's reader has gone (``shardfmt info DATASET | head -3``): exit quietly with
+    `CLOSED_PIPE_STATUS`, as ``cat`` or ``ls`` would end. Stdout is first pointed at /dev/null,
+    as the Python documentation on SIGPIPE advises, so that the interpreter's last flush of what
+    is still buffered does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is not a file (in a test runner): nothing is left to flush into the pipe
+    sys.exit(CLOSED_PIPE_STATUS)
+
+
+def _on_terminal() -> bool:
+    """True if stderr is a terminal, where progress bars go."""
+    return sys.stderr.isatty()
+
+
+def _remote(storage_options: str | None) -> Any:
+    from .storage import RemoteOptions
+
+    return RemoteOptions(storage_options=_parse_storage_options(storage_options))
+
+
+_STORAGE_OPTIONS_HELP = 'fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.'
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -258,22 +295,25 @@ def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, q
 
 
 @main.command("info")
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON", help=_STORAGE_OPTIONS_HELP)
 @_reports_errors
-def info_command(dataset: Path, as_json: bool) -> None:
+def info_command(dataset: str, as_json: bool, storage_options: str | None) -> None:
     """Show what DATASET holds: records, classes, shards, bytes, image sizes, rejects.
 
-    Reads the manifest and the record tables only.
+    Reads the manifest and the record tables only. DATASET may be a URL (s3://bucket/prefix, ...):
+    one GET for the manifest and two range reads per shard.
 
     \b
     Examples:
       shardfmt info /fast/imagenet-train
       shardfmt info /fast/imagenet-train --json | jq .height
+      shardfmt info s3://bucket/imagenet-train
     """
     from .dataset.summary import summarise_dataset
 
-    summary = summarise_dataset(dataset)
+    summary = summarise_dataset(dataset, remote=_remote(storage_options))
     if as_json:
         click.echo(json.dumps(asdict(summary), default=str, indent=2, sort_keys=True))
         return
@@ -305,22 +345,26 @@ def info_command(dataset: Path, as_json: bool) -> None:
 
 
 @main.command("verify")
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--quick", is_flag=True, help="Check the manifest and record tables only; hash no payload.")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON", help=_STORAGE_OPTIONS_HELP)
 @_reports_errors
-def verify_command(dataset: Path, quick: bool) -> None:
+def verify_command(dataset: str, quick: bool, storage_options: str | None) -> None:
     """Check DATASET: structure, record checksums and whole-file checksums.
 
     Exits with status 1 and one line per bad shard (file, byte offset, record) on any problem.
+    DATASET may be a URL (s3://bucket/prefix, ...); a full check fetches each shard once. On a
+    terminal, a dataset of 1 GiB or more shows a progress bar.
 
     \b
     Examples:
       shardfmt verify /fast/imagenet-train
       shardfmt verify /fast/imagenet-train --quick   # seconds, even for large datasets
+      shardfmt verify s3://bucket/imagenet-train
     """
     from .dataset.verify import verify_dataset
 
-    report = verify_dataset(dataset, quick=quick)
+    report = verify_dataset(dataset, quick=quick, remote=_remote(storage_options), progress=_on_terminal())
     for problem in report.problems:
         click.echo(f"error: {problem}", err=True)
     what = "manifest and record tables" if quick else f"structure and checksums, {report.bytes_hashed:,} bytes hashed"
