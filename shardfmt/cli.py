@@ -1,5 +1,5 @@
 """The ``shardfmt`` command: a thin click shell over `convert`, `summarise_dataset`,
-`verify_dataset` and `run_demo`. A user mistake exits with status 1 and one line on stderr."""
+`verify_dataset`, `preview` and `run_demo`. A user mistake exits with status 1 and one line on stderr."""
 
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def main(debug: bool) -> None:
       shardfmt index /data/webdataset-train
       shardfmt info /fast/imagenet-train
       shardfmt verify /fast/imagenet-train
+      shardfmt preview /fast/imagenet-train -o grid.png
       shardfmt demo
     """
 
@@ -371,6 +372,72 @@ def verify_command(dataset: str, quick: bool, storage_options: str | None) -> No
     if not report.ok:
         raise click.ClickException(f"{len(report.problems)} problem(s) in {report.path} ({what})")
     click.echo(f"ok: {report.num_shards:,} shards, {report.num_records:,} records ({what})")
+
+
+def _parse_augment(values: tuple[str, ...]) -> dict[str, Any]:
+    """'scale=0.25,1' -> {"scale": (0.25, 1.0)}, 'flip=0' -> {"flip": 0.0}."""
+    found: dict[str, Any] = {}
+    for value in values:
+        name, _, text = value.partition("=")
+        try:
+            numbers = tuple(float(part) for part in text.split(","))
+        except ValueError:
+            numbers = ()
+        if name.strip() not in ("scale", "ratio", "flip") or len(numbers) != (1 if name.strip() == "flip" else 2):
+            raise click.BadParameter(f"{value!r} is none of scale=LOW,HIGH, ratio=LOW,HIGH, flip=P", param_hint="--augment")
+        found[name.strip()] = numbers[0] if len(numbers) == 1 else numbers
+    return found
+
+
+def _parse_records(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma list of record indices", param_hint="--records") from None
+
+
+@main.command("preview")
+@click.argument("dataset")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The PNG to write.")
+@click.option("--pipeline", type=click.Choice(["train", "eval", "resize"]), default="train", show_default=True,
+              help="The Loader's pipeline: train (RandomResizedCrop + flip), eval (center crop) or resize.")
+@click.option("--augment", multiple=True, metavar="NAME=VALUE",
+              help="The train pipeline's RandomResizedCrop, as the Loader's: scale=LOW,HIGH ratio=LOW,HIGH flip=P. Repeatable.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The Loader's seed: which records, which crops.")
+@click.option("--size", type=click.IntRange(8, 1024), default=160, show_default=True, help="Pipeline output and tile side, in pixels.")
+@click.option("--rows", type=click.IntRange(1, 64), default=4, show_default=True, help="Rows of tiles.")
+@click.option("--cols", type=click.IntRange(1, 64), default=8, show_default=True, help="Columns of tiles.")
+@click.option("--records", default=None, metavar="I,J,...", help="Show these records as stored, instead of a loader batch.")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON", help=_STORAGE_OPTIONS_HELP)
+@_reports_errors
+def preview_command(dataset: str, output: Path, pipeline: str, augment: tuple[str, ...], seed: int, size: int, rows: int, cols: int,
+                    records: str | None, storage_options: str | None) -> None:
+    """Draw a contact sheet of one batch of DATASET as the Loader yields it, into a PNG.
+
+    Each tile is labelled with its class name and record index. The batch is the first of epoch
+    0 for --seed: the crops, flips and colours training sees. With --records, the stored images
+    are shown as they are (shrunk to fit a tile, never enlarged).
+
+    \b
+    Examples:
+      shardfmt preview /fast/imagenet-train -o grid.png
+      shardfmt preview /fast/imagenet-train -o grid.png --augment scale=0.25,1 --augment flip=0 --seed 3
+      shardfmt preview /fast/imagenet-val -o val.png --pipeline eval --rows 2 --cols 6
+      shardfmt preview /fast/imagenet-train -o stored.png --records 0,17,42
+    """
+    from .preview import preview
+
+    indices = _parse_records(records)
+    try:
+        sheet = preview(dataset, output, rows=rows, cols=cols, pipeline=pipeline, size=size, seed=seed,
+                        augment=_parse_augment(augment), records=indices, remote=_remote(storage_options))
+    except (ValueError, IndexError) as err:
+        raise click.ClickException(str(err)) from err
+    width, height = sheet.layout.size
+    what = "stored records" if indices is not None else f"records of the first {pipeline} batch (seed {seed})"
+    click.echo(f"{len(sheet.tiles)} {what} in {width}x{height} px: {sheet.path}")
 
 
 @main.command("demo")

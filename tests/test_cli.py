@@ -27,7 +27,7 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.parametrize("command", [[], ["convert"], ["index"], ["info"], ["verify"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["convert"], ["index"], ["info"], ["verify"], ["preview"], ["demo"]])
 def test_every_help_has_examples(command: list[str]) -> None:
     code, output = run(*command, "--help")
     assert code == 0 and "Examples:" in output and "shardfmt " in output
