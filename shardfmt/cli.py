@@ -1,17 +1,19 @@
 """The ``shardfmt`` command: a thin click shell over `convert`, `summarise_dataset`,
-`verify_dataset` and `run_demo`. A user mistake exits with status 1 and one line on stderr."""
+`verify_dataset`, `preview` and `run_demo`. A user mistake exits with status 1 and one line on stderr."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -43,18 +45,53 @@ class ByteSize(click.ParamType):
 
 
 def _reports_errors(command: F) -> F:
-    """Turn shardfmt and OS errors into one line on stderr and exit status 1."""
+    """Turn shardfmt and OS errors into one line on stderr and exit status 1; end quietly when
+    the reader of stdout has gone (`_end_closed_pipe`)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except BrokenPipeError:
+            _end_closed_pipe()
         except (ShardfmtError, OSError) as err:
             if click.get_current_context().find_root().params.get("debug"):
                 raise
             raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
 
     return wrapper  # type: ignore[return-value]
+
+
+CLOSED_PIPE_STATUS = 128 + getattr(signal, "SIGPIPE", 13)
+"""The exit status after stdout's reader went away: the shell's status of a tool SIGPIPE ended."""
+
+
+def _end_closed_pipe() -> NoReturn:
+    """Stdout's reader has gone (``shardfmt info DATASET | head -3``): exit quietly with
+    `CLOSED_PIPE_STATUS`, as ``cat`` or ``ls`` would end. Stdout is first pointed at /dev/null,
+    as the Python documentation on SIGPIPE advises, so that the interpreter's last flush of what
+    is still buffered does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is not a file (in a test runner): nothing is left to flush into the pipe
+    sys.exit(CLOSED_PIPE_STATUS)
+
+
+def _on_terminal() -> bool:
+    """True if stderr is a terminal, where progress bars go."""
+    return sys.stderr.isatty()
+
+
+def _remote(storage_options: str | None) -> Any:
+    from .storage import RemoteOptions
+
+    return RemoteOptions(storage_options=_parse_storage_options(storage_options))
+
+
+_STORAGE_OPTIONS_HELP = 'fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.'
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -69,11 +106,12 @@ def main(debug: bool) -> None:
       shardfmt index /data/webdataset-train
       shardfmt info /fast/imagenet-train
       shardfmt verify /fast/imagenet-train
+      shardfmt preview /fast/imagenet-train -o grid.png
       shardfmt demo
     """
 
 
-_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, or WebDataset tars) into a dataset in OUT.
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, WebDataset tars or Parquet files) into a dataset in OUT.
 
 SRC and OUT may be URLs that fsspec opens (s3://bucket/prefix, gs://..., az://...; SRC also
 http(s)://). Credentials come from the usual places (environment, ~/.aws, instance roles) or
@@ -97,9 +135,16 @@ binary shards; webdataset and tar read them, and so does everything in shardfmt.
 image classification records (a JPEG, a label, a key), so --format tar takes one SRC and none of
 --store, --field, --scale or --patch.
 
+SRC may be Parquet files with the encoded images in a column (the Hugging Face Hub's layout):
+.parquet files or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet),
+one record per row. --image-column (binary, or a struct with 'bytes'), --label-column (integers,
+named by the files' Hugging Face ClassLabel names if any, or class names) and --key-column pick
+the columns; a null or corrupt image, a null label is a reject, never fatal.
+
 \b
 Examples:
   shardfmt convert ~/data/imagenet/train /fast/imagenet-train
+  shardfmt convert 'data/train-*.parquet' out/train --label-column fine_label
   shardfmt convert train.csv out/ --max-side 512 --quality 90 --workers 8
   shardfmt convert ~/data/pets out/ --resume      # after a crash or Ctrl-C
   shardfmt convert ~/data/pets out/ --overwrite --strict --quiet
@@ -164,13 +209,21 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--allow-empty", is_flag=True, help="Write an empty dataset when SRC holds no image, instead of failing.")
 @click.option("--break-lock", is_flag=True,
               help="Remove the lock object a crashed run left in an OUT given by URL (a local lock needs no breaking).")
+@click.option("--image-column", default=None, metavar="NAME",
+              help="Parquet: the image column, binary or a struct with 'bytes'. [default: image]")
+@click.option("--label-column", default=None, metavar="NAME",
+              help="Parquet: the label column, integers or class names. [default: label, if the files have it]")
+@click.option("--key-column", default=None, metavar="NAME",
+              help="Parquet: a column of record keys. [default: the file name and row number]")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
-                    engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool) -> None:
+                    engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool,
+                    image_column: str | None, label_column: str | None, key_column: str | None) -> None:
     from .convert.fields import convert_fields, needs_fields
     from .convert.run import convert
+    from .convert.sources import ParquetColumns, names_parquet
     from .storage import RemoteOptions
 
     declared = [_parse_field(value) for value in fields]
@@ -178,7 +231,16 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
                                   engine=engine, remote=remote, allow_empty=allow_empty, break_lock=break_lock)
-    if needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
+    parquet = any(names_parquet(source) for source in sources)
+    if parquet:
+        if store != "jpeg" or declared or scale is not None or patch is not None:
+            raise ConvertError("a Parquet source gives image classification records (an image, a label, a key): "
+                               "it takes none of --store, --field, --scale or --patch")
+        columns = ParquetColumns(image_column or "image", label_column, key_column)
+        result = convert(list(sources) if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
+    elif image_column is not None or label_column is not None or key_column is not None:
+        raise ConvertError("--image-column, --label-column and --key-column are for Parquet sources (.parquet files)")
+    elif needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
         if shard_format == "tar":
             raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
                                "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")
@@ -234,22 +296,25 @@ def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, q
 
 
 @main.command("info")
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON", help=_STORAGE_OPTIONS_HELP)
 @_reports_errors
-def info_command(dataset: Path, as_json: bool) -> None:
+def info_command(dataset: str, as_json: bool, storage_options: str | None) -> None:
     """Show what DATASET holds: records, classes, shards, bytes, image sizes, rejects.
 
-    Reads the manifest and the record tables only.
+    Reads the manifest and the record tables only. DATASET may be a URL (s3://bucket/prefix, ...):
+    one GET for the manifest and two range reads per shard.
 
     \b
     Examples:
       shardfmt info /fast/imagenet-train
       shardfmt info /fast/imagenet-train --json | jq .height
+      shardfmt info s3://bucket/imagenet-train
     """
     from .dataset.summary import summarise_dataset
 
-    summary = summarise_dataset(dataset)
+    summary = summarise_dataset(dataset, remote=_remote(storage_options))
     if as_json:
         click.echo(json.dumps(asdict(summary), default=str, indent=2, sort_keys=True))
         return
@@ -281,28 +346,98 @@ def info_command(dataset: Path, as_json: bool) -> None:
 
 
 @main.command("verify")
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--quick", is_flag=True, help="Check the manifest and record tables only; hash no payload.")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON", help=_STORAGE_OPTIONS_HELP)
 @_reports_errors
-def verify_command(dataset: Path, quick: bool) -> None:
+def verify_command(dataset: str, quick: bool, storage_options: str | None) -> None:
     """Check DATASET: structure, record checksums and whole-file checksums.
 
     Exits with status 1 and one line per bad shard (file, byte offset, record) on any problem.
+    DATASET may be a URL (s3://bucket/prefix, ...); a full check fetches each shard once. On a
+    terminal, a dataset of 1 GiB or more shows a progress bar.
 
     \b
     Examples:
       shardfmt verify /fast/imagenet-train
       shardfmt verify /fast/imagenet-train --quick   # seconds, even for large datasets
+      shardfmt verify s3://bucket/imagenet-train
     """
     from .dataset.verify import verify_dataset
 
-    report = verify_dataset(dataset, quick=quick)
+    report = verify_dataset(dataset, quick=quick, remote=_remote(storage_options), progress=_on_terminal())
     for problem in report.problems:
         click.echo(f"error: {problem}", err=True)
     what = "manifest and record tables" if quick else f"structure and checksums, {report.bytes_hashed:,} bytes hashed"
     if not report.ok:
         raise click.ClickException(f"{len(report.problems)} problem(s) in {report.path} ({what})")
     click.echo(f"ok: {report.num_shards:,} shards, {report.num_records:,} records ({what})")
+
+
+def _parse_augment(values: tuple[str, ...]) -> dict[str, Any]:
+    """'scale=0.25,1' -> {"scale": (0.25, 1.0)}, 'flip=0' -> {"flip": 0.0}."""
+    found: dict[str, Any] = {}
+    for value in values:
+        name, _, text = value.partition("=")
+        try:
+            numbers = tuple(float(part) for part in text.split(","))
+        except ValueError:
+            numbers = ()
+        if name.strip() not in ("scale", "ratio", "flip") or len(numbers) != (1 if name.strip() == "flip" else 2):
+            raise click.BadParameter(f"{value!r} is none of scale=LOW,HIGH, ratio=LOW,HIGH, flip=P", param_hint="--augment")
+        found[name.strip()] = numbers[0] if len(numbers) == 1 else numbers
+    return found
+
+
+def _parse_records(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma list of record indices", param_hint="--records") from None
+
+
+@main.command("preview")
+@click.argument("dataset")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The PNG to write.")
+@click.option("--pipeline", type=click.Choice(["train", "eval", "resize"]), default="train", show_default=True,
+              help="The Loader's pipeline: train (RandomResizedCrop + flip), eval (center crop) or resize.")
+@click.option("--augment", multiple=True, metavar="NAME=VALUE",
+              help="The train pipeline's RandomResizedCrop, as the Loader's: scale=LOW,HIGH ratio=LOW,HIGH flip=P. Repeatable.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The Loader's seed: which records, which crops.")
+@click.option("--size", type=click.IntRange(8, 1024), default=160, show_default=True, help="Pipeline output and tile side, in pixels.")
+@click.option("--rows", type=click.IntRange(1, 64), default=4, show_default=True, help="Rows of tiles.")
+@click.option("--cols", type=click.IntRange(1, 64), default=8, show_default=True, help="Columns of tiles.")
+@click.option("--records", default=None, metavar="I,J,...", help="Show these records as stored, instead of a loader batch.")
+@click.option("--storage-options", "storage_options", default=None, metavar="JSON", help=_STORAGE_OPTIONS_HELP)
+@_reports_errors
+def preview_command(dataset: str, output: Path, pipeline: str, augment: tuple[str, ...], seed: int, size: int, rows: int, cols: int,
+                    records: str | None, storage_options: str | None) -> None:
+    """Draw a contact sheet of one batch of DATASET as the Loader yields it, into a PNG.
+
+    Each tile is labelled with its class name and record index. The batch is the first of epoch
+    0 for --seed: the crops, flips and colours training sees. With --records, the stored images
+    are shown as they are (shrunk to fit a tile, never enlarged).
+
+    \b
+    Examples:
+      shardfmt preview /fast/imagenet-train -o grid.png
+      shardfmt preview /fast/imagenet-train -o grid.png --augment scale=0.25,1 --augment flip=0 --seed 3
+      shardfmt preview /fast/imagenet-val -o val.png --pipeline eval --rows 2 --cols 6
+      shardfmt preview /fast/imagenet-train -o stored.png --records 0,17,42
+    """
+    from .preview import preview
+
+    indices = _parse_records(records)
+    try:
+        sheet = preview(dataset, output, rows=rows, cols=cols, pipeline=pipeline, size=size, seed=seed,
+                        augment=_parse_augment(augment), records=indices, remote=_remote(storage_options))
+    except (ValueError, IndexError) as err:
+        raise click.ClickException(str(err)) from err
+    width, height = sheet.layout.size
+    what = "stored records" if indices is not None else f"records of the first {pipeline} batch (seed {seed})"
+    click.echo(f"{len(sheet.tiles)} {what} in {width}x{height} px: {sheet.path}")
 
 
 @main.command("demo")

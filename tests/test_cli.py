@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import fsspec
 import pytest
 from click.testing import CliRunner
 
-from shardfmt import ConvertError, ShardReader
-from shardfmt.cli import ByteSize, main
+import shardfmt.cli
+import shardfmt.dataset.verify
+from shardfmt import ConvertError, ShardReader, open_dataset
+from shardfmt.cli import CLOSED_PIPE_STATUS, ByteSize, main
+from shardfmt.convert.run import convert
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -17,7 +27,7 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.parametrize("command", [[], ["convert"], ["index"], ["info"], ["verify"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["convert"], ["index"], ["info"], ["verify"], ["preview"], ["demo"]])
 def test_every_help_has_examples(command: list[str]) -> None:
     code, output = run(*command, "--help")
     assert code == 0 and "Examples:" in output and "shardfmt " in output
@@ -116,3 +126,81 @@ def test_demo_generates_converts_and_reads_back(tmp_path: Path) -> None:
     (tmp_path / "other" / "imagefolder" / "keep.txt").write_text("x")
     code, output = run("demo", "--dir", tmp_path / "other", "--images", "3")
     assert code == 1 and "not made by the demo" in output
+
+
+def closed_pipe_run(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run the command with its stdout a pipe whose reader has already gone: every write fails
+    (what ``shardfmt info DATASET | head -3`` meets once head has its lines)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        return subprocess.run([sys.executable, "-m", "shardfmt", *args], stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+
+
+def test_a_closed_pipe_ends_the_command_quietly_with_the_sigpipe_status(imagefolder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert run("convert", imagefolder, out, "--workers", "1", "--quiet")[0] == 0
+    for args in (["info", str(out)], ["info", str(out), "--json"], ["verify", str(out)]):
+        done = closed_pipe_run(*args)
+        assert (done.returncode, done.stderr) == (CLOSED_PIPE_STATUS, b""), args
+    assert CLOSED_PIPE_STATUS == 141
+
+
+@pytest.fixture
+def memory_dataset(imagefolder: Path) -> Iterator[str]:
+    """The imagefolder converted into fsspec's memory:// store."""
+    url = "memory://cli-remote/ds"
+    convert(imagefolder, url, workers=1, shard_size=8000)
+    yield url
+    fsspec.filesystem("memory").rm("/cli-remote", recursive=True)
+
+
+def test_info_and_verify_take_a_url(memory_dataset: str, imagefolder: Path, tmp_path: Path) -> None:
+    convert(imagefolder, tmp_path / "local", workers=1, shard_size=8000)
+    code, remote = run("info", memory_dataset)
+    assert code == 0
+    code, local = run("info", tmp_path / "local")
+    assert remote.splitlines()[1:] == local.splitlines()[1:]
+    assert remote.splitlines()[0].split() == ["dataset", memory_dataset]
+    code, output = run("verify", memory_dataset)
+    shards = len(list((tmp_path / "local").glob("*.shard")))
+    size = sum(p.stat().st_size for p in (tmp_path / "local").glob("*.shard"))
+    records = sum(1 for _ in open_dataset(tmp_path / "local"))
+    assert (code, output) == (0, f"ok: {shards} shards, 24 records (structure and checksums, {size + _payload(tmp_path / 'local'):,} bytes hashed)\n")
+    assert records == 24
+    assert run("verify", memory_dataset, "--quick") == (0, f"ok: {shards} shards, 24 records (manifest and record tables)\n")
+
+
+def _payload(root: Path) -> int:
+    with open_dataset(root) as dataset:
+        return sum(int(dataset.shard(n).table["size"].sum()) for n in range(len(dataset.manifest.shards)))
+
+
+def test_verify_names_a_damaged_shard_of_a_url(memory_dataset: str) -> None:
+    fs = fsspec.filesystem("memory")
+    data = bytearray(fs.cat_file("/cli-remote/ds/shard-00001.shard"))
+    with open_dataset(memory_dataset) as dataset:
+        start = int(dataset.shard(1).table[0]["offset"])
+    data[start + 5] ^= 0xFF
+    fs.pipe_file("/cli-remote/ds/shard-00001.shard", bytes(data))
+    result = CliRunner().invoke(main, ["verify", memory_dataset])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0].startswith(f"error: memory://cli-remote/ds/shard-00001.shard: byte {start}: record 0: payload")
+
+
+def test_verify_shows_a_progress_bar_on_a_terminal_for_a_large_dataset(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    convert(imagefolder, out, workers=1)
+    size = sum(p.stat().st_size for p in out.glob("*.shard"))
+    result = CliRunner().invoke(main, ["verify", str(out)])  # not a terminal: no bar
+    assert result.exit_code == 0 and result.stderr == ""
+    monkeypatch.setattr(shardfmt.cli, "_on_terminal", lambda: True)
+    result = CliRunner().invoke(main, ["verify", str(out)])  # a terminal, but a small dataset: no bar
+    assert result.exit_code == 0 and result.stderr == ""
+    monkeypatch.setattr(shardfmt.dataset.verify, "PROGRESS_MIN_BYTES", size)
+    result = CliRunner().invoke(main, ["verify", str(out)])
+    assert result.exit_code == 0 and result.stdout.startswith("ok: 1 shards, 24 records")
+    assert "verify: 100%" in result.stderr and f"{size / 1000:.1f}k/{size / 1000:.1f}k" in result.stderr

@@ -6,7 +6,7 @@ The layers, lowest first::
     base (errors, checksum, jsontext, sampling, permutation, orders, split, mixture, _version, _sample)
     < storage < format < tar < dataset < {convert, ops}
     ops < loader
-    cli, _demo, __main__ and the top package's __init__ over everything
+    cli, _demo, preview, __main__ and the top package's __init__ over everything
 
 convert and ops are separate branches over dataset: neither imports the other, and convert and
 loader never import each other. The imports are read with `ast` from the source files, so an
@@ -33,7 +33,7 @@ LAYER_OF_PACKAGE = {
 }
 """Subpackage -> layer; every module of a subpackage lies in that subpackage's layer."""
 BASE_MODULES = frozenset({"errors", "checksum", "jsontext", "sampling", "permutation", "orders", "split", "mixture", "_version", "_sample"})
-TOP_MODULES = frozenset({"", "cli", "_demo", "__main__"})
+TOP_MODULES = frozenset({"", "cli", "_demo", "preview", "__main__"})
 """Modules directly in the package that may import any layer ("" is the package itself)."""
 
 MAY_IMPORT = {

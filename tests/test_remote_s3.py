@@ -295,3 +295,19 @@ def test_torchrun_two_ranks_of_two_workers_read_s3_exactly_and_resume(indexed: t
     assert flat == list(range(NUM_RECORDS))
     for rank in ranks:
         assert rank["resumed"] == rank["epoch"]
+
+
+def test_info_and_verify_take_an_s3_url(indexed: tuple[Path, str], endpoint: str) -> None:
+    local, url = indexed
+    storage = ["--storage-options", json.dumps(s3_options(endpoint))]
+    runner = CliRunner()
+    remote_info = runner.invoke(main, ["info", url, "--json", *storage])
+    local_info = runner.invoke(main, ["info", str(local), "--json"])
+    assert remote_info.exit_code == 0, remote_info.output
+    assert {**json.loads(remote_info.stdout), "path": ""} == {**json.loads(local_info.stdout), "path": ""}
+    assert json.loads(remote_info.stdout)["path"] == url
+    remote_verify = runner.invoke(main, ["verify", url, *storage])
+    local_verify = runner.invoke(main, ["verify", str(local)])
+    assert remote_verify.exit_code == 0, remote_verify.output
+    assert remote_verify.stdout == local_verify.stdout
+    assert remote_verify.stdout.startswith(f"ok: {len(list(local.glob('*.shard')))} shards, {NUM_RECORDS} records")

@@ -4,9 +4,10 @@ Every source, output, engine and record kind goes through `run_conversion`:
 
 1. The plan is stored in the output (or checked against the stored one when resuming).
 2. Shards that a previous run finished (their sidecar agrees with their files) are kept.
-3. The records of the other shards are cut into chunks of a few records and built by the engine's
-   workers (`records.build_chunk`: read, check, normalise), all workers on all chunks, so one
-   shard is built on every core and the last shard is no straggler.
+3. The records of the other shards are cut into chunks of a few records (rows of a Parquet file:
+   the rows of one row group, read at once) and built by the engine's workers
+   (`records.build_chunk`: read, check, normalise), all workers on all chunks, so one shard is
+   built on every core and the last shard is no straggler.
 4. This process takes the built records back in plan order and writes each shard in order
    (`ShardWriter`, or `TarShardWriter` for tar shards, which also refuses keys that repeat in
    the shard or labels a ``.cls`` member cannot hold), commits it, then writes its sidecar.
@@ -159,15 +160,21 @@ def run_conversion(
 
 
 def _chunks(plan: ConversionPlan, index: int) -> Iterator[Chunk]:
-    """The records of shard `index` in chunks of at most CHUNK_RECORDS records and CHUNK_BYTES."""
+    """The records of shard `index` in chunks of at most CHUNK_RECORDS records and CHUNK_BYTES;
+    rows of a Parquet file in chunks of one row group each, which a worker reads at once."""
     start, stop = plan.shards[index]
     batch: list[tuple[int, PlannedRecord]] = []
     size = 0
+    group: tuple[str, int] | None = None
     for number in range(start, stop):
         record = plan.records[number]
-        if batch and (len(batch) >= CHUNK_RECORDS or size + record.size > CHUNK_BYTES):
+        file = record.files[0]
+        this = (file.path, file.row_group) if file.row_group is not None else None
+        full = this is None and (len(batch) >= CHUNK_RECORDS or size + record.size > CHUNK_BYTES)
+        if batch and (full or this != group):
             yield Chunk(index, tuple(batch))
             batch, size = [], 0
+        group = this
         batch.append((number, record))
         size += record.size
     if batch:

@@ -30,18 +30,29 @@ RECORD_KINDS: Final = ("image-label", "fields")
 class InputFile:
     """One file a record is read from: its path relative to the plan's root ('/'-separated in a
     store), size and mtime when planned, and for the image member of a sample of a tar the
-    offset of its data in the tar."""
+    offset of its data in the tar.
+
+    A row of a Parquet file is addressed by (file, row group, row): `row_group` is its row
+    group, `offset` its row within that group, `file_size` the size of the whole file (a store
+    needs it to read the footer; with the mtime it also tells resume that the file changed),
+    and `size` the row's share of its row group's image bytes."""
 
     path: str
     size: int
     mtime_ns: int
     offset: int | None = None
+    row_group: int | None = None
+    file_size: int | None = None
 
     def to_json(self) -> list[Any]:
+        if self.row_group is not None:
+            return [self.path, self.size, self.mtime_ns, self.offset, self.row_group, self.file_size]
         return [self.path, self.size, self.mtime_ns, *([self.offset] if self.offset is not None else [])]
 
     @classmethod
     def from_json(cls, value: Sequence[Any]) -> InputFile:
+        if len(value) > 4:
+            return cls(value[0], value[1], value[2], value[3], value[4], value[5])
         return cls(value[0], value[1], value[2], value[3] if len(value) > 3 else None)
 
 
@@ -186,16 +197,17 @@ def plan_shards(sizes: Sequence[int], *, shard_size: int, max_records: int = MAX
 
 
 def from_scan(
-    scan: SourceScan, *, source: str, root: str, options: Mapping[str, Any], shard_format: str
+    scan: SourceScan, *, source: str | tuple[str, ...], root: str, options: Mapping[str, Any], shard_format: str
 ) -> ConversionPlan:
     """The plan of an image classification conversion (`convert`) of `scan`.
 
     A file's key is its path without its last extension; a sample of a tar keeps its key (shown
-    with ``\\xNN`` escapes in a binary shard, exact in a tar shard, where `tar_key` checks it).
+    with ``\\xNN`` escapes in a binary shard, exact in a tar shard, where `tar_key` checks it), and
+    so does a row of a Parquet file.
     """
     records = []
     for item in scan.inputs:
-        file = InputFile(item.path, item.size, item.mtime_ns, item.offset)
+        file = InputFile(item.path, item.size, item.mtime_ns, item.offset, item.row_group, item.file_size)
         key = item.sample_key if shard_format == "tar" and item.sample_key is not None else item.key
         records.append(PlannedRecord((file,), item.label, key, sample_key=item.sample_key))
     return ConversionPlan(

@@ -2,7 +2,7 @@
 
 A chunk is a few consecutive records of one shard. For each record a worker reads its files (a
 local file with one `os.read`, the image member of a sample of a tar with one `os.pread`, an
-object of a store with one GET), checks and normalises the images, and returns the record's
+object of a store with one GET, a row of a Parquet file with the rest of its row group), checks and normalises the images, and returns the record's
 fields, or the reason it is rejected. A record builder per record kind does the middle part:
 `ImageLabelBuilder` for (image, label, key) records, `FieldsBuilder` for records of several
 columns. Builders are small frozen values, so they reach worker processes and Ray tasks as they
@@ -29,6 +29,7 @@ from .images import (
     upright_size,
 )
 from .plan import ConversionPlan, InputFile, PlannedRecord
+from .sources.parquet import RowGroupReader
 from .sources.results import describe_os_error, display_path
 
 __all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "KeptFile", "build_chunk", "builder_for"]
@@ -79,21 +80,28 @@ class KeptFile:
 
 @dataclass(frozen=True)
 class InputReader:
-    """Reads planned files relative to `root`: a local folder, or a URL (a store)."""
+    """Reads planned files relative to `root`: a local folder, or a URL (a store). A row of a
+    Parquet file (an `InputFile` with a row group) is the value of `image_column` in that row,
+    read with the rest of its row group (`sources.parquet.RowGroupReader`)."""
 
     root: str
     remote: RemoteOptions | None = None
+    image_column: str | None = None
     _store: list[Store] = field(default_factory=list, compare=False, repr=False)
+    _rows: list[RowGroupReader] = field(default_factory=list, compare=False, repr=False)
 
     def read(self, file: InputFile) -> bytes:
         """Return the bytes of `file`.
 
         Raises:
             RejectError: "unreadable" (the operating system's or the store's message, or a tar
-                that ends early) or "too-large" (over `MAX_INPUT_SIZE`).
+                that ends early), "too-large" (over `MAX_INPUT_SIZE`), or for a Parquet row
+                "no-image" (its image is null).
         """
         if file.size > MAX_INPUT_SIZE:
             raise RejectError(f"{file.size} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
+        if file.row_group is not None:
+            return self._read_row(file)
         if is_url(self.root):
             if not self._store:
                 self._store.append(open_store(self.root, remote=self.remote))
@@ -118,8 +126,16 @@ class InputReader:
         finally:
             os.close(fd)
 
+    def _read_row(self, file: InputFile) -> bytes:
+        if not self._rows:
+            self._rows.append(RowGroupReader(self.root, self.image_column or "image", self.remote))
+        data = self._rows[0].image(file.path, row_group=file.row_group or 0, row=file.offset or 0, file_size=file.file_size or 0)
+        if len(data) > MAX_INPUT_SIZE:
+            raise RejectError(f"{len(data)} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
+        return data
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "remote": self.remote, "_store": []}
+        return {"root": self.root, "remote": self.remote, "image_column": self.image_column, "_store": [], "_rows": []}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -222,7 +238,7 @@ Builder = ImageLabelBuilder | FieldsBuilder
 
 def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builder:
     """The record builder of `plan`'s record kind, reading inputs from its root."""
-    reader = InputReader(plan.root, remote)
+    reader = InputReader(plan.root, remote, plan.options.get("image_column"))
     options = plan.options
     if plan.record_kind == "image-label":
         return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar")

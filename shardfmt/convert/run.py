@@ -1,4 +1,5 @@
-"""`convert`: image folders, listings or WebDataset tars become a dataset, in parallel and resumably.
+"""`convert`: image folders, listings, WebDataset tars or Parquet files become a dataset, in
+parallel and resumably.
 
 Inputs (`sources/` has the details). A folder is read as torchvision's ImageFolder: each
 sub-folder is a class, classes sorted by name as plain strings and numbered from 0, files found
@@ -8,7 +9,11 @@ are all integers (no class names) or all strings (class names sorted, label = in
 key is its path relative to the source root, '/'-separated, without the last extension.
 WebDataset tars (a ``.tar`` file, a brace pattern, or a folder of ``.tar`` files only) are read in
 place: each sample's image member with one ``pread``, its label from its ``.cls`` member, its key
-kept; classes are the labels in decimal.
+kept; classes are the labels in decimal. Parquet files (``.parquet`` files or glob patterns,
+local or by URL) give a record per row: the encoded image from a binary column (or a struct
+with ``bytes``), the label from an integer column (class names from the Hugging Face features
+in the file's metadata, if any) or a string column (class names sorted), the key from the file
+name and row number or a key column; a null image or label is a reject like any bad file.
 
 Output: binary shards, or with ``shard_format="tar"`` WebDataset tars with a member index each
 (spec/tar.md), under the same manifest. A tar key cannot hold a dot in its last part, so there
@@ -73,7 +78,9 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConvertError
 from ..format.layout import MAX_SHARD_SIZE
@@ -86,13 +93,13 @@ from .output import Output
 from .pipeline import ConvertResult, run_conversion
 from .plan import from_scan
 from .records import builder_for
-from .sources import scan_source, source_name
+from .sources import ParquetColumns, scan_source, source_name
 
 __all__ = ["ConvertResult", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
 
 
 def convert(
-    src: str | os.PathLike[str],
+    src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     *,
     shard_size: int = DEFAULT_SHARD_SIZE,
@@ -108,14 +115,17 @@ def convert(
     remote: RemoteOptions | None = None,
     allow_empty: bool = False,
     break_lock: bool = False,
+    columns: ParquetColumns | None = None,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
     Args:
         src: an ImageFolder directory, a ``.csv`` / ``.jsonl`` listing, or WebDataset tars: a
             ``.tar`` file, a brace pattern of them, or a folder holding ``.tar`` files and no
-            sub-folders (read where they are, nothing extracted). A folder or listing may be a
-            URL (``s3://bucket/train``, ``gs://.../listing.csv``); tars must be local.
+            sub-folders (read where they are, nothing extracted), or Parquet files: a
+            ``.parquet`` file, a glob pattern of them (``data/train-*.parquet``) or a list of
+            those. A folder, listing or Parquet file (or pattern of file names) may be a URL
+            (``s3://bucket/train``, ``gs://.../listing.csv``); tars must be local.
         out: the output folder; created if missing. It must be empty unless `resume` or
             `overwrite` is given, and must not lie inside an ImageFolder source. A URL
             (``s3://bucket/prefix``) writes straight to object storage, binary or tar shards.
@@ -137,6 +147,8 @@ def convert(
             raising (a wrong path would otherwise silently give nothing).
         break_lock: first remove the lock object a crashed run left in an output given by URL
             (a local lock dies with its process and never needs this).
+        columns: for Parquet files, the image, label and key columns (default: ``image``,
+            ``label`` if present, keys from file name and row number); recorded in the manifest.
 
     Returns:
         A `ConvertResult`.
@@ -156,15 +168,19 @@ def convert(
     check_options(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite, engine=engine)
     if shard_format not in ("binary", "tar"):
         raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
-    src, out = os.fspath(src), os.fspath(out)
-    check_not_inside([src], out)
+    sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(src)]  # type: ignore[arg-type]
+    out = os.fspath(out)
+    check_not_inside(sources, out)
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
-        scan = scan_source(src, remote=remote)
+        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns)
         root = os.fspath(scan.root)
         if not scan.inputs and not allow_empty:
-            raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=src)
-        options = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-        plan = from_scan(scan, source=source_name(src, remote=remote), root=root, options=options, shard_format=shard_format)
+            raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=sources[0])
+        options: dict[str, Any] = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
+        if scan.kind == "parquet":
+            options.update((columns or ParquetColumns()).to_options())
+        named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
+        plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
         return run_conversion(
             plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
             progress=progress, strict=strict, started=started,
@@ -176,6 +192,7 @@ _LOOKED_FOR = {
     "csv": "rows of path,label in the listing",
     "jsonl": "lines of {\"path\": ..., \"label\": ...} in the listing",
     "webdataset": "samples with a .jpg or .jpeg member in the tars",
+    "parquet": "rows in the Parquet files",
 }
 
 

@@ -247,12 +247,15 @@ class DatasetLocation:
         """How messages name the shard of `entry`."""
         return self.store.describe(entry.path)
 
-    def open_shard(self, entry: ShardEntry, schema: Schema) -> ByteSource:
+    def open_shard(self, entry: ShardEntry, schema: Schema, *, whole: bool = False) -> ByteSource:
         """Open a shard for `ShardReader`: mapped if local, two range reads if remote. For a
-        tar shard, the tar: no read on open (its table comes from the member index)."""
+        tar shard, the tar: no read on open (its table comes from the member index). With
+        `whole`, a remote shard is fetched whole at once (a full check reads every byte)."""
         if not self.is_remote:
             return LocalFile(self.store.describe(entry.path))
         windows = _shard_windows(entry, schema) if entry.index is None else ()
+        if whole:
+            windows = ((0, entry.size),)
         if self.cache is not None:
             return CachedFile(self.store, entry.path, size=entry.size, checksum=entry.checksum, cache=self.cache, namespace=self.namespace, windows=windows)
         return self.store.open(entry.path, size=entry.size, windows=windows)

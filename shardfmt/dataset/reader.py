@@ -21,7 +21,7 @@ from ..tar.reader import TarShardReader
 from .locate import DatasetLocation, locate_dataset
 from .tars import open_tars, tar_sources
 
-__all__ = ["DatasetReader", "open_dataset", "open_shard"]
+__all__ = ["DatasetReader", "open_dataset", "open_located_shard", "open_shard"]
 
 
 class DatasetReader:
@@ -117,20 +117,7 @@ class DatasetReader:
             check_labels(reader, self.schema, len(self.classes))
 
     def _open_remote(self, entry: ShardEntry) -> ShardReaderBase:
-        """Open a shard of a dataset given by URL: a binary shard with two range reads (header;
-        table and footer), a tar shard with one GET of its member index and none of the tar."""
-        source = self.location.open_shard(entry, self.schema)
-        try:
-            if entry.index is None:
-                return ShardReader(source.path, verify=self.verify, expected_size=entry.size, source=source)
-            index = self.location.open_index(entry)
-            return TarShardReader(
-                source.path, index=index.path, verify=self.verify, expected_size=entry.size,
-                expected_index_size=entry.index.size, source=source, index_source=index,
-            )
-        except BaseException:
-            source.close()
-            raise
+        return open_located_shard(self.location, entry, self.schema, verify=self.verify)
 
     def shard_path(self, shard_index: int) -> str:
         """How messages name shard number `shard_index` (a path, or a URL without credentials)."""
@@ -208,6 +195,40 @@ def open_shard(
         expected_size=entry.size,
         expected_index_size=entry.index.size,
     )
+
+
+def open_located_shard(
+    location: DatasetLocation, entry: ShardEntry, schema: Schema, *, verify: bool = True, whole: bool = False
+) -> ShardReaderBase:
+    """Open the shard a manifest entry names, wherever its dataset lives: a local one as
+    `open_shard` does; one given by URL, a binary shard with two range reads (header; table and
+    footer), a tar shard with one GET of its member index and none of the tar.
+
+    Args:
+        location: the dataset's location (`locate.locate_dataset`).
+        entry, schema: the shard's manifest entry and the manifest's schema.
+        verify: check each record's checksum when its payload is read.
+        whole: fetch a remote shard whole at once, for a check that reads every byte of it.
+
+    Raises:
+        ShardNotFoundError: the shard (or index) is missing or leaves its root.
+        FormatError: it breaks a structural rule.
+        RemoteError: the store failed after its retries.
+    """
+    if not location.is_remote:
+        return open_shard(Path(location.root), entry, verify=verify)
+    source = location.open_shard(entry, schema, whole=whole)
+    try:
+        if entry.index is None:
+            return ShardReader(source.path, verify=verify, expected_size=entry.size, source=source)
+        index = location.open_index(entry)
+        return TarShardReader(
+            source.path, index=index.path, verify=verify, expected_size=entry.size,
+            expected_index_size=entry.index.size, source=source, index_source=index,
+        )
+    except BaseException:
+        source.close()
+        raise
 
 
 def _check_inside(root: Path, relative: str) -> None:

@@ -1,4 +1,5 @@
-"""What a dataset holds, from its manifest and record tables alone (no payload is read)."""
+"""What a dataset holds, from its manifest and record tables alone (no payload is read), local
+or by URL (two range reads per shard)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from ..format.layout import column_name
-from ..format.manifest import Manifest
-from .locate import classify_location
-from .reader import open_shard
+from ..storage import RemoteOptions
+from .locate import locate_dataset
+from .reader import open_located_shard
 
 __all__ = ["DatasetSummary", "summarise_dataset"]
 
@@ -22,7 +23,7 @@ class DatasetSummary:
     """Counts and image-size distribution of a dataset.
 
     Attributes:
-        path: the dataset root.
+        path: the dataset root (for a URL: the URL, without credentials).
         num_records, num_shards, num_bytes: from the manifest.
         classes: class names, or None.
         height, width: (min, median, max) of the first image field, or None without records.
@@ -32,7 +33,7 @@ class DatasetSummary:
         stats: the converter's statistics from the manifest (pass-through, re-encodes, ...).
     """
 
-    path: Path
+    path: Path | str
     num_records: int
     num_shards: int
     num_bytes: int
@@ -45,11 +46,12 @@ class DatasetSummary:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
+def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> DatasetSummary:
     """Summarise a dataset from its manifest and the record table of each shard.
 
     Args:
-        path: the dataset root or its manifest.json.
+        path: the dataset root or its manifest.json, a local path or a URL (``s3://...``).
+        remote: credentials and retries for a URL.
 
     Returns:
         A `DatasetSummary`.
@@ -57,14 +59,14 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
     Raises:
         DatasetNotFoundError, ManifestError: no valid manifest.
         FormatError, ShardNotFoundError: a shard is missing or breaks a structural rule.
+        RemoteError: the store failed.
     """
-    manifest_path = classify_location(path).manifest_path()
-    manifest = Manifest.load(manifest_path)
-    root = manifest_path.parent
+    location = locate_dataset(path, remote=remote)
+    manifest = location.load_manifest()
     image = next((f.name for f in manifest.schema.fields if f.kind.is_image), None)
     columns: dict[str, list[np.ndarray[Any, Any]]] = {"height": [], "width": [], "channels": [], "label": []}
     for entry in manifest.shards:
-        with open_shard(root, entry, verify=False) as reader:
+        with open_located_shard(location, entry, manifest.schema, verify=False) as reader:
             if image is not None:
                 for name in ("height", "width", "channels"):
                     columns[name].append(np.array(reader.table[column_name(image, name)]))
@@ -79,7 +81,7 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
         per_class = _spread(np.bincount(valid, minlength=len(manifest.classes)))
     by_reason = manifest.rejects.get("by_reason")
     return DatasetSummary(
-        path=root,
+        path=location.root,
         num_records=manifest.num_records,
         num_shards=len(manifest.shards),
         num_bytes=manifest.num_bytes,

@@ -12,6 +12,8 @@ hands it to the module that owns its rules:
   and a listing of several fields;
 - WebDataset tars: a ``.tar`` file, a brace pattern, or a local folder of ``.tar`` files only
   (`tars.py`); they must be local;
+- Parquet files: ``.parquet`` files or glob patterns of them, local or by URL (`parquet.py`),
+  one record per row;
 - for records of several fields, several parallel local folders (`folders.py`).
 
 What a scan finds, and how inputs and rejects are named, is `results.py`.
@@ -34,6 +36,14 @@ from ..images import IMAGE_KINDS
 from .folders import scan_folders
 from .imagefolder import scan_imagefolder
 from .listing import LISTING_SUFFIXES, columns_of, scan_listing, scan_table
+from .parquet import (
+    ParquetColumns,
+    has_pattern,
+    local_parquet,
+    names_parquet,
+    scan_parquet,
+    store_parquet_names,
+)
 from .results import (
     VALUE_KINDS,
     FieldColumn,
@@ -45,30 +55,42 @@ from .results import (
 from .tars import TARS_BY_URL, local_tars, names_tars, scan_tars, tars_in_folder
 from .trees import LocalTree, StoreTree, Tree
 
-__all__ = ["listing_columns", "scan_fields", "scan_source", "source_name"]
+__all__ = ["ParquetColumns", "listing_columns", "names_parquet", "scan_fields", "scan_source", "source_name"]
 
 Location = str | os.PathLike[str]
 
 
-def scan_source(location: Location, *, remote: RemoteOptions | None = None) -> SourceScan:
+def scan_source(
+    location: Location | Sequence[Location], *, remote: RemoteOptions | None = None, columns: ParquetColumns | None = None
+) -> SourceScan:
     """Find the inputs of a conversion of images and labels.
 
     Args:
-        location: an ImageFolder folder, a ``.csv`` / ``.jsonl`` listing, or WebDataset tars (a
-            ``.tar`` file, a brace pattern of them, or a folder of ``.tar`` files only); a folder
-            (a store prefix) or a listing may be a URL.
+        location: an ImageFolder folder, a ``.csv`` / ``.jsonl`` listing, WebDataset tars (a
+            ``.tar`` file, a brace pattern of them, or a folder of ``.tar`` files only), or
+            Parquet files (a ``.parquet`` file or a glob pattern of them, or a list of those);
+            a folder (a store prefix), a listing or Parquet files (one URL) may be a URL.
         remote: credentials and retries for a URL.
+        columns: for Parquet files, which columns make a record (default `ParquetColumns()`).
 
     Returns:
         The inputs in conversion order, the classes, and the rejects found while scanning.
 
     Raises:
         ConvertError: the source does not exist, is none of these, names tars by URL, is a URL
-            of a store that cannot list (plain HTTP), or a listing is malformed (the message names
-            the line).
+            of a store that cannot list (plain HTTP), a listing is malformed (the message names
+            the line), Parquet columns are missing or of the wrong type, or `columns` is given
+            for a source that is not Parquet.
         RemoteError: the store failed.
     """
-    text = os.fspath(location)
+    texts = [os.fspath(item) for item in location] if isinstance(location, (list, tuple)) else [os.fspath(location)]  # type: ignore[arg-type]
+    if any(names_parquet(text) for text in texts):
+        return _scan_parquet(texts, columns or ParquetColumns(), remote)
+    if columns is not None:
+        raise ConvertError("the image, label and key columns are options of a Parquet source (.parquet files)", path=texts[0])
+    if len(texts) != 1:
+        raise ConvertError("several sources are Parquet files, or folders of one image field each (convert_fields)", path=texts[0])
+    text = texts[0]
     listing = _listing(text, remote)
     if listing is not None:
         return scan_listing(*listing)
@@ -155,6 +177,25 @@ def source_name(location: Location, *, remote: RemoteOptions | None = None) -> s
     """How a plan names a source: its resolved path, or its URL without credentials."""
     text = os.fspath(location)
     return open_store(text, remote=remote).root if classify_location(text).is_remote else str(Path(text).resolve())
+
+
+def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptions | None) -> SourceScan:
+    """Scan Parquet files: local files and patterns, or one URL of a file or a pattern of file names."""
+    others = [text for text in texts if not names_parquet(text)]
+    if others:
+        raise ConvertError("a Parquet source is .parquet files (or patterns of them) only", path=others[0])
+    urls = [text for text in texts if is_url(text)]
+    if not urls:
+        tree, names = local_parquet(texts)
+        return scan_parquet(tree, names, columns=columns)
+    if len(texts) != 1:
+        raise ConvertError("Parquet files by URL are one URL: a file, or a pattern of file names (s3://bucket/data/train-*.parquet)", path=urls[0].partition("?")[0])
+    base, question, query = texts[0].partition("?")
+    folder, _, name = base.rstrip("/").rpartition("/")
+    if has_pattern(folder):
+        raise ConvertError("a pattern in a URL may match file names only, not folders", path=folder)
+    store_tree = _store_tree(folder + question + query, remote)
+    return scan_parquet(store_tree, store_parquet_names(store_tree, name), columns=columns)
 
 
 def _listing(text: str, remote: RemoteOptions | None) -> tuple[Tree, str] | None:

@@ -49,7 +49,10 @@ class SourceFile:
             version), to plan shards and to notice changed inputs on resume.
         offset, sample_key: for a sample of a tar: where its image member's data starts in the
             tar `path` (`size` is the member's), and its key (undecoded bytes as surrogate
-            escapes); None for a file.
+            escapes); None for a file. For a row of a Parquet file `path`: its row within row
+            group `row_group`, and its key.
+        row_group, file_size: for a row of a Parquet file: its row group and the file's size
+            (`size` is then the row's share of its row group's image bytes); None otherwise.
     """
 
     path: str
@@ -58,6 +61,8 @@ class SourceFile:
     mtime_ns: int
     offset: int | None = None
     sample_key: str | None = None
+    row_group: int | None = None
+    file_size: int | None = None
 
     @property
     def key(self) -> str:
@@ -89,7 +94,7 @@ class SourceScan:
     Attributes:
         root: what input paths are relative to (the tree, or the listing's folder): a `Path`, or
             for a source given by URL the URL of that folder (as given, so tasks can open it).
-        kind: "imagefolder", "csv", "jsonl", "webdataset" or "folder".
+        kind: "imagefolder", "csv", "jsonl", "webdataset", "parquet" or "folder".
         classes: class names in label order, or None for a listing with integer labels.
         inputs: the candidates in conversion order.
         rejects: what was set aside while scanning, in the same order.

@@ -1,0 +1,249 @@
+"""Train a small ResNet on a shardfmt dataset: one process, or several with torchrun.
+
+A complete script to start from: a ResNet-style model written here with torch.nn, SGD with
+momentum and a cosine learning-rate schedule, a shardfmt `Loader` with augmentation
+(RandomResizedCrop + flip) for training and one with the "eval" pipeline for validation,
+checkpoints that save and restore the loader's position mid-epoch, and a progress bar with
+images/s. Under torchrun each process trains on its share of every batch (DistributedDataParallel;
+gloo on CPU, NCCL on GPUs) and the loaders split the records between them.
+
+    shardfmt demo --dir demo                                   # 500 JPEGs in 10 classes, converted
+    python examples/train.py demo/dataset --epochs 3
+    torchrun --standalone --nproc_per_node 2 examples/train.py demo/dataset --epochs 3
+    python examples/train.py demo/dataset --checkpoint run.pt --save-every 20   # stop it at any time (Ctrl-C) ...
+    python examples/train.py demo/dataset --checkpoint run.pt --resume          # ... and go on from there
+
+A resumed run continues with exactly the batches the interrupted one would have seen next: the
+loader's state (epoch, position and seed) is in the checkpoint, one per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+import shardfmt
+
+MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with batch norm and a shortcut (a 1x1 convolution when the shape changes)."""
+
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.shortcut = nn.Identity()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    """A small ResNet: a stem, three stages of `blocks` basic blocks (each stage halves the size
+    and doubles the width), global average pooling and a linear classifier."""
+
+    def __init__(self, num_classes: int, *, width: int = 32, blocks: int = 1) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        stages: list[nn.Module] = []
+        inputs = width
+        for stage in range(3):
+            outputs = width * 2**stage
+            for block in range(blocks):
+                stages.append(BasicBlock(inputs, outputs, 2 if block == 0 and stage > 0 else 1))
+                inputs = outputs
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(inputs, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stages(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("data", help="the training dataset (a folder or a URL)")
+    parser.add_argument("--val-data", default=None, help="the validation dataset [default: the training one]")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64, help="per process")
+    parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate, for a batch of 256 over all processes")
+    parser.add_argument("--size", type=int, default=128, help="side of the training crops and validation images")
+    parser.add_argument("--workers", type=int, default=4, help="decoding processes per training process")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in all (a short run)")
+    parser.add_argument("--val-batches", type=int, default=None, help="validate on at most this many batches per process")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="where checkpoints are written (and read with --resume)")
+    parser.add_argument("--save-every", type=int, default=None, help="steps between checkpoints (also saved at the end)")
+    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument("--stop-at", type=int, default=None,
+                        help="end this run at this step, as an interruption would (the schedule still spans the whole run)")
+    parser.add_argument("--step-log", type=Path, default=None, help="write one JSON line per step (with several processes: one file each)")
+    return parser.parse_args()
+
+
+def setup() -> tuple[int, int, torch.device]:
+    """Join the process group when started by torchrun; return (rank, world size, device)."""
+    if "WORLD_SIZE" not in os.environ:
+        return 0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def normalise(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 NCHW (a channels_last view) -> float32 on `device`, normalised per channel."""
+    x = images.to(device, non_blocking=True).float()
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def save_checkpoint(path: Path, *, model: nn.Module, optimizer: Any, scheduler: Any, loader: shardfmt.Loader, step: int,
+                    rank: int, world_size: int) -> None:
+    """Write the model, optimiser, schedule and every process's loader state; rank 0 writes, atomically."""
+    states: list[Any] = [loader.state_dict()]
+    if world_size > 1:
+        states = [None] * world_size
+        dist.all_gather_object(states, loader.state_dict())
+    if rank == 0:
+        module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        checkpoint = {"model": module.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                      "loaders": states, "step": step, "world_size": world_size}
+        temporary = path.with_name(path.name + ".tmp")
+        torch.save(checkpoint, temporary)
+        os.replace(temporary, path)
+    if world_size > 1:
+        dist.barrier()
+
+
+@torch.no_grad()
+def validate(model: nn.Module, loader: shardfmt.Loader, device: torch.device, *, max_batches: int | None, world_size: int) -> float:
+    """Top-1 accuracy over the validation loader (every process's share, summed)."""
+    model.eval()
+    counts = torch.zeros(2, dtype=torch.float64, device=device)
+    for number, (images, labels) in enumerate(loader):
+        if max_batches is not None and number >= max_batches:
+            break
+        predicted = model(normalise(images, device)).argmax(1).cpu()
+        counts += torch.tensor([float((predicted == labels).sum()), float(len(labels))], dtype=torch.float64, device=device)
+    if world_size > 1:
+        dist.all_reduce(counts)
+    model.train()
+    return float(counts[0] / counts[1]) if counts[1] else 0.0
+
+
+def main() -> None:
+    args = parse_args()
+    rank, world_size, device = setup()
+    torch.manual_seed(args.seed)
+    with shardfmt.open_dataset(args.data) as dataset:
+        classes = dataset.classes
+    if classes is None:
+        raise SystemExit("the training dataset has no class names: this example needs them to size its classifier")
+
+    train_loader = shardfmt.Loader(args.data, batch_size=args.batch_size, seed=args.seed, num_workers=args.workers,
+                                   pipeline="train", size=args.size, drop_last=True)
+    val_loader = shardfmt.Loader(args.val_data or args.data, batch_size=args.batch_size, shuffle=False,
+                                 num_workers=args.workers, pipeline="eval", size=args.size)
+    if len(train_loader) == 0:
+        raise SystemExit(f"no full batch of {args.batch_size} per process in the training dataset: lower --batch-size")
+    model: nn.Module = ResNet(len(classes)).to(device).to(memory_format=torch.channels_last)
+    if world_size > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    lr = args.lr * args.batch_size * world_size / 256
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    total_steps = args.epochs * len(train_loader)
+    if args.max_steps is not None:
+        total_steps = min(total_steps, args.max_steps)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total_steps))
+
+    step = 0
+    stop = total_steps if args.stop_at is None else min(total_steps, args.stop_at)
+    if args.resume:
+        if args.checkpoint is None or not args.checkpoint.exists():
+            raise SystemExit(f"--resume: no checkpoint at {args.checkpoint}")
+        checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+        if checkpoint["world_size"] != world_size:
+            raise SystemExit(f"the checkpoint was written by {checkpoint['world_size']} processes, not {world_size}")
+        (model.module if world_size > 1 else model).load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        train_loader.load_state_dict(checkpoint["loaders"][rank])  # the same batches come next, mid-epoch too
+        step = checkpoint["step"]
+
+    log = None
+    if args.step_log is not None:
+        name = args.step_log if world_size == 1 else args.step_log.with_name(f"{args.step_log.stem}-rank{rank}{args.step_log.suffix}")
+        log = open(name, "a")  # noqa: SIM115 (closed in the finally below)
+    bar = tqdm(total=total_steps * args.batch_size * world_size, initial=step * args.batch_size * world_size, unit="img",
+               unit_scale=True, desc="train", disable=rank != 0, smoothing=0.3)
+    started, seen = time.perf_counter(), 0
+    model.train()
+    try:
+        while step < stop:
+            epoch = train_loader.epoch
+            for images, labels in train_loader:
+                loss = F.cross_entropy(model(normalise(images, device)), labels.to(device))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                seen += len(labels) * world_size
+                bar.update(len(labels) * world_size)
+                bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.4f}")
+                if log is not None:
+                    line = {"step": step, "epoch": epoch, "loss": loss.item(), "labels": labels.tolist(), "pixels": int(images.sum())}
+                    log.write(json.dumps(line) + "\n")
+                if args.checkpoint is not None and args.save_every and step % args.save_every == 0:
+                    save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, loader=train_loader,
+                                    step=step, rank=rank, world_size=world_size)
+                if step >= stop:
+                    break
+        bar.close()
+        if args.checkpoint is not None:
+            save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, loader=train_loader,
+                            step=step, rank=rank, world_size=world_size)
+        seconds = time.perf_counter() - started
+        accuracy = validate(model, val_loader, device, max_batches=args.val_batches, world_size=world_size)
+        weights = sum(float(p.detach().double().sum()) for p in model.parameters())
+        if log is not None:
+            log.write(json.dumps({"done": step, "val_accuracy": accuracy, "weights": weights}) + "\n")
+        if rank == 0:
+            rate = seen / seconds if seconds > 0 else math.inf
+            print(f"{step} steps, {seen} images in {seconds:.1f} s ({rate:,.0f} images/s over {world_size} process"
+                  f"{'es' if world_size > 1 else ''}); validation accuracy {accuracy:.3f}")
+    finally:
+        if log is not None:
+            log.close()
+        train_loader.close()
+        val_loader.close()
+        if world_size > 1:
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
