@@ -184,7 +184,7 @@ def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptio
     others = [text for text in texts if not names_parquet(text)]
     if others:
         raise ConvertError("a Parquet source is .parquet files (or patterns of them) only", path=others[0])
-    urls = [text for text in texts if is_url(text)]
+    urls = [text for text in texts if classify_location(text).is_remote]
     if not urls:
         tree, names = local_parquet(texts)
         return scan_parquet(tree, names, columns=columns)
