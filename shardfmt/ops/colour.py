@@ -44,15 +44,16 @@ class ColourKernels:
     def __init__(self, height: int, width: int) -> None:
         shape = (height, width)
         self._gray = np.empty(shape, np.float32)
+        self._term = np.empty(shape, np.float32)
         self._v, self._m, self._c, self._h, self._k, self._w = (np.empty(shape, np.float32) for _ in range(6))
         self._mask = np.empty(shape, np.float32)
 
     def gray(self, x: np.ndarray) -> np.ndarray:
         """trunc(0.2989 R + 0.587 G + 0.114 B) of `x`, in a scratch plane (valid until the next call)."""
-        out = self._gray
+        out, term = self._gray, self._term
         np.multiply(x[0], _R, out=out)
-        np.add(out, x[1] * _G, out=out)
-        np.add(out, x[2] * _B, out=out)
+        np.add(out, np.multiply(x[1], _G, out=term), out=out)
+        np.add(out, np.multiply(x[2], _B, out=term), out=out)
         return np.floor(out, out=out)
 
     def brightness(self, x: np.ndarray, factor: float) -> None:
@@ -63,7 +64,8 @@ class ColourKernels:
 
     def contrast(self, x: np.ndarray, factor: float) -> None:
         """Blend with the mean of the gray image, by `factor` (>= 0)."""
-        mean = np.float32(np.mean(self.gray(x), dtype=np.float64))
+        gray = self.gray(x)
+        mean = np.float32(np.add.reduce(gray, axis=None, dtype=np.float32) / np.float32(gray.size))  # float32, as torch.mean
         self._blend(x, np.float32(np.float32(1.0 - factor) * mean), factor)
 
     def saturation(self, x: np.ndarray, factor: float) -> None:
