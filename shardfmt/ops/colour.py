@@ -17,9 +17,11 @@ the uint8 image torchvision would hold after the same step:
   uint8. The order of float operations differs from torchvision's, so a hue-shifted value may
   differ from its by one level (the other adjustments are the same float32 arithmetic).
 
-Measured on one core here for 224x224 images: brightness about 40 us, contrast and saturation
-about 70 us, hue about 350 us; PIL's versions (what torchvision runs on PIL images) take 140,
-280, 210 and 3,000 us (`tools/bench_loader.py --only augment` prints both).
+Measured on one core of the shared build machine for 224x224 images (CPU time, best of 3):
+brightness about 75 us, contrast and saturation about 140, hue about 520 (some 50 passes over
+the planes); PIL's versions, what torchvision runs on PIL images, take about 120, 260, 200 and
+2,100 (its hue converts to and from 8-bit HSV). ``tools/bench_loader.py --only augment`` prints
+both.
 """
 
 from __future__ import annotations
@@ -110,36 +112,43 @@ class ColourKernels:
         np.subtract(np.float32(1), mask, out=mask)
         np.subtract(mask, np.multiply(mask, w, out=k), out=mask)  # mask: G is largest, R is not
         # 6 H * C: R: G - B; G: 2 C + B - R; B: 4 C + R - G; the B form, then the others mixed in.
+        np.multiply(c, np.float32(2), out=k)
         np.subtract(r, g, out=h)
-        np.add(h, c, out=h)
-        np.add(h, c, out=h)
-        np.add(h, c, out=h)
-        np.add(h, c, out=h)
-        np.subtract(g, b, out=k)
-        np.subtract(k, h, out=k)
-        np.multiply(k, w, out=k)
-        np.add(h, k, out=h)  # R largest: G - B
+        np.add(h, k, out=h)
+        np.add(h, k, out=h)
         np.subtract(b, r, out=k)
         np.add(k, c, out=k)
         np.add(k, c, out=k)
         np.subtract(k, h, out=k)
         np.multiply(k, mask, out=k)
         np.add(h, k, out=h)  # G largest: 2 C + B - R
+        np.subtract(g, b, out=k)
+        np.subtract(k, h, out=k)
+        np.multiply(k, w, out=k)
+        np.add(h, k, out=h)  # R largest: G - B
         np.maximum(c, np.float32(1), out=w)  # gray pixels (C = 0) have hue 0 and keep it
         np.divide(h, w, out=h)  # 6 H, in [-1, 5)
-        np.add(h, np.float32(6.0 * shift + 6.0), out=h)  # in [2, 14]: positive for the modulo
+        # 6 H' mod 6, in [0, 6): the shifted hue, wrapped once for all three channels
+        np.add(h, np.float32(6.0 * shift + 6.0), out=h)  # in [2, 14]
+        np.multiply(h, np.float32(1.0 / 6.0), out=w)
+        np.floor(w, out=w)
+        np.multiply(w, np.float32(6.0), out=w)
+        np.subtract(h, w, out=h)
+        # Channel n (R 5, G 3, B 1) is V - C clamp(min(k, 4 - k), 0, 1) with k = (n + 6 H') mod 6,
+        # a function of period 6 that is 1 on [1, 3] and 0 on [4, 6]: for k in [0, 12) it is
+        # clamp(2 - min(|k - 2|, |k - 8|), 0, 1), so k = n + 6 H' needs no second wrap. The
+        # scale to 255.999 (torchvision's float-to-uint8 conversion) is folded into V and C.
+        np.multiply(v, _TO_UINT8, out=v)
+        np.multiply(c, _TO_UINT8, out=c)
         for channel, offset in ((r, 5.0), (g, 3.0), (b, 1.0)):
-            np.add(h, np.float32(offset), out=k)
-            np.multiply(k, np.float32(1.0 / 6.0), out=w)
-            np.floor(w, out=w)
-            np.multiply(w, np.float32(6.0), out=w)
-            np.subtract(k, w, out=k)  # k = (n + 6 H') mod 6
-            np.subtract(np.float32(4.0), k, out=w)
+            np.subtract(h, np.float32(2.0 - offset), out=k)
+            np.abs(k, out=k)
+            np.subtract(h, np.float32(8.0 - offset), out=w)
+            np.abs(w, out=w)
             np.minimum(k, w, out=k)
+            np.subtract(np.float32(2.0), k, out=k)
             np.maximum(k, np.float32(0), out=k)
             np.minimum(k, np.float32(1), out=k)
             np.multiply(k, c, out=k)
             np.subtract(v, k, out=channel)
-        np.multiply(x, _TO_UINT8, out=x)
-        np.minimum(x, np.float32(255), out=x)
         np.floor(x, out=x)
