@@ -4,6 +4,7 @@ output sizes that change between epochs (progressive resizing)."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -276,3 +277,27 @@ def test_set_size_is_refused_with_fields(indexed: Path) -> None:
     with Loader(indexed, batch_size=8, num_workers=0, fields={"image": 16, "label": None}) as loader:
         with pytest.raises(ValueError, match="fields"):
             loader.set_size(32)
+
+
+def test_a_state_saved_before_the_size_was_recorded_still_resumes(indexed: Path) -> None:
+    """States of earlier builds lack "size", "subset" and "augment", and keep the size in the
+    pipeline's settings."""
+    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as first:
+        iterator = iter(first)
+        next(iterator)
+        state = first.state_dict()
+        expected = [b[1].tolist() for b in iterator]
+    settings = dict(state["settings"])
+    del settings["augment"], settings["subset"]
+    settings["pipeline"] = json.dumps(json.loads(settings["pipeline"]) | {"size": [24, 24]}, sort_keys=True)
+    old = {key: value for key, value in state.items() if key != "size"} | {"settings": settings}
+    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as resumed:
+        resumed.load_state_dict(old)
+        assert [b[1].tolist() for b in resumed] == expected
+        following = [b[1].tolist() for b in resumed]  # epoch 1
+    # Those builds saved the end of an epoch as its last position, not as the next epoch's start.
+    ended = old | {"epoch": 0, "position": len(expected) + 1, "delivered": []}
+    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as resumed:
+        resumed.load_state_dict(ended)
+        assert [b[1].tolist() for b in resumed] == following
+        assert resumed.epoch == 2

@@ -387,8 +387,15 @@ class Loader:
         """
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {_STATE_VERSION}")
-        size = size_pair(state["size"]) if "size" in state and not self._fields else self.size
-        theirs, ours = state.get("settings", {}), self._settings(size)
+        theirs = dict(state.get("settings", {}))
+        saved_size = state.get("size")
+        if "augment" not in theirs:  # a state from before augment, subset and set_size
+            theirs |= {"augment": "", "subset": None}
+            pipeline = json.loads(theirs.get("pipeline", "{}"))
+            saved_size = pipeline.pop("size", saved_size)
+            theirs["pipeline"] = json.dumps(pipeline, sort_keys=True)
+        size = size_pair(saved_size) if saved_size is not None and not self._fields else self.size
+        ours = self._settings(size)
         changed = sorted(k for k in set(ours) | set(theirs) if theirs.get(k) != ours.get(k))
         if changed:
             detail = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours.get(k)!r}" for k in changed)
@@ -396,7 +403,9 @@ class Loader:
         if size != self.size:
             self.set_size(size)
         self.epoch, self._position = int(state["epoch"]), int(state["position"])
-        self._delivered = set(int(b) for b in state.get("delivered", []))
+        self._delivered = {int(b) for b in state.get("delivered", [])}
+        if self._position >= len(self._plan(self.epoch)):  # an earlier build's state at an epoch's end
+            self.epoch, self._position, self._delivered = self.epoch + 1, 0, set()
         self._started, self._resume = False, True
         self._generation += 1
 
