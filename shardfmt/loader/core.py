@@ -185,6 +185,11 @@ class Loader:
     worker raised (`ChecksumError`, `DecodeError`, ...), naming the shard, record and offset,
     with the worker's traceback as its cause.
 
+    Attributes:
+        epoch: the epoch in progress (begun and not finished), else the one the next iteration
+            starts.
+        size: the (height, width) the images have now (see `set_size`).
+
     Example::
 
         loader = Loader("sr", batch_size=16, pipeline=RandomCrop(48),
