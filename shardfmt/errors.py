@@ -18,12 +18,20 @@ The hierarchy::
     ├── RejectError (ValueError)            one input file cannot become a record (`.reason` says why)
     └── WorkerError (RuntimeError)          a loader worker raised or died
 
+A failure inside a loader worker reaches the training process as an instance of both
+`WorkerError` and the class the worker raised (`worker_error_class`): ``except ChecksumError``
+and ``except WorkerError`` both catch a corrupt record found by a worker. Only the class's name
+crosses the process boundary, looked up in a closed set (the classes above and common builtin
+ones), never unpickled; the worker's traceback is attached as the ``__cause__``
+(`WorkerTraceback`).
+
 A reader error carries ``.path``, ``.offset`` and ``.record`` (each may be None) and renders as
 ``shards/shard-00003.shard: byte 81920: record 17: payload [81920, 99008) runs past end of file``.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 
 __all__ = [
@@ -42,6 +50,9 @@ __all__ = [
     "ShardfmtError",
     "UnsupportedVersionError",
     "WorkerError",
+    "WorkerTraceback",
+    "worker_error_class",
+    "worker_error_kind",
 ]
 
 
@@ -165,3 +176,101 @@ def _rebuild_reject(message: str, reason: str, path: str | None) -> RejectError:
 
 class WorkerError(ShardfmtError, RuntimeError):
     """A loader worker raised or died; the message holds its traceback, shard and record."""
+
+
+class WorkerTraceback(Exception):
+    """The traceback of a failure in a loader worker, as text: the ``__cause__`` of the error the
+    loader raises, so that Python prints it above that error."""
+
+    def __init__(self, trace: str) -> None:
+        super().__init__(trace)
+        self.trace = trace
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.trace.rstrip()}\n"""'
+
+
+_BUILTIN_KINDS = (
+    "ArithmeticError",
+    "AssertionError",
+    "AttributeError",
+    "EOFError",
+    "FileNotFoundError",
+    "ImportError",
+    "IndexError",
+    "KeyError",
+    "LookupError",
+    "MemoryError",
+    "NotImplementedError",
+    "OSError",
+    "OverflowError",
+    "PermissionError",
+    "RuntimeError",
+    "TypeError",
+    "ValueError",
+    "ZeroDivisionError",
+)
+"""Builtin exception classes a worker's failure keeps (with every ShardfmtError class but
+RejectError, which is the converter's)."""
+
+_worker_classes: dict[str, type[WorkerError]] = {}
+
+
+def _kept_class(kind: str) -> type[BaseException] | None:
+    """The class of the closed set named `kind`, or None."""
+    if kind in _BUILTIN_KINDS:
+        return getattr(builtins, kind)  # type: ignore[no-any-return]
+    value = globals().get(kind)
+    if isinstance(value, type) and issubclass(value, ShardfmtError) and value not in (ShardfmtError, WorkerError, RejectError):
+        return value
+    return None
+
+
+def worker_error_kind(error: BaseException) -> str:
+    """Return the name a worker sends for `error`: that of the first class in its method
+    resolution order that the loader keeps (a user's ``class Bad(ValueError)`` is sent as
+    "ValueError"), or its own name if none is."""
+    for cls in type(error).__mro__:
+        if cls.__module__ in ("builtins", __name__) and _kept_class(cls.__name__) is cls:
+            return cls.__name__
+    return type(error).__name__
+
+
+def worker_error_class(kind: str) -> type[WorkerError]:
+    """Return the class the loader raises for a worker's failure of class `kind` (its name): a
+    subclass of both `WorkerError` and that class, made once per name; `WorkerError` itself for
+    a name outside the closed set (a user's own exception class, say).
+
+    Args:
+        kind: a name from `worker_error_kind`.
+    """
+    cached = _worker_classes.get(kind)
+    if cached is not None:
+        return cached
+    original = _kept_class(kind)
+    if original is None:
+        return WorkerError
+    # shardfmt classes first, so their own methods win; builtins after WorkerError, so that the
+    # message renders as every ShardfmtError's does (KeyError would quote it).
+    bases = (original, WorkerError) if issubclass(original, ShardfmtError) else (WorkerError, original)
+    made = type(
+        f"WorkerError[{kind}]",
+        bases,
+        {
+            "__module__": __name__,
+            "__doc__": f"A loader worker raised {kind}; an instance of both {kind} and WorkerError.",
+            "__str__": Exception.__str__,
+            "__reduce__": _reduce_worker_error,
+            "kind": kind,
+        },
+    )
+    _worker_classes[kind] = made
+    return made
+
+
+def _reduce_worker_error(self: ShardfmtError):  # type: ignore[no-untyped-def]
+    return (_rebuild_worker_error, (getattr(self, "kind"), self.message, self.path, self.offset, self.record))
+
+
+def _rebuild_worker_error(kind: str, message: str, path: str | None, offset: int | None, record: int | None) -> WorkerError:
+    return worker_error_class(kind)(message, path=path, offset=offset, record=record)

@@ -22,7 +22,7 @@ from .permutation import (
     IdentityOrder,
     WindowedFeistelOrder,
 )
-from .sampling import ORDER_STREAM, record_keys, window_order
+from .sampling import ORDER_STREAM, record_keys, sample_batches, window_order
 
 __all__ = ["FEISTEL_FROM", "ORDERS", "epoch_order", "resolve_order"]
 
@@ -60,6 +60,7 @@ def epoch_order(
     window: int | None = None,
     source_sizes: Sequence[int] | None = None,
     source_counts: Sequence[int] | None = None,
+    subset: np.ndarray | None = None,
 ) -> EpochOrder:
     """Build epoch `epoch`'s order of `num_records` records.
 
@@ -69,12 +70,18 @@ def epoch_order(
         shard_sizes, window: the block shuffle (both, or neither).
         source_sizes, source_counts: for a mixture, each source's records and its draws an epoch
             (then `num_records` is the epoch size).
+        subset: distinct record indices (as `sampling.check_subset` returns them): the epoch
+            holds those only, shuffled in the order the full epoch puts them (the full order with
+            the others left out), unshuffled in the order given. The order is then an array of
+            the subset's size; with "feistel" the full order is evaluated once to filter it.
 
     Raises:
         ValueError: a window comes without shard sizes that add up to `num_records`.
     """
     if source_sizes is not None and source_counts is not None:
         return MixtureOrder(source_sizes, counts=source_counts, seed=seed, epoch=epoch, shuffle=shuffle)
+    if subset is not None:
+        return _subset_order(name, subset, num_records=num_records, seed=seed, epoch=epoch, shuffle=shuffle, shard_sizes=shard_sizes, window=window)
     if not shuffle:
         return IdentityOrder(num_records)
     if window is not None and (shard_sizes is None or int(np.sum(shard_sizes)) != num_records):
@@ -87,3 +94,29 @@ def epoch_order(
         return ArrayOrder(window_order(shard_sizes, seed=seed, epoch=epoch, window=window))
     keys = record_keys(seed, ORDER_STREAM, epoch, np.arange(num_records, dtype=np.uint64))
     return ArrayOrder(np.argsort(keys, kind="stable"))
+
+
+def _subset_order(
+    name: str,
+    subset: np.ndarray,
+    *,
+    num_records: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    shard_sizes: Sequence[int] | np.ndarray | None,
+    window: int | None,
+) -> EpochOrder:
+    """The order of an epoch over `subset` (see `epoch_order`)."""
+    if not shuffle:
+        return ArrayOrder(np.asarray(subset, dtype=np.int64))
+    if name == "feistel":
+        full = epoch_order(name, num_records=num_records, seed=seed, epoch=epoch, shard_sizes=shard_sizes, window=window)
+        positions = full.at(np.arange(num_records, dtype=np.int64))
+        member = np.zeros(num_records, dtype=bool)
+        member[subset] = True
+        return ArrayOrder(positions[member[positions]])
+    batches = sample_batches(
+        num_records, batch_size=len(subset), seed=seed, epoch=epoch, shard_sizes=shard_sizes, window=window, subset=subset
+    )
+    return ArrayOrder(batches.indices)

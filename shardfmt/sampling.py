@@ -9,7 +9,10 @@ from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's 
   first sorts the shards by ``hash(seed, SHARD, epoch, s)``, cuts that order into windows of
   `window` shards, and shuffles records within each window only (`window_order`);
 - the augmentation draws of record ``r`` are ``hash(seed, AUGMENT, epoch, r) + k`` for draw ``k``,
-  so a record is cropped the same way whichever rank, worker or batch handles it.
+  so a record is cropped the same way whichever rank, worker or batch handles it; step ``j`` of a
+  loader's ``augment=`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise;
+- an epoch over a subset of the records (`sample_batches(subset=...)`) is the full epoch order
+  with the other records left out, then split over ranks and batches like a full epoch.
 """
 
 from __future__ import annotations
@@ -19,11 +22,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EpochPlan", "ORDER_STREAM", "AUGMENT_STREAM", "SHARD_STREAM", "mix64", "record_keys", "sample_batches", "uniforms", "window_order"]
+__all__ = [
+    "EpochPlan",
+    "ORDER_STREAM",
+    "AUGMENT_STREAM",
+    "SHARD_STREAM",
+    "STEP_STREAM",
+    "check_subset",
+    "mix64",
+    "record_keys",
+    "sample_batches",
+    "uniforms",
+    "window_order",
+]
 
 ORDER_STREAM = 0x4F52444552
 SHARD_STREAM = 0x5348415244
 AUGMENT_STREAM = 0x4155474D
+STEP_STREAM = 0x53544550530000
+""""STEPS" shifted left by 16 bits: step j of an augment list uses stream STEP_STREAM + j, which
+meets none of the other streams for j below 2^16 (they are below 2^40)."""
+MAX_STEPS = 1 << 16
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -89,6 +108,32 @@ def check_split(num_records: int, *, batch_size: int, world_size: int, drop_last
         )
 
 
+def check_subset(subset: Sequence[int] | np.ndarray, num_records: int) -> np.ndarray:
+    """Return `subset` as an int64 array of distinct record indices in [0, num_records): it is
+    either such indices (in any order) or a boolean mask of `num_records` entries.
+
+    Raises:
+        ValueError: a mask of another length, an index out of range or repeated, or a value
+            that is neither integers nor booleans.
+    """
+    array = np.asarray(subset)
+    if array.ndim != 1:
+        raise ValueError(f"subset must be one-dimensional, got shape {array.shape}")
+    if array.dtype == np.bool_:
+        if len(array) != num_records:
+            raise ValueError(f"a subset mask needs one entry per record ({num_records}), got {len(array)}")
+        return np.flatnonzero(array).astype(np.int64)
+    if len(array) and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"subset must hold record indices (integers) or be a boolean mask, got {array.dtype}")
+    indices = array.astype(np.int64)
+    if len(indices) and (indices.min() < 0 or indices.max() >= num_records):
+        bad = int(indices[(indices < 0) | (indices >= num_records)][0])
+        raise ValueError(f"subset index {bad} is outside the dataset's records [0, {num_records})")
+    if len(np.unique(indices)) != len(indices):
+        raise ValueError("subset holds an index more than once; an epoch sees each record once")
+    return indices
+
+
 def window_order(shard_sizes: Sequence[int] | np.ndarray, *, seed: int, epoch: int, window: int) -> np.ndarray:
     """Return the block-shuffled order of an epoch: a permutation of all records.
 
@@ -112,12 +157,18 @@ def window_order(shard_sizes: Sequence[int] | np.ndarray, *, seed: int, epoch: i
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     if (sizes < 0).any():
         raise ValueError("shard sizes must not be negative")
-    num_shards, num_records = len(sizes), int(sizes.sum())
+    return _window_positions(sizes, np.arange(int(sizes.sum()), dtype=np.int64), seed=seed, epoch=epoch, window=window)
+
+
+def _window_positions(shard_sizes: Sequence[int] | np.ndarray, members: np.ndarray, *, seed: int, epoch: int, window: int) -> np.ndarray:
+    """The windowed order of `members` (ascending record indices) as positions into it."""
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    num_shards = len(sizes)
     shard_rank = np.empty(num_shards, np.int64)
     shard_rank[np.argsort(record_keys(seed, SHARD_STREAM, epoch, np.arange(num_shards, dtype=np.uint64)), kind="stable")] = np.arange(num_shards)
-    record_window = np.repeat(shard_rank // window, sizes)
-    keys = record_keys(seed, ORDER_STREAM, epoch, np.arange(num_records, dtype=np.uint64))
-    return np.lexsort((keys, record_window)).astype(np.int64)
+    shard_of = np.searchsorted(np.cumsum(sizes), members, side="right")
+    keys = record_keys(seed, ORDER_STREAM, epoch, members.astype(np.uint64))
+    return np.lexsort((keys, shard_rank[shard_of] // window)).astype(np.int64)
 
 
 def sample_batches(
@@ -132,6 +183,7 @@ def sample_batches(
     drop_last: bool = False,
     shard_sizes: Sequence[int] | np.ndarray | None = None,
     window: int | None = None,
+    subset: np.ndarray | None = None,
 ) -> EpochPlan:
     """Return rank `rank`'s batches of epoch `epoch`.
 
@@ -139,6 +191,11 @@ def sample_batches(
     every world_size-th record of it starting at r, so ranks are disjoint. With `window`, the
     permutation is `window_order` over `shard_sizes` (a block shuffle); the split over ranks and
     batches is the same.
+
+    With `subset` (distinct indices in [0, num_records), as `check_subset` returns them) an epoch
+    holds those records only: shuffled, in the order the full epoch would put them (the full
+    order with the others left out); else in the order given. The split below then counts
+    ``N = len(subset)`` records. Batches hold dataset indices either way.
 
     - ``drop_last=True``: each rank gets ``N // (world_size * batch_size)`` full batches; the last
       ``N mod (world_size * batch_size)`` records of this epoch's order are left out (other records
@@ -151,18 +208,23 @@ def sample_batches(
         ValueError: the split is impossible (see `check_split`), `rank` is out of range, or a
             `window` comes without matching `shard_sizes`.
     """
-    check_split(num_records, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    count = num_records if subset is None else len(subset)
+    check_split(count, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside [0, {world_size})")
+    # The records of the epoch in ascending order: sorting them by key (stable, so ties go by
+    # index) gives the full order with the other records left out.
+    members = np.arange(num_records, dtype=np.int64) if subset is None else np.sort(subset)
     if window is not None and shuffle:
         if shard_sizes is None or int(np.sum(shard_sizes)) != num_records:
             raise ValueError("a window needs shard_sizes that add up to num_records")
-        order = window_order(shard_sizes, seed=seed, epoch=epoch, window=window)
+        order = members[_window_positions(shard_sizes, members, seed=seed, epoch=epoch, window=window)]
     elif shuffle:
-        keys = record_keys(seed, ORDER_STREAM, epoch, np.arange(num_records, dtype=np.uint64))
-        order = np.argsort(keys, kind="stable").astype(np.int64)
+        keys = record_keys(seed, ORDER_STREAM, epoch, members.astype(np.uint64))
+        order = members[np.argsort(keys, kind="stable")]
     else:
-        order = np.arange(num_records, dtype=np.int64)
+        order = members if subset is None else np.asarray(subset, dtype=np.int64)
+    num_records = count
     if drop_last:
         per_rank = num_records // (world_size * batch_size)
         mine = order[: per_rank * world_size * batch_size][rank::world_size]

@@ -98,3 +98,21 @@ def test_convert_bench_prints_every_writer_and_the_ceiling(tmp_path: Path) -> No
     assert "speed-up from 1 to 2 workers" in done.stdout
     assert "of the checks alone on 2 cores" in done.stdout
     assert any(line.startswith("target >= 2,500 images/s with 2 workers") and line.rstrip().endswith("met") for line in done.stdout.splitlines())
+
+
+def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
+    done = run_bench("--only", "shardfmt,pil,augment", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for step in ("ColorJitter hue 0.1", "ColorJitter(0.4, 0.4, 0.4, 0.1)", "RandomRotation(15)", "Normalize(mean, std), float32 out"):
+        assert any(line.startswith(step) for line in done.stdout.splitlines()), step
+    lines = ratio_lines(done.stdout)
+    assert any("shardfmt + ColorJitter + RandomRotation / PIL DataLoader + ColorJitter + RandomRotation" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    assert any("shardfmt fast_decode=True, 1st epoch / its later epochs" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert len(document["steps"]) == 11
+    results = {r["name"]: r for r in document["results"]}
+    assert results["shardfmt + ColorJitter + RandomRotation"]["images"] == 40
+    # the shardfmt contenders read the converter's copy: every JPEG kept byte for byte, strictly decoded
+    (folder,) = tmp_path.glob("derived-*/shardfmt-converted")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["strict_jpeg"] is True and manifest["stats"]["passthrough"] == 40

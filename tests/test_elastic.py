@@ -152,8 +152,9 @@ def test_feistel_loader_resumes_exactly_and_ignores_the_worker_count(indexed: Pa
         state = loader.state_dict()
     with Loader(indexed, num_workers=2, **options) as loader:  # type: ignore[arg-type]
         loader.load_state_dict(state)
-        tail = [batch.tolist() for _, batch in loader]  # the rest of the epoch (none after the end)
-        tail += [batch.tolist() for _, batch in loader]  # and the next one
+        tail = [batch.tolist() for _, batch in loader]  # the rest of the epoch; taken at its end, the next epoch
+        if stop != "end":
+            tail += [batch.tolist() for _, batch in loader]  # and the next one
     assert head + tail == whole
     assert len(tail) == {"start": 26, "middle": 20, "end": 13}[stop]
 
@@ -166,3 +167,16 @@ def test_an_old_state_without_an_order_is_a_sorted_key_state(indexed: Path) -> N
         loader.load_state_dict(state)
     with Loader(indexed, batch_size=8, num_workers=0, size=16, order="feistel") as loader, pytest.raises(ValueError, match="order: 'sorted-key' -> 'feistel'"):
         loader.load_state_dict(state)
+
+
+def test_a_subset_under_the_feistel_order_is_the_full_order_with_the_others_left_out(indexed: Path) -> None:
+    subset = list(range(0, NUM_RECORDS, 3))
+    options = {"batch_size": 5, "size": 16, "seed": 4, "order": "feistel", "num_workers": 0}
+    with Loader(indexed, **options) as loader:  # type: ignore[arg-type]
+        full = [i for _, batch in loader for i in batch.tolist()]
+    with Loader(indexed, subset=subset, return_indices=True, **options) as loader:  # type: ignore[arg-type]
+        batches = [(labels.tolist(), indices.tolist()) for _, labels, indices in loader]
+        assert len(loader) == len(batches) == 7
+    order = [i for labels, _ in batches for i in labels]
+    assert order == [i for i in full if i % 3 == 0]
+    assert all(labels == indices for labels, indices in batches)

@@ -123,6 +123,7 @@ BAD_MANIFESTS = {
     "schema-field-name": (set_key("schema", "fields", 0, "name", value="a-b"), ManifestError, "schema: field name"),
     "schema-field-type": (set_key("schema", "fields", 0, "type", value="webp"), UnsupportedVersionError, "'webp'"),
     "classes": (set_key("classes", value=["a", 1]), ManifestError, "list of strings"),
+    "strict-jpeg-type": (set_key("strict_jpeg", value="yes"), ManifestError, '"strict_jpeg" must be true or false'),
     "classes-limit": (set_key("classes", value=["c"] * (MAX_CLASSES + 1)), ManifestError, "limit"),
     "shards-type": (set_key("shards", value={}), ManifestError, "'shards' has the wrong type"),
     "shard-entry": (set_key("shards", 0, value=[]), ManifestError, "shards[0] is not an object"),

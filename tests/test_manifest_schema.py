@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
+from conftest import jpeg_bytes
 from hypothesis import strategies as st
 from test_malformed import BAD_MANIFESTS
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, ManifestError, Schema
+from shardfmt._sample import make_imagefolder
 from shardfmt.checksum import parse_checksum
+from shardfmt.convert.run import convert
+from shardfmt.dataset.tars import index_tars
 from shardfmt.format.fieldtypes import FIELD_TYPES
 from shardfmt.format.layout import (
     MAX_CLASSES,
@@ -25,7 +30,7 @@ from shardfmt.format.layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from shardfmt.format.manifest import _VERSION_RE, _unsafe_path
+from shardfmt.format.manifest import _VERSION_RE, Manifest, _unsafe_path
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -71,6 +76,25 @@ def test_written_manifests_validate(tmp_path: Path) -> None:
     assert len(manifests[1]["shards"]) > 1
     for manifest in manifests:
         VALIDATOR.validate(manifest)
+
+
+def test_only_converted_manifests_say_strict_jpeg(tmp_path: Path) -> None:
+    source = make_imagefolder(tmp_path / "src", num_classes=2, per_class=2, size=(16, 16), seed=0)
+    for shard_format in ("binary", "tar"):
+        manifest = convert(source, tmp_path / shard_format, workers=1, shard_format=shard_format).manifest
+        assert manifest.strict_jpeg is True
+        assert Manifest.load(tmp_path / shard_format).strict_jpeg is True
+        VALIDATOR.validate(manifest.to_json())
+        assert manifest.to_json()["strict_jpeg"] is True
+    # Tars indexed where they lie and datasets written from given bytes had no strict decode.
+    indexed = tmp_path / "indexed"
+    indexed.mkdir()
+    for shard in (tmp_path / "tar").glob("*.tar"):
+        shutil.copy(shard, indexed / shard.name)
+    assert index_tars([indexed]).strict_jpeg is False
+    written = write(tmp_path / "written", IMAGE_CLASSIFICATION, [{"image": jpeg_bytes(8, 8), "label": 0, "key": "k"}])
+    assert "strict_jpeg" not in written
+    assert "strict_jpeg" not in json.loads((indexed / "manifest.json").read_text())
 
 
 def test_vector_manifests_validate() -> None:

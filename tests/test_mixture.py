@@ -176,3 +176,15 @@ def test_a_mixture_refuses_a_window_other_schemas_and_empty_sources(sources: dic
         pass
     with pytest.raises(ValueError, match="holds no records"):
         Loader(Mixture({"binary": sources["binary"], "empty": tmp_path / "empty"}, weights={"binary": 1, "empty": 1}, epoch_size=4), batch_size=2)
+
+
+def test_return_indices_of_a_mixture_index_the_concatenation(sources: dict[str, str]) -> None:
+    """Each source's label is its record's index into the concatenation of the sources, so a
+    loader's indices must equal its labels, batch by batch."""
+    mixture = Mixture(sources, weights={name: 1 for name in sources}, epoch_size=24)
+    with Loader(mixture, batch_size=4, num_workers=0, size=16, seed=5, return_indices=True) as loader:
+        batches = [(labels.tolist(), indices.tolist()) for _, labels, indices in loader]
+    assert len(batches) == 6
+    assert all(labels == indices for labels, indices in batches)
+    with pytest.raises(ValueError, match="subset does not apply to a Mixture"):
+        Loader(mixture, batch_size=4, subset=[0, 1])

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.sampling import SHARD_STREAM, record_keys, sample_batches, window_order
+from shardfmt.sampling import SHARD_STREAM, check_subset, record_keys, sample_batches, window_order
 
 
 @settings(max_examples=150, deadline=None)
@@ -115,3 +115,42 @@ def test_windowed_orders_are_reproducible_and_change_by_epoch() -> None:
         window_order(sizes, seed=1, epoch=0, window=0)
     with pytest.raises(ValueError, match="shard_sizes"):
         sample_batches(1000, batch_size=10, seed=0, epoch=0, window=2)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    data=st.data(),
+    num_records=st.integers(1, 300),
+    batch_size=st.integers(2, 20),
+    world_size=st.integers(1, 4),
+    seed=st.integers(0, 2**32),
+    epoch=st.integers(0, 50),
+    windowed=st.booleans(),
+)
+def test_a_subset_epoch_is_the_full_order_restricted_and_splits_exactly(
+    data: st.DataObject, num_records: int, batch_size: int, world_size: int, seed: int, epoch: int, windowed: bool
+) -> None:
+    world_size = min(world_size, num_records)
+    subset = np.array(data.draw(st.lists(st.integers(0, num_records - 1), min_size=world_size, max_size=num_records, unique=True)), np.int64)
+    shard_sizes = [num_records // 3, num_records - num_records // 3] if windowed else None
+    window = 1 if windowed else None
+    full = sample_batches(num_records, batch_size=1, seed=seed, epoch=epoch, shard_sizes=shard_sizes, window=window)
+    order = [i for i in full.indices.tolist() if i in set(subset.tolist())]
+    plans = [
+        sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, rank=r, world_size=world_size, shard_sizes=shard_sizes, window=window, subset=subset)
+        for r in range(world_size)
+    ]
+    assert len({len(plan) for plan in plans}) == 1
+    for rank, plan in enumerate(plans):
+        assert plan.indices.tolist() == order[rank::world_size]
+    unshuffled = sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, shuffle=False, subset=subset)
+    assert unshuffled.indices.tolist() == subset.tolist()
+
+
+def test_subsets_are_checked() -> None:
+    assert check_subset([4, 1, 2], 5).tolist() == [4, 1, 2]
+    assert check_subset(np.array([True, False, True]), 3).tolist() == [0, 2]
+    assert check_subset(np.array([], np.int64), 3).tolist() == []
+    for bad, message in (([5], "outside"), ([1, 1], "more than once"), (np.array([True]), "one entry per record"), ([[1]], "one-dimensional"), (["a"], "integers")):
+        with pytest.raises(ValueError, match=message):
+            check_subset(bad, 5)

@@ -7,20 +7,30 @@ default scale (0.08, 1) and ratio (3/4, 4/3)) and a horizontal flip with probabi
 bench checks the shape of every batch and that each epoch delivers every label exactly as often
 as the dataset holds it.
 
-  shardfmt        ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the JPEG bytes written
-                  unchanged into shardfmt shards with `DatasetWriter` (not the converter, so that
-                  every contender decodes byte-identical files); once with ``fast_decode=True``
-                  (the default) and once with ``fast_decode=False``.
+  shardfmt        ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the images converted by
+                  `shardfmt.convert` (from a listing of them), which keeps every one of these
+                  baseline JPEGs byte for byte (checked: every record is a pass-through), so that
+                  every contender decodes byte-identical files; its manifest says the converter
+                  strictly decoded every JPEG (``strict_jpeg``), so the loader decodes only the
+                  crop box from a record's first read on. Once with ``fast_decode=True`` (the
+                  default) and once with ``fast_decode=False``. Target: the first epoch, start-up
+                  included, at 0.9x the images/s of the later epochs.
   tar             the same Loader (``fast_decode=True``) over the same JPEG bytes written as
                   WebDataset tar shards, each with its member index (``DatasetWriter(...,
-                  shard_format="tar")``), read from the memory-mapped tars. Target: 0.9x the
-                  images/s of ``shardfmt fast_decode=True``.
+                  shard_format="tar")``, which checks no JPEG: its first epoch decodes whole
+                  images), read from the memory-mapped tars. Target: 0.9x the images/s of
+                  ``shardfmt fast_decode=True``.
   PIL DataLoader  ``torch.utils.data.DataLoader(shuffle=True, persistent_workers=True)`` (workers
                   start once, as shardfmt's do) with the default collate, over an ImageFolder-style Dataset of (path, label): PIL
                   ``Image.open(...).convert("RGB")``, torchvision's RandomResizedCrop.get_params
                   (reimplemented: torchvision has no CPU wheel here), ``Image.crop`` then
                   ``Image.resize((224, 224), BILINEAR)`` as torchvision's ``resized_crop`` does on
                   a PIL image, ``transpose`` for the flip, numpy to a CHW tensor.
+  augment         ``--only augment``: RandomResizedCrop(224) + flip, then ColorJitter(0.4, 0.4, 0.4,
+                  0.1) and RandomRotation(15): ``shardfmt.Loader(augment=[...])`` (the steps run
+                  in its workers) against the PIL DataLoader above with the same steps as
+                  torchvision runs them on PIL images (`bench_steps`). Target: shardfmt at 2.5x.
+                  It also prints the cost of each step per image (`bench_steps.measure_steps`).
   webdataset      the webdataset library over the same JPEG bytes in its own tar shards (written
                   in a shuffled order with ``ShardWriter``, ``jpg`` + ``cls``, at least two shards
                   per worker and split across workers by webdataset), ``.shuffle(1000)``,
@@ -156,15 +166,17 @@ from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
+from bench_steps import StepCost, measure_steps, pil_augment, print_steps, shardfmt_steps
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
 from shardfmt._sample import make_imagefolder
 from shardfmt.convert.fields import convert_fields
+from shardfmt.convert.run import convert
 from shardfmt.ops import RandomCrop
 
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "webdataset", "decode", "s3")
+CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "augment", "webdataset", "decode", "s3")
 SAMPLE_INTERVAL = 1.0  # reading smaps_rollup of 3 processes costs ~45 ms of CPU: every 50 ms it took a core
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -182,6 +194,8 @@ PATCH_QUALITY = 95
 S3_RANGE = "shardfmt over S3, range reads"
 S3_CACHE = "shardfmt over S3, shard cache"
 PIL_LOADER = "PIL DataLoader"
+AUGMENT_SHARDFMT = "shardfmt + ColorJitter + RandomRotation"
+AUGMENT_PIL = "PIL DataLoader + ColorJitter + RandomRotation"
 WEBDATASET = "webdataset"
 LIMIT_EXACT = "decode limit, exact IDCT"
 LIMIT_FAST = "decode limit, fast IDCT"
@@ -351,10 +365,13 @@ def crop_params(height: int, width: int) -> tuple[int, int, int, int]:
 
 
 class FolderDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """ImageFolder with a torchvision-equivalent RandomResizedCrop(224) + RandomHorizontalFlip in PIL."""
+    """ImageFolder with a torchvision-equivalent RandomResizedCrop(224) + RandomHorizontalFlip in
+    PIL; with `augment`, then ColorJitter and RandomRotation as torchvision runs them on PIL
+    images (`bench_steps.pil_augment`)."""
 
-    def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
+    def __init__(self, samples: Sequence[tuple[str, int]], *, augment: bool = False) -> None:
         self.samples = list(samples)
+        self.augment = augment
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -369,6 +386,8 @@ class FolderDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         image = image.resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
         if torch.rand(1).item() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        if self.augment:
+            image = pil_augment(image)
         return torch.from_numpy(np.array(image)).permute(2, 0, 1), label
 
 
@@ -388,7 +407,11 @@ def decode_and_crop(sample: tuple[bytes, bytes]) -> tuple[torch.Tensor, int]:
 # -- the contenders: each opens a Stream ------------------------------------------------------
 
 
-def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = "shardfmt") -> Stream:
+CONVERTED = "shardfmt-converted"
+"""The folder of the converted copy (the one the shardfmt contenders read)."""
+
+
+def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = CONVERTED, augment: bool = False) -> Stream:
     loader = shardfmt.Loader(
         source.derived / folder,
         batch_size=settings.batch_size,
@@ -398,6 +421,7 @@ def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, fold
         pipeline="train",
         fast_decode=fast_decode,
         layout="NCHW",
+        augment=shardfmt_steps() if augment else None,
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -480,8 +504,8 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
     return Stream(epoch=lambda: iter(loader), close=close, shared_memory_bytes=loader.shared_memory_bytes)
 
 
-def open_pil_dataloader(source: Source, settings: Settings) -> Stream:
-    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels)])
+def open_pil_dataloader(source: Source, settings: Settings, *, augment: bool = False) -> Stream:
+    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels)], augment=augment)
     loader = DataLoader(
         dataset,
         batch_size=settings.batch_size,
@@ -732,6 +756,42 @@ def load_source(root: Path, work_dir: Path, images: int | None) -> Source:
     )
 
 
+def write_listing(source: Source) -> Path:
+    """A listing of the selected files (integer labels, so that a subset keeps the folder's
+    class numbers) beside symbolic links to them, since a listing names files below its own
+    folder; cached."""
+    links = source.derived / "patch-inputs"
+    listing = links / "listing.csv"
+    if not listing.exists():
+        shutil.rmtree(links, ignore_errors=True)
+        lines = ["path,label"]
+        for path, label in zip(source.files, source.labels):
+            rel = path.relative_to(source.root)
+            (links / rel).parent.mkdir(parents=True, exist_ok=True)
+            (links / rel).symlink_to(path.resolve())
+            lines.append(f"{rel.as_posix()},{label}")
+        partial = links / "listing.csv.tmp"
+        partial.write_text("\n".join(lines) + "\n")
+        partial.replace(listing)
+    return listing
+
+
+def prepare_converted(source: Source, settings: Settings, *, shard_size: int | None = None) -> Path:
+    """The images converted by `shardfmt.convert`, each kept byte for byte (checked), cached."""
+    out = source.derived / (CONVERTED if shard_size is None else f"{CONVERTED}-{shard_size}")
+    if (out / "manifest.json").exists():  # written last: the commit point of the dataset
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    say(f"converting the images to {out}")
+    options = {} if shard_size is None else {"shard_size": shard_size}
+    result = convert(write_listing(source), out, workers=max(1, settings.workers), **options)
+    kept = result.manifest.stats.get("passthrough")
+    if result.num_rejects or kept != len(source.files):
+        shutil.rmtree(out, ignore_errors=True)
+        raise SystemExit(f"the converter kept {kept} of {len(source.files)} JPEGs byte for byte ({result.num_rejects} rejects): the contenders would not read the same bytes")
+    return out
+
+
 def prepare_shardfmt(source: Source, *, shard_format: str = "binary", shard_size: int | None = None) -> Path:
     name = "shardfmt" if shard_format == "binary" else "shardfmt-tar"
     out = source.derived / (name if shard_size is None else f"{name}-{shard_size}")
@@ -767,19 +827,7 @@ def prepare_patches(source: Source, settings: Settings) -> None:
     pixels, cached. The selected files are listed (integer labels, so that a subset keeps the
     folder's class numbers) beside symbolic links to them, since a listing names files below
     its own folder."""
-    links = source.derived / "patch-inputs"
-    listing = links / "listing.csv"
-    if not listing.exists():
-        shutil.rmtree(links, ignore_errors=True)
-        lines = ["path,label"]
-        for path, label in zip(source.files, source.labels):
-            rel = path.relative_to(source.root)
-            (links / rel).parent.mkdir(parents=True, exist_ok=True)
-            (links / rel).symlink_to(path.resolve())
-            lines.append(f"{rel.as_posix()},{label}")
-        partial = links / "listing.csv.tmp"
-        partial.write_text("\n".join(lines) + "\n")
-        partial.replace(listing)
+    listing = write_listing(source)
     for store in ("jpeg", "raw"):
         out = source.derived / f"patches-{PATCH_SIZE}-{store}"
         if (out / "manifest.json").exists():
@@ -898,6 +946,7 @@ def print_table(results: list[Result]) -> None:
 
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
+    (AUGMENT_SHARDFMT, AUGMENT_PIL, 2.5),
     (RAW_PATCHES, JPEG_PATCHES, 5.0),
     (SHARDFMT_RAW, SHARDFMT_FAST, None),
     (RAW_PATCHES, SHARDFMT_FAST, None),
@@ -912,7 +961,14 @@ SPEED_RATIOS = (
     (WEBDATASET, LIMIT_EXACT, None),
     (WEBDATASET, PIL_LOADER, None),
 )
+FIRST_EPOCH_RATIOS = (
+    (SHARDFMT_FAST, 0.9),
+    (SHARDFMT_TAR, None),
+    (AUGMENT_SHARDFMT, None),
+    (PIL_LOADER, None),
+)
 CPU_RATIOS = (
+    (AUGMENT_SHARDFMT, AUGMENT_PIL),
     (RAW_PATCHES, JPEG_PATCHES),
     (SHARDFMT_RAW, SHARDFMT_FAST),
     (SHARDFMT_FAST, PIL_LOADER),
@@ -939,6 +995,10 @@ def compute_ratios(results: list[Result]) -> list[dict[str, Any]]:
     for top, bottom, target in SPEED_RATIOS:
         if target is not None and first.get(top) and first.get(bottom):
             rows.append({"measure": "first-epoch images/s", "numerator": top, "denominator": bottom, "ratio": first[top] / first[bottom], "target": target})
+    # Each loader's first epoch (start-up included) against its later ones.
+    for name, target in FIRST_EPOCH_RATIOS:
+        if first.get(name) and name in speed:
+            rows.append({"measure": "first epoch / later epochs", "numerator": f"{name}, 1st epoch", "denominator": "its later epochs", "ratio": first[name] / speed[name], "target": target})
     return rows
 
 
@@ -1049,6 +1109,10 @@ def measure_round(args: argparse.Namespace, source: Source, settings: Settings, 
             server.stop()
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
+    if "augment" in args.only:
+        opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, augment=True)
+        results.append(measure_loader(AUGMENT_SHARDFMT, opener, source, settings))
+        results.append(measure_loader(AUGMENT_PIL, lambda: open_pil_dataloader(source, settings, augment=True), source, settings))
     if "webdataset" in args.only:
         results.append(measure_loader(WEBDATASET, lambda: open_webdataset(source, settings), source, settings))
     if "decode" in args.only:
@@ -1084,8 +1148,8 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
     if len(source.files) < max(1, settings.workers):
         raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
-    if "shardfmt" in args.only:
-        prepare_shardfmt(source)
+    if "shardfmt" in args.only or "augment" in args.only:
+        prepare_converted(source, settings)
     if "tar" in args.only:
         prepare_shardfmt(source, shard_format="tar")
     if "raw" in args.only:
@@ -1100,6 +1164,10 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
 
     machine = machine_info()
     load_before = os.getloadavg()
+    steps: list[StepCost] = []
+    if "augment" in args.only:
+        say("the cost of each augmentation step")
+        steps = measure_steps(source.files)
     rounds = []
     for number in range(args.rounds):
         say(f"round {number + 1} of {args.rounds}")
@@ -1112,6 +1180,9 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     print(f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {machine['cpu_count']} CPUs")
     print()
     print_table(results)
+    if steps:
+        print()
+        print_steps(steps)
     print()
     ratios = compute_ratios(results)
     print_ratios(ratios)
@@ -1122,6 +1193,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
             "load_average": {"before": load_before, "after": load_after},
             "results": [asdict(r) | {"images_per_second": r.images_per_second, "warmup_images_per_second": r.warmup_images_per_second} for r in results],
             "ratios": ratios,
+            "steps": [asdict(step) for step in steps],
         }
         args.json.write_text(json.dumps(document, indent=2) + "\n")
     if args.chart is not None:

@@ -1088,6 +1088,13 @@ def rejects_count(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 7, "ManifestError", '"rejects.count" must be an integer of at least 0', M, None, None, "open"
 
 
+@invalid_dataset("strict_jpeg, where present, is a boolean")
+def strict_jpeg_not_boolean(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["strict_jpeg"] = "yes"
+    write_manifest(d, m)
+    return 7, "ManifestError", '"strict_jpeg" must be true or false, got \'yes\'', M, None, None, "open"
+
+
 @invalid_dataset("shard paths stay inside the dataset root")
 def shard_path_parent(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["shards"][1]["path"] = "../shard-00001.shard"

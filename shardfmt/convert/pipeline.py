@@ -359,6 +359,7 @@ def build_outputs(plan: ConversionPlan, sidecars: list[dict[str, Any]]) -> tuple
         converter={"name": "shardfmt", "version": __version__, "input": plan.kind, "options": dict(plan.options)},
         rejects={"count": len(rejects), "by_reason": dict(Counter(reject["reason"] for reject in rejects)), "report": REJECTS_NAME},
         stats=stats,
+        strict_jpeg=True,  # every kept JPEG passed the strict decode; the others are the encoder's
     )
     return manifest, rejects, report.encode()
 

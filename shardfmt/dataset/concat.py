@@ -74,6 +74,11 @@ class ConcatReader:
         """Whether any source is read by URL."""
         return any(r.is_remote for r in self.readers)
 
+    @property
+    def strict_jpeg(self) -> bool:
+        """Whether every source's manifest says its JPEG payloads all decode (``strict_jpeg``)."""
+        return all(r.strict_jpeg for r in self.readers)
+
     def _owner(self, shard_index: int) -> tuple[DatasetReader, int]:
         source = bisect.bisect_right(self._first_shard.tolist(), shard_index) - 1
         return self.readers[source], shard_index - int(self._first_shard[source])

@@ -80,6 +80,11 @@ class DatasetReader:
         """Whether the dataset is read by URL."""
         return bool(self.location.is_remote)
 
+    @property
+    def strict_jpeg(self) -> bool:
+        """Whether the manifest says every JPEG payload decodes without error (``strict_jpeg``)."""
+        return bool(self.manifest.strict_jpeg)
+
     def shard(self, shard_index: int) -> ShardReaderBase:
         """Open (once) and return shard number `shard_index`, checked against the manifest: a
         `ShardReader`, or a `tar.reader.TarShardReader` for a tar shard."""

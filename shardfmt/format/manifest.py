@@ -84,7 +84,12 @@ class ShardEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The parsed content of manifest.json."""
+    """The parsed content of manifest.json.
+
+    `strict_jpeg`: the producer guarantees that every jpeg payload decodes without error (the
+    converter strictly decodes the JPEGs it keeps and writes the others itself); written as the
+    optional key ``"strict_jpeg": true``, absent otherwise (spec/manifest.md).
+    """
 
     schema: Schema
     shards: tuple[ShardEntry, ...]
@@ -94,6 +99,7 @@ class Manifest:
     converter: dict[str, Any] = field(default_factory=dict)
     rejects: dict[str, Any] = field(default_factory=lambda: {"count": 0, "by_reason": {}, "report": None})
     stats: dict[str, Any] = field(default_factory=dict)
+    strict_jpeg: bool = False
 
     @property
     def num_records(self) -> int:
@@ -104,7 +110,7 @@ class Manifest:
         return sum(shard.size for shard in self.shards)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "format": "shardfmt",
             "format_version": f"{self.format_version[0]}.{self.format_version[1]}",
             "shard_format": self.shard_format,
@@ -117,6 +123,9 @@ class Manifest:
             "converter": self.converter,
             "stats": self.stats,
         }
+        if self.strict_jpeg:
+            value["strict_jpeg"] = True
+        return value
 
     def to_bytes(self) -> bytes:
         return (json.dumps(self.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
@@ -256,6 +265,7 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         converter=value.get("converter") if isinstance(value.get("converter"), dict) else {},
         rejects=value.get("rejects") if isinstance(value.get("rejects"), dict) else {},
         stats=value.get("stats") if isinstance(value.get("stats"), dict) else {},
+        strict_jpeg=value.get("strict_jpeg", False),
     )
     for key, actual in (("num_records", manifest.num_records), ("num_bytes", manifest.num_bytes)):
         stated = need(value, key, int, "manifest")
@@ -265,8 +275,9 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
 
 
 def _check_optional(value: dict[str, Any], fail: Any) -> None:
-    """Manifest step 7: the optional keys "rejects", "converter" and "stats", where present,
-    have the types spec/manifest.md gives (their other members are free-form)."""
+    """Manifest step 7: the optional keys "rejects", "converter", "stats" and "strict_jpeg",
+    where present, have the types spec/manifest.md gives (the objects' other members are
+    free-form)."""
 
     def count(item: Any) -> bool:
         return isinstance(item, int) and not isinstance(item, bool) and item >= 0
@@ -289,6 +300,8 @@ def _check_optional(value: dict[str, Any], fail: Any) -> None:
         raise fail('"converter.options" must be an object')
     if not isinstance(value.get("stats", {}), dict):
         raise fail('"stats" must be an object')
+    if not isinstance(value.get("strict_jpeg", False), bool):
+        raise fail(f'"strict_jpeg" must be true or false, got {_show(value["strict_jpeg"])}')
 
 
 def _path_identity(path: str) -> str:

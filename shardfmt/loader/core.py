@@ -2,10 +2,18 @@
 
 Workers decode chunks of each batch straight into a ring of preallocated shared-memory slots;
 the loader hands out tensors that wrap a slot without copying. The lifetime rule: **a batch's
-tensors stay valid until the next batch is requested** (the next `next()` on the iterator);
-then their slot is refilled. Pass ``copy=True`` to get tensors you may keep, or copy what you
-keep. With ``device="cuda"`` the loader copies each batch to the GPU on a side stream and the
-slot is reused once that copy is done.
+tensors stay valid until the next batch is requested** (the next `next()` on an iterator of
+this loader, or a new `iter()`); then their slot is refilled. Pass ``copy=True`` to get tensors
+you may keep, or copy what you keep. With ``device="cuda"`` the loader copies each batch to the
+GPU on a side stream and the slot is reused once that copy is done.
+
+Iterations follow torch's DataLoader: every ``iter(loader)`` starts the next epoch (the first
+one starts epoch 0, or the epoch given to `set_epoch`), whether or not the one before it was
+finished; only the first ``iter()`` after `load_state_dict` continues the saved epoch where the
+state was taken. An iterator replaced by a newer ``iter()`` (or by `set_epoch`,
+`load_state_dict`, `set_size`) raises RuntimeError when advanced. Batches decoded ahead are kept
+when the next iteration starts with them (a finished epoch runs on into the next one), and
+discarded otherwise.
 
 Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
 4 KiB), plus per worker a decode buffer of the largest image it has decoded (height * width * 3
@@ -14,7 +22,9 @@ bytes). With ``fields=...``, ``(prefetch + 1) * batch_size * sum of every field'
 KiB), plus per worker and jpeg field a decode buffer of its largest image (height * width * C
 bytes). The loader holds per-shard counts and one shared bit per record (which records have
 passed their checksum); `Loader()` opens no shard, and an epoch's order is computed batch by
-batch (`orders`, `split`).
+batch (`orders`, `split`). With
+``mean``/``std`` and no device, images are float32 (4 bytes a value). After `set_size` the ring is
+reallocated only if the new size needs more than it has.
 """
 
 from __future__ import annotations
@@ -32,16 +42,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checksum import checksum, format_checksum
 from ..dataset.concat import open_records
 from ..dataset.locate import classify_location
 from ..dataset.reader import DatasetReader
 from ..mixture import Mixture
 from ..ops import Pipeline
+from ..ops.augment import AugmentStep, describe_steps
 from ..orders import epoch_order, resolve_order
-from ..sampling import check_split
+from ..sampling import check_split, check_subset
 from ..split import RankPlan, delivered_records, split_batches
 from ..storage import RemoteOptions
-from .fields import FieldRequest, resolve_outputs
+from .fields import FieldRequest, OutputSpec, resolve_outputs
+from .options import index_output, pipeline_at, size_pair, transform_outputs
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
@@ -119,7 +132,8 @@ class Loader:
         pipeline: "train" (RandomResizedCrop + horizontal flip), "eval" (resize shorter side to
             size/0.875, center crop), "resize" (whole image to size), or an object from
             `shardfmt.ops`.
-        size: output size for the named pipelines, int or (height, width).
+        size: output size for the named pipelines, int or (height, width); `set_size` changes it
+            between epochs.
         drop_last: drop the epoch's remainder so every batch is full (see `sampling.sample_batches`).
         layout: "NCHW" (default; a channels_last view of the slot, what convolutions run fastest
             on; use .reshape rather than .view) or "NHWC" (contiguous).
@@ -129,7 +143,9 @@ class Loader:
         copy: hand out copies instead of views of shared memory.
         device: "cuda" (or a torch.device) to deliver batches on the GPU, copied from pinned
             memory on a side stream; None keeps them on the CPU.
-        mean, std: with a device, normalise there: (x - mean) / std as float32, per channel (0-255 scale).
+        mean, std: normalise the images to float32 ``(x - mean) / std``, per channel, on the
+            0-255 scale: on the device when there is one, else in the workers (channels_last
+            like the uint8 images; the slots then hold float32).
         verify: check each record's XXH3-64 before it is used. True (default): for a local
             dataset, the first time this loader reads the record (the workers share one bit
             per record; a memory-mapped shard cannot change under the loader, since writers
@@ -159,13 +175,37 @@ class Loader:
             output sizes: `shardfmt.ops.scale_plan`); each has its own output size, channels
             and interpolation. "ndarray", "int64" and "float64" fields arrive as stored.
             ``image_field`` and ``label_field`` are then unused.
+        return_indices: add each sample's record index in the dataset (int64, what
+            ``open_dataset(path)[i]`` reads) to every batch: ``(images, labels, indices)``, or an
+            "index" entry with `fields`.
+        subset: the records an epoch holds: record indices (distinct, any order) or a boolean
+            mask with one entry per record. Shuffled, an epoch of a subset is the full epoch's
+            order with the other records left out; unshuffled, the indices' own order. Ranks,
+            drop_last, `len()` and resume count the subset's records.
+        augment: steps run in the workers on each sample after its crop and flip: the
+            torchvision-style steps of `shardfmt.ops` (`RandomVerticalFlip`, `RandomRotation`,
+            `ColorJitter`, `RandomGrayscale`) or your own picklable ``step(sample, generator)``
+            (a (3, H, W) uint8 tensor and a `torch.Generator` seeded from (seed, epoch,
+            record); it returns the (3, H, W) uint8 sample). Their draws are pure functions of
+            (seed, epoch, record), like the crops. With `fields`, they apply to its one image
+            field (three channels).
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
         SchemaError: without `fields`, the fields are not an image ("jpeg" or "raw") and an
             "int64" label; with `fields`, one is missing or cannot be delivered (str, bytes,
             json).
-        ValueError: the batch split is impossible (e.g. fewer records than ranks).
+        ValueError: the batch split is impossible (e.g. fewer records than ranks), a subset is
+            malformed, or augment/mean/std do not fit the fields.
+
+    A failure in a worker is raised here as an instance of both `WorkerError` and the class the
+    worker raised (`ChecksumError`, `DecodeError`, ...), naming the shard, record and offset,
+    with the worker's traceback as its cause.
+
+    Attributes:
+        epoch: the epoch in progress (begun and not finished), else the one the next iteration
+            starts.
+        size: the (height, width) the images have now (see `set_size`).
 
     Example::
 
@@ -205,6 +245,9 @@ class Loader:
         remote: RemoteOptions | None = None,
         window: int | None = None,
         order: str = "auto",
+        return_indices: bool = False,
+        subset: Sequence[int] | np.ndarray | None = None,
+        augment: Sequence[AugmentStep] | None = None,
     ) -> None:
         if layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
@@ -228,49 +271,67 @@ class Loader:
         self.prefetch = prefetch
         self.copy = copy
         self.timeout = timeout
+        self.return_indices = return_indices
+        self.augment: list[AugmentStep] = list(augment or [])
+        # Where the stream stands: `epoch` is the epoch in progress, or the one the next iter()
+        # starts; `_started` says an iter() has begun it (so the next one moves on), `_resume`
+        # that load_state_dict asked the next iter() to continue it.
         self.epoch = 0
         self._position = 0
         self._start_position = 0
         self._delivered: set[int] = set()
+        self._started = False
+        self._resume = False
+        self._generation = 0
+        self._held: tuple[int, Any] | None = None
 
         if verify not in (True, False, "always"):
             raise ValueError(f"verify must be True, False or 'always', got {verify!r}")
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
-        self.pipeline, self.outputs = resolve_outputs(
-            self._dataset, fields=fields, pipeline=pipeline, size=size, image_field=image_field, label_field=label_field
-        )
         self._fields = fields is not None
+        self._request = {"fields": fields, "image_field": image_field, "label_field": label_field}
+        self._pipeline_request = pipeline
         self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
-        """Records of an epoch: the dataset's, or the mixture's epoch size."""
+        """Records of the dataset, or the mixture's epoch size."""
+        if subset is not None and self._mixture is not None:
+            raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
+        self._subset = None if subset is None else check_subset(subset, self.num_records)
+        self._epoch_records = self.num_records if self._subset is None else len(self._subset)
+        """Records of an epoch: the subset's, or all of them."""
         self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
         self._source_counts = self._mixture.counts if self._mixture is not None else None
         if self._mixture is not None:
             for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts):  # type: ignore[union-attr, arg-type]
                 if count and not records:
                     raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
-        check_split(self.num_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
+        check_split(self._epoch_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
-        self.image_shape = self.outputs[0].shape if not self._fields else None
-        self.layout_spec = SlotLayout(prefetch + 1, batch_size, tuple(spec.slot_array() for spec in self.outputs))
-        self._config: dict[str, Any] = {
+        self._device = torch.device(device) if device is not None else None
+        if self._fields and (mean is not None or std is not None):
+            raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself")
+        self._normalise_here = self._device is None and (mean is not None or std is not None)
+        self._mean, self._std = mean, std
+        self._common_config: dict[str, Any] = {
             "path": self.path if isinstance(self.path, (list, Mixture)) else str(self.path),
             "remote": remote,
             "verify": bool(verify),
             "verify_every_read": verify == "always" or self._dataset.is_remote,
-            "outputs": [spec.to_config() for spec in self.outputs],
-            "pipeline": self.pipeline.to_config(),
             "seed": seed,
             "fast_decode": fast_decode,
             "batch_size": batch_size,
             "num_slots": prefetch + 1,
-            "slot_arrays": [spec.slot_array().to_config() for spec in self.outputs],
         }
+        self._size_request = size
+        self._configure(None)
         self._chunk = max(1, min(64, math.ceil(batch_size / (2 * max(1, self.num_workers)))))
         self._start_method = start_method
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._pool: WorkerPool | InlinePool | None = None
+        self._ring: SlotRing | None = None
+        self._memory: bytearray | None = None
+        self._checked: Any = None
         self._free: list[int] = []
         self._queue: deque[_Item] = deque()
         self._pending: deque[Chunk] = deque()
@@ -281,23 +342,20 @@ class Loader:
             self._prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
             self._resources.extra.append(self._prefetcher)
         self._closed = False
-        self._device = torch.device(device) if device is not None else None
         self._stage: Any = None
         if self._device is not None:
             from .cuda import DeviceStage
 
-            if self._fields and (mean is not None or std is not None):
-                raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise on the device yourself")
             self._stage = DeviceStage(self._device, mean=mean, std=std, layout=layout)
-        elif mean is not None or std is not None:
-            raise ValueError("mean and std normalise on the device: pass device='cuda' too")
 
     # -- public -------------------------------------------------------------------------------
 
     @property
     def shared_memory_bytes(self) -> int:
-        """Bytes of shared memory the slot ring uses (see the module docstring)."""
-        return self.layout_spec.total_bytes
+        """Bytes of shared memory the slot ring uses (see the module docstring): what the current
+        size needs, or what the ring holds if a larger size allocated more."""
+        capacity = self._ring.capacity if self._ring is not None and self.num_workers else 0
+        return max(self.layout_spec.total_bytes, capacity)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -306,26 +364,54 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch: one resumed on other ranks may have fewer)."""
-        return split_batches(self.num_records, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+        return split_batches(self._epoch_records, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at the beginning of `epoch`."""
+        """Make the next iteration start at the beginning of `epoch`."""
         self.epoch, self._position, self._start_position, self._delivered = epoch, 0, 0, set()
+        self._started = self._resume = False
+        self._generation += 1
+
+    def set_size(self, size: int | tuple[int, int]) -> None:
+        """Deliver images of `size` ((height, width) or one int) from the next iteration on, for
+        progressive resizing. The pipeline keeps its parameters and draws (a named pipeline is
+        made again for the size; a `CenterCrop`'s ``resize`` scales with it). The workers restart
+        with the new size; the shared memory is reallocated only if the new size needs more than
+        it holds. Batches decoded ahead are discarded, and an iterator in progress ends (it
+        raises RuntimeError if advanced). `state_dict` records the size, and `load_state_dict`
+        sets it again.
+
+        Raises:
+            ValueError: `size` is malformed, or the loader delivers `fields` (make a new loader).
+            RuntimeError: the loader is closed.
+        """
+        if self._closed:
+            raise RuntimeError("this Loader is closed")
+        if self._fields:
+            raise ValueError("set_size changes the size of the (images, labels) form; with fields=..., make a loader for the new sizes")
+        pair = size_pair(size)
+        if pair == self.size:
+            return
+        self._stop_workers()
+        self._configure(pair)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the stream stands: load it into a loader with the same settings to continue
-        with exactly the batches that would have come next."""
+        with exactly the batches that would have come next (at the same size)."""
+        epoch, position, start, delivered = self._progress()
         return {
             "version": _STATE_VERSION,
-            "epoch": self.epoch,
-            "position": self._position,
-            "start": self._start_position,
-            "delivered": sorted(b for b in self._delivered if b >= self._position),
+            "epoch": epoch,
+            "position": position,
+            "start": start,
+            "delivered": delivered,
+            "size": list(self.size),
             "settings": self._settings(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a `state_dict()`.
+        """Continue from a `state_dict()`: the next ``iter()`` resumes the saved epoch where the
+        state was taken, at the size it was taken at.
 
         On the same rank of the same world size, the stream continues with exactly the batches
         that would have come next. On another world size (elastic resume; or another rank), the
@@ -335,42 +421,59 @@ class Loader:
 
         Raises:
             ValueError: the state comes from a loader with other settings (seed, batch size,
-                dataset size, order, ...), which would not continue the same stream; or, resumed
-                on other ranks, it holds batches delivered out of order (``ordered=False``), or
-                what is left of its epoch cannot be split equally over the new ranks.
+                dataset size, subset, order, augmentation, ...), which would not continue the same
+                stream; or, resumed on other ranks, it holds batches delivered out of order
+                (``ordered=False``), or what is left of its epoch cannot be split equally over the
+                new ranks.
         """
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {_STATE_VERSION}")
-        theirs, ours = dict(state.get("settings", {})), self._settings()
+        theirs = dict(state.get("settings", {}))
         theirs.setdefault("order", "sorted-key")  # states of shardfmt 0.1, which had that order only
-        changed = sorted(k for k in ours if k not in ("rank", "world_size") and theirs.get(k) != ours[k])
+        saved_size = state.get("size")
+        if "augment" not in theirs:  # a state from before augment, subset and set_size
+            theirs |= {"augment": "", "subset": None}
+            pipeline = json.loads(theirs.get("pipeline", "{}"))
+            saved_size = pipeline.pop("size", saved_size)
+            theirs["pipeline"] = json.dumps(pipeline, sort_keys=True)
+        size = size_pair(saved_size) if saved_size is not None and not self._fields else self.size
+        ours = self._settings(size)
+        changed = sorted(k for k in set(ours) | set(theirs) if k not in ("rank", "world_size") and theirs.get(k) != ours.get(k))
         if changed:
-            detail = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours[k]!r}" for k in changed)
+            detail = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours.get(k)!r}" for k in changed)
             raise ValueError(f"loader state was saved with other settings ({detail})")
+        if size != self.size:
+            self.set_size(size)
         epoch, position, start = int(state["epoch"]), int(state["position"]), int(state.get("start", 0))
         delivered = {int(b) for b in state.get("delivered", [])}
         if (theirs.get("rank"), theirs.get("world_size")) == (self.rank, self.world_size):
             self.epoch, self._position, self._start_position, self._delivered = epoch, position, start, delivered
-            return
-        if delivered:
-            raise ValueError(
-                "this state holds batches delivered out of order (ordered=False); it resumes on the ranks it was saved on only"
+            if self._position >= len(self._plan(self.epoch)):  # an earlier build's state at an epoch's end
+                self.epoch, self._position, self._start_position, self._delivered = self.epoch + 1, 0, 0, set()
+        else:
+            if delivered:
+                raise ValueError(
+                    "this state holds batches delivered out of order (ordered=False); it resumes on the ranks it was saved on only"
+                )
+            done = start + delivered_records(
+                self._epoch_records - start, batch_size=self.batch_size, world_size=int(theirs["world_size"]), drop_last=self.drop_last, batches=position
             )
-        done = start + delivered_records(
-            self.num_records - start, batch_size=self.batch_size, world_size=int(theirs["world_size"]), drop_last=self.drop_last, batches=position
-        )
-        remaining = self.num_records - done
-        if remaining and not (self.drop_last and remaining < self.world_size * self.batch_size):
-            try:
-                check_split(remaining, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
-            except ValueError as err:
-                raise ValueError(f"the rest of epoch {epoch} cannot go to {self.world_size} ranks: {err}; set_epoch({epoch + 1}) starts the next epoch") from err
-        self.epoch, self._position, self._start_position, self._delivered = epoch, 0, done, set()
+            remaining = self._epoch_records - done
+            if remaining and not (self.drop_last and remaining < self.world_size * self.batch_size):
+                try:
+                    check_split(remaining, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+                except ValueError as err:
+                    raise ValueError(f"the rest of epoch {epoch} cannot go to {self.world_size} ranks: {err}; set_epoch({epoch + 1}) starts the next epoch") from err
+            self.epoch, self._position, self._start_position, self._delivered = epoch, 0, done, set()
+        self._started, self._resume = False, True
+        self._generation += 1
 
     def close(self) -> None:
         """Stop the workers and remove the shared memory. Safe to call more than once."""
         self._closed = True
+        self._generation += 1
         self._pool = None
+        self._held = None
         self._finalizer()
         self._dataset.close()
 
@@ -381,23 +484,63 @@ class Loader:
         self.close()
 
     def __iter__(self) -> Iterator[Any]:
-        """Yield this epoch's remaining batches as (images, labels), or with `fields` as a dict
-        from field name to tensor; then the epoch advances."""
+        """Start the next epoch (see the module docstring) and yield its batches as (images,
+        labels), with `return_indices` (images, labels, indices), or with `fields` a dict from
+        field name to tensor."""
         if self._closed:
             raise RuntimeError("this Loader is closed")
+        if self._resume:
+            self._resume = False
+        elif self._started:
+            self.epoch, self._position, self._delivered = self.epoch + 1, 0, set()
+        self._started = True
+        self._generation += 1
         try:
             self._start()
         except BaseException:
             self.close()
             raise
-        return self._stream()
+        return self._stream(self._generation)
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _settings(self) -> dict[str, Any]:
+    def _configure(self, size: tuple[int, int] | None) -> None:
+        """Resolve the outputs and the workers' config: at `size`, or as the loader was made."""
+        request = self._pipeline_request
+        if size is not None and not isinstance(request, str):
+            request = pipeline_at(request, size)
+        self.pipeline, outputs = resolve_outputs(self._dataset, pipeline=request, size=size or self._size_request, **self._request)  # type: ignore[arg-type]
+        self.size: tuple[int, int] = self.pipeline.size
+        outputs, transform = transform_outputs(
+            outputs, augment=self.augment, mean=self._mean if self._normalise_here else None, std=self._std if self._normalise_here else None
+        )
+        if self.return_indices:
+            outputs = outputs + (index_output(fields=self._fields, names=[spec.name for spec in outputs]),)
+        self.outputs: tuple[OutputSpec, ...] = outputs
+        self.image_shape = self.outputs[0].shape if not self._fields else None
+        self.layout_spec = SlotLayout(self.prefetch + 1, self.batch_size, tuple(spec.slot_array() for spec in self.outputs))
+        self._config = self._common_config | {
+            "outputs": [spec.to_config() for spec in self.outputs],
+            "pipeline": self.pipeline.to_config(),
+            "slot_arrays": [spec.slot_array().to_config() for spec in self.outputs],
+            "transform": transform,
+        }
+
+    def _progress(self) -> tuple[int, int, int, list[int]]:
+        """(epoch, position, start, delivered batches past it) as a resumed loader takes them: an
+        epoch whose batches have all been handed out resumes as the next one."""
+        if self._started and self._position >= len(self._plan(self.epoch)):
+            return self.epoch + 1, 0, 0, []
+        return self.epoch, self._position, self._start_position, sorted(b for b in self._delivered if b >= self._position)
+
+    def _settings(self, size: tuple[int, int] | None = None) -> dict[str, Any]:
+        pipeline = pipeline_at(self._pipeline_request, size) if size is not None and size != self.size else self.pipeline
+        shape = {k: v for k, v in pipeline.to_config().items() if k != "size"}  # the state records the size itself
+        subset = None if self._subset is None else format_checksum(checksum(self._subset.astype("<i8").tobytes()))
         return {
             "seed": self.seed,
             "num_records": self.num_records,
+            "subset": subset,
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
@@ -406,7 +549,8 @@ class Loader:
             "ordered": self.ordered,
             "window": self.window,
             "order": self.order,
-            "pipeline": json.dumps(self.pipeline.to_config(), sort_keys=True),
+            "pipeline": json.dumps(shape, sort_keys=True),
+            "augment": describe_steps(self.augment),
         } | ({"fields": json.dumps([spec.to_config() for spec in self.outputs], sort_keys=True)} if self._fields else {}) | (
             {"mixture": json.dumps(self._mixture.to_config() | {"sizes": self._dataset.sizes}, sort_keys=True)} if self._mixture is not None else {}  # type: ignore[union-attr]
         )
@@ -414,20 +558,49 @@ class Loader:
     def _start(self) -> None:
         if self._pool is not None:
             return
+        layout = self.layout_spec
         if self.num_workers == 0:
-            self._ring = SlotRing("in-process", self.layout_spec, memoryview(bytearray(self.layout_spec.total_bytes)), None)
-            self._pool = InlinePool(config=self._config, ring=self._ring)
+            if self._memory is None or len(self._memory) < layout.total_bytes:
+                self._memory = bytearray(layout.total_bytes)
+            self._ring = SlotRing("in-process", layout, memoryview(self._memory), None)
+            self._pool = InlinePool(config=self._config, ring=self._ring, checked=self._checked)
+            self._checked = self._pool.processor.checked
         else:
-            self._ring = SlotRing.create(self.layout_spec)
+            if self._ring is not None and self._ring.capacity >= layout.total_bytes:
+                self._ring = self._ring.with_layout(layout)
+            else:
+                if self._ring is not None:
+                    self._ring.unlink()
+                self._ring = SlotRing.create(layout)
             self._resources.ring = self._ring
             self._pool = WorkerPool(
-                config=self._config, ring=self._ring, num_workers=self.num_workers, start_method=self._start_method, timeout=self.timeout, dataset=self._dataset
+                config=self._config,
+                ring=self._ring,
+                num_workers=self.num_workers,
+                start_method=self._start_method,
+                timeout=self.timeout,
+                dataset=self._dataset,
+                checked=self._checked,
             )
+            self._checked = self._pool.checked
         self._resources.pool = self._pool
-        self._free = list(range(self.layout_spec.num_slots))
+        self._free = list(range(layout.num_slots))
         self._tensors = [{name: torch.from_numpy(array) for name, array in slot.items()} for slot in self._ring.arrays]
         if self._stage is not None:
             self._stage.pin(self._ring)
+
+    def _stop_workers(self) -> None:
+        """Stop the workers and forget what was scheduled; the ring and the checked records stay."""
+        self._generation += 1
+        self._held = None
+        if self._pool is not None:
+            self._pool.shutdown()
+        self._pool = self._resources.pool = None
+        self._queue.clear()
+        self._pending.clear()
+        self._free = []
+        if self._stage is not None:
+            self._stage.unpin()
 
     def _plan_start(self, epoch: int) -> int:
         """Where this loader's split of `epoch` starts in its order (0 but after an elastic resume)."""
@@ -447,6 +620,7 @@ class Loader:
                 window=self.window,
                 source_sizes=self._dataset.sizes if self._mixture is not None else None,  # type: ignore[union-attr]
                 source_counts=self._source_counts,
+                subset=self._subset,
             )
             plan = RankPlan(order, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last, start=start)
             self._plans = {k: p for k, p in self._plans.items() if k[0] >= epoch - 1}
@@ -510,21 +684,34 @@ class Loader:
                 return None
         return None
 
-    def _deliver(self, tensors: dict[str, torch.Tensor]) -> Any:
-        """The batch as handed out: images NCHW (a channels_last view) if asked, then the
-        (images, labels) pair or the dict of every field."""
-        if self.layout == "NCHW":
-            tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
+    def _release_held(self) -> None:
+        """Give back the slot of the batch handed out last, once its copy to the device is done."""
+        if self._held is not None:
+            slot, done = self._held
+            self._held = None
+            if done is not None:
+                done.synchronize()  # the copy out of the slot is over before the slot is refilled
+            self._free.append(slot)
+
+    def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
+        """The batch as handed out: the dict of every field, or (images, labels[, indices])."""
         if self._fields:
             return tensors
-        return tensors[self.outputs[0].name], tensors[self.outputs[1].name]
+        return tuple(tensors[spec.name] for spec in self.outputs)
 
-    def _stream(self) -> Iterator[Any]:
+    def _deliver(self, tensors: dict[str, torch.Tensor]) -> Any:
+        """Images NCHW (a channels_last view) if asked, then the batch as handed out."""
+        if self.layout == "NCHW":
+            tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
+        return self._package(tensors)
+
+    def _stream(self, generation: int) -> Iterator[Any]:
         epoch = self.epoch
         plan = self._plan(epoch)
         expected = [b for b in range(self._position, len(plan)) if b not in self._delivered]
-        held: int | None = None
+        replaced = False
         try:
+            self._release_held()
             cursor = self._reconcile(epoch, expected)
             remaining = len(expected)
             while remaining:
@@ -543,25 +730,29 @@ class Loader:
                 if self._stage is not None:
                     images = {spec.name for spec in self.outputs if spec.is_image}
                     tensors, done = self._stage.transfer(tensors, images)
-                    held = item.slot
-                    yield tensors if self._fields else (tensors[self.outputs[0].name], tensors[self.outputs[1].name])
-                    done.synchronize()  # the copy out of the slot is over before the slot is refilled
+                    self._held = (item.slot, done)
+                    batch = self._package(tensors)
                 elif self.copy:
                     tensors = {name: tensor.clone() for name, tensor in tensors.items()}
                     self._free.append(item.slot)
-                    yield self._deliver(tensors)
-                    continue
+                    batch = self._deliver(tensors)
                 else:
-                    held = item.slot
-                    yield self._deliver(tensors)
-                self._free.append(held)
-                held = None
-            self.epoch, self._position, self._start_position, self._delivered = epoch + 1, 0, 0, set()
+                    self._held = (item.slot, None)
+                    batch = self._deliver(tensors)
+                yield batch
+                if generation != self._generation:
+                    replaced = True
+                    break
+                self._release_held()
+            if not replaced:
+                self.epoch, self._position, self._start_position, self._delivered, self._started = epoch + 1, 0, 0, set(), False
         except GeneratorExit:
             raise
         except BaseException:
             self.close()
             raise
-        finally:
-            if held is not None and not self._closed:
-                self._free.append(held)
+        if replaced:
+            raise RuntimeError(
+                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
+                "load_state_dict, set_size): each iter() starts an epoch of its own"
+            )

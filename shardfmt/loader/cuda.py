@@ -56,6 +56,14 @@ class DeviceStage:
                     return
                 self._registered.append(tensor.data_ptr())
 
+    def unpin(self) -> None:
+        """Undo `pin` (before the ring's arrays change)."""
+        cudart: Any = torch.cuda.cudart()
+        for pointer in self._registered:
+            cudart.cudaHostUnregister(pointer)
+        self._registered = []
+        self._staging = None
+
     def transfer(self, tensors: dict[str, torch.Tensor], images: set[str]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event]:
         """Start copying one batch (every field); return the device tensors and an event marking
         the copy's end. The fields named in `images` (N x H x W x C) are normalised and permuted."""

@@ -13,6 +13,9 @@ plain config and build one filler per field with `make_filler`:
   resized straight into the slot, or copied when it already has the output size: no other copy;
 - "ndarray", "int64", "float64": copied as stored; "zeros": the labels of a loader without a
   label field.
+
+A spec of type "index" (``Loader(return_indices=True)``, `options.index_output`) has no filler:
+the worker writes the chunk's dataset indices into it at once.
 """
 
 from __future__ import annotations
@@ -270,7 +273,8 @@ class _Filler:
         """Write the field of the record in `row` into row `index` of `out`: for an image field
         a list of (1, C, H, W) views of the slot's images (`shardfmt.ops.decode.as_target`), for
         the others the slot's numpy array. `trusted`: this loader has read the record before and
-        decoded it without error (see `ImageDecoder.decode_box`)."""
+        decoded it without error, or its checksum has just matched in a dataset whose converter
+        strictly decoded every JPEG (see `ImageDecoder.decode_box`)."""
         raise NotImplementedError
 
     def payload(self, reader: ShardReader, row: Any) -> memoryview:

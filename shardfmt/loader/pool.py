@@ -5,7 +5,9 @@ in the calling process (num_workers=0). Each worker holds at most `DEPTH` chunks
 worker never holds back more than that, and chunks go to the least-loaded worker.
 
 Failures never hang: a worker's ERROR message, its death (its process sentinel fires) or no
-progress for `timeout` seconds raise `WorkerError` naming the shard and record.
+progress for `timeout` seconds raise `WorkerError` naming the shard and record. An ERROR keeps
+the class the worker raised: the error is an instance of it too (`errors.worker_error_class`),
+with the worker's traceback as its cause.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 
 from ..dataset.concat import RecordSource
-from ..errors import WorkerError
+from ..errors import WorkerError, WorkerTraceback, worker_error_class
 from .shm import SlotRing
 from .worker import (
     DONE,
@@ -51,9 +53,21 @@ class WorkerPool:
         start_method: multiprocessing start method, None for the platform default.
         timeout: seconds without any completion before the pool reports a stall.
         dataset: used only to name the shard and record in error messages.
+        checked: the shared bitmap of checked records (`worker.checked_bytes`) of an earlier
+            pool of the same loader and start method, or None for a new one.
     """
 
-    def __init__(self, *, config: dict[str, Any], ring: SlotRing, num_workers: int, start_method: str | None, timeout: float, dataset: RecordSource) -> None:
+    def __init__(
+        self,
+        *,
+        config: dict[str, Any],
+        ring: SlotRing,
+        num_workers: int,
+        start_method: str | None,
+        timeout: float,
+        dataset: RecordSource,
+        checked: Any = None,
+    ) -> None:
         self.num_workers = num_workers
         self.timeout = timeout
         self.dataset = dataset
@@ -64,7 +78,7 @@ class WorkerPool:
         self.ring = ring
         context = multiprocessing.get_context(start_method)
         self.current = context.Array("q", [-1] * num_workers)
-        self.checked = context.RawArray("B", checked_bytes(len(dataset)))
+        self.checked = checked if checked is not None else context.RawArray("B", checked_bytes(len(dataset)))
         config = dict(config, shm_name=ring.name)
         for worker_id in range(num_workers):
             parent_end, child_end = context.Pipe(duplex=True)
@@ -168,8 +182,10 @@ class WorkerPool:
 class InlinePool:
     """The same interface, decoding in the calling process (num_workers=0, for debugging)."""
 
-    def __init__(self, *, config: dict[str, Any], ring: SlotRing) -> None:
+    def __init__(self, *, config: dict[str, Any], ring: SlotRing, checked: np.ndarray | None = None) -> None:
         self.processor = ChunkProcessor(config, ring)
+        if checked is not None:
+            self.processor.checked = checked
         self.outstanding: dict[tuple[int, int], int] = {}
         self.busy_slots: set[int] = set()
 
@@ -183,7 +199,7 @@ class InlinePool:
                 try:
                     self.processor.process(slot, row, epoch, indices)
                 except ChunkFailure as failure:
-                    raise failure_error(failure.fields, "decoding") from failure
+                    raise failure_error(failure.fields, "decoding") from (failure.__cause__ or failure)
         finally:
             torch.set_num_threads(threads)
 
@@ -198,10 +214,14 @@ class InlinePool:
 
 
 def failure_error(info: dict[str, Any], who: str) -> WorkerError:
-    """Build the WorkerError for a failure report from a worker (or the inline processor)."""
-    return WorkerError(
-        f"{who} failed on dataset record {info['index']}: {info['kind']}: {info['message']}\n{info['trace']}",
+    """Build the error for a failure report from a worker (or the inline processor): an instance
+    of `WorkerError` and of the class the worker raised, named by `info["kind"]` (see
+    `errors.worker_error_class`), with the worker's traceback as its ``__cause__``."""
+    error = worker_error_class(str(info["kind"]))(
+        f"{who} failed on dataset record {info['index']}: {info['message']}",
         path=info.get("shard"),
         offset=info.get("offset"),
         record=info.get("record"),
     )
+    error.__cause__ = WorkerTraceback(str(info["trace"]))
+    return error

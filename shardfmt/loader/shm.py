@@ -10,6 +10,9 @@ several fields, one per field. Size in bytes::
 which for the single-image form is
 ``num_slots * (align(batch_size * H * W * C, 4096) + align(8 * batch_size, 4096))``.
 
+A ring made for one layout serves a smaller one too (`SlotRing.with_layout`): after a change of
+output size the loader keeps its segment unless the new slots need more bytes than it has.
+
 The loader unlinks the segment on close, so /dev/shm holds nothing afterwards; memory that a
 consumer still references stays mapped until it is garbage-collected. If the loader process is
 killed, multiprocessing's resource tracker unlinks the segment when it notices.
@@ -85,6 +88,9 @@ class SlotRing:
         self.name = name
         self.layout = layout
         self._owner = owner
+        self._buffer = buffer
+        self.capacity = len(buffer)
+        """Bytes of the mapping: at least `layout.total_bytes`."""
         memory = np.frombuffer(buffer, np.uint8, count=layout.total_bytes)
         self.arrays: list[dict[str, np.ndarray]] = []
         for slot in range(layout.num_slots):
@@ -126,6 +132,19 @@ class SlotRing:
             return cls(name, layout, _map(name, layout.total_bytes), None)
         segment = shared_memory.SharedMemory(name=name)
         return cls(name, layout, segment.buf, None)
+
+    def with_layout(self, layout: SlotLayout) -> SlotRing:
+        """Views of the same segment for another layout that fits in it; the new ring takes over
+        unlinking the segment.
+
+        Raises:
+            ValueError: the layout needs more bytes than the segment has.
+        """
+        if layout.total_bytes > self.capacity:
+            raise ValueError(f"a layout of {layout.total_bytes} bytes does not fit in a ring of {self.capacity}")
+        ring = SlotRing(self.name, layout, self._buffer, self._owner)
+        self._owner = None
+        return ring
 
     def unlink(self) -> None:
         """Remove the segment's name; mappings stay valid until their last user goes."""

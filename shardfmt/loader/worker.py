@@ -21,8 +21,16 @@ set once the record's checksum has been checked (when the loader verifies) and e
 decoded without error. A record of a local dataset is checked only while its bit is clear;
 records fetched from a URL are checked every time. A record whose bit is set is "trusted": its
 JPEG fields may be decoded partially (only the crop box, `ops.jpegcrop`), which is only done in
-worker processes. Two workers setting bits of one byte at once may lose a bit, which only means
-that record is checked again: a bit is never set for a record that was not checked and decoded.
+worker processes. So is a record whose checksum has just matched in a dataset whose manifest
+says that the converter strictly decoded every JPEG (``strict_jpeg``, spec/manifest.md): its
+bytes are the ones that decode cleanly, so it is decoded partially from its first read. Two
+workers setting bits of one byte at once may lose a bit, which only means that record is checked
+again: a bit is never set for a record that was not checked and decoded.
+
+After the fields, a sample of the image field named by the config's "transform" (the loader's
+``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
+chunk's draws (`ops.SampleTransform`) and written into its slot row; outputs of type "index"
+receive the chunk's dataset indices.
 """
 
 from __future__ import annotations
@@ -37,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from ..dataset.concat import open_records
-from ..errors import ChecksumError, DecodeError, ShardfmtError
+from ..errors import ChecksumError, DecodeError, ShardfmtError, worker_error_kind
 from ..format.layout import column_name
 from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
+from ..ops.augment import SampleTransform, steps_from_config
 from ..ops.decode import as_target
 from ..sampling import AUGMENT_STREAM, record_keys
 from .fields import OutputSpec, make_filler
@@ -70,15 +79,31 @@ class ChunkProcessor:
         self.pipeline = pipeline_from_config(config["pipeline"])
         self.seed = int(config["seed"])
         specs = [OutputSpec.from_config(value) for value in config["outputs"]]
-        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"], partial=in_worker) for spec in specs]
+        self.index_outputs = [spec.name for spec in specs if spec.type == "index"]
+        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"], partial=in_worker) for spec in specs if spec.type != "index"]
         self.images = [spec for spec in specs if spec.is_image]
         self.reads_payload = any(filler.reads_payload for filler in self.fillers)
+        transform = config.get("transform")
+        self.transform: SampleTransform | None = None
+        self.transformed: str | None = None
+        if transform is not None:
+            spec = next(spec for spec in specs if spec.name == transform["field"])
+            height, width, channels = spec.shape
+            self.transform = SampleTransform(steps_from_config(transform["steps"]), height=height, width=width, mean=transform["mean"], std=transform["std"])
+            self.transformed = spec.name
+            self._scratch = np.empty((1, height, width, channels), np.uint8)  # the decoded sample, before its steps
+            self._scratch_rows = _row_views(as_target(self._scratch))
         # Per slot, what each filler writes into: for an image field one (1, C, H, W) view per
-        # row, which the decoder and resizer write through; other fields as the numpy arrays.
-        self.targets = [{spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image else arrays[spec.name] for spec in specs} for arrays in ring.arrays]
+        # row, which the decoder and resizer write through; other fields (and a transformed
+        # image, which the transform writes) as the numpy arrays.
+        self.targets = [
+            {spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image and spec.name != self.transformed else arrays[spec.name] for spec in specs}
+            for arrays in ring.arrays
+        ]
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
         self.every_read = bool(config.get("verify_every_read", True))
         self.remote = self.dataset.is_remote
+        self.strict = bool(self.dataset.strict_jpeg)
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
@@ -100,6 +125,8 @@ class ChunkProcessor:
         if self.reads_payload:
             _prefetch_spans(readers, rows)
         boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
+        transform, transformed = self.transform, self.transformed
+        draws = transform.draw(self.seed, epoch, indices) if transform is not None else []
         targets = self.targets[slot]
         checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
         current = self.current
@@ -110,13 +137,18 @@ class ChunkProcessor:
             byte, bit = index >> 3, 1 << (index & 7)
             trusted = bool(checked[byte] & bit)
             try:
-                if reader.verify and self.reads_payload and (self.every_read or not trusted):
+                checked_now = reader.verify and self.reads_payload and (self.every_read or not trusted)
+                if checked_now:
                     reader.verify_record(record)
-                # bytes fetched again from a URL are the ones decoded before only if checked again
-                same_bytes = trusted and (reader.verify or not self.remote)
+                # bytes fetched again from a URL are the ones decoded before only if checked
+                # again; bytes of a strictly decoded dataset that match their checksum are the
+                # converter's own
+                same_bytes = (trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
-                    filler.fill(reader, table_row, box[k] if box is not None else None, targets[filler.name], row + k, trusted=same_bytes)
+                    # a transformed image is decoded into the scratch sample, then transformed into its row
+                    out, at = (self._scratch_rows, 0) if filler.name == transformed else (targets[filler.name], row + k)
+                    filler.fill(reader, table_row, box[k] if box is not None else None, out, at, trusted=same_bytes)
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, index, err.offset) from err
             except (ShardfmtError, ValueError) as err:
@@ -128,6 +160,13 @@ class ChunkProcessor:
                 raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
             if not trusted:
                 checked[byte] |= bit
+            if transform is not None and transformed is not None:
+                try:
+                    transform.apply(self._scratch[0], draws, k, targets[transformed][row + k])
+                except Exception as err:  # a user's step: keep its class (see errors.worker_error_kind)
+                    raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
+        for name in self.index_outputs:
+            targets[name][row : row + count] = indices
         self.current[0] = -1
 
     def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
@@ -156,7 +195,7 @@ class ChunkProcessor:
     def _failure(err: BaseException, shard: str, record: int, index: int, offset: int | None) -> ChunkFailure:
         message = err.message if isinstance(err, ShardfmtError) else f"{type(err).__name__}: {err}"
         return ChunkFailure(
-            message=message, shard=shard, record=record, index=index, offset=offset, kind=type(err).__name__, trace=traceback.format_exc()
+            message=message, shard=shard, record=record, index=index, offset=offset, kind=worker_error_kind(err), trace=traceback.format_exc()
         )
 
     def locate(self, index: int) -> tuple[str, int]:
@@ -240,7 +279,7 @@ def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | 
             "record": record if record is not None else getattr(err, "record", None),
             "index": index,
             "offset": offset if offset is not None else getattr(err, "offset", None),
-            "kind": type(err).__name__,
+            "kind": worker_error_kind(err),
             "trace": traceback.format_exc(),
         },
     )

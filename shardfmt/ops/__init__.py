@@ -1,8 +1,11 @@
 """Decode-and-augment steps. Each states its output shape before any batch runs, so batch slots
-are allocated once; each draws its random parameters from the record table, before decoding."""
+are allocated once. The crop pipelines draw their boxes from the record table, before decoding;
+the augmentation steps (`RandomVerticalFlip`, `RandomRotation`, `ColorJitter`,
+`RandomGrayscale`, ``Loader(augment=...)``) run on each cropped sample in the workers."""
 
 from __future__ import annotations
 
+from .augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
 from .crop import (
     CenterCrop,
     CropPlan,
@@ -20,13 +23,18 @@ from .output import ImageOutput
 from .resize import Resizer
 
 __all__ = [
+    "AugmentStep",
     "CenterCrop",
+    "ColorJitter",
     "CropPlan",
     "ImageDecoder",
     "ImageOutput",
     "Pipeline",
     "RandomCrop",
+    "RandomGrayscale",
     "RandomResizedCrop",
+    "RandomRotation",
+    "RandomVerticalFlip",
     "Resize",
     "Resizer",
     "dct_scale",

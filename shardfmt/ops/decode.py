@@ -7,7 +7,8 @@ converts), take the box as one strided view of that buffer, then resize it with 
 (torch's antialiased bilinear kernel, matching PIL's BILINEAR, or nearest) writing into the
 slot's view (`as_target`), and flip there if asked. With nearest interpolation no DCT scaling is
 used, since it averages pixels. The decoder allocates its buffers once. For records the caller
-trusts (decoded before without error), a full-scale RGB box is decoded alone (`jpegcrop`).
+trusts (decoded before without error, or checked against their checksum in a dataset the
+converter strictly decoded), a full-scale RGB box is decoded alone (`jpegcrop`).
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ class ImageDecoder:
         H x W x C array (see `as_target`).
 
         `trusted`: the caller has decoded these very bytes before without error (and checked
-        their checksum), so the partial decoder, which cannot raise, may take them.
+        their checksum), or has just matched them against the checksum of a dataset whose
+        converter strictly decoded every JPEG, so the partial decoder, which cannot raise, may
+        take them.
 
         Raises:
             ValueError: from libjpeg-turbo when the data is corrupt (the caller names the record).

@@ -1,0 +1,81 @@
+"""Rotate one image about its centre with nearest-neighbour sampling, as torchvision's ``rotate``
+does on tensors (``interpolation=NEAREST``, ``expand=False``, ``center=None``).
+
+Output pixel (row i, column j) of an H x W image rotated by `angle` degrees counter-clockwise
+takes the source pixel nearest to
+
+    x = cos(a) (j - cx) - sin(a) (i - cy) + cx,    y = sin(a) (j - cx) + cos(a) (i - cy) + cy
+
+with ``cx = (W - 1) / 2``, ``cy = (H - 1) / 2`` and ties rounded to even (``nearbyint``, as
+``grid_sample`` rounds); where that pixel lies outside the image the output is `fill`. The
+coordinates are computed in float32 as two outer sums, so at a tie (a coordinate exactly
+half-way between two pixels, which needs a special angle) the pick may differ from
+torchvision's.
+
+The image is copied into the middle of a buffer of `fill` wide enough that every rotated
+coordinate lands in it (a margin of half the diagonal less half the shorter side), so each
+output pixel is one gather per channel, with no clamping and no mask: about 200 us for a
+224x224 image on one core here, where PIL's ``rotate`` (C code on 4-byte pixels) takes about 100.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["Rotator"]
+
+
+class Rotator:
+    """Rotate (C, H, W) float32 images of one size in place.
+
+    Args:
+        channels, height, width: the shape of every image given to `rotate`.
+    """
+
+    def __init__(self, channels: int, height: int, width: int) -> None:
+        self.shape = (channels, height, width)
+        # Rotated coordinates stay within half the diagonal of the centre; +1 for rounding.
+        self.margin = margin = math.ceil((math.hypot(height, width) - min(height, width)) / 2) + 1
+        self._padded = np.empty((channels, height + 2 * margin, width + 2 * margin), np.float32)
+        self._fill: tuple[float, ...] | None = None
+        self._columns = np.arange(width, dtype=np.float64) - (width - 1) / 2
+        self._rows = np.arange(height, dtype=np.float64) - (height - 1) / 2
+        self._x = np.empty((height, width), np.float32)
+        self._y = np.empty((height, width), np.float32)
+        self._along = np.empty((1, width), np.float32)
+        self._down = np.empty((height, 1), np.float32)
+        self._index = torch.empty(height * width, dtype=torch.int64)
+
+    def rotate(self, image: np.ndarray, angle: float, fill: tuple[float, ...]) -> None:
+        """Rotate `image` by `angle` degrees counter-clockwise about its centre, pixels from
+        outside it taking `fill` (one value per channel)."""
+        channels, height, width = self.shape
+        margin, padded = self.margin, self._padded
+        if fill != self._fill:  # the margin keeps its fill: only the middle is ever written
+            for channel in range(channels):
+                padded[channel].fill(fill[channel])
+            self._fill = fill
+        radians = math.radians(angle)
+        cos, sin = math.cos(radians), math.sin(radians)
+        # In the buffer's coordinates (the image's plus the margin): x = cos dx - sin dy + cx + margin.
+        x, y, along, down = self._x, self._y, self._along, self._down
+        np.copyto(along[0], self._columns * cos + (width - 1) / 2 + margin, casting="unsafe")
+        np.copyto(down[:, 0], self._rows * -sin, casting="unsafe")
+        np.add(along, down, out=x)
+        np.copyto(along[0], self._columns * sin + (height - 1) / 2 + margin, casting="unsafe")
+        np.copyto(down[:, 0], self._rows * cos, casting="unsafe")
+        np.add(along, down, out=y)
+        np.rint(x, out=x)
+        np.rint(y, out=y)
+        np.multiply(y, np.float32(width + 2 * margin), out=y)
+        np.add(y, x, out=y)  # below 2^24, so exact in float32
+        index = self._index
+        index.copy_(torch.from_numpy(y.reshape(-1)))
+        for channel in range(channels):
+            plane = padded[channel]
+            np.copyto(plane[margin : margin + height, margin : margin + width], image[channel])
+            # torch's index_select: about 30 us a 224x224 plane where numpy's take needs 47
+            torch.index_select(torch.from_numpy(plane.reshape(-1)), 0, index, out=torch.from_numpy(image[channel].reshape(-1)))

@@ -1,0 +1,323 @@
+"""Augmentation in the workers (shardfmt.ops augment steps, a user's step, normalisation):
+each step against a reference written here from torchvision's documented formulas, draws that
+depend only on (seed, epoch, record), and the same batches under 0 and 2 workers and after a
+resume.
+
+Tolerances: brightness, contrast, saturation and grayscale are torchvision's float32 formulas
+for uint8 images, done in the same float32 order, so they must match the reference exactly.
+Hue is computed in another order of float operations than the HSV round trip of the reference
+(Python's colorsys): every value within 1 of it, at least 99% of them equal. Rotation picks the
+nearest source pixel, so a coordinate exactly half-way between two pixels may round either way:
+at least 99.5% of pixels equal to the reference (and to PIL's ``rotate``, what torchvision runs
+on PIL images), on images whose sides have the same parity (so that a right angle has no ties).
+"""
+
+from __future__ import annotations
+
+import colorsys
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from conftest import jpeg_bytes
+from PIL import Image
+
+from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, WorkerError
+from shardfmt.ops import (
+    ColorJitter,
+    RandomGrayscale,
+    RandomRotation,
+    RandomVerticalFlip,
+)
+from shardfmt.ops.colour import ColourKernels
+from shardfmt.ops.rotate import Rotator
+from shardfmt.sampling import STEP_STREAM, record_keys, uniforms
+
+F32 = np.float32
+
+
+# -- references, from torchvision's documented formulas for uint8 tensors ------------------------
+
+
+def ref_blend(image: np.ndarray, other: Any, ratio: float) -> np.ndarray:
+    """_blend: (ratio * img1 + (1 - ratio) * img2).clamp(0, 255) then to uint8 (truncation), in float32."""
+    mixed = F32(ratio) * image.astype(F32) + F32(1.0 - ratio) * np.asarray(other, F32)
+    return np.trunc(np.clip(mixed, 0, 255)).astype(F32)
+
+
+def ref_gray(image: np.ndarray) -> np.ndarray:
+    """rgb_to_grayscale: (0.2989 r + 0.587 g + 0.114 b) to uint8."""
+    r, g, b = image.astype(F32)
+    return np.trunc(F32(0.2989) * r + F32(0.587) * g + F32(0.114) * b)
+
+
+def ref_brightness(image: np.ndarray, factor: float) -> np.ndarray:
+    return ref_blend(image, 0.0, factor)
+
+
+def ref_contrast(image: np.ndarray, factor: float) -> np.ndarray:
+    return ref_blend(image, F32(ref_gray(image).mean(dtype=np.float64)), factor)
+
+
+def ref_saturation(image: np.ndarray, factor: float) -> np.ndarray:
+    return ref_blend(image, ref_gray(image)[None], factor)
+
+
+def ref_grayscale(image: np.ndarray) -> np.ndarray:
+    return np.repeat(ref_gray(image)[None], 3, axis=0)
+
+
+def ref_hue(image: np.ndarray, shift: float) -> np.ndarray:
+    """adjust_hue: to [0, 1], to HSV, h = (h + shift) mod 1, back to RGB, times 255.999, truncated."""
+    out = np.empty(image.shape, F32)
+    for i in range(image.shape[1]):
+        for j in range(image.shape[2]):
+            h, s, v = colorsys.rgb_to_hsv(*(image[:, i, j].astype(np.float64) / 255))
+            out[:, i, j] = np.trunc(np.array(colorsys.hsv_to_rgb((h + shift) % 1.0, s, v)) * 255.999)
+    return out
+
+
+def ref_rotate(image: np.ndarray, angle: float, fill: tuple[float, ...]) -> np.ndarray:
+    """rotate(NEAREST, expand=False, center=None): output (i, j) takes the source pixel nearest to
+    the point turned back by `angle` about the centre ((W - 1) / 2, (H - 1) / 2), else fill."""
+    _, height, width = image.shape
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+    out = np.empty(image.shape, F32)
+    for i in range(height):
+        for j in range(width):
+            x = round(cos * (j - cx) - sin * (i - cy) + cx)
+            y = round(sin * (j - cx) + cos * (i - cy) + cy)
+            out[:, i, j] = image[:, y, x] if 0 <= x < width and 0 <= y < height else fill
+    return out
+
+
+def ref_jitter(image: np.ndarray, step: ColorJitter, u: np.ndarray) -> np.ndarray:
+    """ColorJitter.forward: the four adjustments in the order of the draws, each factor uniform in its range."""
+    adjust = (ref_brightness, ref_contrast, ref_saturation, ref_hue)
+    for n in np.argsort(u[:4], kind="stable"):
+        span = step.ranges[n]
+        if span is not None:
+            image = adjust[n](image, span[0] + (span[1] - span[0]) * u[4 + n])
+    return image
+
+
+def sample_image(height: int = 26, width: int = 34, seed: int = 0) -> np.ndarray:
+    """Random pixels, with gray pixels and every ordering of channels among them."""
+    image = np.random.default_rng(seed).integers(0, 256, (3, height, width)).astype(F32)
+    image[:, :4, :4] = 77
+    image[0, 4:8, :] = image[1, 4:8, :]  # R = G: ties for the largest channel
+    return image
+
+
+# -- the kernels --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "factor", "reference"),
+    [
+        ("brightness", 1.3, ref_brightness),
+        ("brightness", 0.55, ref_brightness),
+        ("contrast", 1.6, ref_contrast),
+        ("contrast", 0.4, ref_contrast),
+        ("saturation", 1.9, ref_saturation),
+        ("saturation", 0.0, ref_saturation),
+    ],
+)
+def test_blends_equal_the_reference(name: str, factor: float, reference: Any) -> None:
+    image = sample_image()
+    kernels = ColourKernels(*image.shape[1:])
+    got = image.copy()
+    getattr(kernels, name)(got, factor)
+    np.testing.assert_array_equal(got, reference(image, factor))
+
+
+def test_grayscale_equals_the_reference() -> None:
+    image = sample_image()
+    got = image.copy()
+    ColourKernels(*image.shape[1:]).grayscale(got)
+    np.testing.assert_array_equal(got, ref_grayscale(image))
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.1, -0.25, 0.5, -0.5, 0.37])
+def test_hue_is_within_one_level_of_the_reference(shift: float) -> None:
+    image = sample_image()
+    got = image.copy()
+    ColourKernels(*image.shape[1:]).hue(got, shift)
+    expected = ref_hue(image, shift)
+    difference = np.abs(got - expected)
+    assert difference.max() <= 1
+    assert np.mean(difference == 0) >= 0.99
+
+
+@pytest.mark.parametrize("angle", [0.0, 7.5, -33.3, 90.0, 180.0, 271.0])
+def test_rotation_matches_the_reference_and_pil(angle: float) -> None:
+    image = sample_image(26, 34)
+    fill = (10.0, 200.0, 33.0)
+    got = image.copy()
+    Rotator(3, 26, 34).rotate(got, angle, fill)
+    same = np.all(got == ref_rotate(image, angle, fill), axis=0)
+    assert same.mean() >= 0.995
+    pil = Image.fromarray(image.transpose(1, 2, 0).astype(np.uint8)).rotate(angle, Image.Resampling.NEAREST, fillcolor=(10, 200, 33))
+    assert np.all(got == np.asarray(pil).transpose(2, 0, 1), axis=0).mean() >= 0.995
+
+
+def test_steps_follow_torchvisions_parameter_rules() -> None:
+    assert ColorJitter(0.4, 0.4, 0.4, 0.1).ranges == ((0.6, 1.4), (0.6, 1.4), (0.6, 1.4), (-0.1, 0.1))
+    assert ColorJitter(brightness=1.5).ranges == ((0.0, 2.5), None, None, None)
+    assert ColorJitter(contrast=(0.5, 0.9)).ranges == (None, (0.5, 0.9), None, None)
+    assert RandomRotation(30).degrees == (-30.0, 30.0)
+    assert RandomRotation((5, 10), fill=127.9).fill == (127.0, 127.0, 127.0)
+    for bad in (lambda: ColorJitter(hue=0.6), lambda: ColorJitter(brightness=-1), lambda: ColorJitter(saturation=(2, 1))):
+        with pytest.raises(ValueError):
+            bad()
+    for bad in (lambda: RandomRotation(-5), lambda: RandomRotation((10, 5)), lambda: RandomRotation(5, fill=300), lambda: RandomVerticalFlip(1.5)):
+        with pytest.raises(ValueError):
+            bad()
+    u = np.array([[0.9, 0.1, 0.5, 0.3, 0.0, 0.5, 1.0, 0.75]])
+    params = ColorJitter(0.4, 0.4, 0.4, 0.1).parameters(u)
+    np.testing.assert_allclose(params, [[1, 3, 2, 0, 0.6, 1.0, 1.4, 0.05]])
+    assert RandomRotation((10, 20)).parameters(np.array([[0.25]])).tolist() == [[12.5]]
+    assert RandomVerticalFlip(0.5).parameters(np.array([[0.49], [0.5]])).tolist() == [[1.0], [0.0]]
+
+
+# -- in the loader ------------------------------------------------------------------------------
+
+NUM_RECORDS = 20
+SIZE = 30
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("augment") / "ds"
+    rng = np.random.default_rng(21)
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, shard_size=20_000) as writer:
+        for i in range(NUM_RECORDS):
+            h, w = int(rng.integers(40, 80)), int(rng.integers(40, 80))
+            writer.write({"image": jpeg_bytes(h, w, seed=200 + i), "label": i, "key": f"a{i}"})
+    return out
+
+
+STEPS = [ColorJitter(0.4, 0.4, 0.4, 0.1), RandomRotation(25, fill=(5, 50, 250)), RandomVerticalFlip(0.5), RandomGrayscale(0.3)]
+
+
+def add_noise(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A user's step: noise from the generator it is given."""
+    noise = torch.randint(-20, 21, sample.shape, generator=generator, dtype=torch.int16)
+    return (sample.to(torch.int16) + noise).clamp(0, 255).to(torch.uint8)
+
+
+def batches(dataset: Path, **options: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    settings: dict[str, Any] = dict(batch_size=6, num_workers=0, size=SIZE, seed=11, copy=True, return_indices=True)
+    with Loader(dataset, **(settings | options)) as loader:
+        return [(images, indices) for _ in range(2) for images, _, indices in loader]
+
+
+def reference_chain(image: np.ndarray, steps: list[Any], seed: int, epoch: int, index: int) -> np.ndarray:
+    """Apply `steps` to one (3, H, W) crop with the draws spec/sampling.md gives for it."""
+    for j, step in enumerate(steps):
+        key = record_keys(seed, STEP_STREAM + j, epoch, np.array([index], np.uint64))
+        if not isinstance(step, (ColorJitter, RandomRotation, RandomVerticalFlip, RandomGrayscale)):
+            generator = torch.Generator()
+            generator.manual_seed(int(key[0]))
+            image = step(torch.from_numpy(image.astype(np.uint8)), generator).numpy().astype(F32)
+            continue
+        u = uniforms(key, step.draws)[0]
+        if isinstance(step, ColorJitter):
+            image = ref_jitter(image, step, u)
+        elif isinstance(step, RandomRotation):
+            low, high = step.degrees  # type: ignore[misc]
+            image = ref_rotate(image, low + (high - low) * u[0], step.fill)  # type: ignore[arg-type]
+        elif isinstance(step, RandomVerticalFlip):
+            image = image[:, ::-1] if u[0] < step.p else image
+        elif u[0] < step.p:
+            image = ref_grayscale(image)
+    return image
+
+
+def test_augmented_batches_are_the_reference_steps_on_the_plain_crops(dataset: Path) -> None:
+    steps = STEPS + [add_noise]
+    plain = batches(dataset)
+    augmented = batches(dataset, augment=steps)
+    close = total = 0
+    for epoch in range(2):
+        for (images, indices), (want, want_indices) in zip(augmented[epoch * 4 : epoch * 4 + 4], plain[epoch * 4 : epoch * 4 + 4]):
+            assert torch.equal(indices, want_indices)
+            for k, index in enumerate(indices.tolist()):
+                expected = reference_chain(want[k].numpy().astype(F32), steps, 11, epoch, index)
+                difference = np.abs(images[k].numpy().astype(F32) - expected)
+                close += int(np.sum(difference <= 1))
+                total += difference.size
+    assert close / total >= 0.99  # hue's one level, and rotation ties, move a few values
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_the_same_draws_under_0_and_2_workers_and_after_resume(dataset: Path, start_method: str) -> None:
+    steps = STEPS + [add_noise]
+    inline = batches(dataset, augment=steps)
+    workers = batches(dataset, augment=steps, num_workers=2, start_method=start_method)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, workers))
+    settings: dict[str, Any] = dict(batch_size=6, num_workers=2, size=SIZE, seed=11, copy=True, augment=steps, start_method=start_method)
+    with Loader(dataset, **settings) as first:
+        epoch_zero = iter(first)
+        next(epoch_zero)
+        next(epoch_zero)
+        state = first.state_dict()
+    with Loader(dataset, **settings) as resumed:
+        resumed.load_state_dict(state)
+        rest = [images for images, _ in resumed] + [images for images, _ in resumed]
+    assert all(torch.equal(a, b[0]) for a, b in zip(rest, inline[2:]))
+    assert len(rest) == len(inline) - 2
+
+
+def test_a_users_step_gets_a_generator_seeded_from_seed_epoch_and_record(dataset: Path) -> None:
+    seen: list[int] = []
+
+    def record_seed(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        seen.append(generator.initial_seed())
+        return sample
+
+    with Loader(dataset, batch_size=5, num_workers=0, size=SIZE, seed=3, augment=[RandomVerticalFlip(), record_seed], return_indices=True, shuffle=False) as loader:
+        loader.set_epoch(7)
+        indices = [i for _, _, batch in loader for i in batch.tolist()]
+    # in decoding order, which is batch order in this process (then epoch 8 begins, ahead)
+    assert seen[: len(indices)] == record_keys(3, STEP_STREAM + 1, 7, np.array(indices, np.uint64)).tolist()
+
+
+def test_a_step_that_changes_the_shape_is_refused(dataset: Path) -> None:
+    def shrink(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return sample[:, :10]
+
+    with pytest.raises(TypeError, match=r"must return a \(3, 30, 30\) uint8 tensor") as info:
+        with Loader(dataset, batch_size=5, num_workers=0, size=SIZE, augment=[shrink]) as loader:
+            next(iter(loader))
+    assert isinstance(info.value, WorkerError)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mean_and_std_without_a_device_normalise_in_the_workers(dataset: Path, num_workers: int) -> None:
+    mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
+    plain = batches(dataset, num_workers=num_workers, augment=[RandomVerticalFlip()])
+    with Loader(dataset, batch_size=6, num_workers=num_workers, size=SIZE, seed=11, mean=mean, std=std, augment=[RandomVerticalFlip()]) as loader:
+        for (images, _), (want, _) in zip(loader, plain):
+            assert images.dtype == torch.float32 and images.shape[1:] == (3, SIZE, SIZE)
+            assert images.is_contiguous(memory_format=torch.channels_last)
+            expected = (want.float() - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+            torch.testing.assert_close(images, expected)
+        assert loader.shared_memory_bytes == 3 * (-(-6 * SIZE * SIZE * 3 * 4 // 4096) * 4096 + 4096)
+
+
+def test_augment_and_normalisation_are_checked_against_the_fields(dataset: Path) -> None:
+    with pytest.raises(TypeError, match="augment step"):
+        Loader(dataset, batch_size=4, num_workers=0, augment=["flip"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="both mean and std"):
+        Loader(dataset, batch_size=4, num_workers=0, mean=(1.0, 2.0, 3.0))
+    with pytest.raises(ValueError, match="one value per channel"):
+        Loader(dataset, batch_size=4, num_workers=0, mean=(1.0,), std=(1.0,))
+    with Loader(dataset, batch_size=4, num_workers=0, fields={"image": 16, "label": None}, augment=[RandomVerticalFlip(1.0)], shuffle=False, copy=True) as loader:
+        flipped = next(iter(loader))["image"]
+    with Loader(dataset, batch_size=4, num_workers=0, fields={"image": 16, "label": None}, shuffle=False, copy=True) as loader:
+        assert torch.equal(flipped, next(iter(loader))["image"].flip(2))

@@ -1,0 +1,159 @@
+"""A failure in a loader worker keeps its class: the error raised in the training process is an
+instance of the class the worker raised and of WorkerError, names the shard, record and offset,
+and carries the worker's traceback as its cause."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+from conftest import jpeg_bytes
+
+from shardfmt import (
+    IMAGE_CLASSIFICATION,
+    ChecksumError,
+    DatasetWriter,
+    DecodeError,
+    Loader,
+    WorkerError,
+    open_dataset,
+)
+from shardfmt.errors import WorkerTraceback, worker_error_class, worker_error_kind
+
+NUM_RECORDS = 24
+
+
+def shm_entries() -> set[str]:
+    """The ring segments of loaders of this process (other processes may run loaders too)."""
+    mine = f"shardfmt-{os.getpid()}-"
+    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)} if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("errors") / "ds"
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, shard_size=12_000) as writer:
+        for i in range(NUM_RECORDS):
+            writer.write({"image": jpeg_bytes(40, 48, seed=i), "label": i, "key": f"r{i}"})
+    return out
+
+
+def corrupt(dataset: Path, tmp_path: Path, index: int) -> tuple[str, int, int]:
+    """A copy of `dataset` with one payload byte of record `index` flipped; returns its shard
+    path, record number and payload offset."""
+    broken = tmp_path / "broken"
+    shutil.copytree(dataset, broken)
+    reader = open_dataset(broken)
+    shard_index, local = reader.locate(index)
+    shard = reader.shard(shard_index)
+    offset = int(shard.table[local]["offset"])
+    path = shard.path
+    reader.close()
+    with open(path, "r+b") as f:
+        f.seek(offset + 100)
+        byte = f.read(1)
+        f.seek(offset + 100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    return path, local, offset
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_corrupt_record_raises_checksum_error(dataset: Path, tmp_path: Path, num_workers: int) -> None:
+    path, record, offset = corrupt(dataset, tmp_path, 13)
+    before = shm_entries()
+    with pytest.raises(ChecksumError) as info:
+        with Loader(tmp_path / "broken", batch_size=4, num_workers=num_workers, size=16, shuffle=False) as loader:
+            for _ in loader:
+                pass
+    error = info.value
+    assert isinstance(error, WorkerError)
+    assert (error.path, error.record, error.offset) == (path, record, offset)
+    assert "does not match its checksum" in error.message and "dataset record 13" in error.message
+    if num_workers:
+        assert isinstance(error.__cause__, WorkerTraceback)
+        assert "verify_record" in error.__cause__.trace and "ChecksumError" in error.__cause__.trace
+    else:  # decoded in this process: the cause is the error itself, with its traceback
+        assert type(error.__cause__) is ChecksumError and error.__cause__.__traceback__ is not None
+    assert shm_entries() <= before
+
+
+def test_an_undecodable_record_raises_decode_error(tmp_path: Path) -> None:
+    data = bytearray(jpeg_bytes(40, 40, seed=1))
+    table = data.find(b"\xff\xc4")
+    data[table + 5 : table + 21] = b"\xff" * 16  # a Huffman table no decoder accepts
+    with DatasetWriter(tmp_path / "ds", schema=IMAGE_CLASSIFICATION) as writer:
+        for i in range(6):
+            writer.write({"image": bytes(data) if i == 4 else jpeg_bytes(40, 40, seed=i), "label": i, "key": f"r{i}"})
+    with pytest.raises(DecodeError) as info:
+        with Loader(tmp_path / "ds", batch_size=2, num_workers=1, size=16, shuffle=False) as loader:
+            list(loader)
+    assert isinstance(info.value, WorkerError) and isinstance(info.value, ValueError)
+    assert info.value.record == 4 and "does not decode" in info.value.message
+
+
+class Refused(KeyError):
+    """A user's error class, a subclass of a builtin one."""
+
+
+class Oops(Exception):
+    """A user's error class outside the closed set."""
+
+
+def refuse_record_five(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    if int(sample[0, 0, 0]) == 255 - 5:
+        raise Refused("record five")
+    return sample
+
+
+def oops(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    raise Oops("a user's step failed")
+
+
+@pytest.fixture(scope="module")
+def marked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Flat gray images whose value is 255 - record, so a step can tell records apart."""
+
+    out = tmp_path_factory.mktemp("marked") / "ds"
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
+        for i in range(8):
+            pixels = np.full((16, 16, 3), 255 - i, np.uint8)
+            writer.write({"image": simplejpeg.encode_jpeg(pixels, quality=100), "label": i, "key": f"m{i}"})
+    return out
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_user_steps_builtin_error_keeps_its_builtin_class(marked: Path, num_workers: int) -> None:
+    with pytest.raises(KeyError) as info:
+        with Loader(marked, batch_size=4, num_workers=num_workers, pipeline="resize", size=8, shuffle=False, augment=[refuse_record_five]) as loader:
+            list(loader)
+    assert isinstance(info.value, WorkerError) and not isinstance(info.value, Refused)
+    assert info.value.record == 5 and "Refused: 'record five'" in info.value.message
+
+
+def test_a_user_class_outside_the_closed_set_is_a_worker_error(marked: Path) -> None:
+    with pytest.raises(WorkerError, match="Oops: a user's step failed") as info:
+        with Loader(marked, batch_size=4, num_workers=1, pipeline="resize", size=8, augment=[oops]) as loader:
+            list(loader)
+    assert type(info.value) is WorkerError
+    assert isinstance(info.value.__cause__, WorkerTraceback) and "raise Oops" in info.value.__cause__.trace
+
+
+def test_worker_error_classes() -> None:
+    checksum = worker_error_class("ChecksumError")
+    assert checksum is worker_error_class("ChecksumError")
+    assert issubclass(checksum, ChecksumError) and issubclass(checksum, WorkerError)
+    assert worker_error_class("Oops") is WorkerError
+    assert worker_error_class("system") is WorkerError  # a name, never code or a pickle
+    assert worker_error_class("RejectError") is WorkerError
+    assert worker_error_kind(Refused("x")) == "KeyError"
+    assert worker_error_kind(ChecksumError("x")) == "ChecksumError"
+    assert worker_error_kind(Oops("x")) == "Oops"
+    error = checksum("payload does not match", path="a.shard", offset=64, record=3)
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is checksum and str(again) == "a.shard: byte 64: record 3: payload does not match"
