@@ -3,7 +3,7 @@ as they are, each tile labelled with its class name and record index.
 
 The batch is the first batch of epoch 0 of a `Loader` with the given pipeline, size and seed: the
 crops, flips and colours a training run would see. Its record indices are the sampler's first
-batch (`sampling.sample_batches`), which is what the loader reads. Stored records are decoded as
+batch, as the loader returns them (`return_indices`). Stored records are decoded as
 stored and shrunk only to fit their tile, never enlarged. Tiles are laid out by `SheetLayout`,
 row by row, each with a strip of text below it (Pillow's default font).
 """
@@ -23,7 +23,6 @@ from PIL import Image, ImageDraw, ImageFont
 from .dataset.reader import DatasetReader
 from .loader import Loader
 from .ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
-from .sampling import sample_batches
 from .storage import RemoteOptions
 
 __all__ = ["PIPELINES", "PreviewSheet", "SheetLayout", "Tile", "draw_label", "preview"]
@@ -142,11 +141,6 @@ def make_pipeline(name: str, size: int, augment: Mapping[str, Any] | None) -> Pi
     return Resize((size, size))
 
 
-def first_batch(num_records: int, *, batch_size: int, seed: int) -> list[int]:
-    """The record indices of the first batch of epoch 0 of a shuffled, single-process Loader."""
-    return [int(i) for i in sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=0).batch(0)]
-
-
 def loader_tiles(
     dataset: str | os.PathLike[str], *, count: int, pipeline: Pipeline, seed: int, remote: RemoteOptions | None = None
 ) -> list[Tile]:
@@ -157,11 +151,10 @@ def loader_tiles(
         raise ValueError("the dataset holds no records")
     batch_size = min(count, num_records)
     loader = Loader(dataset, batch_size=batch_size, seed=seed, num_workers=0, pipeline=pipeline, layout="NHWC", copy=True,
-                    rank=0, world_size=1, remote=remote)
+                    rank=0, world_size=1, remote=remote, return_indices=True)
     with loader:
-        images, labels = next(iter(loader))
-    indices = first_batch(num_records, batch_size=batch_size, seed=seed)
-    return [Tile(images[n].numpy(), index, _text(classes, int(labels[n]), index)) for n, index in enumerate(indices)]
+        images, labels, indices = next(iter(loader))
+    return [Tile(images[n].numpy(), int(index), _text(classes, int(labels[n]), int(index))) for n, index in enumerate(indices)]
 
 
 def stored_tiles(dataset: str | os.PathLike[str], indices: Sequence[int], *, size: int, remote: RemoteOptions | None = None) -> list[Tile]:
