@@ -19,6 +19,9 @@ from shardfmt._sample import make_image, make_imagefolder
 
 # tools/ holds the vector generator and the byte-level shard builder the format tests share.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+# Tests live in folders that mirror the package's layers; the helpers beside this file
+# (remote_servers) are imported from any of them.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def jpeg_bytes(height: int = 24, width: int = 32, *, seed: int = 0, quality: int = 90) -> bytes:

@@ -158,7 +158,7 @@ def test_two_process_gloo_run_splits_the_epoch(indexed_dataset: Path, tmp_path: 
         open("{tmp_path}/rank%d.json" % rank, "w").write(json.dumps(labels))
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     procs = [subprocess.Popen([sys.executable, "-c", script, str(rank)], env=env) for rank in range(2)]
     assert [p.wait(timeout=90) for p in procs] == [0, 0]
     import json
@@ -293,7 +293,7 @@ def test_dev_shm_is_clean_after_close_and_after_an_error_in_the_loop(indexed_dat
 def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
     before = shm_entries()
     script = f"from shardfmt import Loader\nfor batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16):\n    raise SystemExit(3)\n"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     assert subprocess.run([sys.executable, "-c", script], env=env, timeout=60).returncode == 3
     assert shm_entries() <= before
 
@@ -393,7 +393,7 @@ def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
             sys.exit(130)
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "ready"

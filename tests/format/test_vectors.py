@@ -35,7 +35,7 @@ from shardfmt.orders import epoch_order
 from shardfmt.sampling import AUGMENT_STREAM, record_keys, sample_batches, uniforms
 from shardfmt.split import RankPlan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "spec" / "vectors"
 VALID = sorted(VECTORS.glob("v*/valid/*.shard"))
 INVALID = sorted(VECTORS.glob("v*/invalid/*.shard"))

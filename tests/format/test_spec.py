@@ -21,7 +21,7 @@ from shardfmt.format.layout import (
     column_name,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
 VECTORS = SPEC / "vectors" / f"v{layout.FORMAT_VERSION[0]}.{layout.FORMAT_VERSION[1]}"
 TYPE_NAMES = {"<u2": "u16", "<u4": "u32", "<u8": "u64", "<i8": "i64", "<f8": "f64"}

@@ -49,7 +49,7 @@ from shardfmt.convert.fields import convert_fields
 from shardfmt.convert.run import convert
 from shardfmt.ops import RandomCrop
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = RetryPolicy(attempts=4, first_delay=0.02, max_delay=0.1)
 NUM_RECORDS = 61
 

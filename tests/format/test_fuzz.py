@@ -27,7 +27,7 @@ from shardfmt.format.layout import (
     HEADER_SIZE,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [path.read_bytes() for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]
 PEAK_LIMIT = 2 * 1024 * 1024
 """The seeds are at most a few KB; reading one allocates far less than this."""

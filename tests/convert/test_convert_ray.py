@@ -15,7 +15,7 @@ from shardfmt.convert.run import convert
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the 'ray' extra")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

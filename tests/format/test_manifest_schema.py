@@ -34,7 +34,7 @@ from shardfmt.format.manifest import _VERSION_RE, Manifest, _unsafe_path
 
 jsonschema = pytest.importorskip("jsonschema")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "spec" / "manifest.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 ALL_TYPES = Schema.of(image="jpeg", label="int64", score="float64", key="str", blob="bytes", meta="json")

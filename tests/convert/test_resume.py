@@ -22,7 +22,7 @@ from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_datas
 from shardfmt._sample import make_image
 from shardfmt.convert.run import convert
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHARD_SIZE = 300 * 1024  # one input per shard: 48 shards
 
 

@@ -537,7 +537,7 @@ def test_tar_manifest_rules(tmp_path: Path) -> None:
 
 def test_tar_manifest_validates_against_the_json_schema(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((Path(__file__).resolve().parents[1] / "spec" / "manifest.schema.json").read_text())
+    schema = json.loads((Path(__file__).resolve().parents[2] / "spec" / "manifest.schema.json").read_text())
     tar_dataset(tmp_path / "ds")
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
@@ -634,7 +634,7 @@ def test_table_is_read_only(tmp_path: Path) -> None:
 
 # -- spec/tar.md describes the same bytes ------------------------------------------------------
 
-SPEC = Path(__file__).resolve().parents[1] / "spec"
+SPEC = Path(__file__).resolve().parents[2] / "spec"
 
 
 def test_spec_header_table_is_what_the_writer_writes() -> None:
