@@ -10,15 +10,28 @@ before it allocates for it.
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
+import fuzz_mutations
 import numpy as np
+import pytest
+from conftest import jpeg_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shardbytes import ShardBytes
 
-from shardfmt import ShardfmtError, ShardReader
+from shardfmt import (
+    FormatError,
+    ShardfmtError,
+    ShardNotFoundError,
+    ShardReader,
+    open_dataset,
+)
+from shardfmt.dataset.verify import verify_dataset
+from shardfmt.errors import ManifestError
 from shardfmt.format.layout import (
     FOOTER_DTYPE,
     FOOTER_SIZE,
@@ -26,6 +39,8 @@ from shardfmt.format.layout import (
     HEADER_SIZE,
     IMAGE_TYPES,
 )
+from shardfmt.tar.reader import TarShardReader
+from shardfmt.tar.writer import TarShardWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [path.read_bytes() for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]
@@ -182,3 +197,42 @@ def test_seeds_read_cleanly() -> None:
     for seed in SEEDS:
         read_everything(seed)
         check_reader(seed)
+
+
+# -- what the campaign found -------------------------------------------------------------------
+
+def write_tar(path: Path) -> None:
+    with TarShardWriter(path) as writer:
+        writer.write("a", image=jpeg_bytes(seed=1), label=1)
+
+
+@pytest.mark.parametrize("members", [[], None, 3, "jpg"])
+def test_member_spans_that_are_not_an_object_are_a_format_error(tmp_path: Path, members: Any) -> None:
+    write_tar(tmp_path / "t.tar")
+    [row] = fuzz_mutations.index_records((tmp_path / "t.tar.idx").read_bytes())
+    (tmp_path / "t.tar.idx").write_bytes(fuzz_mutations.write_index([dict(row, members=members)], tmp_path))
+    with TarShardReader(tmp_path / "t.tar") as reader, pytest.raises(FormatError, match="members is a JSON") as caught:
+        reader.members(0)
+    assert (caught.value.path, caught.value.record) == (str(tmp_path / "t.tar.idx"), 0)
+
+
+def set_manifest(root: Path, change: Any) -> None:
+    document = json.loads((root / "manifest.json").read_text())
+    change(document)
+    (root / "manifest.json").write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "shard-00000.shard/x", "\ud800.shard"])
+def test_a_shard_path_that_no_file_can_have_is_not_found(small_dataset: Path, name: str) -> None:
+    set_manifest(small_dataset, lambda document: document["shards"][0].update(path=name))
+    with open_dataset(small_dataset) as dataset, pytest.raises(ShardNotFoundError):
+        dataset.shard(0)
+    problems = verify_dataset(small_dataset).problems
+    assert [type(problem) for problem in problems] == [ShardNotFoundError]
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "\ud800"])
+def test_a_rejects_report_that_no_file_can_have_is_a_manifest_problem(small_dataset: Path, name: str) -> None:
+    set_manifest(small_dataset, lambda document: document["rejects"].update(report=name, count=1))
+    [problem] = verify_dataset(small_dataset).problems
+    assert isinstance(problem, ManifestError) and "the rejects report cannot be read" in problem.message
