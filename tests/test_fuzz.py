@@ -39,6 +39,7 @@ from shardfmt import (
     ShardReader,
     open_dataset,
 )
+from shardfmt.dataset.summary import summarise_dataset
 from shardfmt.dataset.verify import verify_dataset
 from shardfmt.errors import ManifestError
 from shardfmt.format.layout import FOOTER_SIZE, IMAGE_TYPES
@@ -383,3 +384,10 @@ def test_a_rejects_report_that_no_file_can_have_is_a_manifest_problem(small_data
     set_manifest(small_dataset, lambda document: document["rejects"].update(report=name, count=1))
     [problem] = verify_dataset(small_dataset).problems
     assert isinstance(problem, ManifestError) and "the rejects report cannot be read" in problem.message
+
+
+def test_summary_of_a_manifest_whose_schema_differs_from_its_shards_is_a_manifest_error(small_dataset: Path) -> None:
+    set_manifest(small_dataset, lambda document: document["schema"]["fields"][0].update(name="picture"))
+    with pytest.raises(ManifestError, match="has a schema that differs from the manifest's") as caught:
+        summarise_dataset(small_dataset)
+    assert caught.value.path == str(small_dataset / "manifest.json")
