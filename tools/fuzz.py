@@ -11,8 +11,9 @@ Three kinds of input, each from valid seeds that are generated afresh (never com
   repeated and missing keys, path tricks).
 
 Each mutant is opened and every record and field is read (and checksummed); a tar is indexed
-anew and scanned; a dataset is read through `open_dataset` and checked by `verify_dataset`. The
-rule under test: whatever the input, shardfmt raises only `ShardfmtError`. A finding is
+anew and scanned; a dataset is read through `open_dataset`, checked by `verify_dataset` (full
+and quick) and summarised by `summarise_dataset`. The rule under test: whatever the input,
+shardfmt raises only `ShardfmtError`. A finding is
 
 - any other exception, or no result within ``--hang-seconds``;
 - an inconsistency: a tar that `index_tar` indexed but whose index `TarShardReader` refuses, or a
@@ -79,6 +80,7 @@ import shardfmt  # noqa: E402
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter  # noqa: E402
 from shardfmt._sample import make_image  # noqa: E402
 from shardfmt.dataset.reader import open_dataset  # noqa: E402
+from shardfmt.dataset.summary import summarise_dataset  # noqa: E402
 from shardfmt.dataset.tars import index_tars  # noqa: E402
 from shardfmt.dataset.verify import verify_dataset  # noqa: E402
 from shardfmt.errors import ShardfmtError  # noqa: E402
@@ -368,6 +370,7 @@ def check_manifest(folder: Path, changed: Sequence[str]) -> None:
                     reader[first], reader[first + int(count) - 1]  # noqa: B018
     report = attempt(lambda: verify_dataset(folder))
     attempt(lambda: verify_dataset(folder, quick=True))
+    attempt(lambda: summarise_dataset(folder))
     if report is not None and report.ok:
         try:
             with open_dataset(folder, verify=True) as dataset:
