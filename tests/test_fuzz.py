@@ -16,7 +16,9 @@ is injected. The last tests pin the bugs that the campaign found.
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +45,7 @@ from shardfmt.dataset.summary import summarise_dataset
 from shardfmt.dataset.verify import verify_dataset
 from shardfmt.errors import ManifestError
 from shardfmt.format.layout import FOOTER_SIZE, IMAGE_TYPES
-from shardfmt.tar.index import INDEX_SCHEMA
+from shardfmt.tar.index import INDEX_SCHEMA, index_tar
 from shardfmt.tar.reader import TarShardReader
 from shardfmt.tar.writer import TarShardWriter
 
@@ -391,3 +393,16 @@ def test_summary_of_a_manifest_whose_schema_differs_from_its_shards_is_a_manifes
     with pytest.raises(ManifestError, match="has a schema that differs from the manifest's") as caught:
         summarise_dataset(small_dataset)
     assert caught.value.path == str(small_dataset / "manifest.json")
+
+
+def test_a_member_of_negative_size_makes_the_tar_malformed(tmp_path: Path) -> None:
+    # tarfile takes a PAX "GNU.sparse.realsize" record without a sparse map as the member's size.
+    path, image = tmp_path / "t.tar", jpeg_bytes(seed=1)
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as archive:
+        for name, data, headers in [("a.jpg", image, {}), ("a.cls", b"1", {}), ("a.txt", b"note", {"GNU.sparse.realsize": "-1"})]:
+            info = tarfile.TarInfo(name)
+            info.size, info.pax_headers = len(data), headers
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(FormatError, match=r"member 'a.txt' has a negative size \(-1\)") as caught:
+        index_tar(path)
+    assert caught.value.offset == 512 + -(-len(image) // 512) * 512 + 512 + 512  # the third member's PAX header
