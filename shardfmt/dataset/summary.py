@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ManifestError
 from ..format.layout import column_name
 from ..format.manifest import Manifest
 from .locate import classify_location
@@ -55,7 +56,7 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
         A `DatasetSummary`.
 
     Raises:
-        DatasetNotFoundError, ManifestError: no valid manifest.
+        DatasetNotFoundError, ManifestError: no valid manifest, or a shard's schema differs from it.
         FormatError, ShardNotFoundError: a shard is missing or breaks a structural rule.
     """
     manifest_path = classify_location(path).manifest_path()
@@ -65,6 +66,8 @@ def summarise_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
     columns: dict[str, list[np.ndarray[Any, Any]]] = {"height": [], "width": [], "channels": [], "label": []}
     for entry in manifest.shards:
         with open_shard(root, entry, verify=False) as reader:
+            if reader.schema != manifest.schema:
+                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=manifest_path)
             if image is not None:
                 for name in ("height", "width", "channels"):
                     columns[name].append(np.array(reader.table[column_name(image, name)]))

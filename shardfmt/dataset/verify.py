@@ -128,8 +128,8 @@ def _check_rejects_report(root: Path, manifest: Manifest) -> ShardfmtError | Non
     try:
         with open(path, "rb") as file:
             lines = sum(1 for _ in file)
-    except OSError as err:
-        return ManifestError(f"the rejects report cannot be read: {err.strerror}", path=path)
+    except (OSError, ValueError) as err:  # ValueError: a name with NUL or a lone surrogate
+        return ManifestError(f"the rejects report cannot be read: {err.strerror if isinstance(err, OSError) else err}", path=path)
     if lines != count:
         return ManifestError(f"the rejects report has {lines} lines but the manifest counts {count} rejects", path=path)
     return None
