@@ -18,8 +18,9 @@ is False and the loader decodes whole images with simplejpeg.
 Safety. libjpeg reports a fatal error by calling ``exit()`` (it cannot raise into Python), so a
 `CropDecoder` is only used in loader worker processes, and only on a record whose bytes the loader
 has already decoded with simplejpeg (which raises on corrupt data) and whose checksum it has
-checked: such bytes decode without error. A worker that still exits is reported by the loader as
-a dead worker, naming the shard and record. Set ``SHARDFMT_PARTIAL_DECODE=0`` to turn it off.
+checked: such bytes decode without error. A worker that still exits inside a partial decode is
+replaced by the loader, which warns once naming the shard and record and decodes that record
+whole from then on (`loader.pool`). Set ``SHARDFMT_PARTIAL_DECODE=0`` to turn it off.
 """
 
 from __future__ import annotations
