@@ -408,6 +408,25 @@ def test_summary_of_a_manifest_whose_schema_differs_from_its_shards_is_a_manifes
     assert caught.value.path == str(small_dataset / "manifest.json")
 
 
+@pytest.mark.parametrize("where", ["member", "global"])
+def test_a_size_that_a_pax_record_sets_without_moving_the_next_header_makes_the_tar_malformed(tmp_path: Path, where: str) -> None:
+    # tarfile takes the size of a "GNU.sparse.realsize" record, or of a global "size" record, but
+    # finds the next header by the size in the member's own header: the two spans disagree.
+    path, image = tmp_path / "t.tar", jpeg_bytes(seed=1)
+    global_headers = {"size": "2112"} if where == "global" else {}
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT, pax_headers=global_headers) as archive:
+        for name, data in [("a.jpg", image), ("a.cls", b"1"), ("a.txt", b"note")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            if where == "member" and name == "a.txt":
+                info.pax_headers = {"GNU.sparse.realsize": "2112"}
+            archive.addfile(info, io.BytesIO(data))
+    name, offset = ("a.txt", 512 + -(-len(image) // 512) * 512 + 512 + 512) if where == "member" else ("a.jpg", 1024)
+    with pytest.raises(FormatError, match=rf"member '{name}' has a size \(2112\) that a PAX record sets") as caught:
+        index_tar(path)
+    assert caught.value.offset == offset
+
+
 def test_a_member_of_negative_size_makes_the_tar_malformed(tmp_path: Path) -> None:
     # tarfile takes a PAX "GNU.sparse.realsize" record without a sparse map as the member's size.
     path, image = tmp_path / "t.tar", jpeg_bytes(seed=1)
