@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,24 @@ def test_workers_deliver_the_pixels_of_a_whole_decode(tmp_path: Path, monkeypatc
 
 
 # -- a worker that libjpeg ends inside a partial decode ------------------------------------------
+
+def test_a_fatal_libjpeg_error_ends_the_process_at_once(tmp_path: Path) -> None:
+    """libjpeg ends the process on a fatal error; the decoder does it with _exit, so no exit
+    handler runs (in a forked worker, one that waits for the parent's threads would hang it)."""
+    marker = tmp_path / "exit-handler-ran"
+    script = (
+        "import ctypes\nfrom shardfmt.ops.jpegcrop import CropDecoder\n"
+        f"handler = ctypes.CFUNCTYPE(None)(lambda: open({str(marker)!r}, 'w').close())\n"
+        "ctypes.CDLL(None).__cxa_atexit(handler, None, None)\n"
+        "decoder = CropDecoder(max_height=8, max_width=8)\n"
+        "decoder.decode(bytes(100), top=0, left=0, box_height=8, box_width=8)\n"
+        "print('returned')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    child = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert (child.returncode, child.stdout, child.stderr) == (1, "", "Not a JPEG file: starts with 0x00 0x00\n")
+    assert not marker.exists()
+
 
 RECORDS = 24
 
