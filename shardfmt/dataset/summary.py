@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ManifestError
 from ..format.layout import column_name
 from ..storage import RemoteOptions
 from .locate import locate_dataset
@@ -57,7 +58,7 @@ def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | N
         A `DatasetSummary`.
 
     Raises:
-        DatasetNotFoundError, ManifestError: no valid manifest.
+        DatasetNotFoundError, ManifestError: no valid manifest, or a shard's schema differs from it.
         FormatError, ShardNotFoundError: a shard is missing or breaks a structural rule.
         RemoteError: the store failed.
     """
@@ -67,6 +68,8 @@ def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | N
     columns: dict[str, list[np.ndarray[Any, Any]]] = {"height": [], "width": [], "channels": [], "label": []}
     for entry in manifest.shards:
         with open_located_shard(location, entry, manifest.schema, verify=False) as reader:
+            if reader.schema != manifest.schema:
+                raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=location.manifest_path)
             if image is not None:
                 for name in ("height", "width", "channels"):
                     columns[name].append(np.array(reader.table[column_name(image, name)]))

@@ -150,8 +150,8 @@ def _check_rejects_report(location: DatasetLocation, manifest: Manifest) -> Shar
         try:
             with open(Path(location.root) / name, "rb") as file:
                 lines = sum(1 for _ in file)
-        except OSError as err:
-            return ManifestError(f"the rejects report cannot be read: {err.strerror}", path=path)
+        except (OSError, ValueError) as err:  # ValueError: a name with NUL or a lone surrogate
+            return ManifestError(f"the rejects report cannot be read: {err.strerror if isinstance(err, OSError) else err}", path=path)
     else:
         try:
             lines = location.store.get(name).count(b"\n")

@@ -291,6 +291,7 @@ class _JpegFiller(_Filler):
 
     def _make_decoder(self, max_height: int, max_width: int) -> None:
         height, width, channels = self.spec.shape
+        previous = getattr(self, "decoder", None)
         self.decoder = ImageDecoder(
             max_height=max_height,
             max_width=max_width,
@@ -300,6 +301,8 @@ class _JpegFiller(_Filler):
             interpolation=self.spec.interpolation,
             partial=self.partial,
         )
+        if previous is not None:  # a grown decoder keeps the flag a loader worker shares with its pool
+            self.decoder.in_partial_decode = previous.in_partial_decode
         self.capacity = (max_height, max_width)
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:

@@ -7,7 +7,11 @@ worker never holds back more than that, and chunks go to the least-loaded worker
 Failures never hang: a worker's ERROR message, its death (its process sentinel fires) or no
 progress for `timeout` seconds raise `WorkerError` naming the shard and record. An ERROR keeps
 the class the worker raised: the error is an instance of it too (`errors.worker_error_class`),
-with the worker's traceback as its cause.
+with the worker's traceback as its cause. One death is
+survived: a worker that ends inside libjpeg's partial decoder (libjpeg reports a fatal error by
+``exit()``) is replaced, the chunks it held go to its replacement, and the record is decoded whole
+by every worker from then on, with one warning naming it. A second death on that record is a
+`WorkerError`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+import warnings
 from collections import deque
 from multiprocessing import connection
 from typing import Any
@@ -75,22 +80,33 @@ class WorkerPool:
         self.conns: list[Any] = []
         self.load = [0] * num_workers
         self.outstanding: dict[tuple[int, int], int] = {}
+        self.chunks: dict[tuple[int, int], Chunk] = {}  # what is in flight, to give a replaced worker's chunks again
         self.ring = ring
-        context = multiprocessing.get_context(start_method)
+        self._context: Any = multiprocessing.get_context(start_method)
+        context = self._context
         self.current = context.Array("q", [-1] * num_workers)
         self.checked = checked if checked is not None else context.RawArray("B", checked_bytes(len(dataset)))
-        config = dict(config, shm_name=ring.name)
+        self.partial = context.RawArray("B", num_workers)
+        self.whole_only = context.RawArray("B", checked_bytes(len(dataset)))
+        self._config = dict(config, shm_name=ring.name)
         for worker_id in range(num_workers):
-            parent_end, child_end = context.Pipe(duplex=True)
-            process = context.Process(target=worker_main, args=(worker_id, child_end, config, self.current, self.checked), name=f"shardfmt-worker-{worker_id}", daemon=True)
-            process.start()
-            child_end.close()
-            self.processes.append(process)
-            self.conns.append(parent_end)
+            self._start_worker(worker_id)
         ready = 0
         deadline = time.monotonic() + timeout
         while ready < num_workers:
             ready += sum(1 for op in self._poll(deadline) if op == READY)
+
+    def _start_worker(self, worker_id: int) -> None:
+        parent_end, child_end = self._context.Pipe(duplex=True)
+        shared = (self.current, self.checked, self.partial, self.whole_only)
+        process = self._context.Process(target=worker_main, args=(worker_id, child_end, self._config, *shared), name=f"shardfmt-worker-{worker_id}", daemon=True)
+        process.start()
+        child_end.close()
+        if worker_id < len(self.processes):
+            self.processes[worker_id], self.conns[worker_id] = process, parent_end
+        else:
+            self.processes.append(process)
+            self.conns.append(parent_end)
 
     @property
     def busy_slots(self) -> set[int]:
@@ -102,10 +118,15 @@ class WorkerPool:
             worker_id = min(range(self.num_workers), key=self.load.__getitem__)
             if self.load[worker_id] >= DEPTH:
                 return
-            slot, row, epoch, indices = pending.popleft()
-            self.conns[worker_id].send_bytes(HEADER.pack(TASK, slot, row, epoch, len(indices)) + indices.tobytes())
-            self.load[worker_id] += 1
-            self.outstanding[(slot, row)] = worker_id
+            chunk = pending.popleft()
+            self._send(worker_id, chunk)
+            self.outstanding[(chunk[0], chunk[1])] = worker_id
+            self.chunks[(chunk[0], chunk[1])] = chunk
+
+    def _send(self, worker_id: int, chunk: Chunk) -> None:
+        slot, row, epoch, indices = chunk
+        self.conns[worker_id].send_bytes(HEADER.pack(TASK, slot, row, epoch, len(indices)) + indices.tobytes())
+        self.load[worker_id] += 1
 
     def wait(self) -> None:
         """Block until at least one chunk completes. Raises WorkerError on any failure."""
@@ -117,37 +138,46 @@ class WorkerPool:
             self.wait()
 
     def _poll(self, deadline: float) -> list[int]:
-        sentinels = {process.sentinel: i for i, process in enumerate(self.processes)}
         while True:
+            # made afresh each time round: a worker may have been replaced
+            sentinels = {process.sentinel: i for i, process in enumerate(self.processes)}
             ready = connection.wait(self.conns + list(sentinels), timeout=max(0.0, min(1.0, deadline - time.monotonic())))
             ops = []
             for item in ready:
                 if item in sentinels:
                     worker_id = sentinels[item]
-                    if not self.conns[worker_id].poll(0):
-                        self._raise_dead(worker_id)
+                    if self.processes[worker_id].sentinel == item and not self.conns[worker_id].poll(0):
+                        self._worker_died(worker_id)
                     continue
-                ops.append(self._handle(self.conns.index(item), item))
+                if item in self.conns:  # not the pipe of a worker replaced a moment ago
+                    op = self._handle(self.conns.index(item), item)
+                    if op is not None:
+                        ops.append(op)
             if ops:
                 return ops
             if time.monotonic() > deadline:
                 busy = [int(i) for i in self.current]
                 raise WorkerError(f"no progress for {self.timeout:.0f} s; workers are on dataset records {busy}")
 
-    def _handle(self, worker_id: int, conn: Any) -> int:
+    def _handle(self, worker_id: int, conn: Any) -> int | None:
+        """Take one message from a worker; None when the worker was dead and has been replaced."""
         try:
             message = conn.recv_bytes()
         except (EOFError, OSError):
-            self._raise_dead(worker_id)
+            self._worker_died(worker_id)
+            return None
         op, slot, row, _epoch, _count = HEADER.unpack_from(message)
         if op == ERROR:
             raise failure_error(json.loads(message[HEADER.size :].decode()), f"worker {worker_id}")
         if op == DONE:
             self.load[worker_id] -= 1
             del self.outstanding[(slot, row)]
+            del self.chunks[(slot, row)]
         return int(op)
 
-    def _raise_dead(self, worker_id: int) -> None:
+    def _worker_died(self, worker_id: int) -> None:
+        """Replace a worker that ended inside a partial decode of a record not yet marked to be
+        decoded whole (see the module docstring); else raise WorkerError naming the record."""
         process = self.processes[worker_id]
         process.join(0.1)
         code = process.exitcode
@@ -157,8 +187,26 @@ class WorkerPool:
         if index >= 0:
             shard_index, record = self.dataset.locate(index)
             shard = self.dataset.shard_path(shard_index)
-        where = f" while decoding dataset record {index}" if index >= 0 else ""
-        raise WorkerError(f"worker {worker_id} (pid {process.pid}) {how}{where}", path=shard, record=record)
+        byte, bit = index >> 3, 1 << (index & 7)
+        if index < 0 or not self.partial[worker_id] or self.whole_only[byte] & bit:
+            where = f" while decoding dataset record {index}" if index >= 0 else ""
+            raise WorkerError(f"worker {worker_id} (pid {process.pid}) {how}{where}", path=shard, record=record)
+        self.whole_only[byte] |= bit
+        warnings.warn(
+            f"{shard}: record {record}: worker {worker_id} (pid {process.pid}) {how} in libjpeg's partial decoding of "
+            f"dataset record {index}; a new worker took its place, and this loader decodes the record whole from now on",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        if process.is_alive():  # its pipe closed first: make sure it is gone before its successor starts
+            process.kill()
+            process.join(1.0)
+        self.conns[worker_id].close()
+        self.current[worker_id], self.partial[worker_id], self.load[worker_id] = -1, 0, 0
+        self._start_worker(worker_id)
+        for key, owner in self.outstanding.items():
+            if owner == worker_id:
+                self._send(worker_id, self.chunks[key])
 
     def shutdown(self) -> None:
         """Stop every worker at once and close the pipes. Idempotent.
@@ -176,7 +224,7 @@ class WorkerPool:
                 process.join(1.0)
         for conn in self.conns:
             conn.close()
-        self.processes, self.conns, self.outstanding = [], [], {}
+        self.processes, self.conns, self.outstanding, self.chunks = [], [], {}, {}
 
 
 class InlinePool:

@@ -14,7 +14,9 @@ fork. Messages are fixed structs sent with `send_bytes` (no pickling):
     worker -> loader   READY | DONE (slot, row, count) | ERROR + UTF-8 JSON
 
 While it works, a worker stores the record it is on in a shared array, so that if it dies the
-loader can name the shard and record.
+loader can name the shard and record, and it holds a shared byte at 1 while libjpeg's partial
+decoder runs (`ImageDecoder.in_partial_decode`), so that the loader can tell a death there from
+any other.
 
 Checksums and trust: the workers share one bit per record (`checked`, num_records / 8 bytes),
 set once the record's checksum has been checked (when the loader verifies) and every field has
@@ -26,6 +28,10 @@ says that the converter strictly decoded every JPEG (``strict_jpeg``, spec/manif
 bytes are the ones that decode cleanly, so it is decoded partially from its first read. Two
 workers setting bits of one byte at once may lose a bit, which only means that record is checked
 again: a bit is never set for a record that was not checked and decoded.
+
+A second shared bitmap (`whole_only`, set by the loader only) names the records whose partial
+decode ended a worker: libjpeg reports a fatal error by ``exit()``, so the loader starts a new
+worker, and every worker decodes those records whole from then on, trusted or not.
 
 After the fields, a sample of the image field named by the config's "transform" (the loader's
 ``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
@@ -105,6 +111,7 @@ class ChunkProcessor:
         self.remote = self.dataset.is_remote
         self.strict = bool(self.dataset.strict_jpeg)
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
+        self.whole_only = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
         """Fill rows [row, row + len(indices)) of slot `slot` with records `indices`.
@@ -129,6 +136,7 @@ class ChunkProcessor:
         draws = transform.draw(self.seed, epoch, indices) if transform is not None else []
         targets = self.targets[slot]
         checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
+        whole_only = self.whole_only.data
         current = self.current
         for k in range(count):
             reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
@@ -143,7 +151,7 @@ class ChunkProcessor:
                 # bytes fetched again from a URL are the ones decoded before only if checked
                 # again; bytes of a strictly decoded dataset that match their checksum are the
                 # converter's own
-                same_bytes = (trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)
+                same_bytes = ((trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)) and not whole_only[byte] & bit
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
                     # a transformed image is decoded into the scratch sample, then transformed into its row
@@ -198,6 +206,13 @@ class ChunkProcessor:
             message=message, shard=shard, record=record, index=index, offset=offset, kind=worker_error_kind(err), trace=traceback.format_exc()
         )
 
+    def share_partial_flag(self, flag: Any) -> None:
+        """Make every jpeg field's decoder hold `flag[0]` at 1 while it decodes partially."""
+        for filler in self.fillers:
+            decoder = getattr(filler, "decoder", None)
+            if decoder is not None:
+                decoder.in_partial_decode = flag
+
     def locate(self, index: int) -> tuple[str, int]:
         """Return (shard path, record) of dataset record `index`."""
         shard, local = self.dataset.locate(index)
@@ -232,8 +247,12 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
             pass
 
 
-def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any, checked: Any) -> None:
-    """Entry point of a worker process: serve TASK messages until STOP or the loader goes away."""
+def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any, checked: Any, partial: Any, whole_only: Any) -> None:
+    """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
+
+    `current`, `checked`, `partial` and `whole_only` are the pool's shared arrays: the record each
+    worker is on, the checked records, the byte per worker set during a partial decode, and the
+    records to decode whole."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     import torch
 
@@ -244,6 +263,8 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any,
         processor = ChunkProcessor(config, ring, in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
+        processor.whole_only = np.frombuffer(whole_only, np.uint8)
+        processor.share_partial_flag(np.frombuffer(partial, np.uint8).data[worker_id : worker_id + 1])
     except BaseException as err:  # report start-up failures instead of dying silently
         _send_error(conn, err, None, None, -1, None)
         return

@@ -13,6 +13,8 @@ converter strictly decoded), a full-scale RGB box is decoded alone (`jpegcrop`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import simplejpeg
 import torch
@@ -44,6 +46,11 @@ class ImageDecoder:
         partial: decode only the box of records the caller trusts (`decode_box(trusted=True)`)
             with libjpeg-turbo's partial decoding (`jpegcrop.CropDecoder`), where it is
             available and the output is fast-decoded RGB at full scale; the pixels are the same.
+
+    `in_partial_decode` is a one-byte writable buffer that holds 1 while the partial decoder
+    runs and 0 otherwise; a loader worker replaces it with a byte of shared memory, so that the
+    loader can tell a worker that libjpeg ended (it reports fatal errors by ``exit()``) from one
+    that died elsewhere.
     """
 
     def __init__(
@@ -73,6 +80,7 @@ class ImageDecoder:
         self._resizer = Resizer(output_size=output_size, channels=channels, interpolation=interpolation)
         self._dct_scaling = interpolation == "bilinear"
         self._crop: CropDecoder | None = None
+        self.in_partial_decode: Any = memoryview(bytearray(1))
         if partial and fast and channels == 3 and CropDecoder.available():
             self._crop = CropDecoder(max_height=max_height, max_width=max_width)
             self._crop_tensor = torch.from_numpy(self._crop.buffer)
@@ -106,7 +114,12 @@ class ImageDecoder:
         """
         scale = dct_scale(box_height, box_width, self.output_size) if self._dct_scaling else 1
         if trusted and scale == 1 and self._crop is not None:
-            start = self._crop.decode(data, top=top, left=left, box_height=box_height, box_width=box_width)
+            flag = self.in_partial_decode
+            flag[0] = 1
+            try:
+                start = self._crop.decode(data, top=top, left=left, box_height=box_height, box_width=box_width)
+            finally:
+                flag[0] = 0
             row = self._crop.row_stride
             source = self._crop_tensor.as_strided((1, 3, box_height, box_width), (box_height * row, 1, row, 3), start)
             self._resizer.resize(source, flip=flip, out=out)

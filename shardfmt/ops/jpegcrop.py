@@ -19,8 +19,13 @@ Safety. libjpeg reports a fatal error by calling ``exit()`` (it cannot raise int
 `CropDecoder` is only used in loader worker processes, and only on a record whose bytes the loader
 has already decoded with simplejpeg (which raises on corrupt data) and whose checksum it has
 checked, or whose checksum has just matched in a dataset whose manifest says the converter
-strictly decoded every JPEG (``strict_jpeg``): such bytes decode without error. A worker that still exits is reported by the loader as
-a dead worker, naming the shard and record. Set ``SHARDFMT_PARTIAL_DECODE=0`` to turn it off.
+strictly decoded every JPEG (``strict_jpeg``): such bytes decode without error. A worker that still
+exits inside a partial decode is replaced by the loader, which warns once naming the shard and
+record and decodes that record whole from then on (`loader.pool`). The decoder's error handler
+prints libjpeg's message and ends the process with ``os._exit(1)`` rather than libjpeg's
+``exit(1)``: ``exit`` runs the exit handlers of every library loaded, and in a forked worker some
+wait forever for threads that only the parent has (gRPC's, once Ray has been imported), so the
+worker would hang instead of dying. Set ``SHARDFMT_PARTIAL_DECODE=0`` to turn it off.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ __all__ = ["CropDecoder"]
 
 _DECOMPRESS_SIZE = 632  # sizeof(struct jpeg_decompress_struct), libjpeg 6.2 ABI, LP64
 _ERROR_MGR_SIZE = 168  # sizeof(struct jpeg_error_mgr)
+_FORMAT_MESSAGE = 24 // 8  # jpeg_error_mgr.format_message, as an index of 8-byte pointers (error_exit is 0)
+_MESSAGE_LENGTH = 200  # JMSG_LENGTH_MAX
 _ABI_VERSION = 62
 # int-sized fields of jpeg_decompress_struct, as indexes of 4-byte words (byte offset / 4)
 _OUT_COLOR_SPACE, _DCT_METHOD, _FANCY_UPSAMPLING, _OUTPUT_WIDTH = 64 // 4, 96 // 4, 100 // 4, 136 // 4
@@ -94,6 +101,25 @@ def _load() -> tuple[Any, Any] | None:
     return _loaded  # type: ignore[return-value]
 
 
+def _fatal_error_handler(ffi: Any) -> Any:
+    """A jpeg_error_mgr.error_exit that prints libjpeg's message and ends the process at once
+    (see the module docstring); None where cffi cannot make a callback here."""
+
+    def fatal_error(cinfo: Any) -> None:
+        try:
+            message = ffi.new(f"char[{_MESSAGE_LENGTH}]")
+            error_mgr = ffi.cast("void ***", cinfo)[0]
+            ffi.cast("void (*)(void *, char *)", error_mgr[_FORMAT_MESSAGE])(cinfo, message)
+            os.write(2, ffi.string(message) + b"\n")
+        finally:
+            os._exit(1)
+
+    try:
+        return ffi.callback("void(void *)", fatal_error)
+    except (MemoryError, RuntimeError, OSError):  # no executable memory for the callback: libjpeg's exit() stays
+        return None
+
+
 class CropDecoder:
     """Decode the box of a JPEG into a reused buffer, as RGB, with the fast IDCT and upsampling.
 
@@ -114,6 +140,9 @@ class CropDecoder:
         self._error = ffi.new(f"char[{_ERROR_MGR_SIZE}]")
         self._cinfo = ffi.new(f"char[{_DECOMPRESS_SIZE}]")
         ffi.cast("void **", self._cinfo)[0] = lib.jpeg_std_error(self._error)
+        self._on_fatal_error = _fatal_error_handler(ffi)  # referenced here for as long as the decoder lives
+        if self._on_fatal_error is not None:
+            ffi.cast("void **", self._error)[0] = self._on_fatal_error
         lib.jpeg_CreateDecompress(self._cinfo, _ABI_VERSION, _DECOMPRESS_SIZE)
         self._words = ffi.cast("unsigned int *", self._cinfo)
         self.row_stride = (max_width + _ROW_PADDING) * 3

@@ -3,6 +3,7 @@ the local folder as a `Store`."""
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import shutil
@@ -17,7 +18,8 @@ class LocalFile:
     """A memory-mapped local file (see `ByteSource`).
 
     Raises:
-        ShardNotFoundError: the file does not exist, or is not a regular file.
+        ShardNotFoundError: the file does not exist, no file can have its name (too long, NUL, a
+            lone surrogate), or it is not a regular file.
     """
 
     zero_copy = True
@@ -26,8 +28,14 @@ class LocalFile:
         self.path = os.fspath(path)
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError as err:
+        except (FileNotFoundError, NotADirectoryError) as err:
             raise ShardNotFoundError("shard file does not exist", path=self.path) from err
+        except ValueError as err:  # NUL or a lone surrogate (UnicodeEncodeError) in the name
+            raise ShardNotFoundError(f"no file can have this name: {err}", path=self.path) from err
+        except OSError as err:
+            if err.errno != errno.ENAMETOOLONG:
+                raise
+            raise ShardNotFoundError("no file can have this name: it is too long", path=self.path) from err
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):

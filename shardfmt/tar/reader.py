@@ -154,6 +154,8 @@ class TarShardReader(ShardReaderBase):
     def members(self, index: int) -> dict[str, memoryview]:
         """Return every member of record `index`'s sample, by lower-cased extension, unverified."""
         spans = self.index.record(index)["members"]
+        if not isinstance(spans, dict):
+            raise FormatError(f"members is a JSON {type(spans).__name__}, not an object of member spans", path=self.index.path, record=index)
         result = {}
         for extension, span in spans.items():
             if not (isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span)

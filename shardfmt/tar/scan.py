@@ -80,8 +80,9 @@ def scan_members(source: ByteSource) -> MemberScan:
     """Parse every header of the tar in `source` and group its members into samples.
 
     Raises:
-        FormatError: not an uncompressed tar, a malformed header, a member past the end of the
-            file, or non-zero bytes where the end-of-archive blocks should be.
+        FormatError: not an uncompressed tar, a malformed header, a member of negative size or
+            past the end of the file or whose size disagrees with where the next header is, or
+            non-zero bytes where the end-of-archive blocks should be.
         LimitError: the tar is over MAX_SHARD_SIZE or has over MAX_RECORDS_PER_SHARD samples.
     """
     path, size = source.path, source.size
@@ -108,6 +109,17 @@ def scan_members(source: ByteSource) -> MemberScan:
                 raise FormatError(f"member {display_key(info.name)!r} is a GNU sparse file, which a tar shard cannot hold", path=path, offset=info.offset)
             if not info.isreg():
                 continue
+            if info.size < 0:  # tarfile takes a PAX "GNU.sparse.realsize" record for the size
+                raise FormatError(f"member {display_key(info.name)!r} has a negative size ({info.size})", path=path, offset=info.offset)
+            if archive.offset != info.offset_data + -(-info.size // BLOCK_SIZE) * BLOCK_SIZE:
+                # tarfile takes the size from a PAX "GNU.sparse.realsize" record, or from a global
+                # "size" record, but finds the next header by the size in the member's own header
+                raise FormatError(
+                    f"member {display_key(info.name)!r} has a size ({info.size}) that a PAX record sets, "
+                    f"but its data ends where the next header is found ({archive.offset})",
+                    path=path,
+                    offset=info.offset,
+                )
             if info.offset_data + info.size > size:
                 raise FormatError(
                     f"member {display_key(info.name)!r} data [{info.offset_data}, {info.offset_data + info.size}) "

@@ -291,11 +291,19 @@ def test_dev_shm_is_clean_after_close_and_after_an_error_in_the_loop(indexed_dat
 
 
 def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
-    before = shm_entries()
-    script = f"from shardfmt import Loader\nfor batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16):\n    raise SystemExit(3)\n"
+    # The ring is named after the process that makes it: the child prints the names it made.
+    script = (
+        "import os\nfrom shardfmt import Loader\n"
+        f"for batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16):\n"
+        "    print(*sorted(n for n in os.listdir('/dev/shm') if n.startswith(f'shardfmt-{os.getpid()}-')))\n"
+        "    raise SystemExit(3)\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    assert subprocess.run([sys.executable, "-c", script], env=env, timeout=60).returncode == 3
-    assert shm_entries() <= before
+    child = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, capture_output=True, text=True)
+    assert child.returncode == 3, child.stderr
+    made = child.stdout.split()
+    assert len(made) == 1, "the ring was in /dev/shm while the child's loader ran"
+    assert not set(made) & set(os.listdir("/dev/shm"))
 
 
 def test_a_killed_worker_is_reported_within_seconds(indexed_dataset: Path) -> None:

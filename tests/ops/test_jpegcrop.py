@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import simplejpeg
 from conftest import make_image
 
-from shardfmt import Loader
+from shardfmt import Loader, WorkerError, open_dataset
 from shardfmt.ops.jpegcrop import CropDecoder
 
 pytestmark = pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
@@ -66,3 +71,124 @@ def test_workers_deliver_the_pixels_of_a_whole_decode(tmp_path: Path, monkeypatc
     assert epochs(2) == epochs(0)
     partial = len(log.read_text().splitlines())
     assert partial > 0, "the workers never decoded a box partially"
+
+
+# -- a worker that libjpeg ends inside a partial decode ------------------------------------------
+
+def test_a_fatal_libjpeg_error_ends_the_process_at_once(tmp_path: Path) -> None:
+    """libjpeg ends the process on a fatal error; the decoder does it with _exit, so no exit
+    handler runs (in a forked worker, one that waits for the parent's threads would hang it)."""
+    marker = tmp_path / "exit-handler-ran"
+    script = (
+        "import ctypes\nfrom shardfmt.ops.jpegcrop import CropDecoder\n"
+        f"handler = ctypes.CFUNCTYPE(None)(lambda: open({str(marker)!r}, 'w').close())\n"
+        "ctypes.CDLL(None).__cxa_atexit(handler, None, None)\n"
+        "decoder = CropDecoder(max_height=8, max_width=8)\n"
+        "decoder.decode(bytes(100), top=0, left=0, box_height=8, box_width=8)\n"
+        "print('returned')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    child = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert (child.returncode, child.stdout, child.stderr) == (1, "", "Not a JPEG file: starts with 0x00 0x00\n")
+    assert not marker.exists()
+
+
+RECORDS = 24
+
+
+@pytest.fixture(scope="module")
+def small_jpegs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 JPEGs of 40 to 64 pixels a side, labelled with their index: at an output size of 48
+    every crop box is decoded at full scale, so from its second read on, partially."""
+    from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
+
+    out = tmp_path_factory.mktemp("partial") / "ds"
+    rng = np.random.default_rng(3)
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, shard_size=20_000) as writer:
+        for i in range(RECORDS):
+            h, w = int(rng.integers(40, 65)), int(rng.integers(40, 65))
+            data = simplejpeg.encode_jpeg(make_image(h, w, seed=i), quality=90, colorsubsampling="420")
+            writer.write({"image": data, "label": i, "key": f"r{i}"})
+    return out
+
+
+def partial_settings() -> dict[str, Any]:
+    return {"batch_size": 8, "size": 48, "seed": 4}
+
+
+def last_record_of_epoch_1(dataset: Path) -> int:
+    """A record of epoch 1's last batch: the loader decodes that batch only after every record
+    has been read once, so it decodes it partially."""
+    with Loader(dataset, num_workers=0, **partial_settings()) as loader:
+        batches = [labels.tolist() for _ in range(2) for _, labels in loader]
+    return int(batches[-1][0])
+
+
+def reference_epochs(dataset: Path, epochs: int) -> list[bytes]:
+    """The in-process loader's batches: it always decodes whole images."""
+    with Loader(dataset, num_workers=0, **partial_settings()) as loader:
+        return [images.numpy().tobytes() for _ in range(epochs) for images, _ in loader]
+
+
+def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(small_jpegs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libjpeg's error_exit calls exit(): here the partial decode of one record is handed bytes
+    that are not a JPEG, in the forked workers, so libjpeg itself ends the worker."""
+    target = last_record_of_epoch_1(small_jpegs)
+    with open_dataset(small_jpegs) as dataset:
+        shard_index, record = dataset.locate(target)
+        shard_path = dataset.shard_path(shard_index)
+        target_bytes = bytes(dataset.shard(shard_index).record(record)["image"])
+    log = tmp_path / "partial.log"
+    original = CropDecoder.decode
+
+    def failing(self: CropDecoder, data: Any, **box: int) -> int:
+        if bytes(data) == target_bytes:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            data = b"\0\0" + bytes(data)[2:]  # "Not a JPEG file": a fatal error, so exit(1)
+        return original(self, data, **box)
+
+    monkeypatch.setattr(CropDecoder, "decode", failing)
+    with Loader(small_jpegs, num_workers=2, start_method="fork", **partial_settings()) as loader:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first = [images.numpy().tobytes() for images, _ in loader]
+            pids_before = loader.worker_pids
+            later = [images.numpy().tobytes() for _ in range(2) for images, _ in loader]
+            pids_after = loader.worker_pids
+    assert first + later == reference_epochs(small_jpegs, 3)
+    [warning] = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    message = str(warning.message)
+    assert message.startswith(f"{shard_path}: record {record}: worker ")
+    assert f"exited with code 1 in libjpeg's partial decoding of dataset record {target}" in message
+    [dead] = log.read_text().split()  # one partial decode of the record, never another
+    assert len(set(pids_before) & set(pids_after)) == 1
+    assert set(pids_before) - set(pids_after) == {int(dead)}
+
+
+def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpegs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same record, partially decoded without fault, then the worker exits: that is no
+    libjpeg error, so the loader stops with WorkerError naming the record, as for any death."""
+    from shardfmt.loader.fields import _JpegFiller
+
+    target = last_record_of_epoch_1(small_jpegs)
+    with open_dataset(small_jpegs) as dataset:
+        shard_index, record = dataset.locate(target)
+        shard_path = dataset.shard_path(shard_index)
+    original = _JpegFiller.fill
+
+    def dying(self: _JpegFiller, reader: Any, row: Any, box: Any, out: Any, index: int, *, trusted: bool = False) -> None:
+        original(self, reader, row, box, out, index, trusted=trusted)
+        if trusted and int(row["label"]) == target:
+            os._exit(1)
+
+    monkeypatch.setattr(_JpegFiller, "fill", dying)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(WorkerError, match=f"exited with code 1 while decoding dataset record {target}$") as info:
+            with Loader(small_jpegs, num_workers=2, start_method="fork", **partial_settings()) as loader:
+                for _ in range(2):
+                    for _batch in loader:
+                        pass
+    assert (info.value.path, info.value.record) == (shard_path, record)
+    assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
