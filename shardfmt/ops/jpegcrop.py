@@ -23,9 +23,8 @@ strictly decoded every JPEG (``strict_jpeg``): such bytes decode without error. 
 exits inside a partial decode is replaced by the loader, which warns once naming the shard and
 record and decodes that record whole from then on (`loader.pool`). The decoder's error handler
 prints libjpeg's message and ends the process with ``os._exit(1)`` rather than libjpeg's
-``exit(1)``: ``exit`` runs the exit handlers of every library loaded, and in a forked worker some
-wait forever for threads that only the parent has (gRPC's, once Ray has been imported), so the
-worker would hang instead of dying. Set ``SHARDFMT_PARTIAL_DECODE=0`` to turn it off.
+``exit(1)``: ``exit`` runs the exit handlers of every library loaded, and in a worker forked from a
+process that had imported Ray they never returned, so the worker hung instead of dying. Set ``SHARDFMT_PARTIAL_DECODE=0`` to turn it off.
 """
 
 from __future__ import annotations
