@@ -10,17 +10,19 @@ the uint8 image torchvision would hold after the same step:
 - gray(x) = trunc(0.2989 R + 0.587 G + 0.114 B) (torchvision's ``rgb_to_grayscale``);
 - brightness f: blend(x, 0, f); contrast f: blend(x, mean(gray(x)), f); saturation f:
   blend(x, gray(x), f); grayscale: gray(x) in every channel;
-- hue h: the hue of HSV (V = max, C = max - min, H by the sector of the largest channel) moved
-  by h turns; V and C stay, and channel n (R: 5, G: 3, B: 1) becomes
-  ``V - C * clamp(min(k, 4 - k), 0, 1)`` with ``k = (n + 6 H') mod 6``; the result, as a
-  fraction of 255, is scaled by 255.999 and truncated, as torchvision converts float images to
-  uint8. The order of float operations differs from torchvision's, so a hue-shifted value may
-  differ from its by one level (the other adjustments are the same float32 arithmetic).
+- hue h: the hue of HSV (V = max, C = max - min, t = 6 H in [-1, 5] by the sector of the largest
+  channel, R winning ties, then G) moved by h turns; V and C stay, and channel n becomes
+  ``V - C * clamp(d - 1, 0, 1)``, d being the distance from t + 6 h to the nearest peak of the
+  channel (R at 0, G at 2, B at 4, modulo 6); the result, as a fraction of 255, is scaled by
+  255.999 and truncated, as torchvision converts float images to uint8. The order of float
+  operations differs from torchvision's, so a hue-shifted value may differ from its by one level
+  (the other adjustments are the same float32 arithmetic).
 
-Measured on one core of the shared build machine for 224x224 images (CPU time, best of 3):
-brightness about 75 us, contrast and saturation about 140, hue about 520 (some 50 passes over
-the planes); PIL's versions, what torchvision runs on PIL images, take about 120, 260, 200 and
-2,100 (its hue converts to and from 8-bit HSV). ``tools/bench_loader.py --only augment`` prints
+Measured on one core of the build machine for 224x224 images (best of 15 rounds of 50):
+brightness about 45 us, contrast and saturation about 120, hue about 365 (some 35 passes over
+the planes; 530 before the formula above replaced a wrap and a ten-pass triangle per channel);
+PIL's versions, what torchvision runs on PIL images, take about 150, 260 to 350, 220 to 260 and
+2,200 to 2,900 (its hue converts to and from 8-bit HSV). ``tools/bench_loader.py --only augment`` prints
 both.
 """
 
@@ -39,6 +41,9 @@ scale; on the 0-255 scale used here, by 255.999 / 255."""
 class ColourKernels:
     """Scratch planes for images of one size, and the adjustments that use them.
 
+    A minimum or maximum against a plane of constants runs vectorised where numpy's against a
+    scalar does not (about 6 us a 224x224 plane against 11), so the bounds are kept as planes.
+
     Args:
         height, width: the size of every image given to the methods.
     """
@@ -47,8 +52,12 @@ class ColourKernels:
         shape = (height, width)
         self._gray = np.empty(shape, np.float32)
         self._term = np.empty(shape, np.float32)
-        self._v, self._m, self._c, self._h, self._k, self._w = (np.empty(shape, np.float32) for _ in range(6))
-        self._mask = np.empty(shape, np.float32)
+        self._v, self._c, self._dr, self._dg, self._a, self._t, self._w = (np.empty(shape, np.float32) for _ in range(7))
+        self._zero = np.zeros(shape, np.float32)
+        self._one = np.ones(shape, np.float32)
+        self._two = np.full(shape, 2, np.float32)
+        self._top = np.full(shape, 255, np.float32)
+        self._centres = np.empty((3, 1, 1), np.float32)
 
     def gray(self, x: np.ndarray) -> np.ndarray:
         """trunc(0.2989 R + 0.587 G + 0.114 B) of `x`, in a scratch plane (valid until the next call)."""
@@ -61,7 +70,7 @@ class ColourKernels:
     def brightness(self, x: np.ndarray, factor: float) -> None:
         """Multiply by `factor` (>= 0), clamped and truncated."""
         np.multiply(x, np.float32(factor), out=x)
-        np.minimum(x, np.float32(255), out=x)
+        np.minimum(x, self._top, out=x)
         np.floor(x, out=x)
 
     def contrast(self, x: np.ndarray, factor: float) -> None:
@@ -82,8 +91,8 @@ class ColourKernels:
         np.multiply(x, np.float32(factor), out=x)
         np.add(x, other, out=x)
         if factor > 1.0:  # a blend with factor in [0, 1] stays in [0, 255]
-            np.maximum(x, np.float32(0), out=x)
-            np.minimum(x, np.float32(255), out=x)
+            np.maximum(x, self._zero, out=x)
+            np.minimum(x, self._top, out=x)
         np.floor(x, out=x)
 
     def grayscale(self, x: np.ndarray) -> None:
@@ -95,60 +104,50 @@ class ColourKernels:
     def hue(self, x: np.ndarray, shift: float) -> None:
         """Move the hue of every pixel by `shift` turns (in [-0.5, 0.5])."""
         r, g, b = x[0], x[1], x[2]
-        v, m, c, h, k, w, mask = self._v, self._m, self._c, self._h, self._k, self._w, self._mask
+        v, c, dr, dg, a, t, w = self._v, self._c, self._dr, self._dg, self._a, self._t, self._w
         np.maximum(r, g, out=v)
         np.maximum(v, b, out=v)
-        np.minimum(r, g, out=m)
-        np.minimum(m, b, out=m)
-        np.subtract(v, m, out=c)
-        # Which channel is largest, as 0/1 planes without branches: values are whole numbers,
-        # so min(v - r, 1) is 0 exactly where r is the largest. R wins ties, then G (as
-        # torchvision's rgb2hsv picks the sector).
+        np.minimum(r, g, out=c)
+        np.minimum(c, b, out=c)
+        np.subtract(v, c, out=c)  # C
+        # t C = 6 H C by the sector of the largest channel, as torchvision's rgb2hsv: R: D_R with
+        # D_R = G - B; G: 2 C + D_G with D_G = B - R; B: 4 C - D_R - D_G. Without branches, that is
+        # D_R + notR (A + D_G + notG (A - 2 D_G)) with A = 2 C - D_R, where notX = min(V - X, 1)
+        # is 0 exactly where X is the largest (the values are whole numbers): R wins ties, then G.
+        np.subtract(g, b, out=dr)
+        np.subtract(b, r, out=dg)
+        np.add(c, c, out=a)
+        np.subtract(a, dr, out=a)
+        np.subtract(a, dg, out=t)
+        np.subtract(t, dg, out=t)
+        np.subtract(v, g, out=w)
+        np.minimum(w, self._one, out=w)  # notG
+        np.multiply(t, w, out=t)
+        np.add(t, a, out=t)
+        np.add(t, dg, out=t)
         np.subtract(v, r, out=w)
-        np.minimum(w, np.float32(1), out=w)
-        np.subtract(np.float32(1), w, out=w)  # w: R is largest
-        np.subtract(v, g, out=mask)
-        np.minimum(mask, np.float32(1), out=mask)
-        np.subtract(np.float32(1), mask, out=mask)
-        np.subtract(mask, np.multiply(mask, w, out=k), out=mask)  # mask: G is largest, R is not
-        # 6 H * C: R: G - B; G: 2 C + B - R; B: 4 C + R - G; the B form, then the others mixed in.
-        np.multiply(c, np.float32(2), out=k)
-        np.subtract(r, g, out=h)
-        np.add(h, k, out=h)
-        np.add(h, k, out=h)
-        np.subtract(b, r, out=k)
-        np.add(k, c, out=k)
-        np.add(k, c, out=k)
-        np.subtract(k, h, out=k)
-        np.multiply(k, mask, out=k)
-        np.add(h, k, out=h)  # G largest: 2 C + B - R
-        np.subtract(g, b, out=k)
-        np.subtract(k, h, out=k)
-        np.multiply(k, w, out=k)
-        np.add(h, k, out=h)  # R largest: G - B
-        np.maximum(c, np.float32(1), out=w)  # gray pixels (C = 0) have hue 0 and keep it
-        np.divide(h, w, out=h)  # 6 H, in [-1, 5)
-        # 6 H' mod 6, in [0, 6): the shifted hue, wrapped once for all three channels
-        np.add(h, np.float32(6.0 * shift + 6.0), out=h)  # in [2, 14]
-        np.multiply(h, np.float32(1.0 / 6.0), out=w)
-        np.floor(w, out=w)
-        np.multiply(w, np.float32(6.0), out=w)
-        np.subtract(h, w, out=h)
-        # Channel n (R 5, G 3, B 1) is V - C clamp(min(k, 4 - k), 0, 1) with k = (n + 6 H') mod 6,
-        # a function of period 6 that is 1 on [1, 3] and 0 on [4, 6]: for k in [0, 12) it is
-        # clamp(2 - min(|k - 2|, |k - 8|), 0, 1), so k = n + 6 H' needs no second wrap. The
-        # scale to 255.999 (torchvision's float-to-uint8 conversion) is folded into V and C.
+        np.minimum(w, self._one, out=w)  # notR
+        np.multiply(t, w, out=t)
+        np.add(t, dr, out=t)
+        np.maximum(c, self._one, out=w)  # gray pixels (C = 0) have t = 0
+        np.divide(t, w, out=t)  # t in [-1, 5]
+        # Channel n is V where t + 6 h lies within 1 of a peak of n (R 0, G 2, B 4, modulo 6),
+        # V - C from distance 2 on, linear between: V + C - C clamp(d, 1, 2), d the distance to
+        # the nearest peak. With k midway between two peaks (p - 6 h + 3 modulo 6, taken in
+        # [-1, 5)), d = ||t - k| - 3| wherever |t - k| <= 7, as here, both lying in [-1, 5]. The
+        # scale to 255.999 (torchvision's float-to-uint8 conversion) is folded into V + C and C.
+        np.add(v, c, out=v)
         np.multiply(v, _TO_UINT8, out=v)
         np.multiply(c, _TO_UINT8, out=c)
-        for channel, offset in ((r, 5.0), (g, 3.0), (b, 1.0)):
-            np.subtract(h, np.float32(2.0 - offset), out=k)
-            np.abs(k, out=k)
-            np.subtract(h, np.float32(8.0 - offset), out=w)
-            np.abs(w, out=w)
-            np.minimum(k, w, out=k)
-            np.subtract(np.float32(2.0), k, out=k)
-            np.maximum(k, np.float32(0), out=k)
-            np.minimum(k, np.float32(1), out=k)
-            np.multiply(k, c, out=k)
-            np.subtract(v, k, out=channel)
+        centres, turn = self._centres, 6.0 * shift
+        for channel, peak in enumerate((0.0, 2.0, 4.0)):
+            centres[channel, 0, 0] = (peak - turn + 4.0) % 6.0 - 1.0
+        np.subtract(t, centres, out=x)
+        np.abs(x, out=x)
+        np.subtract(x, np.float32(3), out=x)
+        np.abs(x, out=x)
+        np.maximum(x, self._one, out=x)
+        np.minimum(x, self._two, out=x)
+        np.multiply(x, c, out=x)
+        np.subtract(v, x, out=x)
         np.floor(x, out=x)
