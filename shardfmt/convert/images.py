@@ -112,10 +112,13 @@ class NormalisedImage:
     Attributes:
         data: the JPEG bytes: the input itself when `reencoded` is None.
         reencoded: None for a byte-for-byte pass-through, else one of `REENCODE_REASONS`.
+        info: the headers of `data` when it is the input passed through (read once here, so
+            the writer need not parse them again; see `format.fieldtypes.HeadedJpeg`).
     """
 
     data: bytes
     reencoded: str | None
+    info: JpegInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -351,7 +354,7 @@ def _to_jpeg(data: bytes, header: _Header, *, geometry: Geometry | None, quality
     if header.jpeg is not None:
         _check_decodes(data)
     if reason is None:
-        return NormalisedImage(data, None)
+        return NormalisedImage(data, None, header.jpeg)
     width, height = geometry.final_size if geometry is not None else header.upright
     if max(width, height) > JPEG_MAX_SIDE:
         raise RejectError(f"{width}x{height} has a side over libjpeg's limit of {JPEG_MAX_SIDE}", reason="too-large")

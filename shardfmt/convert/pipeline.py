@@ -34,6 +34,7 @@ from tqdm import tqdm
 from .._version import __version__
 from ..checksum import checksum, format_checksum, parse_checksum
 from ..errors import ConvertError, RejectError, SchemaError, WorkerError
+from ..format.fieldtypes import HeadedJpeg
 from ..format.layout import MAX_CLASSES
 from ..format.manifest import IndexEntry, Manifest, ShardEntry
 from ..format.writer import ShardWriter
@@ -239,7 +240,7 @@ class _Sink:
             return None, (err.reason, err.message)
         if checksum(data) != kept.digest:
             return None, ("unreadable", "the file changed while it was being converted")
-        return {**fields, "image": data}, None
+        return {**fields, "image": HeadedJpeg(data, kept.info)}, None
 
     def close(self, num_inputs: int) -> dict[str, Any]:
         """Close and commit the shard, then write its sidecar (a shard whose records were all

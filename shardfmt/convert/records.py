@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from ..checksum import checksum
 from ..errors import RejectError, SchemaError, ShardfmtError, WorkerError
+from ..format.jpeg import JpegInfo
 from ..format.layout import MAX_FIELD_SIZE
 from ..storage import RemoteOptions, Store, open_store
 from ..storage.urls import is_url
@@ -72,10 +73,12 @@ class KeptFile:
     Attributes:
         file: the planned file.
         digest: XXH3-64 of the bytes the worker checked.
+        info: their JPEG headers, as the worker read them.
     """
 
     file: InputFile
     digest: int
+    info: JpegInfo
 
 
 @dataclass(frozen=True)
@@ -180,8 +183,8 @@ class ImageLabelBuilder:
         data = self.reader.read(record.files[0])
         image = normalise_image(data, max_side=self.max_side, quality=self.quality)
         value: bytes | KeptFile = image.data
-        if self.by_reference and image.reencoded is None and not is_url(self.reader.root):
-            value = KeptFile(record.files[0], checksum(data))
+        if self.by_reference and image.info is not None and not is_url(self.reader.root):
+            value = KeptFile(record.files[0], checksum(data), image.info)
         return {"image": value, "label": record.label, "key": key}, (image.reencoded,)
 
 

@@ -23,6 +23,7 @@ from shardfmt.convert.output import Output
 from shardfmt.convert.plan import InputFile, PlannedRecord
 from shardfmt.convert.records import ImageLabelBuilder, InputReader, KeptFile
 from shardfmt.convert.run import convert
+from shardfmt.format.jpeg import read_jpeg_info
 from shardfmt.dataset.verify import verify_dataset
 from shardfmt.storage import open_store
 from shardfmt.storage.lock import LOCK_NAME, StoreLock
@@ -176,7 +177,7 @@ def test_worker_processes_send_kept_files_by_reference(source: Path, tmp_path: P
     builder = ImageLabelBuilder(InputReader(str(source)), None, 90, by_reference=True)
     fields, reasons = builder.build(PlannedRecord(files=(planned,), label=0, key="k"))
     assert reasons == (None,)
-    assert fields["image"] == KeptFile(planned, checksum(path.read_bytes()))
+    assert fields["image"] == KeptFile(planned, checksum(path.read_bytes()), read_jpeg_info(path.read_bytes()))
     inline, pooled = tmp_path / "inline", tmp_path / "pooled"
     convert(source, inline, workers=1, shard_size=4000)
     convert(source, pooled, workers=2, shard_size=4000)

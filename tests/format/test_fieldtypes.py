@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from shardfmt import (
     TarShardReader,
     TarShardWriter,
 )
-from shardfmt.format.fieldtypes import FIELD_TYPES, IMAGE_TYPES, JpegType
+from shardfmt.format.fieldtypes import FIELD_TYPES, IMAGE_TYPES, HeadedJpeg, JpegType
 from shardfmt.format.jpeg import read_jpeg_info
 from shardfmt.format.reader import ShardReaderBase
 
@@ -44,6 +45,23 @@ def test_the_jpeg_rule_is_the_same_for_both_writers() -> None:
     payload, columns = image.kind.encode(image, data, "here")
     assert bytes(payload or b"") == data and columns == (8, 16, 3, 0)
     assert JpegType.unstorable(read_jpeg_info(data)) is None
+
+
+def test_a_jpeg_with_its_headers_read_is_written_as_the_bytes_alone(tmp_path: Path) -> None:
+    """HeadedJpeg skips the writer's own header parse; the shard is byte for byte the same, and
+    the storable rule still applies to the headers given."""
+    data = jpeg_bytes(8, 16)
+    for name, value in (("plain", data), ("headed", HeadedJpeg(data, read_jpeg_info(data)))):
+        with ShardWriter(tmp_path / f"{name}.shard", schema=IMAGE_CLASSIFICATION) as writer:
+            writer.write({"image": value, "label": 4, "key": "k"})
+        with TarShardWriter(tmp_path / f"{name}.tar") as tar:
+            tar.write("k", image=value, label=4)
+    assert (tmp_path / "plain.shard").read_bytes() == (tmp_path / "headed.shard").read_bytes()
+    assert (tmp_path / "plain.tar").read_bytes() == (tmp_path / "headed.tar").read_bytes()
+    image = IMAGE_CLASSIFICATION.field("image")
+    cmyk = dataclasses.replace(read_jpeg_info(data), components=4)
+    with pytest.raises(SchemaError, match="4 components"):
+        image.kind.encode(image, HeadedJpeg(data, cmyk), "here")
 
 
 @pytest.fixture
