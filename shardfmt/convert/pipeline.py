@@ -286,7 +286,7 @@ def _write_shard(
 ) -> dict[str, Any]:
     """Write shard `index` from the built records of its `chunks`, taken from `results` in order."""
     sink = _Sink(plan, output, index, reader)
-    current = "(before the first input)"
+    current: PlannedRecord | str = "(before the first input)"  # described only if something fails
     try:
         for chunk in chunks:
             try:
@@ -298,7 +298,7 @@ def _write_shard(
             except WorkerError as err:
                 raise WorkerError(err.message, path=output.describe(sink.name)) from err
             for (number, record), built in zip(chunk.records, built_chunk):
-                current = _describe(record)
+                current = record
                 sink.add(built, record)
             bar.update(len(chunk.records))
         current = "(closing the shard)"
@@ -309,9 +309,9 @@ def _write_shard(
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise
-        raise WorkerError(f"input {current}: {type(err).__name__}: {err}", path=output.describe(sink.name)) from err
+        raise WorkerError(f"input {_describe(current)}: {type(err).__name__}: {err}", path=output.describe(sink.name)) from err
     except Exception as err:
-        raise WorkerError(f"input {current}: {type(err).__name__}: {err}", path=output.describe(sink.name)) from err
+        raise WorkerError(f"input {_describe(current)}: {type(err).__name__}: {err}", path=output.describe(sink.name)) from err
     finally:
         sink.abort()
 
@@ -324,7 +324,9 @@ def _disk_full(output: Output, err: OSError) -> ConvertError:
     )
 
 
-def _describe(record: PlannedRecord) -> str:
+def _describe(record: PlannedRecord | str) -> str:
+    if isinstance(record, str):
+        return record
     where = display_path(record.path)
     return where if record.sample_key is None else f"{where}: sample {display_key(record.sample_key)}"
 

@@ -73,7 +73,8 @@ class PlannedRecord:
 
     @property
     def size(self) -> int:
-        return sum(f.size for f in self.files)
+        files = self.files
+        return files[0].size if len(files) == 1 else sum(f.size for f in files)
 
     def to_json(self) -> list[Any]:
         item: list[Any] = [[f.to_json() for f in self.files], self.label, self.key]
