@@ -3,7 +3,7 @@ sideways within its own layer, and no set of modules imports itself in a circle.
 
 The layers, lowest first::
 
-    base (errors, checksum, jsontext, sampling, permutation, orders, split, mixture, _version, _sample)
+    base (errors, checksum, forks, jsontext, sampling, permutation, orders, split, mixture, _version, _sample)
     < storage < format < tar < dataset < {convert, ops}
     ops < loader
     cli, _demo, preview, __main__ and the top package's __init__ over everything
@@ -32,7 +32,7 @@ LAYER_OF_PACKAGE = {
     "loader": "loader",
 }
 """Subpackage -> layer; every module of a subpackage lies in that subpackage's layer."""
-BASE_MODULES = frozenset({"errors", "checksum", "jsontext", "sampling", "permutation", "orders", "split", "mixture", "_version", "_sample"})
+BASE_MODULES = frozenset({"errors", "checksum", "forks", "jsontext", "sampling", "permutation", "orders", "split", "mixture", "_version", "_sample"})
 TOP_MODULES = frozenset({"", "cli", "_demo", "preview", "__main__"})
 """Modules directly in the package that may import any layer ("" is the package itself)."""
 

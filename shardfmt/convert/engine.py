@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, TypeVar
 
 from ..errors import ConvertError, ShardfmtError, WorkerError
+from ..forks import frozen_heap
 
 __all__ = ["ENGINES", "WorkerDied", "imap_ordered"]
 
@@ -66,6 +67,11 @@ def imap_ordered(
 
 def _pool_map(fn: Callable[[Any, T], R], args: Any, items: Iterable[T], *, workers: int, window: int) -> Iterator[R]:
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with frozen_heap(context.get_start_method()):  # the pool forks its workers on the first submits
+        yield from _run_pool(fn, args, items, context=context, workers=workers, window=window)
+
+
+def _run_pool(fn: Callable[[Any, T], R], args: Any, items: Iterable[T], *, context: Any, workers: int, window: int) -> Iterator[R]:
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_die_with_parent, initargs=(os.getpid(),))
     pending: deque[tuple[Future[R], T]] = deque()
     source = iter(items)

@@ -1,0 +1,47 @@
+"""What makes a worker start fast and its first epoch as fast as the next: the heap frozen while
+it is forked (`forks.frozen_heap`) and the slot mapping populated when a worker attaches it."""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import sys
+
+import numpy as np
+import pytest
+
+from shardfmt.forks import frozen_heap
+from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing
+
+
+def test_the_heap_is_frozen_only_while_forking() -> None:
+    assert gc.get_freeze_count() == 0
+    with frozen_heap("fork"):
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    for method in ("spawn", "forkserver", None):
+        with frozen_heap(method):
+            assert gc.get_freeze_count() == 0
+
+
+def _kernel() -> tuple[int, ...]:
+    release = os.uname().release.split("-")[0].split(".")
+    return tuple(int(part) for part in release[:2] if part.isdigit())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _kernel() < (5, 14), reason="MADV_POPULATE_WRITE is Linux's, from 5.14")
+def test_an_attached_ring_is_mapped_before_its_first_write() -> None:
+    layout = SlotLayout(2, 64, (SlotArray("image", (64, 64, 3), "|u1"),))  # 1.5 MiB
+    ring = SlotRing.create(layout)
+    try:
+        attached = SlotRing.attach(ring.name, layout)
+        pages = layout.total_bytes // 4096
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for slot in attached.arrays:
+            slot["image"][:] = 7
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        assert faults < pages // 10, f"{faults} page faults writing {pages} pages"
+        assert int(ring.arrays[1]["image"][63, 63, 63, 2]) == 7  # the creator sees the workers' writes
+    finally:
+        ring.unlink()
