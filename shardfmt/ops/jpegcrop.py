@@ -12,7 +12,9 @@ of simplejpeg's fast decode (fast integer IDCT, merged upsampling), bit for bit 
 The library is the libjpeg-turbo that Pillow's Linux wheels ship (``pillow.libs/libjpeg-*.so.62*``,
 the libjpeg 6.2 ABI, whose structure sizes below are fixed by that ABI), called through cffi in
 ABI mode: no compiler, and about 0.7 us a call, where ctypes takes about 1.2 us and its
-overhead ate the whole gain. Where that library is missing (other platforms, other wheels) `CropDecoder.available()`
+overhead ate the whole gain. The declarations (`_CDEF`) come already parsed, in cffi's
+out-of-line form (`_jpeglib_abi.py`, written by ``tools/make_jpeglib_abi.py``): parsing them
+with pycparser took about 60 ms in every worker process, loading the module takes 3. Where that library is missing (other platforms, other wheels) `CropDecoder.available()`
 is False and the loader decodes whole images with simplejpeg.
 
 Safety. libjpeg reports a fatal error by calling ``exit()`` (it cannot raise into Python), so a
@@ -87,10 +89,8 @@ def _load() -> tuple[Any, Any] | None:
         path = _library_path()
         if path is not None:
             try:
-                from cffi import FFI
+                from ._jpeglib_abi import ffi
 
-                ffi = FFI()
-                ffi.cdef(_CDEF)
                 lib = ffi.dlopen(path)
                 for name in ("jpeg_crop_scanline", "jpeg_skip_scanlines", "jpeg_mem_src"):
                     getattr(lib, name)

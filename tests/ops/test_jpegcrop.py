@@ -192,3 +192,25 @@ def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpe
                         pass
     assert (info.value.path, info.value.record) == (shard_path, record)
     assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+def test_the_parsed_declarations_are_those_of_cdef() -> None:
+    """_jpeglib_abi.py is _CDEF already parsed: the same functions with the same C types as a
+    fresh parse, and the file is what tools/make_jpeglib_abi.py writes."""
+    import cffi
+
+    from shardfmt.ops import jpegcrop
+    from shardfmt.ops._jpeglib_abi import ffi as parsed
+
+    fresh = cffi.FFI()
+    fresh.cdef(jpegcrop._CDEF)
+    path = jpegcrop._library_path()
+    assert path is not None
+    fresh_lib, parsed_lib = fresh.dlopen(path), parsed.dlopen(path)
+    names = sorted(name for name in dir(fresh_lib) if not name.startswith("_"))
+    assert names and names == sorted(name for name in dir(parsed_lib) if not name.startswith("_"))
+    for name in names:
+        assert fresh.typeof(getattr(fresh_lib, name)).cname == parsed.typeof(getattr(parsed_lib, name)).cname, name
+    tool = Path(__file__).resolve().parents[2] / "tools" / "make_jpeglib_abi.py"
+    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
