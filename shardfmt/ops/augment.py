@@ -273,6 +273,8 @@ class SampleTransform:
         self._rotator = Rotator(3, height, width) if any(isinstance(s, RandomRotation) for s in self.steps) else None
         self._mean = None if mean is None else [np.float32(v) for v in mean]
         self._std = None if std is None else [np.float32(v) for v in std]
+        # A rotation that ends the steps of a uint8 sample writes it straight into its row.
+        self._rotates_last = bool(self.steps) and isinstance(self.steps[-1], RandomRotation) and mean is None
 
     def draw(self, seed: int, epoch: int, indices: np.ndarray) -> list[np.ndarray]:
         """The draws of every step for records `indices` (dataset indices) of `epoch`: per step
@@ -286,7 +288,14 @@ class SampleTransform:
         image = self._image
         for channel in range(3):
             np.copyto(image[channel], source[:, :, channel], casting="unsafe")
-        for step, params in zip(self.steps, draws):
+        steps = self.steps
+        if self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous:
+            for step, params in zip(steps[:-1], draws):
+                image = self._run(step, params[row], image)
+            assert self._rotator is not None
+            self._rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), steps[-1].fill, out)  # type: ignore[attr-defined]
+            return
+        for step, params in zip(steps, draws):
             image = self._run(step, params[row], image)
         if self._mean is not None and self._std is not None:
             for channel in range(3):

@@ -32,6 +32,7 @@ from shardfmt.ops import (
     RandomRotation,
     RandomVerticalFlip,
 )
+from shardfmt.ops.augment import SampleTransform
 from shardfmt.ops.colour import ColourKernels
 from shardfmt.ops.rotate import Rotator
 from shardfmt.sampling import STEP_STREAM, record_keys, uniforms
@@ -163,6 +164,45 @@ def test_rotation_matches_the_reference_and_pil(angle: float) -> None:
     assert same.mean() >= 0.995
     pil = Image.fromarray(image.transpose(1, 2, 0).astype(np.uint8)).rotate(angle, Image.Resampling.NEAREST, fillcolor=(10, 200, 33))
     assert np.all(got == np.asarray(pil).transpose(2, 0, 1), axis=0).mean() >= 0.995
+
+
+@pytest.mark.parametrize("shape", [(26, 34), (33, 17), (224, 224)])
+def test_a_rotation_into_pixels_is_the_rotation_cast(shape: tuple[int, int]) -> None:
+    rotator = Rotator(3, *shape)
+    fill = (10.0, 200.0, 33.0)
+    for angle in (0.0, 7.5, -33.3, 90.0, 180.0, 271.0, 12.345):
+        image = sample_image(*shape)
+        expected = image.copy()
+        rotator.rotate(expected, angle, fill)
+        got = np.empty((*shape, 3), np.uint8)
+        before = image.copy()
+        rotator.rotate_to_pixels(image, angle, fill, got)
+        assert np.array_equal(image, before)  # the float image is left as it was
+        assert np.array_equal(got, expected.transpose(1, 2, 0).astype(np.uint8))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        rotator.rotate_to_pixels(image, 5.0, fill, np.empty((shape[1], shape[0], 3), np.uint8).transpose(1, 0, 2))
+
+
+def test_a_sample_ending_with_its_rotation_is_written_as_by_the_general_path() -> None:
+    """A rotation that ends the steps writes the sample straight into its uint8 row; into a row
+    it cannot write that way (not contiguous), the steps run as for any other order."""
+    transform = SampleTransform([ColorJitter(0.4, 0.4, 0.4, 0.1), RandomRotation(20, fill=(5, 50, 250))], height=40, width=30)
+    draws = transform.draw(3, 1, np.arange(8))
+    rotator = transform._rotator
+    assert rotator is not None
+    direct_calls = []
+    rotate_to_pixels = rotator.rotate_to_pixels
+    rotator.rotate_to_pixels = lambda *args: direct_calls.append(1) or rotate_to_pixels(*args)  # type: ignore[method-assign]
+    rng = np.random.default_rng(8)
+    for row in range(8):
+        source = rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)
+        direct = np.empty((40, 30, 3), np.uint8)
+        transform.apply(source, draws, row, direct)
+        wide = np.full((40, 30, 4), 99, np.uint8)
+        transform.apply(source, draws, row, wide[:, :, :3])
+        assert np.array_equal(direct, wide[:, :, :3])
+        assert np.all(wide[:, :, 3] == 99)
+    assert len(direct_calls) == 8  # once per contiguous row, never for the strided one
 
 
 def test_steps_follow_torchvisions_parameter_rules() -> None:
