@@ -93,7 +93,7 @@ def test_convert_bench_prints_every_writer_and_the_ceiling(tmp_path: Path) -> No
     command = [sys.executable, str(ROOT / "tools" / "bench_convert.py"), "--images", "40", "--workers", "1", "2", "--repeat", "1", "--keep", str(tmp_path / "src")]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr
-    for name in ("shardfmt convert, 1 worker", "shardfmt convert, 2 workers", "webdataset.ShardWriter (no checks)", "webdataset.ShardWriter, then fsync", "the checks alone, 1 core x 2"):
+    for name in ("shardfmt convert, 1 worker", "shardfmt convert, 2 workers", "webdataset.ShardWriter (no checks)", "webdataset.ShardWriter, then fsync", "the checks alone, 1 core x 2", "the checks alone, on 2 cores at once"):
         assert any(line.startswith(name) for line in done.stdout.splitlines()), name
     assert "speed-up from 1 to 2 workers" in done.stdout
     assert "of the checks alone on 2 cores" in done.stdout
