@@ -10,8 +10,8 @@ PIL's HSV image), then ``Image.rotate(angle, NEAREST, fillcolor=0)``.
 
 `measure_steps` times each step alone, in this process on one thread, on 224x224 crops of the
 bench's images: shardfmt's kernels (`ops.SampleTransform` with that one step, less the cost of
-an empty transform, which is reported on its own row: the sample's move into float planes and
-back) beside the PIL code above, in CPU microseconds per image. A rotation that ends the steps
+an empty transform timed in alternate rounds, which is reported on its own row: the sample's
+move into float planes and back) beside the PIL code above, in CPU microseconds per image. A rotation that ends the steps
 writes the sample's uint8 row itself (`Rotator.rotate_to_pixels`), so its row is the rotation
 less the move back out of float planes.
 """
@@ -118,7 +118,7 @@ def _cpu_per_item(run: Callable[[int], object], count: int, repeats: int) -> flo
     return best
 
 
-def measure_steps(files: Sequence[Path], *, count: int = 64, repeats: int = 3) -> list[StepCost]:
+def measure_steps(files: Sequence[Path], *, count: int = 64, repeats: int = 5) -> list[StepCost]:
     """Time each step alone on `count` crops of `files` (see the module docstring), with torch
     on one thread as in the loader's workers."""
     threads = torch.get_num_threads()
@@ -137,13 +137,25 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
     out = np.empty((SIZE, SIZE, 3), np.uint8)
     normalised = np.empty((SIZE, SIZE, 3), np.float32)
 
-    def shardfmt_cost(steps: list[AugmentStep], *, normalise: bool = False) -> float:
+    def apply_all(steps: list[AugmentStep], *, normalise: bool = False) -> Callable[[int], None]:
         transform = SampleTransform(steps, height=SIZE, width=SIZE, mean=(124.0, 116.0, 104.0) if normalise else None, std=(58.0, 57.0, 57.0) if normalise else None)
         draws = transform.draw(0, 0, indices)
         target = normalised if normalise else out
-        return _cpu_per_item(lambda i: transform.apply(crops[i], draws, i, target), count, repeats)
+        return lambda i: transform.apply(crops[i], draws, i, target)
 
-    empty = shardfmt_cost([])
+    nothing = apply_all([])
+
+    def shardfmt_cost(steps: list[AugmentStep], *, normalise: bool = False) -> float:
+        """The steps' cost over an empty transform's, the two timed in alternate rounds (so
+        that a spell of load on the machine slows both), each keeping its best round."""
+        run = apply_all(steps, normalise=normalise)
+        with_steps = without = float("inf")
+        for _ in range(repeats):
+            with_steps = min(with_steps, _cpu_per_item(run, count, 1))
+            without = min(without, _cpu_per_item(nothing, count, 1))
+        return with_steps - without
+
+    empty = min(_cpu_per_item(nothing, count, 1) for _ in range(repeats))
     factors = np.random.default_rng(0).uniform(0.6, 1.4, count)
     shifts = np.random.default_rng(1).uniform(-0.1, 0.1, count)
     rows = [StepCost("move into float planes and back (shardfmt only)", empty, None)]
@@ -154,24 +166,24 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
         ("ColorJitter hue 0.1", ColorJitter(hue=0.1), 3, shifts),
     ):
         pil = _cpu_per_item(lambda i, a=adjustment, v=values: pil_adjust(images[i], a, float(v[i])), count, repeats)  # type: ignore[misc]
-        rows.append(StepCost(name, shardfmt_cost([step]) - empty, pil))
-    rows.append(StepCost("ColorJitter(0.4, 0.4, 0.4, 0.1)", shardfmt_cost([ColorJitter(*JITTER)]) - empty, _cpu_per_item(lambda i: pil_color_jitter(images[i]), count, repeats)))
-    rows.append(StepCost("RandomRotation(15)", shardfmt_cost([RandomRotation(DEGREES)]) - empty, _cpu_per_item(lambda i: pil_rotate(images[i]), count, repeats)))
+        rows.append(StepCost(name, shardfmt_cost([step]), pil))
+    rows.append(StepCost("ColorJitter(0.4, 0.4, 0.4, 0.1)", shardfmt_cost([ColorJitter(*JITTER)]), _cpu_per_item(lambda i: pil_color_jitter(images[i]), count, repeats)))
+    rows.append(StepCost("RandomRotation(15)", shardfmt_cost([RandomRotation(DEGREES)]), _cpu_per_item(lambda i: pil_rotate(images[i]), count, repeats)))
     rows.append(
         StepCost(
             "RandomVerticalFlip(1.0)",
-            shardfmt_cost([RandomVerticalFlip(1.0)]) - empty,
+            shardfmt_cost([RandomVerticalFlip(1.0)]),
             _cpu_per_item(lambda i: images[i].transpose(Image.Transpose.FLIP_TOP_BOTTOM), count, repeats),
         )
     )
     rows.append(
         StepCost(
             "RandomGrayscale(1.0)",
-            shardfmt_cost([RandomGrayscale(1.0)]) - empty,
+            shardfmt_cost([RandomGrayscale(1.0)]),
             _cpu_per_item(lambda i: images[i].convert("L").convert("RGB"), count, repeats),
         )
     )
-    rows.append(StepCost("Normalize(mean, std), float32 out", shardfmt_cost([], normalise=True) - empty, None))
+    rows.append(StepCost("Normalize(mean, std), float32 out", shardfmt_cost([], normalise=True), None))
     rows.append(_decode_and_crop(files, count, repeats))
     return rows
 
