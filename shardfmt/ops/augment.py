@@ -292,8 +292,9 @@ class SampleTransform:
         if self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous:
             for step, params in zip(steps[:-1], draws):
                 image = self._run(step, params[row], image)
-            assert self._rotator is not None
-            self._rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), steps[-1].fill, out)  # type: ignore[attr-defined]
+            rotation = steps[-1]
+            assert isinstance(rotation, RandomRotation) and self._rotator is not None  # as _rotates_last says
+            self._rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), rotation.fill, out)  # type: ignore[arg-type]
             return
         for step, params in zip(steps, draws):
             image = self._run(step, params[row], image)
