@@ -16,7 +16,7 @@ import numpy as np
 
 from ..checksum import Hasher, checksum
 from ..errors import SchemaError
-from ..storage.atomic import SHARD_SYNC_EVERY, AtomicFile, Transaction
+from ..storage.atomic import SYNC_EVERY, AtomicFile, Transaction
 from .layout import (
     DEFAULT_ALIGNMENT,
     FOOTER_CHECKED_BYTES,
@@ -96,7 +96,7 @@ class ShardWriter(Transaction):
         self.alignment = alignment
         self._dtype = schema.record_dtype()
         self._rows: list[tuple[Any, ...]] = []
-        self._file = AtomicFile(path, sync_every=SHARD_SYNC_EVERY)
+        self._file = AtomicFile(path, sync_every=SYNC_EVERY)
         self._hasher = Hasher()
         self.closed = False
         self._names = frozenset(schema.names)

@@ -289,15 +289,14 @@ class SampleTransform:
         for channel in range(3):
             np.copyto(image[channel], source[:, :, channel], casting="unsafe")
         steps = self.steps
-        if self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous:
-            for step, params in zip(steps[:-1], draws):
-                image = self._run(step, params[row], image)
+        direct = self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous
+        for step, params in zip(steps[:-1] if direct else steps, draws):
+            image = self._run(step, params[row], image)
+        if direct:
             rotation = steps[-1]
             assert isinstance(rotation, RandomRotation) and self._rotator is not None  # as _rotates_last says
             self._rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), rotation.fill, out)  # type: ignore[arg-type]
             return
-        for step, params in zip(steps, draws):
-            image = self._run(step, params[row], image)
         if self._mean is not None and self._std is not None:
             for channel in range(3):
                 target = out[:, :, channel]

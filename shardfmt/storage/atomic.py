@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import IO, TypeVar
 
-__all__ = ["SHARD_SYNC_EVERY", "AtomicFile", "atomic_write_bytes", "fsync_directory", "temp_path"]
+__all__ = ["SYNC_EVERY", "AtomicFile", "atomic_write_bytes", "fsync_directory", "temp_path"]
 
-SHARD_SYNC_EVERY = 16 * 1024 * 1024
-"""Bytes of a shard written between two background fdatasyncs (see the module docstring)."""
+SYNC_EVERY = 16 * 1024 * 1024
+"""Bytes of a large file written between two background fdatasyncs (see the module docstring)."""
 
 _T = TypeVar("_T", bound="Transaction")
 

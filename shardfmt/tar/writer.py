@@ -22,7 +22,7 @@ from ..format.layout import (
 )
 from ..format.schema import IMAGE_CLASSIFICATION
 from ..format.writer import ShardInfo, ShardWriter
-from ..storage.atomic import SHARD_SYNC_EVERY, AtomicFile, Transaction
+from ..storage.atomic import SYNC_EVERY, AtomicFile, Transaction
 from .index import INDEX_SCHEMA, index_path_for
 from .keys import (
     BLOCK_SIZE,
@@ -113,7 +113,7 @@ class TarShardWriter(Transaction):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, index: str | os.PathLike[str] | None = None) -> None:
-        self._file = AtomicFile(path, sync_every=SHARD_SYNC_EVERY)
+        self._file = AtomicFile(path, sync_every=SYNC_EVERY)
         try:
             self._index = ShardWriter(index_path_for(path) if index is None else index, schema=INDEX_SCHEMA)
         except BaseException:
