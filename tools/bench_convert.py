@@ -98,48 +98,43 @@ def fsync_tree(folder: Path) -> None:
     fsync_directory(folder)
 
 
-def checks_alone(src: Path, paths: list[Path], *, repeat: int) -> float:
-    """Best seconds of `repeat` passes of `normalise_image` over every file, read into RAM first."""
+def checks_alone(src: Path, paths: list[Path]) -> float:
+    """Seconds of one pass of `normalise_image` over every file, read into RAM first (and let go
+    after, so that no conversion forks from a process holding them)."""
     datas = [(src / path).read_bytes() for path in paths]
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for data in datas:
-            normalise_image(data)
-        best = min(best, time.perf_counter() - start)
-    return best
+    start = time.perf_counter()
+    for data in datas:
+        normalise_image(data)
+    return time.perf_counter() - start
 
 
-def checks_on_cores(src: Path, paths: list[Path], *, cores: int, repeat: int) -> float:
-    """Best seconds of `repeat` runs of `normalise_image` over every file, shared out among
+def checks_on_cores(src: Path, paths: list[Path], *, cores: int) -> float:
+    """Seconds of one run of `normalise_image` over every file, shared out among
     `cores` forked processes that run at once (file i in process i mod `cores`), the files read
     into RAM first: the checks' own rate on that many cores, with whatever two busy cores of
     this machine cost each other. The clock starts once every process is forked and waiting,
     and stops when the last one is done."""
     datas = [(src / path).read_bytes() for path in paths]
-    best = float("inf")
-    for _ in range(repeat):
-        go_read, go_write = os.pipe()
-        children = []
-        for share in range(cores):
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child
-                try:
-                    os.close(go_write)
-                    os.read(go_read, 1)
-                    for data in datas[share::cores]:
-                        normalise_image(data)
-                finally:
-                    os._exit(0)
-            children.append(pid)
-        os.close(go_read)
-        start = time.perf_counter()
-        os.write(go_write, b"x" * cores)
-        os.close(go_write)
-        for pid in children:
-            os.waitpid(pid, 0)
-        best = min(best, time.perf_counter() - start)
-    return best
+    go_read, go_write = os.pipe()
+    children = []
+    for share in range(cores):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                os.close(go_write)
+                os.read(go_read, 1)
+                for data in datas[share::cores]:
+                    normalise_image(data)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    os.close(go_read)
+    start = time.perf_counter()
+    os.write(go_write, b"x" * cores)
+    os.close(go_write)
+    for pid in children:
+        os.waitpid(pid, 0)
+    return time.perf_counter() - start
 
 
 def timed(run: Callable[[], object], *, clear: Path, repeat: int) -> float:
@@ -237,9 +232,9 @@ def main() -> None:
         wds = functools.partial(write_webdataset, src, temp / "wds", shard_size=args.shard_size)
         contenders.append(("webdataset.ShardWriter (no checks)", functools.partial(timed, wds, clear=temp / "wds", repeat=1)))
         contenders.append(("webdataset.ShardWriter, then fsync", functools.partial(timed, durable_webdataset, clear=temp / "wds", repeat=1)))
-        contenders.append((f"the checks alone, 1 core x {cores}", lambda: checks_alone(src, paths, repeat=1) / cores))
+        contenders.append((f"the checks alone, 1 core x {cores}", lambda: checks_alone(src, paths) / cores))
         if cores > 1 and hasattr(os, "fork"):
-            contenders.append((f"the checks alone, on {cores} cores at once", lambda: checks_on_cores(src, paths, cores=cores, repeat=1)))
+            contenders.append((f"the checks alone, on {cores} cores at once", lambda: checks_on_cores(src, paths, cores=cores)))
         best = {name: float("inf") for name, _ in contenders}
         for _ in range(args.repeat):
             for name, measure in contenders:

@@ -11,9 +11,9 @@ PIL's HSV image), then ``Image.rotate(angle, NEAREST, fillcolor=0)``.
 `measure_steps` times each step alone, in this process on one thread, on 224x224 crops of the
 bench's images: shardfmt's kernels (`ops.SampleTransform` with that one step, less the cost of
 an empty transform timed in alternate rounds, which is reported on its own row: the sample's
-move into float planes and back) beside the PIL code above, in CPU microseconds per image. A rotation that ends the steps
-writes the sample's uint8 row itself (`Rotator.rotate_to_pixels`), so its row is the rotation
-less the move back out of float planes.
+move into float planes and back) beside the PIL code above, in CPU microseconds per image. A
+rotation that ends the steps writes the sample's uint8 row itself (`Rotator.rotate_to_pixels`),
+so its row is the rotation less the move back out of float planes.
 """
 
 from __future__ import annotations

@@ -46,9 +46,18 @@ def test_an_abort_waits_for_a_background_sync_and_removes_the_file(tmp_path: Pat
     assert not path.exists() and not temp_path(path).exists()
 
 
-def test_a_failed_background_sync_is_left_to_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_background_sync_is_left_to_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def failing(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fdatasync", failing, raising=False)
-    atomic._quiet_datasync(-1)  # no exception: the commit's fsync reports the error itself
+    atomic._quiet_datasync(-1)  # no exception in the background thread
+    monkeypatch.setattr(os, "fsync", failing)
+    path = tmp_path / "full.bin"
+    out = AtomicFile(path, sync_every=10)
+    out.write(b"x" * 100)  # starts a background sync, which fails quietly
+    with pytest.raises(OSError, match="No space left"):
+        out.commit()  # the commit's own fsync reports it
+    assert not path.exists()
+    out.abort()
+    assert not temp_path(path).exists()
