@@ -19,8 +19,9 @@ the uint8 image torchvision would hold after the same step:
   (the other adjustments are the same float32 arithmetic).
 
 Measured on one core of the build machine for 224x224 images (best of 15 rounds of 50):
-brightness about 45 us, contrast and saturation about 120, hue about 365 (some 35 passes over
-the planes; 530 before the formula above replaced a wrap and a ten-pass triangle per channel);
+brightness about 45 us, contrast and saturation about 110, hue about 300 to 330 (some 35 passes
+over the planes; 530 before the formula above replaced a wrap and a ten-pass triangle per
+channel, 350 to 365 before the working set shrank and the clamps became `np.clip`);
 PIL's versions, what torchvision runs on PIL images, take about 150, 260 to 350, 220 to 260 and
 2,200 to 2,900 (its hue converts to and from 8-bit HSV). ``tools/bench_loader.py --only augment`` prints
 both.
@@ -42,7 +43,9 @@ class ColourKernels:
     """Scratch planes for images of one size, and the adjustments that use them.
 
     A minimum or maximum against a plane of constants runs vectorised where numpy's against a
-    scalar does not (about 6 us a 224x224 plane against 11), so the bounds are kept as planes.
+    scalar does not (about 6 us a 224x224 plane against 11), so a one-sided bound is kept as a
+    plane; a two-sided one is `np.clip` against two scalars, one pass (27 us over three planes,
+    where a maximum and a minimum against planes take 36).
 
     Args:
         height, width: the size of every image given to the methods.
@@ -50,18 +53,17 @@ class ColourKernels:
 
     def __init__(self, height: int, width: int) -> None:
         shape = (height, width)
-        self._gray = np.empty(shape, np.float32)
-        self._term = np.empty(shape, np.float32)
-        self._v, self._c, self._dr, self._dg, self._a, self._t, self._w = (np.empty(shape, np.float32) for _ in range(7))
-        self._zero = np.zeros(shape, np.float32)
+        # Four scratch planes serve every adjustment, so that a sample's steps touch few distinct
+        # planes: in a profile of the hue, a pass that wrote a plane not yet touched took 11 to
+        # 18 us, one over planes just used 5 to 7.
+        self._v, self._c, self._t, self._w = (np.empty(shape, np.float32) for _ in range(4))
         self._one = np.ones(shape, np.float32)
-        self._two = np.full(shape, 2, np.float32)
         self._top = np.full(shape, 255, np.float32)
         self._centres = np.empty((3, 1, 1), np.float32)
 
     def gray(self, x: np.ndarray) -> np.ndarray:
         """trunc(0.2989 R + 0.587 G + 0.114 B) of `x`, in a scratch plane (valid until the next call)."""
-        out, term = self._gray, self._term
+        out, term = self._t, self._w
         np.multiply(x[0], _R, out=out)
         np.add(out, np.multiply(x[1], _G, out=term), out=out)
         np.add(out, np.multiply(x[2], _B, out=term), out=out)
@@ -91,8 +93,7 @@ class ColourKernels:
         np.multiply(x, np.float32(factor), out=x)
         np.add(x, other, out=x)
         if factor > 1.0:  # a blend with factor in [0, 1] stays in [0, 255]
-            np.maximum(x, self._zero, out=x)
-            np.minimum(x, self._top, out=x)
+            np.clip(x, np.float32(0), np.float32(255), out=x)
         np.floor(x, out=x)
 
     def grayscale(self, x: np.ndarray) -> None:
@@ -104,7 +105,7 @@ class ColourKernels:
     def hue(self, x: np.ndarray, shift: float) -> None:
         """Move the hue of every pixel by `shift` turns (in [-0.5, 0.5])."""
         r, g, b = x[0], x[1], x[2]
-        v, c, dr, dg, a, t, w = self._v, self._c, self._dr, self._dg, self._a, self._t, self._w
+        v, c, t, w = self._v, self._c, self._t, self._w
         np.maximum(r, g, out=v)
         np.maximum(v, b, out=v)
         np.minimum(r, g, out=c)
@@ -114,23 +115,25 @@ class ColourKernels:
         # D_R = G - B; G: 2 C + D_G with D_G = B - R; B: 4 C - D_R - D_G. Without branches, that is
         # D_R + notR (A + D_G + notG (A - 2 D_G)) with A = 2 C - D_R, where notX = min(V - X, 1)
         # is 0 exactly where X is the largest (the values are whole numbers): R wins ties, then G.
-        np.subtract(g, b, out=dr)
-        np.subtract(b, r, out=dg)
-        np.add(c, c, out=a)
-        np.subtract(a, dr, out=a)
-        np.subtract(a, dg, out=t)
-        np.subtract(t, dg, out=t)
+        # The image's own planes hold the terms once their channel is no longer needed, so that
+        # the working set (seven planes) stays in a core's cache.
         np.subtract(v, g, out=w)
         np.minimum(w, self._one, out=w)  # notG
-        np.multiply(t, w, out=t)
-        np.add(t, a, out=t)
-        np.add(t, dg, out=t)
-        np.subtract(v, r, out=w)
-        np.minimum(w, self._one, out=w)  # notR
-        np.multiply(t, w, out=t)
-        np.add(t, dr, out=t)
+        np.subtract(g, b, out=t)  # D_R
+        np.subtract(b, r, out=g)  # D_G
+        np.subtract(v, r, out=b)
+        np.minimum(b, self._one, out=b)  # notR
+        np.add(c, c, out=r)
+        np.subtract(r, t, out=r)
+        np.add(r, g, out=r)  # A + D_G
+        np.multiply(g, np.float32(-3), out=g)
+        np.add(g, r, out=g)  # A - 2 D_G
+        np.multiply(g, w, out=g)
+        np.add(g, r, out=g)
+        np.multiply(g, b, out=g)
+        np.add(g, t, out=g)  # t C
         np.maximum(c, self._one, out=w)  # gray pixels (C = 0) have t = 0
-        np.divide(t, w, out=t)  # t in [-1, 5]
+        np.divide(g, w, out=t)  # t in [-1, 5]
         # Channel n is V where t + 6 h lies within 1 of a peak of n (R 0, G 2, B 4, modulo 6),
         # V - C from distance 2 on, linear between: V + C - C clamp(d, 1, 2), d the distance to
         # the nearest peak. With k midway between two peaks (p - 6 h + 3 modulo 6, taken in
@@ -146,8 +149,7 @@ class ColourKernels:
         np.abs(x, out=x)
         np.subtract(x, np.float32(3), out=x)
         np.abs(x, out=x)
-        np.maximum(x, self._one, out=x)
-        np.minimum(x, self._two, out=x)
+        np.clip(x, np.float32(1), np.float32(2), out=x)
         np.multiply(x, c, out=x)
         np.subtract(v, x, out=x)
         np.floor(x, out=x)

@@ -52,7 +52,6 @@ class Rotator:
         self._along = np.empty((2, 1, width), np.float32)
         self._down = np.empty((2, height, 1), np.float32)
         self._xy = torch.empty((2, height, width), dtype=torch.float32)
-        self._flat = torch.empty(height * width, dtype=torch.float32)
         self._index = torch.empty(height * width, dtype=torch.int32)  # converted from float32 in 15 us, int64 in 40
         self._padded_pixels = np.empty(self._padded.shape, np.uint8)  # for `rotate_to_pixels`
         self._pixels_fill: tuple[float, ...] | None = None
@@ -111,8 +110,8 @@ class Rotator:
         np.copyto(down[1, :, 0], self._rows * cos, casting="unsafe")
         torch.add(torch.from_numpy(along), torch.from_numpy(down), out=xy)
         torch.round(xy, out=xy)  # ties to even, as numpy's rint and grid_sample
-        flat = self._flat
-        torch.add(xy[0].reshape(-1), xy[1].reshape(-1), alpha=width + 2 * margin, out=flat)  # below 2^24, so exact in float32
+        flat = xy[0].reshape(-1)
+        torch.add(flat, xy[1].reshape(-1), alpha=width + 2 * margin, out=flat)  # below 2^24, so exact in float32
         index = self._index
         index.copy_(flat)
         return index
