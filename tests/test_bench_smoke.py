@@ -116,3 +116,19 @@ def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
     (folder,) = tmp_path.glob("derived-*/shardfmt-converted")
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["strict_jpeg"] is True and manifest["stats"]["passthrough"] == 40
+
+
+def test_rounds_keep_each_measure_at_its_best() -> None:
+    """The later epochs come from the round with the best rate; the first epoch and the first
+    batch from their own best rounds, which may be others."""
+    import bench_loader
+
+    def result(seconds: float, warmup_seconds: float, first_batch: float) -> bench_loader.Result:
+        return bench_loader.Result("loader", 1000, seconds, warmup_images=500, warmup_seconds=warmup_seconds, first_batch_seconds=first_batch)
+
+    rounds = [[result(1.0, 0.5, 0.2)], [result(0.8, 0.9, 0.3)]]
+    (best,) = bench_loader.best_of(rounds)
+    assert best.images_per_second == pytest.approx(1250)
+    assert best.warmup_images_per_second == pytest.approx(1000)
+    assert best.first_batch_seconds == pytest.approx(0.2)
+    assert "best of 1000, 1250" in best.note and "1st epoch best of 1000, 556" in best.note
