@@ -19,7 +19,7 @@ the uint8 image torchvision would hold after the same step:
   (the other adjustments are the same float32 arithmetic).
 
 Measured on one core of the build machine for 224x224 images (best of 15 rounds of 50):
-brightness about 45 us, contrast and saturation about 110, hue about 300 to 330 (some 35 passes
+brightness about 45 us, contrast and saturation 110 to 120, hue 290 to 330 (some 35 passes
 over the planes; 530 before the formula above replaced a wrap and a ten-pass triangle per
 channel, 350 to 365 before the working set shrank and the clamps became `np.clip`);
 PIL's versions, what torchvision runs on PIL images, take about 150, 260 to 350, 220 to 260 and
@@ -44,8 +44,8 @@ class ColourKernels:
 
     A minimum or maximum against a plane of constants runs vectorised where numpy's against a
     scalar does not (about 6 us a 224x224 plane against 11), so a one-sided bound is kept as a
-    plane; a two-sided one is `np.clip` against two scalars, one pass (27 us over three planes,
-    where a maximum and a minimum against planes take 36).
+    plane; a two-sided one is `np.clip` against two scalars, one pass (25 us over three 224x224
+    planes, where a maximum and a minimum against planes take 33).
 
     Args:
         height, width: the size of every image given to the methods.

@@ -61,10 +61,7 @@ class Rotator:
         outside it taking `fill` (one value per channel)."""
         channels, height, width = self.shape
         margin, padded = self.margin, self._padded
-        if fill != self._fill:  # the margin keeps its fill: only the middle is ever written
-            for channel in range(channels):
-                padded[channel].fill(fill[channel])
-            self._fill = fill
+        self._fill = _fill_margin(padded, fill, self._fill)
         index = self._gather_index(angle)
         np.copyto(padded[:, margin : margin + height, margin : margin + width], image)
         # one torch index_select over the channels: about 90 us for three 224x224 planes, where
@@ -86,10 +83,7 @@ class Rotator:
         margin, padded = self.margin, self._padded_pixels
         if out.shape != (height, width, channels) or out.dtype != np.uint8 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {height}x{width}x{channels} uint8 array, got {out.shape} {out.dtype}")
-        if fill != self._pixels_fill:
-            for channel in range(channels):
-                padded[channel].fill(int(fill[channel]))
-            self._pixels_fill = fill
+        self._pixels_fill = _fill_margin(padded, fill, self._pixels_fill)
         index = self._gather_index(angle)
         np.copyto(padded[:, margin : margin + height, margin : margin + width], image, casting="unsafe")
         source, target = torch.from_numpy(padded.reshape(channels, -1)), torch.from_numpy(out.reshape(-1))
@@ -115,3 +109,12 @@ class Rotator:
         index = self._index
         index.copy_(flat)
         return index
+
+
+def _fill_margin(padded: np.ndarray, fill: tuple[float, ...], filled: tuple[float, ...] | None) -> tuple[float, ...]:
+    """Fill each channel of `padded` with its value of `fill`, unless it holds `filled` already
+    (the margin keeps its fill: only the middle is ever written); return `fill`."""
+    if fill != filled:
+        for channel, value in enumerate(fill):
+            padded[channel].fill(value)
+    return fill
