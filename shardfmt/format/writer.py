@@ -96,7 +96,7 @@ class ShardWriter(Transaction):
         self.alignment = alignment
         self._dtype = schema.record_dtype()
         self._rows: list[tuple[Any, ...]] = []
-        self._file = AtomicFile(path, sync_every=SYNC_EVERY)
+        self._file = AtomicFile(path, sync_every=SYNC_EVERY, direct=True)
         self._hasher = Hasher()
         self.closed = False
         self._names = frozenset(schema.names)

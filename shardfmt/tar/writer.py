@@ -113,7 +113,7 @@ class TarShardWriter(Transaction):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, index: str | os.PathLike[str] | None = None) -> None:
-        self._file = AtomicFile(path, sync_every=SYNC_EVERY)
+        self._file = AtomicFile(path, sync_every=SYNC_EVERY, direct=True)
         try:
             self._index = ShardWriter(index_path_for(path) if index is None else index, schema=INDEX_SCHEMA)
         except BaseException:
