@@ -108,7 +108,8 @@ class ShardCache:
                     self.downloads += 1
                     got_size, got = file_checksum(temp)
                     if got_size == size and got == checksum:
-                        os.replace(temp, dest)
+                        with _locked(self.directory / ".lock"):  # never while room is being made:
+                            os.replace(temp, dest)  # a listing may miss a file renamed under it
                         return dest
                 finally:
                     with contextlib.suppress(FileNotFoundError):
