@@ -7,7 +7,8 @@ Every source, output, engine and record kind goes through `run_conversion`:
 3. The records of the other shards are cut into chunks of a few records (rows of a Parquet file:
    the rows of one row group, read at once) and built by the engine's workers
    (`records.build_chunk`: read, check, normalise), all workers on all chunks, so one shard is
-   built on every core and the last shard is no straggler.
+   built on every core and the last shard is no straggler. Worker processes leave the chunk's
+   bytes in memory this process shares (`CHUNK_BYTES` a chunk in flight), not in a pipe.
 4. This process takes the built records back in plan order and writes each shard in order
    (`ShardWriter`, or `TarShardWriter` for tar shards, which also refuses keys that repeat in
    the shard or labels a ``.cls`` member cannot hold), commits it, then writes its sidecar.
@@ -24,7 +25,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -32,9 +32,8 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from .._version import __version__
-from ..checksum import checksum, format_checksum, parse_checksum
+from ..checksum import format_checksum, parse_checksum
 from ..errors import ConvertError, RejectError, SchemaError, WorkerError
-from ..format.fieldtypes import HeadedJpeg
 from ..format.layout import MAX_CLASSES
 from ..format.manifest import IndexEntry, Manifest, ShardEntry
 from ..format.writer import ShardWriter
@@ -45,7 +44,7 @@ from .engine import WorkerDied, imap_ordered
 from .images import REENCODE_REASONS
 from .output import REJECTS_NAME, Output, shard_file_name
 from .plan import ConversionPlan, PlannedRecord, compare_plans
-from .records import Builder, Built, Chunk, ImageLabelBuilder, InputReader, KeptFile, build_chunk
+from .records import Builder, Built, Chunk, build_chunk, unplace
 from .sources.results import display_path
 
 __all__ = ["CHUNK_BYTES", "CHUNK_RECORDS", "ConvertResult", "run_conversion"]
@@ -120,12 +119,10 @@ def run_conversion(
         per_shard = {index: list(_chunks(plan, index)) for index in todo}
         chunks = [chunk for index in todo for chunk in per_shard[index]]
         window = max(1, workers) * _WINDOW_PER_WORKER
-        if engine == "local" and workers > 1 and isinstance(builder, ImageLabelBuilder):
-            builder = dataclasses.replace(builder, by_reference=True)
-        results = imap_ordered(build_chunk, builder, chunks, engine=engine, workers=workers, window=window)
+        results = imap_ordered(build_chunk, builder, chunks, engine=engine, workers=workers, window=window, scratch=CHUNK_BYTES)
         try:
             for index in todo:
-                sidecars[index] = _write_shard(plan, output, index, per_shard[index], results, bar, builder.reader)
+                sidecars[index] = _write_shard(plan, output, index, per_shard[index], results, bar)
         except OSError as err:
             if err.errno == errno.ENOSPC:
                 raise _disk_full(output, err) from err
@@ -186,8 +183,8 @@ class _Sink:
     """Shard `index` being written, in record order; tar shards also refuse a key that repeats in
     the shard ("duplicate-key") and a label a ``.cls`` member cannot hold ("bad-label")."""
 
-    def __init__(self, plan: ConversionPlan, output: Output, index: int, reader: InputReader) -> None:
-        self.plan, self.output, self.index, self.reader = plan, output, index, reader
+    def __init__(self, plan: ConversionPlan, output: Output, index: int) -> None:
+        self.plan, self.output, self.index = plan, output, index
         self.name = shard_file_name(index, plan.shard_format)
         self.tar = plan.shard_format == "tar"
         self.writer: Any = None
@@ -196,11 +193,9 @@ class _Sink:
         self.passthrough = 0
         self.reencoded = dict.fromkeys(REENCODE_REASONS, 0)
 
-    def add(self, built: Built, record: PlannedRecord) -> None:
+    def add(self, built: Built, record: PlannedRecord, scratch: memoryview | None) -> None:
         reject = built.reject
-        fields = built.fields
-        if fields is not None and isinstance(fields.get("image"), KeptFile):
-            fields, reject = self._fetch_kept(fields)
+        fields = unplace(built.fields, scratch) if built.fields is not None else None
         key = None
         if self.tar and (reject is None or reject[0] != "bad-key"):
             try:
@@ -229,18 +224,6 @@ class _Sink:
                 self.passthrough += 1
             else:
                 self.reencoded[reason] += 1
-
-    def _fetch_kept(self, fields: dict[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
-        """The record with its kept image read again here, or the reject if the file can no
-        longer be read or changed since the worker checked it."""
-        kept: KeptFile = fields["image"]
-        try:
-            data = self.reader.read(kept.file)
-        except RejectError as err:
-            return None, (err.reason, err.message)
-        if checksum(data) != kept.digest:
-            return None, ("unreadable", "the file changed while it was being converted")
-        return {**fields, "image": HeadedJpeg(data, kept.info)}, None
 
     def close(self, num_inputs: int) -> dict[str, Any]:
         """Close and commit the shard, then write its sidecar (a shard whose records were all
@@ -280,17 +263,16 @@ def _write_shard(
     output: Output,
     index: int,
     chunks: list[Chunk],
-    results: Iterator[list[Built]],
+    results: Iterator[tuple[list[Built], memoryview | None]],
     bar: Any,
-    reader: InputReader,
 ) -> dict[str, Any]:
     """Write shard `index` from the built records of its `chunks`, taken from `results` in order."""
-    sink = _Sink(plan, output, index, reader)
+    sink = _Sink(plan, output, index)
     current: PlannedRecord | str = "(before the first input)"  # described only if something fails
     try:
         for chunk in chunks:
             try:
-                built_chunk = next(results)
+                built_chunk, scratch = next(results)
             except WorkerDied as err:
                 raise WorkerError(
                     "a worker process died (killed, or out of memory?) before this shard was finished", path=output.describe(sink.name)
@@ -299,7 +281,7 @@ def _write_shard(
                 raise WorkerError(err.message, path=output.describe(sink.name)) from err
             for (number, record), built in zip(chunk.records, built_chunk):
                 current = record
-                sink.add(built, record)
+                sink.add(built, record, scratch)
             bar.update(len(chunk.records))
         current = "(closing the shard)"
         start, stop = plan.shards[index]

@@ -2,11 +2,17 @@
 
 A chunk is a few consecutive records of one shard. For each record a worker reads its files (a
 local file with one `os.read`, the image member of a sample of a tar with one `os.pread`, an
-object of a store with one GET, a row of a Parquet file with the rest of its row group), checks and normalises the images, and returns the record's
-fields, or the reason it is rejected. A record builder per record kind does the middle part:
-`ImageLabelBuilder` for (image, label, key) records, `FieldsBuilder` for records of several
-columns. Builders are small frozen values, so they reach worker processes and Ray tasks as they
-are; the result depends only on the record and the options, never on the process.
+object of a store with one GET, a row of a Parquet file with the rest of its row group), checks
+and normalises the images, and returns the record's fields, or the reason it is rejected. A
+record builder per record kind does the middle part: `ImageLabelBuilder` for (image, label, key)
+records, `FieldsBuilder` for records of several columns. Builders are small frozen values, so they
+reach worker processes and Ray tasks as they are; the result depends only on the record and the
+options, never on the process.
+
+A worker process of the local pool also gets scratch memory that the converting process shares
+(`engine.imap_ordered`'s `scratch`): `build_chunk` copies the byte values of the chunk's records
+there (the JPEG bytes, kept or re-encoded) and returns where they are (`Placed`), so that the
+bytes the worker checked are the bytes written, and none goes through a pipe.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..checksum import checksum
 from ..errors import RejectError, SchemaError, ShardfmtError, WorkerError
+from ..format.fieldtypes import HeadedJpeg
 from ..format.jpeg import JpegInfo
 from ..format.layout import MAX_FIELD_SIZE
 from ..storage import RemoteOptions, Store, open_store
@@ -33,7 +39,7 @@ from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.parquet import RowGroupReader
 from .sources.results import describe_os_error, display_path
 
-__all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "KeptFile", "build_chunk", "builder_for"]
+__all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "Placed", "build_chunk", "builder_for", "unplace"]
 
 MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
 """Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
@@ -65,20 +71,18 @@ class Built:
 
 
 @dataclass(frozen=True)
-class KeptFile:
-    """An input file a worker checked and kept byte for byte, sent back by reference: the
-    converting process reads it again (from the page cache) rather than receive its bytes
-    through a pipe, and compares the digest so that a file changed in between is never written.
+class Placed:
+    """A field's bytes, copied into the chunk's scratch memory instead of sent back in the result.
 
     Attributes:
-        file: the planned file.
-        digest: XXH3-64 of the bytes the worker checked.
-        info: their JPEG headers, as the worker read them.
+        offset: where they start in the scratch memory.
+        size: their length.
+        info: a JPEG's headers, when the value was a `HeadedJpeg`.
     """
 
-    file: InputFile
-    digest: int
-    info: JpegInfo
+    offset: int
+    size: int
+    info: JpegInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,6 @@ class ImageLabelBuilder:
     max_side: int | None
     quality: int
     tar_keys: bool = False
-    by_reference: bool = False
-    """Return a kept local file as a `KeptFile` instead of its bytes (worker processes only)."""
 
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
         key = record.key
@@ -182,9 +184,7 @@ class ImageLabelBuilder:
                 raise RejectError(err.message, reason="bad-key") from err
         data = self.reader.read(record.files[0])
         image = normalise_image(data, max_side=self.max_side, quality=self.quality)
-        value: bytes | KeptFile = image.data
-        if self.by_reference and image.info is not None and not is_url(self.reader.root):
-            value = KeptFile(record.files[0], checksum(data), image.info)
+        value = image.data if image.info is None else HeadedJpeg(image.data, image.info)  # headers parsed once
         return {"image": value, "label": record.label, "key": key}, (image.reencoded,)
 
 
@@ -250,13 +250,20 @@ def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builde
     )
 
 
-def build_chunk(builder: Builder, chunk: Chunk) -> list[Built]:
+def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = None) -> list[Built]:
     """Build every record of `chunk` (this runs in a worker process, a Ray task or inline).
+
+    Args:
+        builder: the record kind's builder.
+        chunk: the records.
+        scratch: memory shared with the converting process, where the records' byte values go
+            while they fit (`Placed`); None sends them back in the result.
 
     Raises:
         WorkerError: anything other than a per-record reject, naming the input.
     """
     built = []
+    used = 0
     for number, record in chunk.records:
         try:
             fields, reasons = builder.build(record)
@@ -267,8 +274,37 @@ def build_chunk(builder: Builder, chunk: Chunk) -> list[Built]:
             where = display_path(record.path) + (f": sample {record.sample_key}" if record.sample_key is not None else "")
             message = err.message if isinstance(err, ShardfmtError) else str(err)
             raise WorkerError(f"input {where}: {type(err).__name__}: {message}") from err
+        if scratch is not None:
+            fields, used = _place(fields, scratch, used)
         built.append(Built(number, fields, reasons))
     return built
+
+
+def _place(fields: dict[str, Any], scratch: memoryview, used: int) -> tuple[dict[str, Any], int]:
+    """The fields with each byte value copied into `scratch` from `used` on, while it fits."""
+    placed = dict(fields)
+    for name, value in fields.items():
+        data, info = (value.data, value.info) if isinstance(value, HeadedJpeg) else (value, None)
+        if not isinstance(data, (bytes, bytearray)) or used + len(data) > len(scratch):
+            continue
+        scratch[used : used + len(data)] = data
+        placed[name] = Placed(used, len(data), info)
+        used += len(data)
+    return placed, used
+
+
+def unplace(fields: dict[str, Any], scratch: memoryview | None) -> dict[str, Any]:
+    """The fields with each `Placed` value replaced by a view of its bytes in `scratch` (a
+    `HeadedJpeg` where the headers came along); the views are valid until the scratch memory
+    is handed to the next chunk."""
+    if scratch is None:
+        return fields
+    out = dict(fields)
+    for name, value in fields.items():
+        if isinstance(value, Placed):
+            data = scratch[value.offset : value.offset + value.size]
+            out[name] = data if value.info is None else HeadedJpeg(data, value.info)
+    return out
 
 
 def _in_field(err: RejectError, name: str, path: str, n: int) -> RejectError:

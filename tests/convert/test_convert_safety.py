@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import multiprocessing
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,11 @@ import shardfmt.convert.run
 import shardfmt.storage.atomic
 from shardfmt import ConvertError, LockedError, open_dataset
 from shardfmt._sample import make_imagefolder
-from shardfmt.checksum import checksum
 from shardfmt.cli import main
 from shardfmt.convert.output import Output
 from shardfmt.convert.plan import InputFile, PlannedRecord
-from shardfmt.convert.records import ImageLabelBuilder, InputReader, KeptFile
+from shardfmt.convert.records import Chunk, ImageLabelBuilder, InputReader, Placed, build_chunk, unplace
+from shardfmt.format.fieldtypes import HeadedJpeg
 from shardfmt.convert.run import convert
 from shardfmt.format.jpeg import read_jpeg_info
 from shardfmt.dataset.verify import verify_dataset
@@ -169,30 +170,52 @@ def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finish
         assert len(dataset) == 24
 
 
-def test_worker_processes_send_kept_files_by_reference(source: Path, tmp_path: Path) -> None:
-    """With worker processes, an image kept as it is comes back as a reference that the
-    converting process reads again; the shards are byte for byte those of an inline run."""
-    path = sorted(source.glob("*/*"))[0]
-    planned = InputFile(path.relative_to(source).as_posix(), path.stat().st_size, path.stat().st_mtime_ns)
-    builder = ImageLabelBuilder(InputReader(str(source)), None, 90, by_reference=True)
-    fields, reasons = builder.build(PlannedRecord(files=(planned,), label=0, key="k"))
-    assert reasons == (None,)
-    assert fields["image"] == KeptFile(planned, checksum(path.read_bytes()), read_jpeg_info(path.read_bytes()))
+def test_worker_processes_leave_the_bytes_they_checked_in_shared_scratch_memory(source: Path, tmp_path: Path) -> None:
+    """With scratch memory, a chunk's bytes come back as places in it, with the headers of a kept
+    JPEG; the shards are byte for byte those of an inline run."""
+    paths = sorted(source.glob("*/*"))[:3]
+    records = tuple(
+        (n, PlannedRecord(files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}"))
+        for n, p in enumerate(paths)
+    )
+    scratch = memoryview(bytearray(1 << 20))
+    built = build_chunk(ImageLabelBuilder(InputReader(str(source)), None, 90), Chunk(0, records), scratch)
+    offset = 0
+    for one, path in zip(built, paths):
+        data = path.read_bytes()
+        assert one.fields is not None and one.reencoded == (None,)
+        assert one.fields["image"] == Placed(offset, len(data), read_jpeg_info(data))
+        image = unplace(one.fields, scratch)["image"]
+        assert isinstance(image, HeadedJpeg) and bytes(image.data) == data and image.info == read_jpeg_info(data)
+        offset += len(data)
+    small = memoryview(bytearray(len(paths[0].read_bytes())))  # room for the first image only
+    built = build_chunk(ImageLabelBuilder(InputReader(str(source)), None, 90), Chunk(0, records), small)
+    assert [type(one.fields["image"]).__name__ for one in built if one.fields] == ["Placed", "HeadedJpeg", "HeadedJpeg"]
     inline, pooled = tmp_path / "inline", tmp_path / "pooled"
     convert(source, inline, workers=1, shard_size=4000)
     convert(source, pooled, workers=2, shard_size=4000)
     assert tree_bytes(inline) == tree_bytes(pooled)
 
 
-def test_a_file_changed_after_its_check_is_rejected_not_written(
+def test_the_bytes_written_are_the_bytes_checked_even_if_the_file_changes_after(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The converting process compares a kept file's digest with the worker's: bytes that differ
-    from those checked are never written (the workers here see a digest that cannot match)."""
-    monkeypatch.setattr(shardfmt.convert.records, "checksum", lambda data: 0)  # inherited by the forked workers
-    result = convert(source, tmp_path / "out", workers=2, shard_size=4000)
-    assert result.num_records == 0
-    lines = (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()
-    rejects = [json.loads(line) for line in lines]
-    assert len(rejects) == 24
-    assert {(r["reason"], r["detail"]) for r in rejects} == {("unreadable", "the file changed while it was being converted")}
+    """Nothing reads an input twice: a file overwritten once a worker has read it is written as
+    it was read and checked (the workers here spoil each file right after reading it)."""
+    copy = tmp_path / "src"
+    shutil.copytree(source, copy)
+    real = InputReader.read
+
+    def read_then_spoil(self: InputReader, file: InputFile) -> bytes:
+        data = real(self, file)
+        (Path(self.root) / file.path).write_bytes(b"\0" * len(data))
+        return data
+
+    monkeypatch.setattr(InputReader, "read", read_then_spoil)  # inherited by the forked workers
+    result = convert(copy, tmp_path / "out", workers=2, shard_size=4000)
+    monkeypatch.undo()
+    assert result.num_records == 24 and result.num_rejects == 0
+    clean = convert(source, tmp_path / "clean", workers=1, shard_size=4000)
+    assert clean.num_records == 24
+    with open_dataset(tmp_path / "out") as spoiled, open_dataset(tmp_path / "clean") as expected:
+        assert [bytes(spoiled[n]["image"]) for n in range(24)] == [bytes(expected[n]["image"]) for n in range(24)]
