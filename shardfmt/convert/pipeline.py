@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from .._version import __version__
 from ..checksum import format_checksum, parse_checksum
-from ..errors import ConvertError, RejectError, SchemaError, WorkerError
+from ..errors import ConvertError, SchemaError, WorkerError
 from ..format.layout import MAX_CLASSES
 from ..format.manifest import IndexEntry, Manifest, ShardEntry
 from ..format.writer import ShardWriter

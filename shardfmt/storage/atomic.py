@@ -103,7 +103,7 @@ class AtomicFile(Transaction):
         self.path = Path(path)
         self.temp = temp_path(self.path)
         self._direct = _DirectFile.open(self.temp) if direct else None
-        self.file: IO[bytes] = open(self.temp, "wb") if self._direct is None else self._direct
+        self.file: IO[bytes] | _DirectFile = open(self.temp, "wb") if self._direct is None else self._direct
         self._sync_every = sync_every
         self._unsynced = 0
         self._syncing: threading.Thread | None = None

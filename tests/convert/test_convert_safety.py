@@ -21,11 +21,18 @@ from shardfmt._sample import make_imagefolder
 from shardfmt.cli import main
 from shardfmt.convert.output import Output
 from shardfmt.convert.plan import InputFile, PlannedRecord
-from shardfmt.convert.records import Chunk, ImageLabelBuilder, InputReader, Placed, build_chunk, unplace
-from shardfmt.format.fieldtypes import HeadedJpeg
+from shardfmt.convert.records import (
+    Chunk,
+    ImageLabelBuilder,
+    InputReader,
+    Placed,
+    build_chunk,
+    unplace,
+)
 from shardfmt.convert.run import convert
-from shardfmt.format.jpeg import read_jpeg_info
 from shardfmt.dataset.verify import verify_dataset
+from shardfmt.format.fieldtypes import HeadedJpeg
+from shardfmt.format.jpeg import read_jpeg_info
 from shardfmt.storage import open_store
 from shardfmt.storage.lock import LOCK_NAME, StoreLock
 
