@@ -96,7 +96,8 @@ class AtomicFile(Transaction):
         sync_every: with buffered writes, start an fdatasync in the background each time this
             many more bytes have been written (None: only the commit's fsync).
         direct: write full blocks with ``O_DIRECT`` where the file system allows it (see the
-            module docstring); `sync_every` then serves only if it does not.
+            module docstring); `sync_every` then serves only where opening with ``O_DIRECT`` is
+            refused.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, sync_every: int | None = None, direct: bool = False) -> None:
