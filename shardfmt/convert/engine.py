@@ -137,14 +137,13 @@ class _Pool:
                 self._tasks.append(task_write)
                 self._results.append(result_read)
                 self._processes.append(process)
-        self._held: list[deque[tuple[int, Any, int]]] = [deque() for _ in range(workers)]
+        self._held: list[deque[tuple[int, Any, int, int | None]]] = [deque() for _ in range(workers)]  # number, item, message size, slot
+        self._done: dict[int, tuple[bool, Any, int | None]] = {}  # results read, not yet yielded: ok, value, slot
         self._capacity = [_pipe_capacity(task) for task in self._tasks]
 
     def imap_ordered(self, items: Iterable[T], *, window: int) -> Iterator[tuple[R, memoryview | None]]:
         workers = len(self._processes)
-        held = self._held
-        done: dict[int, tuple[bool, Any, int | None]] = {}
-        slot_of: dict[int, int | None] = {}
+        held, done = self._held, self._done
         source = iter(items)
         pending: Any = _END  # an item taken from `source` that no task pipe had room for yet
         submitted = yielded = 0
@@ -163,12 +162,11 @@ class _Pool:
                     break
                 pending = _END
                 self._free.popleft()
-                held[worker].append((submitted, item, len(message)))
+                held[worker].append((submitted, item, len(message), slot))
                 try:
                     self._tasks[worker].send_bytes(message)
                 except OSError as err:  # the worker is gone
-                    raise self._died(worker, done, slot_of) from err
-                slot_of[submitted] = slot
+                    raise self._died(worker) from err
                 submitted += 1
             if yielded in done:
                 ok, value, slot = done.pop(yielded)
@@ -186,9 +184,9 @@ class _Pool:
             for ready in multiprocessing.connection.wait(busy):
                 worker = self._results.index(ready)
                 try:
-                    self._receive_one(worker, done, slot_of)
+                    self._receive_one(worker)
                 except (EOFError, OSError) as err:
-                    raise self._died(worker, done, slot_of) from err
+                    raise self._died(worker) from err
 
     def _choose(self, size: int) -> int | None:
         """The worker to hand a message of `size` bytes: of those whose task pipe surely has room
@@ -196,28 +194,29 @@ class _Pool:
         the fewest items in hand; a worker with none takes any size. None if no pipe has room."""
         best = None
         for worker, held in enumerate(self._held):
-            waiting = sum(length for _, _, length in held)  # counts the item being built: safe side
+            waiting = sum(entry[2] for entry in held)  # counts the item being built: safe side
             if held and waiting + size > self._capacity[worker] // 2:
                 continue
             if best is None or len(held) < len(self._held[best]):
                 best = worker
         return best
 
-    def _receive_one(self, worker: int, done: dict[int, tuple[bool, Any, int | None]], slot_of: dict[int, int | None]) -> None:
+    def _receive_one(self, worker: int) -> None:
+        """Read the next result of `worker` (its items' results come in the order it got them)."""
         message = self._results[worker].recv_bytes()
         try:
             number, ok, value = pickle.loads(message)
         except Exception as err:
             raise WorkerError(f"a worker's result could not be read: {type(err).__name__}: {err}") from err
-        self._held[worker].popleft()
-        done[number] = (ok, value, slot_of.pop(number))
+        slot = self._held[worker].popleft()[3]
+        self._done[number] = (ok, value, slot)
 
-    def _died(self, worker: int, done: dict[int, tuple[bool, Any, int | None]], slot_of: dict[int, int | None]) -> WorkerDied:
+    def _died(self, worker: int) -> WorkerDied:
         """The error for a worker found dead: its results sent before it died are read first,
         so that the item named is the one it died on."""
         try:
             while self._held[worker]:
-                self._receive_one(worker, done, slot_of)
+                self._receive_one(worker)
         except (EOFError, OSError):
             pass
         return WorkerDied(self._held[worker][0][1] if self._held[worker] else None)

@@ -280,7 +280,7 @@ class _DirectFile:
             index, offset = job
             try:
                 self._write_at(self._views[index], offset)
-            except BaseException as err:  # raised again in the writing thread
+            except BaseException as err:  # raised again by the next write, or by finish()
                 self._done.put(err)
             else:
                 self._done.put(None)
