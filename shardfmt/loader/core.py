@@ -53,6 +53,7 @@ from ..orders import epoch_order, resolve_order
 from ..sampling import check_split, check_subset
 from ..split import RankPlan, delivered_records, split_batches
 from ..storage import RemoteOptions
+from . import gpudecode
 from .fields import FieldRequest, OutputSpec, resolve_outputs
 from .options import index_output, pipeline_at, size_pair, transform_outputs
 from .pool import Chunk, InlinePool, WorkerPool
@@ -189,6 +190,13 @@ class Loader:
             record); it returns the (3, H, W) uint8 sample). Their draws are pure functions of
             (seed, epoch, record), like the crops. With `fields`, they apply to its one image
             field (three channels).
+        decode: where JPEGs are decoded: "cpu" (default) in the workers; "gpu" on the CUDA
+            device with nvJPEG (torchvision's batched decode), the workers still reading,
+            checking and batching the bytes into shared memory; "hybrid" the first rows of each
+            batch in the workers and the rest on the GPU, in proportion to their measured rates
+            (`gpudecode`). The crop boxes are the CPU path's; the pixels agree with it within
+            rounding (docs/gpu.md). "gpu" and "hybrid" deliver on ``device`` (default "cuda"),
+            for the (images, labels) form of a jpeg field, without ``augment``.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
@@ -248,6 +256,7 @@ class Loader:
         return_indices: bool = False,
         subset: Sequence[int] | np.ndarray | None = None,
         augment: Sequence[AugmentStep] | None = None,
+        decode: str = "cpu",
     ) -> None:
         if layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
@@ -308,6 +317,11 @@ class Loader:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
         self._device = torch.device(device) if device is not None else None
+        self._gpu = gpudecode.open_stage(
+            decode, device=self._device, dataset=self._dataset, field=image_field, workers=self.num_workers, fields=self._fields, augment=bool(self.augment)
+        )
+        if self._gpu is not None:
+            self._device = self._gpu.device
         if self._fields and (mean is not None or std is not None):
             raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself")
         self._normalise_here = self._device is None and (mean is not None or std is not None)
@@ -343,7 +357,7 @@ class Loader:
             self._resources.extra.append(self._prefetcher)
         self._closed = False
         self._stage: Any = None
-        if self._device is not None:
+        if self._device is not None and (self._gpu is None or self._device.type == "cuda"):
             from .cuda import DeviceStage
 
             self._stage = DeviceStage(self._device, mean=mean, std=std, layout=layout)
@@ -518,12 +532,17 @@ class Loader:
             outputs = outputs + (index_output(fields=self._fields, names=[spec.name for spec in outputs]),)
         self.outputs: tuple[OutputSpec, ...] = outputs
         self.image_shape = self.outputs[0].shape if not self._fields else None
-        self.layout_spec = SlotLayout(self.prefetch + 1, self.batch_size, tuple(spec.slot_array() for spec in self.outputs))
+        arrays = tuple(spec.slot_array() for spec in self.outputs)
+        if self._gpu is not None:
+            self._gpu.size = self.size
+            arrays += self._gpu.slot_arrays()
+        self.layout_spec = SlotLayout(self.prefetch + 1, self.batch_size, arrays)
         self._config = self._common_config | {
             "outputs": [spec.to_config() for spec in self.outputs],
             "pipeline": self.pipeline.to_config(),
-            "slot_arrays": [spec.slot_array().to_config() for spec in self.outputs],
+            "slot_arrays": [array.to_config() for array in arrays],
             "transform": transform,
+            "gpu_decode": self._gpu.config() if self._gpu is not None else None,
         }
 
     def _progress(self) -> tuple[int, int, int, list[int]]:
@@ -666,6 +685,8 @@ class Loader:
             if self._prefetcher is not None:
                 self._prefetcher.schedule(epoch, self._plan(epoch), batch)
             slot = self._free.pop()
+            if self._gpu is not None:
+                self._gpu.assign(self._ring.arrays[slot], len(indices))  # type: ignore[union-attr]
             self._queue.append(_Item(epoch, batch, slot, len(indices), self._plan_start(epoch)))
             for row in range(0, len(indices), self._chunk):
                 self._pending.append((slot, row, epoch, np.ascontiguousarray(indices[row : row + self._chunk])))
@@ -727,6 +748,9 @@ class Loader:
                     self._delivered.discard(self._position)
                     self._position += 1
                 tensors = {name: tensor[: item.count] for name, tensor in self._tensors[item.slot].items()}
+                if self._gpu is not None:
+                    stream = self._stage.stream if self._stage is not None else None
+                    tensors = self._gpu.decode(tensors, indices=self._plan(item.epoch).batch(item.batch), stream=stream)
                 if self._stage is not None:
                     images = {spec.name for spec in self.outputs if spec.is_image}
                     tensors, done = self._stage.transfer(tensors, images)

@@ -24,12 +24,15 @@ class DeviceStage:
         mean, std: per-channel values on the 0-255 scale; when given, batches arrive as float32
             ``(x - mean) / std``; otherwise as uint8.
         layout: "NHWC" or "NCHW" (channels_last memory).
+        side_stream: copy on a stream of its own (the default); False copies on the consumer's
+            current stream, so that the copy and the step before it run one after the other
+            (what tools/bench_train.py compares against).
 
     Raises:
         RuntimeError: CUDA is not available.
     """
 
-    def __init__(self, device: torch.device, *, mean: tuple[float, ...] | None, std: tuple[float, ...] | None, layout: str) -> None:
+    def __init__(self, device: torch.device, *, mean: tuple[float, ...] | None, std: tuple[float, ...] | None, layout: str, side_stream: bool = True) -> None:
         if device.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {device}")
         if not torch.cuda.is_available():
@@ -38,7 +41,7 @@ class DeviceStage:
             raise ValueError("give both mean and std, or neither")
         self.device = device
         self.layout = layout
-        self.stream = torch.cuda.Stream(device=device)
+        self.stream = torch.cuda.Stream(device=device) if side_stream else torch.cuda.current_stream(device)
         self._mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 1, 1, -1) if mean is not None else None
         self._std = torch.tensor(std, dtype=torch.float32, device=device).view(1, 1, 1, -1) if std is not None else None
         self._registered: list[int] = []
@@ -70,6 +73,9 @@ class DeviceStage:
         if self._staging is not None:
             staged = {}
             for name, tensor in tensors.items():
+                if tensor.device.type == "cuda":  # decoded on the device already (decode="gpu")
+                    staged[name] = tensor
+                    continue
                 staging = self._staging[name][: len(tensor)]
                 staging.copy_(tensor)
                 staged[name] = staging

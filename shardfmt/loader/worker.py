@@ -45,6 +45,7 @@ import json
 import os
 import signal
 import struct
+import time
 import traceback
 from typing import Any
 
@@ -58,6 +59,7 @@ from ..ops.augment import SampleTransform, steps_from_config
 from ..ops.decode import as_target
 from ..sampling import AUGMENT_STREAM, record_keys
 from .fields import OutputSpec, make_filler
+from .jpegbytes import JpegBytesWriter
 from .shm import SlotArray, SlotLayout, SlotRing
 
 __all__ = ["ChunkProcessor", "checked_bytes", "worker_main"]
@@ -112,6 +114,9 @@ class ChunkProcessor:
         self.strict = bool(self.dataset.strict_jpeg)
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
         self.whole_only = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
+        gpu = config.get("gpu_decode")
+        self.jpeg_bytes = JpegBytesWriter(gpu, ring) if gpu else None
+        self._size_columns = (column_name(gpu["field"], "height"), column_name(gpu["field"], "width")) if gpu else ("", "")
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
         """Fill rows [row, row + len(indices)) of slot `slot` with records `indices`.
@@ -138,10 +143,14 @@ class ChunkProcessor:
         checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
         current = self.current
+        writer = self.jpeg_bytes
+        on_gpu = writer.on_gpu(slot) if writer is not None else None
         for k in range(count):
             reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
             current[0] = index
             filler = None
+            began = time.perf_counter()
+            gpu_row = on_gpu is not None and bool(on_gpu[row + k])
             byte, bit = index >> 3, 1 << (index & 7)
             trusted = bool(checked[byte] & bit)
             try:
@@ -154,6 +163,11 @@ class ChunkProcessor:
                 same_bytes = ((trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)) and not whole_only[byte] & bit
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
+                    if gpu_row and filler.name == writer.field:  # type: ignore[union-attr]
+                        # the bytes as stored and the box as drawn: the training process decodes them
+                        height, width = (int(table_row[column]) for column in self._size_columns)
+                        writer.write(slot, row + k, filler.payload(reader, table_row), box[k], height, width)  # type: ignore[index, union-attr]
+                        continue
                     # a transformed image is decoded into the scratch sample, then transformed into its row
                     out, at = (self._scratch_rows, 0) if filler.name == transformed else (targets[filler.name], row + k)
                     filler.fill(reader, table_row, box[k] if box is not None else None, out, at, trusted=same_bytes)
@@ -166,13 +180,15 @@ class ChunkProcessor:
                 raise self._failure(wrapped, reader.path, record, index, start) from err
             except Exception as err:
                 raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
-            if not trusted:
+            if not trusted and not gpu_row:  # a GPU row is not decoded here: it earns no trust
                 checked[byte] |= bit
             if transform is not None and transformed is not None:
                 try:
                     transform.apply(self._scratch[0], draws, k, targets[transformed][row + k])
                 except Exception as err:  # a user's step: keep its class (see errors.worker_error_kind)
                     raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
+            if writer is not None:
+                writer.time_row(slot, row + k, time.perf_counter() - began)
         for name in self.index_outputs:
             targets[name][row : row + count] = indices
         self.current[0] = -1
