@@ -62,7 +62,7 @@ step "CUDA tests" 240 "$py" -m pytest -q -rs -p no:cacheprovider --timeout 120 \
     tests/loader/test_cuda.py tests/loader/test_gpudecode.py \
     tests/loader/test_loader.py::test_cuda_delivery_normalises_on_the_device \
     tests/loader/test_loader_fields.py::test_cuda_delivery_of_every_field
-step "scaling" 200 "$py" tools/bench_loader.py --work-dir "$work" --images "$images" --scaling "$counts" \
+step "scaling" 200 "$py" tools/bench_loader.py --work-dir "$work" --images "$images" --workers "$workers" --scaling "$counts" \
     --rounds 1 --epochs 1 --min-seconds "$seconds" --json "$out/scaling.json"
 step "loaders on the GPU" 150 "$py" tools/bench_gpu.py --work-dir "$work" --images "$images" --workers "$workers" \
     --min-seconds "$seconds" --json "$out/loader_gpu.json"

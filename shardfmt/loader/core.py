@@ -750,7 +750,7 @@ class Loader:
                 tensors = {name: tensor[: item.count] for name, tensor in self._tensors[item.slot].items()}
                 if self._gpu is not None:
                     stream = self._stage.stream if self._stage is not None else None
-                    tensors = self._gpu.decode(tensors, indices=self._plan(item.epoch).batch(item.batch), stream=stream)
+                    tensors = self._gpu.decode(tensors, self._ring.arrays[item.slot], stream=stream)  # type: ignore[union-attr]
                 if self._stage is not None:
                     images = {spec.name for spec in self.outputs if spec.is_image}
                     tensors, done = self._stage.transfer(tensors, images)

@@ -251,53 +251,55 @@ class GpuDecodeStage:
         flags[:] = 0
         flags[count - self.split.gpu_rows(count) : count] = 1
 
-    def decode(self, tensors: dict[str, torch.Tensor], *, indices: np.ndarray, stream: Any = None) -> dict[str, torch.Tensor]:
+    def decode(self, tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray], *, stream: Any = None) -> dict[str, torch.Tensor]:
         """Return the batch of a filled slot with the image field decoded on the device (N, H,
-        W, C uint8: the CPU rows copied, the GPU rows decoded, cut and resized) and without the
-        byte arrays; the other fields as they are (still views of the slot).
+        W, C uint8: the CPU rows copied, the GPU rows decoded, cut and resized) in place of the
+        slot's; the other fields as they are, and none of the byte arrays.
+
+        Args:
+            tensors: the batch's fields (the image field: a view of the slot, N rows).
+            arrays: the slot's arrays, the byte arrays of `jpegbytes` among them.
+            stream: a CUDA stream (the device stage's side stream) for every copy and kernel.
 
         Raises:
             DecodeError: a JPEG does not decode, or not to the size its record table states;
-                naming the dataset record (`indices` holds the batch's).
-
-        With a CUDA `stream` (the device stage's side stream) every copy and kernel runs on it.
+                naming the dataset record.
         """
         if stream is None:
-            return self._decode(tensors, indices)
+            return self._decode(tensors, arrays)
         with torch.cuda.stream(stream):
-            return self._decode(tensors, indices)
+            return self._decode(tensors, arrays)
 
-    def _decode(self, tensors: dict[str, torch.Tensor], indices: np.ndarray) -> dict[str, torch.Tensor]:
-        flags = tensors[ON_GPU].numpy()
-        count = len(flags)
-        on_gpu = np.flatnonzero(flags)
-        first = int(on_gpu[0]) if len(on_gpu) else count
+    def _decode(self, tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         slot_images = tensors[self.field]
+        count = len(slot_images)
+        on_gpu = np.flatnonzero(arrays[ON_GPU][:count])
+        first = int(on_gpu[0]) if len(on_gpu) else count
         height, width, channels = slot_images.shape[1:]
         images = torch.empty((count, height, width, channels), dtype=torch.uint8, device=self.device)
         if first:
             images[:first].copy_(slot_images[:first], non_blocking=True)
         started = time.perf_counter()
         if len(on_gpu):
-            sizes = tensors[SIZES].numpy()
-            data = tensors[BYTES]
+            sizes = arrays[SIZES]
+            data = torch.from_numpy(arrays[BYTES])
             blobs = [data[row, : int(sizes[row])] for row in range(first, count)]
-            boxes = tensors[BOXES].numpy()[first:count]
+            boxes = arrays[BOXES][first:count]
             try:
                 decoded = self.decoder.decode(blobs)
-            except Exception as err:
-                raise self._failure(blobs, indices[first:], err) from err
+            except Exception as err:  # any failure of the decoder: find and name the record
+                raise self._failure(blobs, boxes[:, 7], err) from err
             for k, image in enumerate(decoded):
                 if image.shape[1] != int(boxes[k, 5]) or image.shape[2] != int(boxes[k, 6]):
                     raise DecodeError(
-                        f"dataset record {int(indices[first + k])}: the JPEG decodes to {image.shape[2]}x{image.shape[1]} "
+                        f"dataset record {int(boxes[k, 7])}: the JPEG decodes to {image.shape[2]}x{image.shape[1]} "
                         f"but the record table says {int(boxes[k, 6])}x{int(boxes[k, 5])}"
                     )
                 if image.shape[0] != channels:
                     decoded[k] = image.expand(channels, -1, -1) if image.shape[0] == 1 else image[:channels]
             resize_boxes(decoded, boxes, (height, width), images[first:])
         gpu_seconds = time.perf_counter() - started
-        seconds = tensors[SECONDS].numpy()
+        seconds = arrays[SECONDS]
         self.split.observe(cpu_rows=first, cpu_seconds=float(seconds[:first].sum()), gpu_rows=count - first, gpu_seconds=gpu_seconds)
         helpers = (BYTES, SIZES, BOXES, ON_GPU, SECONDS)
         return {name: images if name == self.field else tensor for name, tensor in tensors.items() if name not in helpers}

@@ -5,9 +5,9 @@ outputs (`bytes_arrays`):
 
     .jpeg_bytes   (batch, max_bytes) uint8   the stored JPEG of each GPU row, as read and checked
     .jpeg_size    (batch,) int64             its length in bytes
-    .jpeg_box     (batch, 7) int64           top, left, height, width, flip of the crop box (the
-                                             pipeline's, as on the CPU path), then the image's
-                                             height and width from the record table
+    .jpeg_box     (batch, 8) int64           top, left, height, width, flip of the crop box (the
+                                             pipeline's, as on the CPU path), the image's height
+                                             and width from the record table, the dataset index
     .on_gpu       (batch,) uint8             1 where the row goes to the GPU; set by the loader
                                              before it sends the slot's chunks
     .row_seconds  (batch,) float64           the seconds the worker spent on the row (read,
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .shm import SlotArray, SlotRing
+from .shm import SlotArray
 
 __all__ = ["BOXES", "BYTES", "ON_GPU", "SECONDS", "SIZES", "JpegBytesWriter", "bytes_arrays"]
 
@@ -35,30 +35,25 @@ def bytes_arrays(max_bytes: int) -> tuple[SlotArray, ...]:
     return (
         SlotArray(BYTES, (max(1, max_bytes),), "|u1"),
         SlotArray(SIZES, (), "<i8"),
-        SlotArray(BOXES, (7,), "<i8"),
+        SlotArray(BOXES, (8,), "<i8"),
         SlotArray(ON_GPU, (), "|u1"),
         SlotArray(SECONDS, (), "<f8"),
     )
 
 
 class JpegBytesWriter:
-    """Writes GPU rows into the slots of `ring` (in a worker, or in the loader without workers).
+    """Writes GPU rows into a slot's arrays (in a worker, or in the loader without workers).
 
     Args:
         config: ``{"field": name, "max_bytes": n}`` from the loader.
-        ring: the slots.
     """
 
-    def __init__(self, config: dict[str, Any], ring: SlotRing) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.field = str(config["field"])
         self.max_bytes = int(config["max_bytes"])
-        self.slots = ring.arrays
 
-    def on_gpu(self, slot: int) -> np.ndarray:
-        return self.slots[slot][ON_GPU]
-
-    def write(self, slot: int, row: int, data: memoryview, box: tuple[int, int, int, int, bool], height: int, width: int) -> None:
-        """Store one record's JPEG and its crop box in row `row` of slot `slot`.
+    def write(self, arrays: dict[str, np.ndarray], row: int, data: memoryview, box: tuple[int, int, int, int, bool], *, height: int, width: int, index: int) -> None:
+        """Store one record's JPEG and its crop box in row `row` of a slot's `arrays`.
 
         Raises:
             ValueError: the payload is larger than the slots allow (the tables said otherwise).
@@ -66,11 +61,7 @@ class JpegBytesWriter:
         size = len(data)
         if size > self.max_bytes:
             raise ValueError(f"a JPEG of {size} bytes does not fit the {self.max_bytes} bytes a slot row holds")
-        arrays = self.slots[slot]
         arrays[BYTES][row, :size] = np.frombuffer(data, np.uint8)
         arrays[SIZES][row] = size
         top, left, box_height, box_width, flip = box
-        arrays[BOXES][row] = (top, left, box_height, box_width, int(flip), height, width)
-
-    def time_row(self, slot: int, row: int, seconds: float) -> None:
-        self.slots[slot][SECONDS][row] = seconds
+        arrays[BOXES][row] = (top, left, box_height, box_width, int(flip), height, width, index)

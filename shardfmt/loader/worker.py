@@ -59,7 +59,7 @@ from ..ops.augment import SampleTransform, steps_from_config
 from ..ops.decode import as_target
 from ..sampling import AUGMENT_STREAM, record_keys
 from .fields import OutputSpec, make_filler
-from .jpegbytes import JpegBytesWriter
+from .jpegbytes import ON_GPU, SECONDS, JpegBytesWriter
 from .shm import SlotArray, SlotLayout, SlotRing
 
 __all__ = ["ChunkProcessor", "checked_bytes", "worker_main"]
@@ -115,7 +115,7 @@ class ChunkProcessor:
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
         self.whole_only = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
         gpu = config.get("gpu_decode")
-        self.jpeg_bytes = JpegBytesWriter(gpu, ring) if gpu else None
+        self.jpeg_bytes = JpegBytesWriter(gpu) if gpu else None
         self._size_columns = (column_name(gpu["field"], "height"), column_name(gpu["field"], "width")) if gpu else ("", "")
 
     def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
@@ -144,7 +144,8 @@ class ChunkProcessor:
         whole_only = self.whole_only.data
         current = self.current
         writer = self.jpeg_bytes
-        on_gpu = writer.on_gpu(slot) if writer is not None else None
+        arrays = self.ring.arrays[slot]  # the byte arrays of GPU decoding, which no filler writes
+        on_gpu = arrays[ON_GPU] if writer is not None else None
         for k in range(count):
             reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
             current[0] = index
@@ -166,7 +167,7 @@ class ChunkProcessor:
                     if gpu_row and filler.name == writer.field:  # type: ignore[union-attr]
                         # the bytes as stored and the box as drawn: the training process decodes them
                         height, width = (int(table_row[column]) for column in self._size_columns)
-                        writer.write(slot, row + k, filler.payload(reader, table_row), box[k], height, width)  # type: ignore[index, union-attr]
+                        writer.write(arrays, row + k, filler.payload(reader, table_row), box[k], height=height, width=width, index=index)  # type: ignore[index, union-attr]
                         continue
                     # a transformed image is decoded into the scratch sample, then transformed into its row
                     out, at = (self._scratch_rows, 0) if filler.name == transformed else (targets[filler.name], row + k)
@@ -188,7 +189,7 @@ class ChunkProcessor:
                 except Exception as err:  # a user's step: keep its class (see errors.worker_error_kind)
                     raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
             if writer is not None:
-                writer.time_row(slot, row + k, time.perf_counter() - began)
+                arrays[SECONDS][row + k] = time.perf_counter() - began
         for name in self.index_outputs:
             targets[name][row : row + count] = indices
         self.current[0] = -1

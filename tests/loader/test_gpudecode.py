@@ -164,10 +164,9 @@ def test_a_jpeg_that_does_not_decode_is_named(dataset: Path, monkeypatch: pytest
 def _truncating(decode, *, row: int):  # type: ignore[no-untyped-def]
     """Wrap GpuDecodeStage._decode so that row `row`'s JPEG loses its last byte (EOI)."""
 
-    def wrapped(self, tensors, indices):  # type: ignore[no-untyped-def]
-        sizes = tensors[".jpeg_size"]
-        sizes[row] -= 1
-        return decode(self, tensors, indices)
+    def wrapped(self, tensors, arrays):  # type: ignore[no-untyped-def]
+        arrays[".jpeg_size"][row] -= 1
+        return decode(self, tensors, arrays)
 
     return wrapped
 
