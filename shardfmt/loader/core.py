@@ -534,7 +534,6 @@ class Loader:
         self.image_shape = self.outputs[0].shape if not self._fields else None
         arrays = tuple(spec.slot_array() for spec in self.outputs)
         if self._gpu is not None:
-            self._gpu.size = self.size
             arrays += self._gpu.slot_arrays()
         self.layout_spec = SlotLayout(self.prefetch + 1, self.batch_size, arrays)
         self._config = self._common_config | {

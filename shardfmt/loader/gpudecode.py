@@ -220,19 +220,17 @@ class GpuDecodeStage:
     Args:
         mode: "gpu" or "hybrid".
         decoder: a `BatchDecoder`; its device is where the images are decoded and delivered.
-        field: the jpeg field.
-        size: (height, width) of the output images (`set_size` changes it through `size`).
+        field: the jpeg field; its slot array gives the output size (`set_size` changes it).
         workers: the loader's worker processes (for the CPU's rate in hybrid mode).
     """
 
-    def __init__(self, mode: str, *, decoder: BatchDecoder, field: str, size: tuple[int, int], workers: int) -> None:
+    def __init__(self, mode: str, *, decoder: BatchDecoder, field: str, workers: int) -> None:
         if mode not in ("gpu", "hybrid"):
             raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {mode!r}")
         self.mode = mode
         self.decoder = decoder
         self.device = decoder.device
         self.field = field
-        self.size = size
         self.split = Split(mode, workers=workers)
         self.max_bytes = 1
         """The largest JPEG a slot row holds (`max_payload`)."""
@@ -340,6 +338,6 @@ def open_stage(mode: str, *, device: torch.device | None, dataset: RecordSource,
     check_request(mode, fields=fields, augment=augment, image_type=image_type)
     if mode == "cpu":
         return None
-    stage = GpuDecodeStage(mode, decoder=open_decoder(device), field=field, size=(1, 1), workers=workers)
+    stage = GpuDecodeStage(mode, decoder=open_decoder(device), field=field, workers=workers)
     stage.max_bytes = max_payload(dataset, field)
     return stage

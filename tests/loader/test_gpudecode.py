@@ -214,3 +214,16 @@ def test_split_follows_the_measured_rates() -> None:
     # CPU: 4 workers / 4 ms = 1,000 rows/s; GPU: 2,000 rows/s: two thirds to the GPU
     assert split.gpu_rows(99) == 66
     assert Split("gpu", workers=4).gpu_rows(7) == 7
+
+
+def test_gpu_decode_follows_set_size(dataset: Path, decoder: CpuDecoder) -> None:
+    with Loader(dataset, size=24, decode="hybrid", **SETTINGS) as loader:
+        first = next(iter(loader))[0]
+        loader.set_size(40)
+        images, labels = next(iter(loader))
+    assert first.shape == (16, 24, 24, 3) and images.shape == (16, 40, 40, 3)
+    with Loader(dataset, size=40, **SETTINGS) as cpu:
+        cpu.set_epoch(1)
+        cpu_images, cpu_labels = next(iter(cpu))
+    assert torch.equal(labels, cpu_labels)
+    assert int((images.int() - cpu_images.int()).abs().max()) <= 1
