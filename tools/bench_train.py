@@ -105,7 +105,12 @@ def shardfmt_feed(path: Path, *, workers: int, batch_size: int, decode: str, sid
     if not side_stream:
         from shardfmt.loader.cuda import DeviceStage
 
-        loader._stage = DeviceStage(torch.device("cuda"), mean=MEAN, std=STD, layout="NCHW", side_stream=False)
+        stage = DeviceStage(torch.device("cuda"), mean=MEAN, std=STD, layout="NCHW", side_stream=False)
+        scheduler = getattr(loader, "scheduler", None)  # where the loader keeps its device stage
+        if scheduler is not None:
+            scheduler.stage = stage
+        else:
+            loader._stage = stage
 
     def epochs() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:

@@ -54,6 +54,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log everything,
     "$py" -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>&1 | tail -1
     "$py" -c 'import shardfmt, simplejpeg; from shardfmt.ops.jpegcrop import CropDecoder; print("shardfmt", shardfmt.__version__, "simplejpeg", simplejpeg.__version__, "partial decode", CropDecoder.available())'
     nproc
+    df -h /dev/shm | tail -1
     uptime
 } >"$out/environment.txt" 2>&1
 cat "$out/environment.txt" | tee -a "$log"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,6 +50,14 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SETTINGS = {"batch_size": 16, "num_workers": 2, "seed": 9, "size": 96}
 
 
+def stage_and_ring(loader: Loader) -> tuple[Any, Any]:
+    """The loader's device stage and slot ring, wherever the loader keeps them."""
+    scheduler = getattr(loader, "scheduler", None)
+    if scheduler is not None:
+        return scheduler.stage, scheduler.ring
+    return loader._stage, loader._ring
+
+
 def cpu_batches(path: Path, **options: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
     with Loader(path, **(SETTINGS | options)) as loader:  # type: ignore[arg-type]
         return [(images.clone(), labels.clone()) for images, labels in loader]
@@ -58,9 +67,9 @@ def test_slots_are_page_locked_and_batches_equal_the_cpu_path(photos: Path) -> N
     expected = cpu_batches(photos, layout="NHWC")
     with Loader(photos, **SETTINGS, layout="NHWC", device="cuda") as loader:
         got = [(images.cpu(), labels.cpu()) for images, labels in loader]
-        stage = loader._stage
+        stage, ring = stage_and_ring(loader)
         assert stage._staging is None and stage._registered  # cudaHostRegister took every slot
-        assert all(torch.from_numpy(array).is_pinned() for slot in loader._ring.arrays for array in slot.values())
+        assert all(torch.from_numpy(array).is_pinned() for slot in ring.arrays for array in slot.values())
     assert len(got) == len(expected)
     for (images, labels), (cpu_images, cpu_labels) in zip(got, expected):
         assert torch.equal(images, cpu_images) and torch.equal(labels, cpu_labels)
@@ -70,7 +79,7 @@ def test_the_copy_runs_on_a_side_stream_that_the_consumer_waits_for(photos: Path
     expected = cpu_batches(photos, layout="NHWC")
     consumer = torch.cuda.current_stream()
     with Loader(photos, **SETTINGS, layout="NHWC", device="cuda") as loader:
-        assert loader._stage.stream != consumer
+        assert stage_and_ring(loader)[0].stream != consumer
         sums = []
         for images, labels in loader:
             assert images.device.type == "cuda" and images.dtype == torch.uint8
