@@ -193,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing is not None:
         print(f"bench_gpu: skipped: {missing}")
         return 0
+    torch.empty(1, device="cuda")  # the CUDA context first, so that no contender's first epoch pays for it
     args.work_dir.mkdir(parents=True, exist_ok=True)
     source = load_source(generate_imagefolder(args.work_dir, args.images), args.work_dir, args.images)
     settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=1)
