@@ -507,7 +507,8 @@ class Loader:
                 if generation != cursor.generation:
                     replaced = True
                     break
-                scheduler.release()
+                if remaining:  # the next batch is asked for (at the end, the next iter() asks)
+                    scheduler.release()
             if not replaced:
                 cursor.finish(epoch)
         except GeneratorExit:
