@@ -219,8 +219,10 @@ def test_loader_options_is_the_loaders_keywords() -> None:
 def test_the_cursor_saves_and_restores_without_processes() -> None:
     from shardfmt.loader.cursor import Cursor, SavedState
 
-    def order(epoch: int) -> np.ndarray:
-        return np.random.default_rng(epoch).permutation(20)
+    from shardfmt.orders import epoch_order
+
+    def order(epoch: int) -> Any:
+        return epoch_order("sorted-key", num_records=20, seed=0, epoch=epoch)
 
     cursor = Cursor(order, epoch_records=20, batch_size=4, rank=0, world_size=1, drop_last=False)
     cursor.begin()
