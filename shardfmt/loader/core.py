@@ -35,7 +35,6 @@ stream's position is a `Cursor` (`cursor`), and the slots, workers, queue and de
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -44,53 +43,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..checksum import checksum, format_checksum
 from ..dataset.concat import open_records
-from ..dataset.locate import classify_location
 from ..dataset.reader import DatasetReader
 from ..mixture import Mixture
 from ..ops import Pipeline
-from ..ops.augment import AugmentStep, describe_steps
+from ..ops.augment import AugmentStep
 from ..orders import epoch_order, resolve_order
 from ..sampling import check_split, check_subset
 from ..split import split_batches
 from ..storage import RemoteOptions
+from .config import configure, distributed_defaults, loader_path, settings
 from .cursor import Cursor, SavedState
-from .fields import FieldRequest, OutputSpec, resolve_outputs
+from .fields import FieldRequest
 from .options import (
     LoaderOptions,
-    index_output,
     pipeline_at,
     size_pair,
-    transform_outputs,
 )
 from .pool import WorkerPool
 from .prefetch import ShardPrefetcher
 from .records import EpochRecords, EpochSampler
 from .scheduler import Scheduler
-from .shm import SlotLayout
-from .worker import WorkerConfig
 
 __all__ = ["Loader"]
-
-
-def _loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
-    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
-    if isinstance(path, Mixture):
-        return path
-    if isinstance(path, (list, tuple)):
-        return [os.fspath(p) for p in path]
-    where = classify_location(os.fspath(path))  # type: ignore[arg-type]
-    return where.url if where.url is not None else Path(where.path or where.text)
-
-
-def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return (dist.get_rank() if rank is None else rank, dist.get_world_size() if world_size is None else world_size)
-    return (0 if rank is None else rank, 1 if world_size is None else world_size)
 
 
 class Loader:
@@ -236,11 +211,11 @@ class Loader:
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
         self.options = options = LoaderOptions(**arguments)
-        self.path: Mixture | str | Path | list[str] = _loader_path(path)
+        self.path: Mixture | str | Path | list[str] = loader_path(path)
         self._mixture = self.path if isinstance(self.path, Mixture) else None
         if self._mixture is not None and window is not None:
             raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")
-        self.rank, self.world_size = _distributed_defaults(rank, world_size)
+        self.rank, self.world_size = distributed_defaults(rank, world_size)
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self._fields = fields is not None
         self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
@@ -420,59 +395,18 @@ class Loader:
 
     def _configure(self, size: tuple[int, int] | None) -> None:
         """Resolve the outputs and the workers' config: at `size`, or as the loader was made."""
-        options = self.options
-        request = options.pipeline
-        if size is not None and not isinstance(request, str):
-            request = pipeline_at(request, size)
-        fields = {"fields": options.fields, "image_field": options.image_field, "label_field": options.label_field}
-        self.pipeline, outputs = resolve_outputs(self._dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
+        made = configure(self.options, self._dataset, path=self.path, size=size)
+        self.pipeline, self.outputs, self.layout_spec = made.pipeline, made.config.outputs, made.config.layout
         self.size: tuple[int, int] = self.pipeline.size
-        here = options.device is None
-        outputs, transform = transform_outputs(outputs, augment=options.augment, mean=options.mean if here else None, std=options.std if here else None)  # type: ignore[arg-type]
-        if self.return_indices:
-            outputs = outputs + (index_output(fields=self._fields, names=[spec.name for spec in outputs]),)
-        self.outputs: tuple[OutputSpec, ...] = outputs
         self.image_shape = self.outputs[0].shape if not self._fields else None
-        self.layout_spec = SlotLayout(options.prefetch + 1, options.batch_size, tuple(spec.slot_array() for spec in self.outputs))
-        config = WorkerConfig(
-            path=self.path if isinstance(self.path, (list, Mixture)) else str(self.path),
-            remote=options.remote,
-            verify=bool(options.verify),
-            verify_every_read=options.verify == "always" or self._dataset.is_remote,
-            seed=options.seed,
-            fast_decode=options.fast_decode,
-            pipeline=self.pipeline,
-            outputs=self.outputs,
-            layout=self.layout_spec,
-            transform=transform,
-        )
-        self.scheduler.configure(config, self.outputs)
+        self.scheduler.configure(made.config, self.outputs)
 
     def _settings(self, size: tuple[int, int] | None = None) -> dict[str, Any]:
         """The fingerprint of what decides the stream, saved in the state and checked on resume."""
         pipeline = pipeline_at(self.options.pipeline, size) if size is not None and size != self.size else self.pipeline
-        shape = {k: v for k, v in pipeline.to_config().items() if k != "size"}  # the state records the size itself
-        subset = None if self._subset is None else format_checksum(checksum(self._subset.astype("<i8").tobytes()))
-        settings = {
-            "seed": self.seed,
-            "num_records": self.num_records,
-            "subset": subset,
-            "batch_size": self.batch_size,
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "ordered": self.ordered,
-            "window": self.window,
-            "order": self.order,
-            "pipeline": json.dumps(shape, sort_keys=True),
-            "augment": describe_steps(self.options.augment),  # type: ignore[arg-type]
-        }
-        if self._fields:
-            settings["fields"] = json.dumps([spec.to_config() for spec in self.outputs], sort_keys=True)
-        if self._mixture is not None:
-            settings["mixture"] = json.dumps(self._mixture.to_config() | {"sizes": self._dataset.sizes}, sort_keys=True)  # type: ignore[union-attr]
-        return settings
+        mixture = None if self._mixture is None else self._mixture.to_config() | {"sizes": self._dataset.sizes}  # type: ignore[union-attr]
+        where = {"num_records": self.num_records, "rank": self.rank, "world_size": self.world_size, "order": self.order}
+        return settings(self.options, pipeline=pipeline, outputs=self.outputs, subset=self._subset, mixture=mixture, **where)
 
     def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
         """The batch as handed out: images NCHW (a channels_last view) if asked and not already

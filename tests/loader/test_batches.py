@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
 from conftest import jpeg_bytes
+
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
 from shardfmt.loader.options import LoaderOptions
 from shardfmt.loader.scheduler import KEPT_WARNING
@@ -218,7 +218,6 @@ def test_loader_options_is_the_loaders_keywords() -> None:
 
 def test_the_cursor_saves_and_restores_without_processes() -> None:
     from shardfmt.loader.cursor import Cursor, SavedState
-
     from shardfmt.orders import epoch_order
 
     def order(epoch: int) -> Any:
