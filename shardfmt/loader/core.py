@@ -405,8 +405,17 @@ class Loader:
         """The fingerprint of what decides the stream, saved in the state and checked on resume."""
         pipeline = pipeline_at(self.options.pipeline, size) if size is not None and size != self.size else self.pipeline
         mixture = None if self._mixture is None else self._mixture.to_config() | {"sizes": self._dataset.sizes}  # type: ignore[union-attr]
-        where = {"num_records": self.num_records, "rank": self.rank, "world_size": self.world_size, "order": self.order}
-        return settings(self.options, pipeline=pipeline, outputs=self.outputs, subset=self._subset, mixture=mixture, **where)
+        return settings(
+            self.options,
+            pipeline=pipeline,
+            outputs=self.outputs,
+            subset=self._subset,
+            mixture=mixture,
+            num_records=self.num_records,
+            rank=self.rank,
+            world_size=self.world_size,
+            order=self.order,
+        )
 
     def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
         """The batch as handed out: images NCHW (a channels_last view) if asked and not already

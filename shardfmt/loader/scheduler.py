@@ -60,7 +60,7 @@ class _Out:
     last: bool = True
 
     def held(self) -> bool:
-        return any(not ref.expired() for ref in self.refs)
+        return any(not ref.expired() for ref in self.refs)  # type: ignore[no-untyped-call]
 
 
 @dataclass
@@ -116,7 +116,7 @@ class Scheduler:
         self.config: WorkerConfig | None = None
         self.outputs: tuple[OutputSpec, ...] = ()
 
-    def finalizer(self, owner: object) -> weakref.finalize:
+    def finalizer(self, owner: object) -> Any:
         return weakref.finalize(owner, self.resources.release)
 
     def configure(self, config: WorkerConfig, outputs: tuple[OutputSpec, ...]) -> None:
@@ -173,7 +173,7 @@ class Scheduler:
         if self.stage is not None:
             self.stage.unpin()
 
-    def close(self, finalizer: weakref.finalize) -> None:
+    def close(self, finalizer: Any) -> None:
         self.pool = None
         self.out = {}
         finalizer()
@@ -203,7 +203,7 @@ class Scheduler:
     def _set_aside(self, slot: int, out: _Out) -> None:
         assert self.ring is not None
         self.ring.replace(slot)
-        self.kept = [(refs, size) for refs, size in self.kept if any(not ref.expired() for ref in refs)]
+        self.kept = [(refs, size) for refs, size in self.kept if any(not ref.expired() for ref in refs)]  # type: ignore[no-untyped-call]
         self.kept.append((out.refs, self.layout.slot_bytes))
         if len(self.kept) > KEPT_WARNING and not self.warned:
             self.warned = True
@@ -228,7 +228,7 @@ class Scheduler:
                 tensors[spec.name] = torch.from_numpy(array[: item.count].copy())
                 continue
             tensor = torch.from_numpy(array)
-            refs.append(StorageWeakRef(tensor.untyped_storage()))
+            refs.append(StorageWeakRef(tensor.untyped_storage()))  # type: ignore[no-untyped-call]
             tensors[spec.name] = tensor[: item.count]
         if self.stage is not None:
             images = {spec.name for spec in self.outputs if spec.is_image}

@@ -188,6 +188,7 @@ class SlotRing:
             raise
         if os.name == "posix":
             owner.close()  # our own mapping stays; the owner object is kept only to unlink
+        assert buffer is not None  # a segment just made is mapped
         return serial, Slot(name, layout, buffer, owner)
 
     def replace(self, index: int) -> None:
@@ -229,6 +230,7 @@ def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:
         _populate(buffer)
         return slot_arrays(buffer, layout)
     segment = shared_memory.SharedMemory(name=name)
+    assert segment.buf is not None  # an attached segment is mapped
     return slot_arrays(segment.buf, layout)
 
 
