@@ -312,7 +312,7 @@ class GpuDecodeStage:
         return DecodeError(f"a batch of {len(blobs)} JPEGs does not decode on {self.device}: {err}")
 
 
-def check_request(mode: str, *, fields: bool, augment: bool, image_type: str) -> None:
+def check_request(mode: str, *, fields: bool, augment: bool, image_type: str = "jpeg") -> None:
     """Raise ValueError where `mode` cannot serve the loader's other options."""
     if mode not in DECODE_MODES:
         raise ValueError(f"decode must be one of {', '.join(repr(m) for m in DECODE_MODES)}, got {mode!r}")
