@@ -10,7 +10,9 @@ generated ImageNet-like JPEGs (``--work-dir`` is shared with it):
            batch the bytes; the training process decodes them with nvJPEG and cuts and resizes
            the boxes on the GPU.
   hybrid   ``decode="hybrid"``: the workers decode the first rows of each batch and the GPU the
-           rest, in proportion to their measured rates (the final GPU share is printed).
+           rest, in proportion to their measured rates (the final GPU share is printed); once
+           with W workers and once with W - 1, which leaves the training process, which
+           decodes the GPU's rows, a core of its own.
   nvjpeg   context: torchvision's batched decode alone on batches of the same bytes held in
            RAM, no crop, no loader.
 
@@ -206,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         measure(f"gpu, {args.workers} workers", lambda: make_loader(converted, decode="gpu", **common), num_records=num_records, min_seconds=args.min_seconds),
         measure(f"hybrid, {args.workers} workers", lambda: make_loader(converted, decode="hybrid", **common), num_records=num_records, min_seconds=args.min_seconds),
     ]
+    if args.workers > 1:  # the training process decodes too: one worker fewer leaves it a core
+        fewer = common | {"workers": args.workers - 1}
+        results.append(
+            measure(f"hybrid, {args.workers - 1} workers", lambda: make_loader(converted, decode="hybrid", **fewer), num_records=num_records, min_seconds=args.min_seconds)
+        )
     say("nvJPEG alone")
     nvjpeg = measure_nvjpeg(source.files, batch_size=args.batch_size, batches=max(1, min(10, num_records // args.batch_size - 1)))
     say("pixels against the CPU path")

@@ -55,6 +55,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log everything,
     "$py" -c 'import shardfmt, simplejpeg; from shardfmt.ops.jpegcrop import CropDecoder; print("shardfmt", shardfmt.__version__, "simplejpeg", simplejpeg.__version__, "partial decode", CropDecoder.available())'
     nproc
     df -h /dev/shm | tail -1
+    lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|CPU\(s\))"
     uptime
 } >"$out/environment.txt" 2>&1
 cat "$out/environment.txt" | tee -a "$log"
@@ -72,5 +73,5 @@ step "training" 200 "$py" tools/bench_train.py --work-dir "$work" --images "$ima
 step "record" 60 "$py" tools/gpu_record.py --scaling "$out/scaling.json" --loader "$out/loader_gpu.json" \
     --train "$out/train.json" --commands "$commands" --json "$out/bench_gpu.json" --chart "$out/bench_gpu.png"
 
-grep -E "^(==|target|hybrid /|pixels|device:|ratio|shardfmt|PIL|synthetic|the side|[0-9 ]+ workers|loader|gpu,|cpu,|nvjpeg)|passed|failed|skipped" "$log" | tail -60
+grep -E "^(==|target|hybrid /|hybrid,|pixels|device:|ratio|shardfmt|PIL|synthetic|the side|[0-9 ]+ workers|loader|gpu,|cpu,|nvjpeg)|passed|failed|skipped" "$log" | tail -60
 exit $failed

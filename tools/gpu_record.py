@@ -49,6 +49,7 @@ def build_record(scaling: dict[str, Any] | None, loader: dict[str, Any] | None, 
             "gpu_decode_images_per_s": by_name(rows, "gpu")["images_per_second"],  # type: ignore[index]
             "hybrid_images_per_s": by_name(rows, "hybrid")["images_per_second"],  # type: ignore[index]
             "hybrid_gpu_share": by_name(rows, "hybrid")["gpu_share"],  # type: ignore[index]
+            "hybrid_one_worker_fewer_images_per_s": rows[3]["images_per_second"] if len(rows) > 3 else None,
             "hybrid_over_cpu": loader["hybrid_over_cpu"],
             "nvjpeg_alone_images_per_s": loader["nvjpeg"]["images_per_second"],
             "pixels_gpu_vs_cpu_exact": loader["pixels"],

@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 DECODE_MODES = ("cpu", "gpu", "hybrid")
-GROUP_BYTES = 512 << 20
-"""Float32 bytes of one group of boxes resized together (a batch of large images goes in groups)."""
+GROUP_BYTES = 2 << 30
+"""Bytes of one group of boxes resized together, 12 a value (the gather's int64 index and the
+float32 batch): a batch of 256 boxes of 500 x 450 pixels is one group, larger images go in several."""
 
 
 class BatchDecoder(Protocol):
@@ -135,9 +136,9 @@ def resize_boxes(images: Sequence[torch.Tensor], boxes: np.ndarray, size: tuple[
     to `size` with torch's antialiased bilinear kernel, mirror it if flip, and write it into
     out[k] ((H, W, C) uint8, on the images' device).
 
-    The boxes go into one zero-padded float32 batch (in groups of at most `GROUP_BYTES`), and
-    the resize is two batched matrix products with per-box weight matrices, so a batch costs a
-    copy per box and a few kernels, whatever the boxes' sizes. The result is the float kernel
+    The boxes go into one padded float32 batch (in groups of at most `GROUP_BYTES`) by one
+    gather, and the resize is two batched matrix products with per-box weight matrices, so a
+    batch costs a few kernels whatever the boxes' sizes. The result is the float kernel
     rounded once; torch's uint8 CPU kernel rounds after each pass, so pixels may differ by 1.
     """
     count = len(images)
@@ -147,7 +148,7 @@ def resize_boxes(images: Sequence[torch.Tensor], boxes: np.ndarray, size: tuple[
         stop, box_h, box_w = start, 1, 1
         while stop < count:
             new_h, new_w = max(box_h, int(boxes[stop, 2])), max(box_w, int(boxes[stop, 3]))
-            if stop > start and (stop - start + 1) * new_h * new_w * out.shape[3] * 4 > GROUP_BYTES:
+            if stop > start and (stop - start + 1) * new_h * new_w * out.shape[3] * 12 > GROUP_BYTES:
                 break
             box_h, box_w, stop = new_h, new_w, stop + 1
         _resize_group(images[start:stop], boxes[start:stop], (out_h, out_w), (box_h, box_w), out[start:stop])
@@ -157,18 +158,26 @@ def resize_boxes(images: Sequence[torch.Tensor], boxes: np.ndarray, size: tuple[
 def _resize_group(images: Sequence[torch.Tensor], boxes: np.ndarray, size: tuple[int, int], padded: tuple[int, int], out: torch.Tensor) -> None:
     count, channels = len(images), out.shape[3]
     device = out.device
-    batch = torch.zeros((count, padded[0], padded[1], channels), dtype=torch.float32, device=device)
-    for k, image in enumerate(images):
-        top, left, height, width = (int(v) for v in boxes[k, :4])
-        batch[k, :height, :width].copy_(image[:, top : top + height, left : left + width].permute(1, 2, 0))
-    table = torch.from_numpy(np.ascontiguousarray(boxes[:, 2:5])).to(device)
-    rows = _aa_weights(table[:, 0], size[0], padded[0])  # (n, out_h, box_h)
-    columns = _aa_weights(table[:, 1], size[1], padded[1])  # (n, out_w, box_w)
-    flips = table[:, 2].bool()
-    columns = torch.where(flips[:, None, None], columns.flip(1), columns)
-    vertical = torch.bmm(rows, batch.view(count, padded[0], padded[1] * channels))  # (n, out_h, box_w * C)
+    # Every box gathered into one zero-padded float batch by one indexing kernel over the images
+    # laid end to end (a copy per box costs ~20 us of Python each; this costs a few kernels).
+    # Rows and columns past a box repeat its last one; their weights below are 0.
+    flat = torch.cat([image.reshape(-1) for image in images])
+    shapes = np.array([image.shape[1:] for image in images], np.int64).reshape(count, 2)
+    planes = shapes[:, 0] * shapes[:, 1]
+    bases = np.concatenate(([0], np.cumsum(planes * channels)[:-1]))
+    meta = torch.from_numpy(np.column_stack((bases, planes, shapes[:, 1], boxes[:, :5].astype(np.int64)))).to(device)
+    base, plane, stride, top, left, height, width, flip = meta.unbind(1)
+    rows = top[:, None] + torch.minimum(torch.arange(padded[0], device=device)[None, :], height[:, None] - 1)
+    columns = left[:, None] + torch.minimum(torch.arange(padded[1], device=device)[None, :], width[:, None] - 1)
+    plane_offsets = torch.arange(channels, device=device)[None, :] * plane[:, None]  # (n, C)
+    index = (base[:, None] + plane_offsets)[:, None, None, :] + (rows * stride[:, None])[:, :, None, None] + columns[:, None, :, None]
+    batch = flat[index].to(torch.float32)  # (n, box_h, box_w, C)
+    row_weights = _aa_weights(height, size[0], padded[0])  # (n, out_h, box_h)
+    column_weights = _aa_weights(width, size[1], padded[1])  # (n, out_w, box_w)
+    column_weights = torch.where(flip.bool()[:, None, None], column_weights.flip(1), column_weights)
+    vertical = torch.bmm(row_weights, batch.view(count, padded[0], padded[1] * channels))  # (n, out_h, box_w * C)
     vertical = vertical.view(count, size[0], padded[1], channels).permute(0, 1, 3, 2).reshape(count, size[0] * channels, padded[1])
-    result = torch.bmm(vertical, columns.transpose(1, 2))  # (n, out_h * C, out_w)
+    result = torch.bmm(vertical, column_weights.transpose(1, 2))  # (n, out_h * C, out_w)
     out.copy_(result.view(count, size[0], channels, size[1]).permute(0, 1, 3, 2).round_().clamp_(0, 255))
 
 
@@ -249,10 +258,12 @@ class GpuDecodeStage:
         flags[:] = 0
         flags[count - self.split.gpu_rows(count) : count] = 1
 
-    def decode(self, tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray], *, stream: Any = None) -> dict[str, torch.Tensor]:
+    def decode(self, tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray], *, stream: Any = None) -> tuple[dict[str, torch.Tensor], Any]:
         """Return the batch of a filled slot with the image field decoded on the device (N, H,
         W, C uint8: the CPU rows copied, the GPU rows decoded, cut and resized) in place of the
-        slot's; the other fields as they are, and none of the byte arrays.
+        slot's, the other fields as they are and none of the byte arrays; and the CUDA event
+        after which the device no longer reads the slot (the copy of the CPU rows), or None
+        when it reads nothing of it once this returns (the decoder takes the bytes at once).
 
         Args:
             tensors: the batch's fields (the image field: a view of the slot, N rows).
@@ -268,15 +279,19 @@ class GpuDecodeStage:
         with torch.cuda.stream(stream):
             return self._decode(tensors, arrays)
 
-    def _decode(self, tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    def _decode(self, tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray]) -> tuple[dict[str, torch.Tensor], Any]:
         slot_images = tensors[self.field]
         count = len(slot_images)
         on_gpu = np.flatnonzero(arrays[ON_GPU][:count])
         first = int(on_gpu[0]) if len(on_gpu) else count
         height, width, channels = slot_images.shape[1:]
         images = torch.empty((count, height, width, channels), dtype=torch.uint8, device=self.device)
+        copied = None
         if first:
             images[:first].copy_(slot_images[:first], non_blocking=True)
+            if images.device.type == "cuda":
+                copied = torch.cuda.Event()
+                copied.record()
         started = time.perf_counter()
         if len(on_gpu):
             sizes = arrays[SIZES]
@@ -300,7 +315,7 @@ class GpuDecodeStage:
         seconds = arrays[SECONDS]
         self.split.observe(cpu_rows=first, cpu_seconds=float(seconds[:first].sum()), gpu_rows=count - first, gpu_seconds=gpu_seconds)
         helpers = (BYTES, SIZES, BOXES, ON_GPU, SECONDS)
-        return {name: images if name == self.field else tensor for name, tensor in tensors.items() if name not in helpers}
+        return {name: images if name == self.field else tensor for name, tensor in tensors.items() if name not in helpers}, copied
 
     def _failure(self, blobs: list[torch.Tensor], indices: np.ndarray, err: Exception) -> DecodeError:
         """Find the JPEG the batched decode failed on by decoding them one at a time."""

@@ -233,12 +233,15 @@ class Scheduler:
             tensor = torch.from_numpy(array)
             refs.append(StorageWeakRef(tensor.untyped_storage()))  # type: ignore[no-untyped-call]
             tensors[spec.name] = tensor[: item.count]
+        slot_done: Any = None
         if self.gpu is not None:  # the image decoded on the device: the caller gets no view of the slot's
-            tensors = self.gpu.decode(tensors, arrays, stream=self.stage.stream if self.stage is not None else None)
+            tensors, slot_done = self.gpu.decode(tensors, arrays, stream=self.stage.stream if self.stage is not None else None)
         if self.stage is not None:
             images = {spec.name for spec in self.outputs if spec.is_image}
             tensors, done = self.stage.transfer(tensors, images)
-            self.out[item.slot] = _Out([], done)
+            # after a GPU decode the slot is free once its CPU rows are copied (the labels are
+            # copies), not only after the resize: the next batch's decode need not wait for it
+            self.out[item.slot] = _Out([], done if self.gpu is None else slot_done)
         elif self.options.copy:
             tensors = {name: tensor.clone() for name, tensor in tensors.items()}
             self.free.append(item.slot)

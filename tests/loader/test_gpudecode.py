@@ -201,7 +201,7 @@ def test_resize_boxes_in_groups_gives_the_same_pixels(monkeypatch: pytest.Monkey
     table = np.array([(2, 3, 50, 60, k % 2, 64, 80) for k in range(5)], np.int64)
     whole = torch.empty((5, 24, 24, 3), dtype=torch.uint8)
     resize_boxes(images, table, (24, 24), whole)
-    monkeypatch.setattr(gpudecode, "GROUP_BYTES", 2 * 50 * 60 * 3 * 4)
+    monkeypatch.setattr(gpudecode, "GROUP_BYTES", 2 * 50 * 60 * 3 * 12)  # two boxes a group
     grouped = torch.zeros_like(whole)
     resize_boxes(images, table, (24, 24), grouped)
     assert torch.equal(whole, grouped)

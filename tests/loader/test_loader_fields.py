@@ -302,7 +302,7 @@ def test_cuda_delivery_of_every_field(pairs: Path) -> None:
             for name, tensor in want.items():
                 assert batch[name].device.type == "cuda" and batch[name].shape == tensor.shape
                 assert torch.equal(batch[name].cpu(), tensor)
-    with pytest.raises(ValueError, match="normalise on the device yourself"):
+    with pytest.raises(ValueError, match="with fields=..., normalise the fields yourself"):
         Loader(pairs, **settings, device="cuda", mean=(0.0,) * 3, std=(1.0,) * 3)
 
 
