@@ -64,12 +64,12 @@ step "CUDA tests" 240 "$py" -m pytest -q -rs -p no:cacheprovider --timeout 120 \
     tests/loader/test_cuda.py tests/loader/test_gpudecode.py \
     tests/loader/test_loader.py::test_cuda_delivery_normalises_on_the_device \
     tests/loader/test_loader_fields.py::test_cuda_delivery_of_every_field
-step "scaling" 200 "$py" tools/bench_loader.py --work-dir "$work" --images "$images" --workers "$workers" --scaling "$counts" \
-    --rounds 1 --epochs 1 --min-seconds "$seconds" --json "$out/scaling.json"
 step "loaders on the GPU" 150 "$py" tools/bench_gpu.py --work-dir "$work" --images "$images" --workers "$workers" \
     --min-seconds "$seconds" --json "$out/loader_gpu.json"
 step "training" 200 "$py" tools/bench_train.py --work-dir "$work" --images "$images" --workers "$workers" \
     --steps "$steps" --warmup-steps "$warmup" --json "$out/train.json"
+step "scaling" 200 "$py" tools/bench_loader.py --work-dir "$work" --images "$images" --workers "$workers" --scaling "$counts" \
+    --rounds 1 --epochs 1 --min-seconds "$seconds" --json "$out/scaling.json"
 step "record" 60 "$py" tools/gpu_record.py --scaling "$out/scaling.json" --loader "$out/loader_gpu.json" \
     --train "$out/train.json" --commands "$commands" --json "$out/bench_gpu.json" --chart "$out/bench_gpu.png"
 

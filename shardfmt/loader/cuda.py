@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import torch
@@ -9,6 +10,18 @@ import torch
 from .shm import SlotRing
 
 __all__ = ["DeviceStage"]
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error after a call whose failure was handled here
+    (torch's bindings of cudaHostRegister do not), through the libcudart this process loaded."""
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next((line.split()[-1] for line in maps if "libcudart" in line), None)
+        if path is not None:
+            ctypes.CDLL(path).cudaGetLastError()
+    except (OSError, AttributeError):
+        pass
 
 
 class DeviceStage:
@@ -55,15 +68,20 @@ class DeviceStage:
                 tensor = torch.from_numpy(array)
                 code = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
                 if int(code) != 0:
+                    _clear_cuda_error()  # else the next CUDA call in torch reports this failure as its own
                     self._staging = {name: torch.empty(a.shape, dtype=torch.from_numpy(a).dtype, pin_memory=True) for name, a in ring.arrays[0].items()}
                     return
                 self._registered.append(tensor.data_ptr())
 
     def unpin(self) -> None:
-        """Undo `pin` (before the ring's arrays change)."""
-        cudart: Any = torch.cuda.cudart()
-        for pointer in self._registered:
-            cudart.cudaHostUnregister(pointer)
+        """Undo `pin` (before the ring's arrays change or go): a registration left behind outlives
+        the mapping, and a later mapping at the same address then fails to register."""
+        if self._registered:
+            self.stream.synchronize()  # no copy out of the slots is in flight
+            cudart: Any = torch.cuda.cudart()
+            for pointer in self._registered:
+                if int(cudart.cudaHostUnregister(pointer)) != 0:
+                    _clear_cuda_error()
         self._registered = []
         self._staging = None
 

@@ -179,6 +179,8 @@ class Scheduler:
     def close(self, finalizer: Any) -> None:
         self.pool = None
         self.out = {}
+        if self.stage is not None:
+            self.stage.unpin()  # before the slots' memory can go
         finalizer()
 
     @property

@@ -70,6 +70,7 @@ def test_slots_are_page_locked_and_batches_equal_the_cpu_path(photos: Path) -> N
         stage, ring = stage_and_ring(loader)
         assert stage._staging is None and stage._registered  # cudaHostRegister took every slot
         assert all(torch.from_numpy(array).is_pinned() for slot in ring.arrays for array in slot.values())
+    assert not stage._registered  # closing unregistered every slot: a later mapping there registers afresh
     assert len(got) == len(expected)
     for (images, labels), (cpu_images, cpu_labels) in zip(got, expected):
         assert torch.equal(images, cpu_images) and torch.equal(labels, cpu_labels)
