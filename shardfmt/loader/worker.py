@@ -37,6 +37,12 @@ worker, and every worker decodes those records whole from then on, trusted or no
 A task names the slot's segment by its serial (`shm.SlotRing.replace` puts fresh segments in the
 ring); a worker maps a segment the first time a task names it and drops the slot's old mapping.
 
+With ``decode="gpu"``/``"hybrid"`` (the config's ``gpu_decode``), a row the loader marked for the
+GPU is read and checked as any other, but its jpeg field is not decoded: its bytes, its crop box
+and its dataset index go into the slot's byte arrays (`jpegbytes`), and such a row sets no bit
+of `checked` (nothing here decoded it). Every row's seconds are written beside it: the loader's
+measure of the CPU's rate.
+
 After the fields, a sample of the image field named by the config's "transform" (the loader's
 ``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
 chunk's draws (`ops.SampleTransform`) and written into its slot row; outputs of type "index"
