@@ -271,28 +271,42 @@ def _parse_storage_options(text: str | None) -> dict[str, Any]:
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="The dataset folder; it must contain every tar. [default: the tars' deepest common folder]")
 @click.option("--overwrite", is_flag=True, help="Replace the manifest already in the dataset folder.")
+@click.option("--field", "fields", multiple=True, metavar="NAME=KIND",
+              help="Store member NAME (an extension) as KIND: str, json or bytes. Repeatable.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary.")
 @_reports_errors
-def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, quiet: bool) -> None:
+def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, fields: tuple[str, ...], quiet: bool) -> None:
     """Make existing WebDataset tars a dataset, in place: index every tar and write a manifest.
 
     SOURCES are .tar files, brace patterns ('shards-{000..099}.tar') or folders (every .tar below,
-    sorted). Each tar gets its member index (NAME.tar.idx) and is read where it lies; samples
-    without a usable JPEG or .cls label are listed in rejects.jsonl with a reason. Classes are the
-    labels in decimal.
+    sorted). Each tar gets its member index (NAME.tar.idx) and is read where it lies. A sample is
+    its JPEG (KEY.jpg), its label if the tars have .cls members (classes are the labels in
+    decimal; without .cls the dataset has no labels), and every further member that all samples
+    have as a field: .txt as text, .json as JSON, anything else as bytes (or as --field says).
+    Samples without a usable JPEG (or label, where there are labels) are listed in rejects.jsonl
+    with a reason; members that not every sample has stay in the tars and are counted. Compressed
+    tars (.tar.gz, .tgz) cannot be read in place: convert them (shardfmt convert) or decompress them.
 
     \b
     Examples:
       shardfmt index /data/wds-train
+      shardfmt index /data/laion-part --field json=bytes
       shardfmt index '/data/wds/train-{000000..000146}.tar' --out /data/wds
     """
     from .dataset.tars import index_tars
 
-    manifest = index_tars(sources, out=out, overwrite=overwrite)
+    declared = dict(_parse_field(value) for value in fields)
+    manifest = index_tars(sources, out=out, overwrite=overwrite, fields={k: v for k, v in declared.items() if v is not None})
     if not quiet:
         rejected = manifest.rejects.get("count", 0)
+        by_reason = manifest.rejects.get("by_reason") or {}
+        reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(by_reason.items()))
         click.echo(f"{manifest.num_records:,} records in {len(manifest.shards)} tars, {rejected:,} samples rejected"
-                   f"{' (see rejects.jsonl)' if rejected else ''}")
+                   f"{f' ({reasons}; see rejects.jsonl)' if rejected else ''}")
+        click.echo(f"fields: {', '.join(f'{f.name} ({f.spec})' for f in manifest.schema.fields)}")
+        not_stored = manifest.stats.get("members_not_stored") or {}
+        if not_stored:
+            click.echo("members not stored (not in every sample): " + ", ".join(f".{ext}: {n:,}" for ext, n in not_stored.items()))
 
 
 @main.command("info")
@@ -322,7 +336,8 @@ def info_command(dataset: str, as_json: bool, storage_options: str | None) -> No
     def spread(value: tuple[int, float, int] | None) -> str:
         return "-" if value is None else f"min {value[0]}, median {value[1]:g}, max {value[2]}"
 
-    classes = "none (integer labels)" if summary.classes is None else f"{len(summary.classes):,}"
+    labelled = any(name == "label" for name, _ in summary.fields)
+    classes = ("none (integer labels)" if labelled else "none (no labels)") if summary.classes is None else f"{len(summary.classes):,}"
     empty = summary.stats.get("empty_classes")
     lines = [
         ("dataset", str(summary.path)),
@@ -336,6 +351,10 @@ def info_command(dataset: str, as_json: bool, storage_options: str | None) -> No
         ("channels", ", ".join(f"{c}: {n:,}" for c, n in sorted(summary.channels.items())) or "-"),
         ("rejects", ", ".join(f"{r}: {n:,}" for r, n in sorted(summary.rejects.items())) or "none"),
     ]
+    lines.insert(1, ("fields", ", ".join(f"{name} ({kind})" for name, kind in summary.fields)))
+    not_stored = summary.stats.get("members_not_stored")
+    if isinstance(not_stored, dict) and not_stored:
+        lines.append(("not stored", ", ".join(f".{ext}: {n:,}" for ext, n in sorted(not_stored.items())) + " (members not in every sample)"))
     reencoded = summary.stats.get("reencoded")
     if isinstance(reencoded, dict):
         done = ", ".join(f"{r}: {n:,}" for r, n in sorted(reencoded.items()) if n)

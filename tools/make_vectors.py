@@ -1060,11 +1060,11 @@ def schema_newer_than_version(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 6, "ManifestError", message, M, None, None, "open"
 
 
-@invalid_dataset("a tar dataset has the schema of tar shards: image (jpeg), label (int64), key (str)")
+@invalid_dataset("a tar dataset has the schema of tar shards: image (jpeg), label (int64) or none, key (str), member fields")
 def tar_schema(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["shard_format"] = "tar"
     write_manifest(d, m)
-    return 6, "ManifestError", "schema: tar shards hold the fields image (jpeg), label (int64), key (str), not label (int64)", M, None, None, "open"
+    return 6, "ManifestError", "schema: tar shards hold image (jpeg), then label (int64) or no label, then key (str), then member fields, not label (int64)", M, None, None, "open"
 
 
 @invalid_dataset("classes is null or an array of strings")
