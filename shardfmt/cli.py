@@ -215,38 +215,24 @@ def _parse_scale(value: str | None) -> Any:
               help="Parquet: the label column, integers or class names. [default: label, if the files have it]")
 @click.option("--key-column", default=None, metavar="NAME",
               help="Parquet: a column of record keys. [default: the file name and row number]")
+@click.option("--image-root", default=None, metavar="DIR",
+              help="Parquet/Arrow: the folder relative image paths are resolved against. [default: each file's folder]")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
                     engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool,
-                    image_column: str | None, label_column: str | None, key_column: str | None) -> None:
-    from .convert.fields import convert_fields, needs_fields
-    from .convert.run import convert
-    from .convert.sources import ParquetColumns, names_parquet
-    from .storage import RemoteOptions
+                    image_column: str | None, label_column: str | None, key_column: str | None, image_root: str | None) -> None:
+    from .convert.api import convert
 
-    declared = [_parse_field(value) for value in fields]
-    remote = RemoteOptions(storage_options=_parse_storage_options(storage_options))
-    common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
-                                  overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
-                                  engine=engine, remote=remote, allow_empty=allow_empty, break_lock=break_lock)
-    parquet = any(names_parquet(source) for source in sources)
-    if parquet:
-        if store != "jpeg" or declared or scale is not None or patch is not None:
-            raise ConvertError("a Parquet source gives image classification records (an image, a label, a key): "
-                               "it takes none of --store, --field, --scale or --patch")
-        columns = ParquetColumns(image_column or "image", label_column, key_column)
-        result = convert(list(sources) if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
-    elif image_column is not None or label_column is not None or key_column is not None:
-        raise ConvertError("--image-column, --label-column and --key-column are for Parquet sources (.parquet files)")
-    elif needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
-        if shard_format == "tar":
-            raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
-                               "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")
-        result = convert_fields(sources, out, fields=declared, store=store, scale=_parse_scale(scale), patch=patch, **common)
-    else:
-        result = convert(sources[0], out, shard_format=shard_format, **common)
+    summary = convert(
+        list(sources), out, fields=[_parse_field(value) for value in fields], store=store, scale=_parse_scale(scale), patch=patch,
+        shard_format=shard_format, image_column=image_column, label_column=label_column, key_column=key_column,
+        image_root=image_root, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
+        overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(), engine=engine,
+        remote=_remote(storage_options), allow_empty=allow_empty, break_lock=break_lock,
+    )
+    result = summary.result
     if not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "

@@ -25,7 +25,7 @@ from ..format.schema import TAR_MEMBER_TYPES, Schema, tar_schema
 from ..format.writer import ShardInfo
 from ..storage.atomic import atomic_write_bytes
 from ..tar.index import TarIndexInfo, TarReject, index_tar
-from ..tar.keys import INDEX_SUFFIX, display_key, member_field, member_kind
+from ..tar.keys import COMPRESSED_ADVICE, COMPRESSED_SUFFIXES, INDEX_SUFFIX, display_key, member_field, member_kind
 from .locate import Location, classify_location
 
 __all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "index_tars", "member_fields", "open_tars", "tar_sources"]
@@ -103,9 +103,14 @@ def tar_sources(path: Any) -> list[Path] | None:
         items = [_local(item) for item in path]
     else:
         location = classify_location(path)
+        if location.path is not None and location.path.endswith(COMPRESSED_SUFFIXES):
+            raise ValueError(f"{location.path}: {COMPRESSED_ADVICE}")
         if not location.is_tars:
             return None
         items = [_local(location)]
+    compressed = [item for item in items if item.endswith(COMPRESSED_SUFFIXES)]
+    if compressed:
+        raise ValueError(f"{compressed[0]}: {COMPRESSED_ADVICE}")
     tars = [Path(name) for item in items for name in expand_braces(item)]
     if not tars:
         raise ValueError("no tars given")
@@ -129,14 +134,19 @@ def _find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     brace pattern gives itself.
 
     Raises:
-        ValueError: a source is not local, or no tar is found.
+        ValueError: a source is not local.
+        ConvertError: no tar is found, or a source is a compressed tar (or a folder of them).
     """
     sources = list(sources)
     found: dict[str, Path] = {}
     for source in sources:
         text = _local(source)
+        if text.endswith(COMPRESSED_SUFFIXES):
+            raise ConvertError(COMPRESSED_ADVICE, path=text)
         if os.path.isdir(text):
             root = Path(text)
+            if not any(root.rglob("*.tar")) and any(p for suffix in COMPRESSED_SUFFIXES for p in root.rglob("*" + suffix)):
+                raise ConvertError(f"holds compressed tars only: {COMPRESSED_ADVICE}", path=text)
             below = sorted(
                 (path for path in root.rglob("*.tar") if not any(part.startswith(".") for part in path.relative_to(root).parts)),
                 key=lambda path: path.relative_to(root).as_posix(),
@@ -146,7 +156,7 @@ def _find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
         for path in below:
             found.setdefault(os.path.abspath(path), path)
     if not found:
-        raise ValueError("no tars found in " + ", ".join(os.fspath(s) for s in sources))
+        raise ConvertError("no .tar files found (a folder is searched for *.tar below it)", path=", ".join(os.fspath(s) for s in sources))
     return list(found.values())
 
 

@@ -13,6 +13,13 @@ BLOCK_SIZE: Final = 512
 RECORD_SIZE: Final = 20 * BLOCK_SIZE
 """The writer pads a finished tar to a multiple of this, as tar and Python's tarfile do."""
 INDEX_SUFFIX: Final = ".idx"
+COMPRESSED_SUFFIXES: Final = (".tar.gz", ".tgz")
+"""Names of gzip-compressed tars: a conversion reads them (decompressed as a stream), nothing
+reads them in place."""
+COMPRESSED_ADVICE: Final = (
+    "a compressed tar (.tar.gz, .tgz) cannot be read in place (its members are not byte ranges of the file): "
+    "convert it (shardfmt convert SRC OUT, which streams it) or decompress it first (gunzip)"
+)
 IMAGE_EXTENSIONS: Final = ("jpg", "jpeg")
 """Extensions of the image member, in order of preference, compared after lower-casing."""
 ANY_IMAGE_EXTENSIONS: Final = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pbm", "pnm")

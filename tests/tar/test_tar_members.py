@@ -140,3 +140,65 @@ def test_a_tar_manifest_refuses_a_member_field_of_another_type(tmp_path: Path) -
 @pytest.mark.parametrize(("extension", "name"), [("txt", "txt"), ("seg.png", "seg_png"), ("0.jpg", "_0_jpg"), ("key", None), ("a b", None)])
 def test_member_field_names(extension: str, name: str | None) -> None:
     assert member_field(extension) == name
+
+
+@pytest.mark.parametrize("shard_format", ["binary", "tar"])
+def test_image_text_tars_convert_with_every_caption_and_json_value(tmp_path: Path, shard_format: str) -> None:
+    from shardfmt.convert.run import convert
+
+    samples = image_text_samples(9)
+    samples[4]["txt"] = b"\xff not UTF-8"  # a caption that cannot be text
+    write_with_webdataset(tmp_path / "i2d", samples, per_tar=4)
+    result = convert(tmp_path / "i2d", tmp_path / "out", workers=2, shard_format=shard_format)
+    assert result.manifest.schema == tar_schema(labelled=False, members=(("json", "json"), ("txt", "str")))
+    assert result.num_records == 8 and result.manifest.rejects["by_reason"] == {"bad-member": 1}
+    kept = samples[:4] + samples[5:]
+    with open_dataset(tmp_path / "out") as dataset:
+        assert [(r["key"], bytes(r["image"]), r["txt"], r["json"]) for r in dataset] == [
+            (s["__key__"], s["jpg"], s["txt"], s["json"]) for s in kept
+        ]
+    if shard_format == "tar":
+        tars = sorted(str(p) for p in (tmp_path / "out").glob("*.tar"))
+        again = [s for s in wds.WebDataset(tars, shardshuffle=False, empty_check=False)]
+        assert [(s["__key__"], s["txt"].decode(), json.loads(s["json"])) for s in again] == [
+            (s["__key__"], s["txt"], s["json"]) for s in kept
+        ]
+
+
+def test_the_cli_converts_tars_with_a_declared_member_kind_and_counts_the_rest(tmp_path: Path) -> None:
+    samples = [dict(s, cls=str(i % 2)) for i, s in enumerate(image_text_samples(4))]
+    samples[0]["extra"] = b"only here"
+    write_with_webdataset(tmp_path / "src", samples, per_tar=4)
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "src"), str(tmp_path / "out"), "--field", "json=bytes", "-q"])
+    assert result.exit_code == 0, result.output
+    with open_dataset(tmp_path / "out") as dataset:
+        assert dataset.manifest.schema == tar_schema(members=(("json", "bytes"), ("txt", "str")))
+        assert dataset.manifest.stats["members_not_stored"] == {"extra": 1}
+        assert [(r["label"], json.loads(bytes(r["json"]))) for r in dataset] == [(i % 2, s["json"]) for i, s in enumerate(samples)]
+
+
+def test_compressed_tars_convert_and_index_says_to_convert_them(tmp_path: Path) -> None:
+    import shardfmt
+
+    samples = [dict(s, cls=str(i % 2)) for i, s in enumerate(image_text_samples(7))]
+    (tmp_path / "gz").mkdir()
+    with wds.ShardWriter(str(tmp_path / "gz" / "%05d.tar.gz"), maxcount=3, verbose=0) as sink:  # webdataset compresses .tar.gz
+        for sample in samples:
+            sink.write(sample)
+    (tmp_path / "gz" / "00002.tar.gz").rename(tmp_path / "gz" / "00002.tgz")
+    summary = shardfmt.convert(tmp_path / "gz", tmp_path / "out", workers=2)
+    assert (summary.records, summary.rejects) == (7, {})
+    assert not (tmp_path / "out" / ".shardfmt-work").exists()
+    with open_dataset(tmp_path / "out") as dataset:
+        assert [(r["key"], r["label"], r["txt"], r["json"]) for r in dataset] == [
+            (s["__key__"], i % 2, s["txt"], s["json"]) for i, s in enumerate(samples)
+        ]
+    for source in (tmp_path / "gz", tmp_path / "gz" / "00000.tar.gz"):
+        result = CliRunner().invoke(main, ["index", str(source)])
+        assert result.exit_code == 1 and "a compressed tar (.tar.gz, .tgz) cannot be read in place" in result.output
+        assert "convert it (shardfmt convert SRC OUT, which streams it) or decompress it first (gunzip)" in result.output
+    with pytest.raises(ValueError, match="a compressed tar"):
+        open_dataset(str(tmp_path / "gz" / "00000.tar.gz"))
+    (tmp_path / "gz" / "00001.tar.gz").write_bytes((tmp_path / "gz" / "00001.tar.gz").read_bytes()[:200])  # cut short
+    summary = shardfmt.convert(tmp_path / "gz", tmp_path / "out2", workers=1)
+    assert summary.records == 4 and summary.rejects == {"corrupt": 1}
