@@ -126,7 +126,8 @@ class TarShardReader(ShardReaderBase):
             if bad.any():
                 i = int(np.argmax(bad))
                 raise FormatError(
-                    f"{message} (tar {self.path}, {self.source.size} bytes)", path=index.path, offset=index.locate_column(i, column)[1], record=i
+                    f"{message} (tar {os.path.basename(self.path)}, {self.source.size} bytes)",
+                    path=index.path, offset=index.locate_column(i, column)[1], record=i,
                 )
 
         check((offsets < BLOCK_SIZE) | (offsets % BLOCK_SIZE != 0), "image data does not start on a 512-byte block after a header", "image_offset")
@@ -173,13 +174,13 @@ class TarShardReader(ShardReaderBase):
                         and span[0] + span[1] <= self.source.size):
                     raise FormatError(
                         f"members has no valid span for field {name!r} (a [data offset, size] inside the tar)",
-                        path=index.path, offset=index.locate_column(i, "members")[1], record=i,
+                        path=index.path, offset=index.locate_column(i, "members.offset")[1], record=i,
                     )
                 table[i][f"{name}.offset"], table[i][f"{name}.size"] = span
 
     def locate_column(self, index: int, column: str) -> tuple[str, int]:
         """Return where `column` of record `index` is stored: in the member index."""
-        return self.index.locate_column(index, _FROM_INDEX.get(column, "members"))
+        return self.index.locate_column(index, _FROM_INDEX.get(column, "members.offset"))
 
     def payload(self, index: int, field: str) -> memoryview:
         """Return the bytes of "image" (from the tar, verified), "key" (from the index) or a
