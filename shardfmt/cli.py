@@ -111,7 +111,7 @@ def main(debug: bool) -> None:
     """
 
 
-_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, WebDataset tars or Parquet files) into a dataset in OUT.
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, WebDataset tars, Parquet or Arrow files, or a save_to_disk folder) into a dataset in OUT.
 
 SRC and OUT may be URLs that fsspec opens (s3://bucket/prefix, gs://..., az://...; SRC also
 http(s)://). Credentials come from the usual places (environment, ~/.aws, instance roles) or
@@ -128,18 +128,25 @@ or declares a column's kind: jpeg, raw (RGB pixels), gray, rgba, mask (1 channel
 values), int64, float64, str, label. --scale states each further image's size relative to the
 first (records that differ are rejected). --store raw keeps decoded pixels instead of JPEG.
 
-SRC may be WebDataset tars: a .tar file, a brace pattern ('shards-{{000..099}}.tar') or a folder
-holding .tar files and no sub-folders; samples are read where they lie (KEY.jpg and KEY.cls),
-nothing is extracted. --format tar writes WebDataset tars with a member index each instead of
-binary shards; webdataset and tar read them, and so does everything in shardfmt. Tar shards hold
-image classification records (a JPEG, a label, a key), so --format tar takes one SRC and none of
---store, --field, --scale or --patch.
+SRC may be WebDataset tars: a .tar, .tar.gz or .tgz file, a brace pattern
+('shards-{{000..099}}.tar') or a folder holding such files and no sub-folders; samples are read
+where they lie (compressed tars are first streamed into uncompressed copies in OUT). A sample is
+its image (KEY.jpg, .png, ...), its label if the tars have .cls members (none otherwise, as in
+img2dataset's KEY.jpg/KEY.txt/KEY.json), and every further member all samples have as a field:
+.txt as text, .json as JSON, others as bytes, or as --field NAME=str|json|bytes says; members that
+not every sample has are counted in the manifest. --format tar writes WebDataset tars with a
+member index each instead of binary shards, the fields as members; webdataset and tar read them,
+and so does everything in shardfmt. --format tar takes one SRC and none of --store, --scale or
+--patch.
 
-SRC may be Parquet files with the encoded images in a column (the Hugging Face Hub's layout):
-.parquet files or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet),
-one record per row. --image-column (binary, or a struct with 'bytes'), --label-column (integers,
-named by the files' Hugging Face ClassLabel names if any, or class names) and --key-column pick
-the columns; a null or corrupt image, a null label is a reject, never fatal.
+SRC may be Parquet files with the images in a column (the Hugging Face layouts): .parquet files
+or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet), .arrow files, or
+a folder that datasets' save_to_disk wrote; one record per row. --image-column (binary, or a
+struct with 'bytes' or a 'path', resolved against the file's folder or --image-root),
+--label-column (integers, named by the files' ClassLabel names if any, or class names) and
+--key-column pick the columns; a null or corrupt image, a missing image file, a null label is a
+reject, never fatal. A run in which every input is rejected exits with status 1 and the counts
+per reason, after writing everything (--allow-empty accepts it).
 
 \b
 Examples:
@@ -156,6 +163,9 @@ Examples:
   shardfmt convert ~/data/pets out/ --store raw --patch 256
   shardfmt convert ~/data/imagenet/train /fast/imagenet-wds --format tar
   shardfmt convert '/data/wds/train-{{000000..000146}}.tar' /fast/train-shards
+  shardfmt convert /data/laion-part /fast/laion --field json=bytes   # KEY.jpg, KEY.txt, KEY.json
+  shardfmt convert hub/train.parquet out/ --image-root ~/project     # images given by path
+  shardfmt convert ~/hf/cifar10-train out/                           # a save_to_disk folder
 """
 
 
@@ -194,7 +204,7 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--store", type=click.Choice(["jpeg", "raw", "gray", "rgba", "mask"]), default="jpeg", show_default=True,
               help="How images are stored: JPEG, or decoded pixels (raw: RGB) that load without a decode.")
 @click.option("--field", "fields", multiple=True, metavar="NAME[=KIND]",
-              help="Name a folder's field (in order), or declare a listing column's kind. Repeatable.")
+              help="Name a folder's field (in order), declare a listing column's kind, or a tar member's (str, json, bytes). Repeatable.")
 @click.option("--scale", default=None, metavar="S|S1,S2|any",
               help="Size of each further image field relative to the first, checked per record. [default: 1]")
 @click.option("--patch", type=click.IntRange(min=1), default=None,
@@ -206,7 +216,8 @@ def _parse_scale(value: str | None) -> Any:
               help="local: a process pool here; ray: one task per shard on the running Ray cluster (or a local one).")
 @click.option("--storage-options", "storage_options", default=None, metavar="JSON",
               help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.')
-@click.option("--allow-empty", is_flag=True, help="Write an empty dataset when SRC holds no image, instead of failing.")
+@click.option("--allow-empty", is_flag=True,
+              help="Write an empty dataset when SRC holds no image, or every input was rejected, instead of failing.")
 @click.option("--break-lock", is_flag=True,
               help="Remove the lock object a crashed run left in an OUT given by URL (a local lock needs no breaking).")
 @click.option("--image-column", default=None, metavar="NAME",

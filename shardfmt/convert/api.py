@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConvertError
 from ..format.manifest import Manifest
@@ -140,13 +140,14 @@ def convert(
                                "convert it again with overwrite")
         with tempfile.TemporaryDirectory(prefix="shardfmt-source-") as folder:
             if _is_hf_dataset(src):
-                src.save_to_disk(os.path.join(folder, "dataset"))
+                dataset: Any = src
+                dataset.save_to_disk(os.path.join(folder, "dataset"))
                 result = _convert_path([os.path.join(folder, "dataset")], out, declared, store, scale, patch, shard_format, table, common)
             else:
-                sources, declared = _spill_records(src, Path(folder), declared)
+                sources, declared = _spill_records(cast(Iterable[Mapping[str, Any]], src), Path(folder), declared)
                 result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
     else:
-        sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(src)]
+        sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(cast(str, src))]
         if not sources:
             raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
         result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)

@@ -218,8 +218,8 @@ class Output:
         (and removed if the run stops before its plan is written); elsewhere a temporary folder
         removed when the block ends."""
         if self._local is None:
-            with tempfile.TemporaryDirectory(prefix=f"shardfmt-{name}-") as folder:
-                yield Path(folder)
+            with tempfile.TemporaryDirectory(prefix=f"shardfmt-{name}-") as temporary:
+                yield Path(temporary)
             return
         folder = self._local / WORK_DIR / name
         try:

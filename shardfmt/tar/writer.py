@@ -170,7 +170,7 @@ class TarShardWriter(Transaction):
         """Bytes the tar would have if closed now (members, end-of-archive blocks, padding)."""
         return _round_up(self._file.tell() + 2 * BLOCK_SIZE, RECORD_SIZE)
 
-    def _emit(self, data: bytes | memoryview) -> None:
+    def _emit(self, data: bytes | bytearray | memoryview) -> None:
         self._file.write(data)
         self._hasher.update(data)
 
@@ -226,7 +226,7 @@ class TarShardWriter(Transaction):
                 raise SchemaError(f"{where}: {extension!r} cannot be a member extension here (a lower-case identifier, "
                                   "not cls, jpg, or json beside meta)")
             members_out[extension] = value
-        pieces: list[tuple[str, bytes, bytes | memoryview]] = []
+        pieces: list[tuple[str, bytes, bytes | bytearray | memoryview]] = []
         grown = self._file.tell()
         for extension in sorted(members_out):
             header = _member_header(name + b"." + extension.encode("ascii"), len(members_out[extension]))

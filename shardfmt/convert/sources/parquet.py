@@ -510,5 +510,5 @@ class RowGroupReader:
                 data if data is not None or not valid or name is None else _ImagePath(name)
                 for data, name, valid in zip(array.field("bytes").to_pylist(), names, present)
             ], first
-        values: list[bytes | None] = array.to_pylist()
+        values: list[bytes | _ImagePath | None] = array.to_pylist()
         return values, first

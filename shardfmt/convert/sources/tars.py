@@ -197,8 +197,9 @@ def scan_tars(tars: list[Path], *, declared: Mapping[str, str] | None = None, wo
                 counts[ext] = counts.get(ext, 0) + 1
     columns: list[tuple[str, str, str]] = []
     for ext in sorted(ext for ext, count in counts.items() if count == len(kept)):
-        name = member_field(ext)
-        if name is not None and all(name != taken for taken, _, _ in columns):
+        field_name = member_field(ext)
+        if field_name is not None and all(field_name != taken for taken, _, _ in columns):
+            name = field_name
             columns.append((name, declared.get(name) or declared.get(ext) or member_kind(ext), ext))
     missing = [name for name in declared if all(name not in (taken, ext) for taken, _, ext in columns)]
     if missing:
