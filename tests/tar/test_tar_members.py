@@ -202,3 +202,19 @@ def test_compressed_tars_convert_and_index_says_to_convert_them(tmp_path: Path) 
     (tmp_path / "gz" / "00001.tar.gz").write_bytes((tmp_path / "gz" / "00001.tar.gz").read_bytes()[:200])  # cut short
     summary = shardfmt.convert(tmp_path / "gz", tmp_path / "out2", workers=1)
     assert summary.records == 4 and summary.rejects == {"corrupt": 1}
+
+
+def test_tars_opened_directly_decide_labels_over_all_of_them_and_cache_it(tmp_path: Path) -> None:
+    labelled = [dict(s, cls="1") for s in image_text_samples(2)]
+    write_with_webdataset(tmp_path / "a", labelled, per_tar=5)
+    write_with_webdataset(tmp_path / "b", image_text_samples(3, start=5), per_tar=5)
+    (tmp_path / "a" / "00000.tar").rename(tmp_path / "x.tar")
+    (tmp_path / "b" / "00000.tar").rename(tmp_path / "y.tar")
+    with open_dataset(str(tmp_path / "y.tar")) as alone:  # no .cls: no labels
+        assert alone.manifest.schema.names == ("image", "key", "json", "txt") and len(alone) == 3
+    with pytest.warns(UserWarning, match=r"3 samples left out of the index \({'no-label': 3}\)"):
+        both = open_dataset([str(tmp_path / "x.tar"), str(tmp_path / "y.tar")])
+    with both:
+        assert both.manifest.schema.names[:3] == ("image", "label", "key") and [r["label"] for r in both] == [1, 1]
+    with open_dataset(str(tmp_path / "y.tar")) as again:  # the cached labelled index is made again
+        assert again.manifest.schema.names[:2] == ("image", "key") and len(again) == 3
