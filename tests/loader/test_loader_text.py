@@ -83,3 +83,10 @@ def test_a_dataset_without_labels_gives_images_alone(image_text: Path) -> None:
     with Loader(image_text, batch_size=7, num_workers=0, size=16, return_indices=True, shuffle=False) as loader:
         images, indices = next(iter(loader))
     assert indices.tolist() == list(range(7)) and images.shape == (7, 3, 16, 16)
+
+
+def test_preview_draws_a_dataset_without_labels(image_text: Path, tmp_path: Path) -> None:
+    from shardfmt.preview import preview
+
+    sheet = preview(image_text, tmp_path / "grid.png", rows=1, cols=3, size=16, records=None)
+    assert [tile.text for tile in sheet.tiles] == [f"#{tile.index}" for tile in sheet.tiles] and len(sheet.tiles) == 3
