@@ -28,7 +28,10 @@ import numpy as np
 import torch
 
 from ..sampling import STEP_STREAM, record_keys, uniforms
+from .autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
 from .colour import ColourKernels
+from .erasing import RandomErasing
+from .imageops import ImageOps
 from .rotate import Rotator
 
 __all__ = [
@@ -189,11 +192,13 @@ class ColorJitter:
         return {"op": "color_jitter"} | {name: list(span) if span is not None else None for name, span in zip(("brightness", "contrast", "saturation", "hue"), self.ranges)}
 
 
-BuiltinStep = Union[RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale]
+BuiltinStep = Union[RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale, TrivialAugmentWide, RandAugment, AutoAugment, RandomErasing]
 AugmentStep = Union[BuiltinStep, Callable[[torch.Tensor, torch.Generator], torch.Tensor]]
 """What ``Loader(augment=[...])`` takes: the steps above, or a picklable callable."""
 
-_BUILTIN = (RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale)
+_PLANE_STEPS = (TrivialAugmentWide, RandAugment, AutoAugment, RandomErasing)
+"""Steps that run themselves on the sample's planes through `ImageOps`."""
+_BUILTIN = (RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale, *_PLANE_STEPS)
 
 
 def steps_to_config(steps: Sequence[AugmentStep]) -> list[Any]:
@@ -228,6 +233,9 @@ def steps_from_config(config: Sequence[Any]) -> list[AugmentStep]:
             steps.append(RandomRotation(tuple(params["degrees"]), tuple(params["fill"])))
         elif op == "color_jitter":
             steps.append(ColorJitter(**{k: tuple(v) if v is not None else (1.0, 1.0) if k != "hue" else (0.0, 0.0) for k, v in params.items()}))
+        elif op in ("trivial_augment_wide", "rand_augment", "auto_augment", "random_erasing"):
+            kind: Any = {"trivial_augment_wide": TrivialAugmentWide, "rand_augment": RandAugment, "auto_augment": AutoAugment, "random_erasing": RandomErasing}[op]
+            steps.append(kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}))
         elif op == "callable":
             steps.append(params["step"])
         else:
@@ -271,7 +279,12 @@ class SampleTransform:
         self._pixels = np.empty(self.shape, np.uint8)
         self._colour = ColourKernels(height, width)
         self._rotator = Rotator(3, height, width) if any(isinstance(s, RandomRotation) for s in self.steps) else None
+        self._ops = ImageOps(height, width, self._colour) if any(isinstance(s, _PLANE_STEPS) for s in self.steps) else None
+        for step in self.steps:
+            if isinstance(step, RandomErasing):
+                step.fill_values(mean)  # a value "mean" without a mean fails here, not at the first sample
         self._mean = None if mean is None else [np.float32(v) for v in mean]
+        self._mean_values = None if mean is None else [float(v) for v in mean]
         self._std = None if std is None else [np.float32(v) for v in std]
         # A rotation that ends the steps of a uint8 sample writes it straight into its row.
         self._rotates_last = bool(self.steps) and isinstance(self.steps[-1], RandomRotation) and mean is None
@@ -308,6 +321,12 @@ class SampleTransform:
 
     def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""
+        if isinstance(step, RandomErasing):
+            assert self._ops is not None
+            return step.run(self._ops, image, params, self._mean_values)
+        if isinstance(step, _PLANE_STEPS):
+            assert self._ops is not None
+            return step.run(self._ops, image, params)
         if isinstance(step, ColorJitter):
             colour = self._colour
             for n in params[:4].astype(np.int64).tolist():
