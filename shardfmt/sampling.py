@@ -10,7 +10,8 @@ from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's 
   `window` shards, and shuffles records within each window only (`window_order`);
 - the augmentation draws of record ``r`` are ``hash(seed, AUGMENT, epoch, r) + k`` for draw ``k``,
   so a record is cropped the same way whichever rank, worker or batch handles it; step ``j`` of a
-  loader's ``augment=`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise;
+  loader's ``augment=`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise, and batch
+  step ``j`` of its ``batch_augment=`` list from ``hash(seed, BATCH + j, epoch, b)`` for batch b;
 - an epoch over a subset of the records (`sample_batches(subset=...)`) is the full epoch order
   with the other records left out, then split over ranks and batches like a full epoch.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "EpochPlan",
     "ORDER_STREAM",
     "AUGMENT_STREAM",
+    "BATCH_STREAM",
     "SHARD_STREAM",
     "STEP_STREAM",
     "check_subset",
@@ -43,6 +45,9 @@ STEP_STREAM = 0x53544550530000
 """"STEPS" shifted left by 16 bits: step j of an augment list uses stream STEP_STREAM + j, which
 meets none of the other streams for j below 2^16 (they are below 2^40)."""
 MAX_STEPS = 1 << 16
+BATCH_STREAM = 0x4241544348530000
+""""BATCHS" shifted left by 16 bits: batch step j (MixUp, CutMix, ...) of a loader's
+batch_augment list uses stream BATCH_STREAM + j, indexed by the batch's number."""
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

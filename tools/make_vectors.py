@@ -1587,6 +1587,61 @@ def sampling_repeats() -> dict[str, Any]:
     }
 
 
+BATCH_STEP_CASES: list[dict[str, Any]] = [
+    {"step": {"MixUp": {"alpha": 0.2, "num_classes": 10}}, "height": 224, "width": 224},
+    {"step": {"MixUp": {"alpha": 1.0, "num_classes": 10}}, "height": 224, "width": 224},
+    {"step": {"CutMix": {"alpha": 1.0, "num_classes": 10}}, "height": 224, "width": 224},
+    {"step": {"CutMix": {"alpha": 0.5, "num_classes": 10}}, "height": 30, "width": 50},
+    {"step": {"RandomChoice": {"steps": [{"MixUp": {"alpha": 0.8, "num_classes": 10}}, {"CutMix": {"alpha": 1.0, "num_classes": 10}}], "p": [0.5, 0.5]}}, "height": 64, "width": 64},
+]
+"""Batch steps (class and arguments; RandomChoice's steps likewise) and the images' size; each is
+drawn at position 0 for the (seed, epoch, batch) of BATCH_DRAWS."""
+BATCH_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (5, 2, 17), (2024, 7, 123456)]
+
+
+def _batch_step(spec: dict[str, Any]) -> Any:
+    from shardfmt import ops
+
+    (name, args), = spec.items()
+    if name == "RandomChoice":
+        return ops.RandomChoice([_batch_step(inner) for inner in args["steps"]], p=args["p"])
+    return getattr(ops, name)(**args)
+
+
+def _batch_outcome(step: Any, u: np.ndarray, height: int, width: int) -> dict[str, Any]:
+    from shardfmt import ops
+
+    if isinstance(step, ops.RandomChoice):
+        chosen = step.choose(u)
+        return {"choice": chosen, **_batch_outcome(step.steps[chosen], u[1:], height, width)}
+    if isinstance(step, ops.CutMix):
+        x1, y1, x2, y2, lam = step.box(u, height=height, width=width)
+        return {"box": [x1, y1, x2, y2], "lam": lam}
+    return {"lam": step.lam(u)}
+
+
+def sampling_batch_steps() -> dict[str, Any]:
+    from shardfmt.sampling import BATCH_STREAM, record_keys, uniforms
+
+    cases = []
+    for case in BATCH_STEP_CASES:
+        step = _batch_step(case["step"])
+        draws = []
+        for seed, epoch, batch in BATCH_DRAWS:
+            key = record_keys(seed, BATCH_STREAM, epoch, np.array([batch], np.uint64))
+            u = uniforms(key, step.draws)[0]
+            draws.append({"seed": seed, "epoch": epoch, "batch": batch, "key": hex64(int(key[0])), "u": [float(v) for v in u], **_batch_outcome(step, u, case["height"], case["width"])})
+        cases.append({**case, "draws": draws})
+    return {
+        "description": (
+            "batch steps' draws at position 0 of a batch_augment list: for each (seed, epoch, batch), the key (stream BATCH), "
+            "the draws as floats, lam (the Beta(alpha, alpha) quantile; for CutMix the label weight the box leaves), CutMix's "
+            "box [x1, y1, x2, y2] and RandomChoice's choice (spec/sampling.md, Batch steps)"
+        ),
+        "cases": cases,
+    }
+
+
 # --- writing and checking --------------------------------------------------------------------
 
 
@@ -1636,6 +1691,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "elastic-batches.json").write_bytes(dump_cases(sampling_elastic()))
     (out / "sampling" / "augment-steps.json").write_bytes(dump_cases(sampling_steps()))
     (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
+    (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
         "feistel-batches": "epoch orders by the Feistel rule (with and without a window), the first batches of chosen ranks",
@@ -1644,6 +1700,7 @@ def generate(out: Path) -> None:
         "crops": "crop boxes and flips of every pipeline, carried to further image fields",
         "augment-steps": "the operations, magnitudes and erased boxes the auto-augment steps and random erasing draw",
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
+        "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",
     }
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
 from .autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from .batch import BatchStep, CutMix, MixUp, RandomChoice, apply_batch_steps
 from .crop import (
     CenterCrop,
     CropPlan,
@@ -28,13 +29,17 @@ from .resize import Resizer
 __all__ = [
     "AugmentStep",
     "AutoAugment",
+    "BatchStep",
     "CenterCrop",
     "ColorJitter",
     "CropPlan",
+    "CutMix",
     "ImageDecoder",
     "ImageOutput",
+    "MixUp",
     "Pipeline",
     "RandAugment",
+    "RandomChoice",
     "RandomCrop",
     "RandomErasing",
     "RandomGrayscale",
@@ -44,6 +49,7 @@ __all__ = [
     "Resize",
     "Resizer",
     "TrivialAugmentWide",
+    "apply_batch_steps",
     "dct_scale",
     "pipeline_from_config",
     "scale_plan",

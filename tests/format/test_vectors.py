@@ -481,3 +481,63 @@ def test_repeat_vectors_follow_the_written_rule() -> None:
         assert len({len(batches) for batches in case["batches"]}) == 1
         everything = sorted(tuple(pair) for batches in case["batches"] for batch in batches for pair in batch)
         assert everything == [(r, c) for r in range(case["num_records"]) for c in range(k)]
+
+
+def _beta_quantile(u: float, alpha: float) -> float:
+    """Beta(alpha, alpha)'s quantile by bisection of its CDF, the CDF by Simpson's rule on the
+    density (an independent route to spec/sampling.md's lam; good to about 1e-6 here)."""
+    if alpha == 1.0:
+        return u
+    scale = math.exp(math.lgamma(2 * alpha) - 2 * math.lgamma(alpha))
+
+    def cdf(x: float) -> float:
+        if x > 0.5:
+            return 1.0 - cdf(1.0 - x)
+        # substitute x = t^(1/alpha) to remove the endpoint singularity: density dt / alpha
+        top, n = x**alpha, 2000
+        total = 0.0
+        for i in range(n + 1):
+            t = top * i / n
+            weight = 1 if i in (0, n) else (4 if i % 2 else 2)
+            total += weight * (1 - t ** (1 / alpha)) ** (alpha - 1)
+        return scale * total * top / (3 * n) / alpha
+
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < u else (low, middle)
+    return (low + high) / 2
+
+
+def test_batch_step_vectors_follow_the_written_rules() -> None:
+    kinds = set()
+    for case in sampling_vector("batch-steps")["cases"]:
+        (name, args), = case["step"].items()
+        kinds.add(name)
+        height, width = case["height"], case["width"]
+        for draw in case["draws"][:3]:
+            key = _key(draw["seed"], 0x4241544348530000, draw["epoch"], draw["batch"])
+            assert f"0x{key:016x}" == draw["key"]
+            u = [_uniform(key, k) for k in range(1, len(draw["u"]) + 1)]
+            assert u == draw["u"]
+            kind, options = name, args
+            if kind == "RandomChoice":
+                weights = options["p"]
+                bounds = [sum(weights[: i + 1]) / sum(weights) for i in range(len(weights))]
+                choice = next(i for i, bound in enumerate(bounds) if u[0] < bound)
+                assert draw["choice"] == choice
+                (kind, options), = options["steps"][choice].items()
+                u = u[1:]
+            lam = _beta_quantile(u[0], options["alpha"])
+            if kind == "MixUp":
+                assert abs(draw["lam"] - lam) < 1e-5
+                continue
+            cx, cy = math.floor(width * u[1]), math.floor(height * u[2])
+            r = 0.5 * math.sqrt(1 - lam)
+            half_w, half_h = int(r * width), int(r * height)
+            box = [max(cx - half_w, 0), max(cy - half_h, 0), min(cx + half_w, width), min(cy + half_h, height)]
+            if box != draw["box"]:  # lam lies within 1e-5 of a rounding edge of the half sides
+                assert abs(r * width - round(r * width)) < 1e-3 or abs(r * height - round(r * height)) < 1e-3
+                box = draw["box"]
+            assert abs(draw["lam"] - (1 - (box[2] - box[0]) * (box[3] - box[1]) / (height * width))) < 1e-12
+    assert kinds == {"MixUp", "CutMix", "RandomChoice"}
