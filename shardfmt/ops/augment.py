@@ -32,6 +32,7 @@ from .autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
 from .colour import ColourKernels
 from .erasing import RandomErasing
 from .imageops import ImageOps
+from .pixelops import PixelOps
 from .rotate import Rotator
 
 __all__ = [
@@ -285,6 +286,13 @@ class SampleTransform:
                 step.fill_values(mean)  # a value "mean" without a mean fails here, not at the first sample
         self._mean = None if mean is None else [np.float32(v) for v in mean]
         self._mean_values = None if mean is None else [float(v) for v in mean]
+        # Steps of the auto-augment family only (random erasing last, if at all) run on the uint8
+        # pixels themselves, with the same values, and save the move into float planes and back.
+        self._pixel_ops = (
+            PixelOps(height, width)
+            if self.steps and all(isinstance(s, _PLANE_STEPS) for s in self.steps) and not any(isinstance(s, RandomErasing) for s in self.steps[:-1])
+            else None
+        )
         self._std = None if std is None else [np.float32(v) for v in std]
         # A rotation that ends the steps of a uint8 sample writes it straight into its row.
         self._rotates_last = bool(self.steps) and isinstance(self.steps[-1], RandomRotation) and mean is None
@@ -298,6 +306,9 @@ class SampleTransform:
     def apply(self, source: np.ndarray, draws: list[np.ndarray], row: int, out: np.ndarray) -> None:
         """Transform `source` (H x W x 3 uint8) with row `row` of `draws` and write it into
         `out` (H x W x 3, uint8, or float32 when normalising)."""
+        if self._pixel_ops is not None:
+            self._apply_pixels(source, draws, row, out)
+            return
         image = self._image
         for channel in range(3):
             np.copyto(image[channel], source[:, :, channel], casting="unsafe")
@@ -318,6 +329,32 @@ class SampleTransform:
         else:
             for channel in range(3):
                 np.copyto(out[:, :, channel], image[channel], casting="unsafe")
+
+    def _apply_pixels(self, source: np.ndarray, draws: list[np.ndarray], row: int, out: np.ndarray) -> None:
+        """`apply` for steps that all run on uint8 pixels (`PixelOps`)."""
+        ops = self._pixel_ops
+        assert ops is not None
+        image = ops.spare(source)
+        np.copyto(image, source)
+        erased: tuple[RandomErasing, np.ndarray] | None = None
+        for step, params in zip(self.steps, draws):
+            if isinstance(step, RandomErasing):
+                erased = (step, params[row])
+                image = step.run(ops, image, params[row], self._mean_values)
+            else:
+                image = step.run(ops, image, params[row])  # type: ignore[union-attr]
+        if self._mean is None or self._std is None:
+            np.copyto(out, image)
+            return
+        mean, std = np.array(self._mean, np.float32), np.array(self._std, np.float32)
+        np.subtract(image, mean, out=out)
+        np.divide(out, std, out=out)
+        if erased is not None:
+            # the box holds the fill exactly (the mean's is 0), not the whole number the pixels held
+            step, params = erased
+            top, left, box_h, box_w = (int(v) for v in step.boxes(params[None, :], height=self.shape[1], width=self.shape[2])[0])
+            fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
+            out[top : top + box_h, left : left + box_w] = fill
 
     def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""
@@ -347,9 +384,10 @@ class SampleTransform:
             self._rotator.rotate(image, float(params[0]), step.fill)  # type: ignore[arg-type]
             return image
         if isinstance(step, RandomVerticalFlip):
-            if params[0]:
-                np.copyto(self._spare, image[:, ::-1])
-                self._image, self._spare = self._spare, self._image
+            if not params[0]:
+                return image
+            np.copyto(self._spare, image[:, ::-1])  # image is self._image or a buffer of self._ops, never self._spare
+            self._image, self._spare = self._spare, self._image
             return self._image
         if isinstance(step, RandomGrayscale):
             if params[0]:

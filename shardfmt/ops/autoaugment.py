@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from .imageops import ImageOps
+from .pixelops import PixelOps
 
 __all__ = ["AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
 
@@ -146,11 +147,11 @@ class _Tables:
 _TABLES = _Tables()
 
 
-def apply_operation(ops: ImageOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]) -> np.ndarray:
-    """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image`; return the
-    array now holding the sample."""
+def apply_operation(ops: ImageOps | PixelOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]) -> np.ndarray:
+    """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image` (float
+    planes with `ImageOps`, uint8 pixels with `PixelOps`); return the array now holding the sample."""
     name = OPERATIONS[operation]
-    height, width = image.shape[1:]
+    height, width = ops.size
     colour = ops.colour
     if name == "Identity":
         return image
@@ -188,9 +189,9 @@ def apply_operation(ops: ImageOps, image: np.ndarray, operation: int, magnitude:
     return image
 
 
-def _run_triples(ops: ImageOps, image: np.ndarray, params: np.ndarray, family: str, num_bins: int, fill: tuple[float, float, float]) -> np.ndarray:
+def _run_triples(ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray, family: str, num_bins: int, fill: tuple[float, float, float]) -> np.ndarray:
     """Apply the (operation, bin, sign) triples of one record's row; an operation of -1 is skipped."""
-    height, width = image.shape[1:]
+    height, width = ops.size
     tables = _TABLES.get(family, num_bins, height, width)
     for slot in range(len(params) // 3):
         operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
@@ -227,7 +228,7 @@ class TrivialAugmentWide:
         bin_index = np.floor(u[:, 1] * self.num_magnitude_bins)
         return np.stack([operation, bin_index, (u[:, 2] < 0.5).astype(np.float64)], axis=1)
 
-    def run(self, ops: ImageOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
         return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
 
     def to_config(self) -> dict[str, Any]:
@@ -266,7 +267,7 @@ class RandAugment:
             columns += [np.floor(u[:, 2 * k] * 14), np.full(len(u), float(self.magnitude)), (u[:, 2 * k + 1] < 0.5).astype(np.float64)]
         return np.stack(columns, axis=1) if columns else np.zeros((len(u), 0))
 
-    def run(self, ops: ImageOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
         return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
 
     def to_config(self) -> dict[str, Any]:
@@ -305,7 +306,7 @@ class AutoAugment:
             rows[:, 3 * i + 2] = u[:, 3 + i] < 0.5
         return rows
 
-    def run(self, ops: ImageOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
         return _run_triples(ops, image, params, "standard", 10, self.fill)  # type: ignore[arg-type]
 
     def to_config(self) -> dict[str, Any]:

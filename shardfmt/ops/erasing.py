@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .imageops import ImageOps
+from .pixelops import PixelOps
 
 __all__ = ["RandomErasing", "erasing_boxes"]
 
@@ -120,8 +121,8 @@ class RandomErasing:
             return (float(mean[0]), float(mean[1]), float(mean[2]))
         return self.value  # type: ignore[return-value]
 
-    def run(self, ops: ImageOps, image: np.ndarray, params: np.ndarray, mean: Sequence[float] | None = None) -> np.ndarray:
-        height, width = image.shape[1:]
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray, mean: Sequence[float] | None = None) -> np.ndarray:
+        height, width = ops.size
         top, left, box_h, box_w = (int(v) for v in self.boxes(params[None, :], height=height, width=width)[0])
         if box_h:
             ops.erase(image, top, left, box_h, box_w, self.fill_values(mean))

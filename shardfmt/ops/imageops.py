@@ -56,6 +56,7 @@ class ImageOps:
 
     def __init__(self, height: int, width: int, colour: ColourKernels | None = None) -> None:
         self.shape = (3, height, width)
+        self.size = (height, width)
         self.colour = colour if colour is not None else ColourKernels(height, width)
         self._buffers = (np.empty(self.shape, np.float32), np.empty(self.shape, np.float32))
         self._plane = np.empty((height, width), np.float32)

@@ -354,3 +354,36 @@ def test_the_steps_give_the_same_batches_under_0_and_2_workers_and_spawn(dataset
     for other in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
     assert not torch.equal(runs[0][0], runs[0][4])  # the next epoch draws anew
+
+
+@pytest.mark.parametrize(("name", "magnitude"), CASES)
+def test_the_uint8_path_gives_the_values_of_the_float_planes(name: str, magnitude: float) -> None:
+    from shardfmt.ops.pixelops import PixelOps
+
+    for seed in range(3):
+        image = sample_image(seed=seed)
+        fill = (3.0, 100.0, 250.0)
+        planes = apply_operation(ImageOps(*image.shape[1:]), image.copy(), OPERATIONS.index(name), magnitude, fill)
+        pixels = np.ascontiguousarray(image.transpose(1, 2, 0).astype(np.uint8))
+        got = apply_operation(PixelOps(*image.shape[1:]), pixels, OPERATIONS.index(name), magnitude, fill)
+        assert np.array_equal(got.transpose(2, 0, 1).astype(F32), planes)
+
+
+@pytest.mark.parametrize("normalise", [False, True])
+def test_a_sample_on_uint8_pixels_equals_the_same_sample_through_float_planes(normalise: bool) -> None:
+    from shardfmt.ops import RandomVerticalFlip
+
+    steps = [TrivialAugmentWide(fill=(9, 8, 7)), RandAugment(3, 17), AutoAugment(), RandomErasing(p=0.8, value="mean" if normalise else (1, 2, 3))]
+    options: dict[str, Any] = {"mean": (123.675, 116.28, 103.53), "std": (58.395, 57.12, 57.375)} if normalise else {}
+    pixels = SampleTransform(steps, height=40, width=36, **options)
+    planes = SampleTransform([*steps, RandomVerticalFlip(0.0)], height=40, width=36, **options)  # a flip step keeps the float planes
+    assert pixels._pixel_ops is not None and planes._pixel_ops is None
+    indices = np.arange(60)
+    draws_pixels, draws_planes = pixels.draw(5, 1, indices), planes.draw(5, 1, indices)
+    dtype = np.float32 if normalise else np.uint8
+    a, b = np.empty((40, 36, 3), dtype), np.empty((40, 36, 3), dtype)
+    for row in indices:
+        source = np.random.default_rng(int(row)).integers(0, 256, (40, 36, 3)).astype(np.uint8)
+        pixels.apply(source, draws_pixels, row, a)
+        planes.apply(source, draws_planes, row, b)
+        assert np.array_equal(a, b), row
