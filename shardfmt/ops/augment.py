@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
+import cv2
 import numpy as np
 import torch
 
@@ -293,6 +294,11 @@ class SampleTransform:
             if self.steps and all(isinstance(s, _PLANE_STEPS) for s in self.steps) and not any(isinstance(s, RandomErasing) for s in self.steps[:-1])
             else None
         )
+        self._normalised = np.empty((256, 1, 3), np.float32)
+        if self._mean is not None and std is not None:
+            levels = np.arange(256, dtype=np.float32)
+            for channel in range(3):
+                self._normalised[:, 0, channel] = (levels - self._mean[channel]) / np.float32(std[channel])
         self._std = None if std is None else [np.float32(v) for v in std]
         # A rotation that ends the steps of a uint8 sample writes it straight into its row.
         self._rotates_last = bool(self.steps) and isinstance(self.steps[-1], RandomRotation) and mean is None
@@ -301,7 +307,15 @@ class SampleTransform:
         """The draws of every step for records `indices` (dataset indices) of `epoch`: per step
         an array with one row per record (parameters, or the generator seed of a user's step)."""
         keys_of = [record_keys(seed, STEP_STREAM + j, epoch, indices.astype(np.uint64)) for j in range(len(self.steps))]
-        return [step.parameters(uniforms(keys, step.draws)) if isinstance(step, _BUILTIN) else keys for step, keys in zip(self.steps, keys_of)]
+        height, width = self.shape[1:]
+        return [
+            step.boxes(uniforms(keys, step.draws), height=height, width=width)
+            if isinstance(step, RandomErasing)
+            else step.parameters(uniforms(keys, step.draws))
+            if isinstance(step, _BUILTIN)
+            else keys
+            for step, keys in zip(self.steps, keys_of)
+        ]
 
     def apply(self, source: np.ndarray, draws: list[np.ndarray], row: int, out: np.ndarray) -> None:
         """Transform `source` (H x W x 3 uint8) with row `row` of `draws` and write it into
@@ -346,15 +360,15 @@ class SampleTransform:
         if self._mean is None or self._std is None:
             np.copyto(out, image)
             return
-        mean, std = np.array(self._mean, np.float32), np.array(self._std, np.float32)
-        np.subtract(image, mean, out=out)
-        np.divide(out, std, out=out)
+        # (x - mean) / std of each level, per channel, in float32: one lookup writes the float32
+        # sample (numpy's broadcast over an innermost axis of 3 took about 2 ms a 224x224 sample)
+        cv2.LUT(image, self._normalised, dst=out)
         if erased is not None:
             # the box holds the fill exactly (the mean's is 0), not the whole number the pixels held
-            step, params = erased
-            top, left, box_h, box_w = (int(v) for v in step.boxes(params[None, :], height=self.shape[1], width=self.shape[2])[0])
-            fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
-            out[top : top + box_h, left : left + box_w] = fill
+            step, box = erased
+            top, left, box_h, box_w = (int(v) for v in box)
+            mean, std = np.array(self._mean, np.float32), np.array(self._std, np.float32)
+            out[top : top + box_h, left : left + box_w] = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
 
     def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""

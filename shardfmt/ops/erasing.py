@@ -121,10 +121,10 @@ class RandomErasing:
             return (float(mean[0]), float(mean[1]), float(mean[2]))
         return self.value  # type: ignore[return-value]
 
-    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray, mean: Sequence[float] | None = None) -> np.ndarray:
-        height, width = ops.size
-        top, left, box_h, box_w = (int(v) for v in self.boxes(params[None, :], height=height, width=width)[0])
-        if box_h:
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, box: np.ndarray, mean: Sequence[float] | None = None) -> np.ndarray:
+        """Erase `box` (top, left, height, width: a row of `boxes`) of `image`; return it."""
+        top, left, box_h, box_w = (int(v) for v in box)
+        if box_h and box_w:
             ops.erase(image, top, left, box_h, box_w, self.fill_values(mean))
         return image
 

@@ -308,7 +308,8 @@ def test_erasing_with_the_mean_is_zero_after_normalisation() -> None:
     transform = SampleTransform([RandomErasing(p=1.0)], height=32, width=32, mean=mean, std=std)
     source = np.random.default_rng(1).integers(0, 256, (32, 32, 3)).astype(np.uint8)
     draws = transform.draw(0, 0, np.arange(10))
-    boxes = RandomErasing(p=1.0).boxes(draws[0], height=32, width=32)
+    boxes = draws[0]  # the boxes, drawn for the sample's size
+    assert np.array_equal(boxes, RandomErasing(p=1.0).boxes(uniforms(record_keys(0, STEP_STREAM, 0, np.arange(10, dtype=np.uint64)), 23), height=32, width=32))
     out = np.empty((32, 32, 3), np.float32)
     for row in range(10):
         transform.apply(source, draws, row, out)
