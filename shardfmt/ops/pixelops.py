@@ -75,9 +75,10 @@ class PixelOps:
     def gray(self, image: np.ndarray) -> np.ndarray:
         """trunc(0.2989 R + 0.587 G + 0.114 B) in float32, as `ColourKernels.gray`."""
         out, term = self._gray, self._term
-        np.multiply(image[:, :, 0], _R, out=out)
-        np.add(out, np.multiply(image[:, :, 1], _G, out=term), out=out)
-        np.add(out, np.multiply(image[:, :, 2], _B, out=term), out=out)
+        red, green, blue = cv2.split(image)  # contiguous planes: the products below then take 2/3 of the time
+        np.multiply(red, _R, out=out)
+        np.add(out, np.multiply(green, _G, out=term), out=out)
+        np.add(out, np.multiply(blue, _B, out=term), out=out)
         return np.floor(out, out=out)
 
     def brightness(self, image: np.ndarray, factor: float) -> None:
