@@ -31,6 +31,7 @@ __all__ = [
     "SHARD_STREAM",
     "STEP_STREAM",
     "check_subset",
+    "keys_by_epoch",
     "mix64",
     "record_keys",
     "sample_batches",
@@ -68,6 +69,19 @@ def record_keys(seed: int, stream: int, epoch: int, indices: np.ndarray) -> np.n
         base = mix64(base ^ np.uint64(stream))
         base = mix64(base ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF))
         return mix64(base ^ np.asarray(indices, dtype=np.uint64))
+
+
+def keys_by_epoch(seed: int, stream: int, epochs: np.ndarray | int, indices: np.ndarray) -> np.ndarray:
+    """`record_keys` with one epoch per index (an array as long as `indices`, or one int for all):
+    the keys of repeated augmentation, where each copy of a record draws as its own epoch."""
+    if isinstance(epochs, (int, np.integer)):
+        return record_keys(seed, stream, int(epochs), indices)
+    epochs = np.asarray(epochs, dtype=np.uint64)
+    keys = np.empty(len(indices), np.uint64)
+    for epoch in np.unique(epochs).tolist():
+        chosen = epochs == epoch
+        keys[chosen] = record_keys(seed, stream, int(epoch), np.asarray(indices)[chosen])
+    return keys
 
 
 def uniforms(keys: np.ndarray, count: int) -> np.ndarray:

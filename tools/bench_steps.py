@@ -215,12 +215,16 @@ def _cpu_per_item(run: Callable[[int], object], count: int, repeats: int) -> flo
 def measure_steps(files: Sequence[Path], *, count: int = 64, repeats: int = 5) -> list[StepCost]:
     """Time each step alone on `count` crops of `files` (see the module docstring), with torch
     on one thread as in the loader's workers."""
-    threads = torch.get_num_threads()
+    import cv2
+
+    threads, opencv_threads = torch.get_num_threads(), cv2.getNumThreads()
     torch.set_num_threads(1)
+    cv2.setNumThreads(1)  # as in the loader's workers, and for Albumentations' DataLoader workers
     try:
         return _measure_steps(files, count=count, repeats=repeats)
     finally:
         torch.set_num_threads(threads)
+        cv2.setNumThreads(opencv_threads)
 
 
 def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[StepCost]:

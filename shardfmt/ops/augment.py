@@ -368,7 +368,9 @@ class SampleTransform:
             step, box = erased
             top, left, box_h, box_w = (int(v) for v in box)
             mean, std = np.array(self._mean, np.float32), np.array(self._std, np.float32)
-            out[top : top + box_h, left : left + box_w] = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
+            if box_h and box_w:
+                fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
+                cv2.rectangle(out, (left, top), (left + box_w - 1, top + box_h - 1), tuple(float(v) for v in fill), thickness=-1)
 
     def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""

@@ -97,12 +97,17 @@ class PixelOps:
     def saturation(self, image: np.ndarray, factor: float) -> None:
         gray = self.gray(image)
         np.multiply(gray, np.float32(1.0 - factor), out=gray)
-        mixed = self._float
-        np.multiply(image, np.float32(factor), out=mixed)
-        np.add(mixed, gray[:, :, None], out=mixed)
-        if factor > 1.0:
-            np.clip(mixed, np.float32(0), np.float32(255), out=mixed)
-        np.copyto(image, mixed, casting="unsafe")  # whole-number floats: the cast truncates as floor
+        # channel by channel on split planes: adding the gray plane to interleaved pixels
+        # broadcasts over an innermost axis of 3, which took 1.9 ms where this takes 0.3
+        mixed = self._term
+        planes = cv2.split(image)
+        for plane in planes:
+            np.multiply(plane, np.float32(factor), out=mixed)
+            np.add(mixed, gray, out=mixed)
+            if factor > 1.0:
+                np.clip(mixed, np.float32(0), np.float32(255), out=mixed)
+            np.copyto(plane, mixed, casting="unsafe")  # whole-number floats: the cast truncates as floor
+        cv2.merge(planes, dst=image)
 
     def sharpness(self, image: np.ndarray, factor: float) -> None:
         height, width = self.shape[:2]
@@ -159,4 +164,5 @@ class PixelOps:
 
     @staticmethod
     def erase(image: np.ndarray, top: int, left: int, height: int, width: int, values: Sequence[float]) -> None:
-        image[top : top + height, left : left + width] = [int(v) for v in values]
+        # a filled rectangle: numpy's assignment of three values broadcasts over an innermost axis of 3 (about 5 times slower)
+        cv2.rectangle(image, (left, top), (left + width - 1, top + height - 1), tuple(float(int(v)) for v in values), thickness=-1)
