@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 import torch
 
-from ..sampling import STEP_STREAM, record_keys, uniforms
+from ..sampling import STEP_STREAM, keys_by_epoch, uniforms
 from .autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
 from .colour import ColourKernels
 from .erasing import RandomErasing
@@ -303,10 +303,11 @@ class SampleTransform:
         # A rotation that ends the steps of a uint8 sample writes it straight into its row.
         self._rotates_last = bool(self.steps) and isinstance(self.steps[-1], RandomRotation) and mean is None
 
-    def draw(self, seed: int, epoch: int, indices: np.ndarray) -> list[np.ndarray]:
-        """The draws of every step for records `indices` (dataset indices) of `epoch`: per step
+    def draw(self, seed: int, epoch: int | np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
+        """The draws of every step for records `indices` (dataset indices) of `epoch` (one for
+        all, or one per record: repeated augmentation draws each copy as its own epoch): per step
         an array with one row per record (parameters, or the generator seed of a user's step)."""
-        keys_of = [record_keys(seed, STEP_STREAM + j, epoch, indices.astype(np.uint64)) for j in range(len(self.steps))]
+        keys_of = [keys_by_epoch(seed, STEP_STREAM + j, epoch, indices.astype(np.uint64)) for j in range(len(self.steps))]
         height, width = self.shape[1:]
         return [
             step.boxes(uniforms(keys, step.draws), height=height, width=width)

@@ -388,3 +388,15 @@ def test_a_sample_on_uint8_pixels_equals_the_same_sample_through_float_planes(no
         pixels.apply(source, draws_pixels, row, a)
         planes.apply(source, draws_planes, row, b)
         assert np.array_equal(a, b), row
+
+
+def test_draws_take_one_epoch_per_record_for_repeated_copies() -> None:
+    transform = SampleTransform([TrivialAugmentWide(), RandomErasing(p=1.0, value=0)], height=16, width=16)
+    indices = np.arange(6)
+    epochs = np.array([6, 7, 8, 6, 7, 8], np.uint64)  # copies 0, 1, 2 of epoch 2 with 3 repeats
+    mixed = transform.draw(9, epochs, indices)
+    for epoch in (6, 7, 8):
+        alone = transform.draw(9, epoch, indices)
+        chosen = epochs == epoch
+        for step in range(2):
+            assert np.array_equal(mixed[step][chosen], alone[step][chosen])
