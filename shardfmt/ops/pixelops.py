@@ -57,11 +57,15 @@ class PixelOps:
     def _lut(self, image: np.ndarray, table: np.ndarray) -> None:
         """Map every value through `table` (256 levels, or 256 x 3 per channel), in place. One
         table for all channels takes OpenCV's fast path (about 2.5 times a per-channel table's speed)."""
+        # into the spare buffer and copied back: OpenCV's lookup in place took twice as long (113 us
+        # against 58, and 6 for the copy)
+        spare = self.spare(image)
         if table.ndim == 1:
-            cv2.LUT(image, table, dst=image)
-            return
-        self._table[:, 0, :] = table
-        cv2.LUT(image, self._table, dst=image)
+            cv2.LUT(image, table, dst=spare)
+        else:
+            self._table[:, 0, :] = table
+            cv2.LUT(image, self._table, dst=spare)
+        np.copyto(image, spare)
 
     def warp(self, image: np.ndarray, matrix: Sequence[Sequence[float]], fill: Sequence[float]) -> np.ndarray:
         height, width = self.shape[:2]
