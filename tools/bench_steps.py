@@ -332,6 +332,13 @@ def _resize_rows(crops: list[np.ndarray], repeats: int) -> list[StepCost]:
         rows.append(StepCost(f"resize 448 -> 224, {mode} (OpenCV's not antialiased)", ours, None, theirs))
     area = _cpu_per_item(lambda i: cv2.resize(boxes[i], (SIZE, SIZE), dst=out, interpolation=cv2.INTER_AREA), len(boxes), repeats)
     rows.append(StepCost("resize 448 -> 224, OpenCV INTER_AREA (antialiased)", None, None, area))
+    # a crop box is rarely a whole multiple of the output: 301 x 397 -> 224
+    odd = [np.ascontiguousarray(cv2.resize(box, (397, 301), interpolation=cv2.INTER_LINEAR)) for box in boxes]
+    odd_sources = [torch.from_numpy(box).permute(2, 0, 1).unsqueeze(0) for box in odd]
+    resizer = Resizer(output_size=(SIZE, SIZE), channels=3, interpolation="bilinear")
+    ours = _cpu_per_item(lambda i: resizer.resize(odd_sources[i], flip=False, out=target), len(odd), repeats)
+    area = _cpu_per_item(lambda i: cv2.resize(odd[i], (SIZE, SIZE), dst=out, interpolation=cv2.INTER_AREA), len(odd), repeats)
+    rows.append(StepCost("resize 301x397 -> 224, bilinear / OpenCV INTER_AREA", ours, None, area))
     return rows
 
 
