@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "EpochPlan",
-    "ORDER_STREAM",
     "AUGMENT_STREAM",
     "BATCH_STREAM",
+    "ORDER_STREAM",
+    "RNG_STREAM",
     "SHARD_STREAM",
     "STEP_STREAM",
+    "EpochPlan",
     "check_subset",
     "keys_by_epoch",
     "mix64",
@@ -45,6 +46,10 @@ AUGMENT_STREAM = 0x4155474D
 STEP_STREAM = 0x53544550530000
 """"STEPS" shifted left by 16 bits: step j of an augment list uses stream STEP_STREAM + j, which
 meets none of the other streams for j below 2^16 (they are below 2^40)."""
+RNG_STREAM = 0x524E47530000
+""""RNGS" shifted left by 16 bits: before a user's step j runs on a record, a loader seeds the
+process's global torch, numpy and `random` generators from key(seed, RNG_STREAM + j, epoch,
+record); like STEP_STREAM + j it meets no other stream for j below 2^16."""
 MAX_STEPS = 1 << 16
 BATCH_STREAM = 0x4241544348530000
 """"BATCHS" shifted left by 16 bits: batch step j (MixUp, CutMix, ...) of a loader's
