@@ -41,6 +41,7 @@ from torch import nn
 from tqdm import tqdm
 
 import shardfmt
+import shardfmt.ops
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)

@@ -21,7 +21,7 @@ from ..mixture import Mixture
 from ..ops import Pipeline
 from ..ops.augment import describe_steps
 from .fields import OutputSpec, resolve_outputs
-from .options import LoaderOptions, index_output, pipeline_at, transform_outputs
+from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
 from .shm import SlotLayout
 from .worker import WorkerConfig
 
@@ -61,10 +61,10 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
     request = options.pipeline
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
-    fields = {"fields": options.fields, "image_field": options.image_field, "label_field": options.label_field}
+    fields = {"fields": options.fields, "image_field": options.image_field, "label_field": options.label_field, "interpolation": options.interpolation}
     pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
     here = options.device is None
-    outputs, transform = transform_outputs(outputs, augment=options.augment, mean=options.mean if here else None, std=options.std if here else None)  # type: ignore[arg-type]
+    outputs, transform = transform_outputs(outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None)
     if options.return_indices:
         outputs = outputs + (index_output(fields=options.fields is not None, names=[spec.name for spec in outputs]),)
     config = WorkerConfig(
@@ -78,6 +78,8 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
         outputs=outputs,
         layout=SlotLayout(options.prefetch + 1, options.batch_size, tuple(spec.slot_array() for spec in outputs)),
         transform=transform,
+        repeats=options.repeats,
+        num_records=len(dataset),
     )
     return Configured(pipeline, config)
 
@@ -114,6 +116,13 @@ def settings(
     }
     if options.fields is not None:
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
+    # the recipe's options, recorded only when used, so that earlier states still resume
+    if options.interpolation != "bilinear":
+        found["interpolation"] = options.interpolation
+    if options.repeats != 1:
+        found["repeats"] = options.repeats
+    if options.batch_augment:
+        found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)  # type: ignore[union-attr]
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

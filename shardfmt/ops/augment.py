@@ -378,7 +378,7 @@ class SampleTransform:
                 erased = (step, params[row])
                 image = step.run(ops, image, params[row], self._mean_values)
             else:
-                image = step.run(ops, image, params[row])  # type: ignore[union-attr]
+                image = step.run(ops, image, params[row])
         if self._mean is None or self._std is None:
             np.copyto(out, image)
             return
