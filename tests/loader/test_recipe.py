@@ -121,3 +121,15 @@ def test_random_erasing_takes_the_loaders_mean(dataset: Path) -> None:
     assert zeros >= NUM_RECORDS * 0.02 * 24 * 24  # every sample has an erased box of 2% of its area at least
     with pytest.raises(ValueError, match="mean"):
         Loader(dataset, batch_size=4, augment=[RandomErasing(p=1.0)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batch_steps_run_on_the_device_after_the_transfer(dataset: Path) -> None:
+    steps = [CutMix(1.0, CLASSES)]
+    mean, std = (120.0, 110.0, 100.0), (50.0, 60.0, 70.0)
+    on_device = collect(dataset, device="cuda", mean=mean, std=std, batch_augment=steps)
+    plain = collect(dataset, device="cuda", mean=mean, std=std)
+    for number, ((images, labels), (want_images, want_labels)) in enumerate(zip(on_device, plain)):
+        assert images.is_cuda and labels.is_cuda and labels.shape == (len(want_labels), CLASSES)
+        expected = apply_batch_steps(steps, want_images, want_labels, seed=5, epoch=0, batch=number)
+        assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])
