@@ -133,3 +133,21 @@ def test_batch_steps_run_on_the_device_after_the_transfer(dataset: Path) -> None
         assert images.is_cuda and labels.is_cuda and labels.shape == (len(want_labels), CLASSES)
         expected = apply_batch_steps(steps, want_images, want_labels, seed=5, epoch=0, batch=number)
         assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])
+
+
+def test_repeats_resume_on_other_ranks_with_the_rest_of_the_epoch(dataset: Path) -> None:
+    settings: dict[str, Any] = dict(batch_size=3, num_workers=0, size=24, seed=5, copy=True, repeats=2, return_indices=True)
+    taken = []
+    states = []
+    for rank in range(2):  # 36 samples over 2 ranks: 6 batches each; take 2
+        with Loader(dataset, rank=rank, world_size=2, **settings) as loader:
+            iterator = iter(loader)
+            taken += [next(iterator)[2] for _ in range(2)]
+            states.append(loader.state_dict())
+    rest = []
+    for rank in range(3):  # the 24 samples left, over 3 ranks
+        with Loader(dataset, rank=rank, world_size=3, **settings) as loader:
+            loader.load_state_dict(states[0])
+            rest += [batch[2] for batch in loader]
+    everything = Counter(torch.cat(taken + rest).tolist())
+    assert everything == {i: 2 for i in range(NUM_RECORDS)}
