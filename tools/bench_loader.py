@@ -31,6 +31,18 @@ as the dataset holds it.
                   in its workers) against the PIL DataLoader above with the same steps as
                   torchvision runs them on PIL images (`bench_steps`). Target: shardfmt at 2.5x.
                   It also prints the cost of each step per image (`bench_steps.measure_steps`).
+  recipe          ``--only recipe``: today's training recipe in the workers, RandomResizedCrop(224) +
+                  flip, then TrivialAugmentWide and RandomErasing(p=0.25, value="mean") with the
+                  ImageNet normalisation (float32 batches): ``shardfmt.Loader(augment=[...],
+                  mean=, std=)`` against a DataLoader whose Dataset decodes with simplejpeg (fast
+                  IDCT, as the Loader's default) and augments with Albumentations (OpenCV):
+                  ``RandomResizedCrop`` (OpenCV's bilinear, not antialiased), ``HorizontalFlip``,
+                  a ``OneOf`` over its transforms of TrivialAugmentWide's operations and ranges
+                  (`bench_steps.albumentations_equivalents`; it has no TrivialAugmentWide),
+                  ``Normalize``, ``Erasing(p=0.25)``, with OpenCV on one thread a worker.
+                  torchvision's v2 transforms are not installable here (no CPU wheel), so that
+                  contender of the recipe is not run. Target: shardfmt at 1.5x the
+                  Albumentations DataLoader. Needs the bench extra (albumentations).
   webdataset      the webdataset library over the same JPEG bytes in its own tar shards (written
                   in a shuffled order with ``ShardWriter``, ``jpg`` + ``cls``, at least two shards
                   per worker and split across workers by webdataset), ``.shuffle(1000)``,
@@ -174,15 +186,15 @@ from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
-from bench_steps import StepCost, measure_steps, pil_augment, print_steps, shardfmt_steps
+from bench_steps import StepCost, albumentations_equivalents, measure_steps, pil_augment, print_steps, shardfmt_steps
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, convert
 from shardfmt._sample import make_imagefolder
-from shardfmt.ops import RandomCrop
+from shardfmt.ops import RandomCrop, RandomErasing, TrivialAugmentWide
 
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "augment", "webdataset", "decode", "s3")
+CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "augment", "recipe", "webdataset", "decode", "s3")
 SAMPLE_INTERVAL = 1.0  # reading smaps_rollup of 3 processes costs ~45 ms of CPU: every 50 ms it took a core
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -202,6 +214,11 @@ S3_CACHE = "shardfmt over S3, shard cache"
 PIL_LOADER = "PIL DataLoader"
 AUGMENT_SHARDFMT = "shardfmt + ColorJitter + RandomRotation"
 AUGMENT_PIL = "PIL DataLoader + ColorJitter + RandomRotation"
+RECIPE_SHARDFMT = "shardfmt + TrivialAugmentWide + RandomErasing"
+RECIPE_ALBUMENTATIONS = "Albumentations DataLoader + TrivialAugmentWide + RandomErasing"
+MEAN = (123.675, 116.28, 103.53)
+STD = (58.395, 57.12, 57.375)
+ERASE_P = 0.25
 WEBDATASET = "webdataset"
 LIMIT_EXACT = "decode limit, exact IDCT"
 LIMIT_FAST = "decode limit, fast IDCT"
@@ -417,7 +434,10 @@ CONVERTED = "shardfmt-converted"
 """The folder of the converted copy (the one the shardfmt contenders read)."""
 
 
-def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = CONVERTED, augment: bool = False) -> Stream:
+def open_shardfmt(
+    source: Source, settings: Settings, *, fast_decode: bool, folder: str = CONVERTED, augment: bool = False, recipe: bool = False
+) -> Stream:
+    steps = shardfmt_steps() if augment else [TrivialAugmentWide(), RandomErasing(p=ERASE_P, value="mean")] if recipe else None
     loader = shardfmt.Loader(
         source.derived / folder,
         batch_size=settings.batch_size,
@@ -427,7 +447,9 @@ def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, fold
         pipeline="train",
         fast_decode=fast_decode,
         layout="NCHW",
-        augment=shardfmt_steps() if augment else None,
+        augment=steps,
+        mean=MEAN if recipe else None,
+        std=STD if recipe else None,
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -518,6 +540,54 @@ def open_pil_dataloader(source: Source, settings: Settings, *, augment: bool = F
         shuffle=True,
         num_workers=settings.workers,
         persistent_workers=settings.workers > 0,
+    )
+    return Stream(epoch=lambda: iter(loader), close=lambda: shutdown_dataloader(loader))
+
+
+class AlbumentationsDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """The recipe as an Albumentations user writes it: simplejpeg decode, then Albumentations'
+    RandomResizedCrop, HorizontalFlip, TrivialAugmentWide's operations, Normalize, Erasing."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
+        import albumentations as A
+
+        self.samples = list(samples)
+        self.transform = A.Compose(
+            [
+                A.RandomResizedCrop(size=(OUTPUT_SIZE, OUTPUT_SIZE), scale=SCALE, ratio=RATIO, p=1.0),
+                A.HorizontalFlip(p=0.5),
+                albumentations_equivalents()["TrivialAugmentWide()"],
+                A.Normalize(mean=tuple(m / 255 for m in MEAN), std=tuple(s / 255 for s in STD), p=1.0),
+                A.Erasing(scale=(0.02, 0.33), ratio=(0.3, 3.3), fill=0, p=ERASE_P),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.samples[index]
+        with open(path, "rb") as file:
+            pixels = simplejpeg.decode_jpeg(file.read(), colorspace="RGB", fastdct=True, fastupsample=True)
+        image = self.transform(image=pixels)["image"]
+        return torch.from_numpy(image).permute(2, 0, 1), label
+
+
+def _one_opencv_thread(worker: int) -> None:
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
+def open_albumentations_dataloader(source: Source, settings: Settings) -> Stream:
+    dataset = AlbumentationsDataset([(str(path), label) for path, label in zip(source.files, source.labels)])
+    loader = DataLoader(
+        dataset,
+        batch_size=settings.batch_size,
+        shuffle=True,
+        num_workers=settings.workers,
+        persistent_workers=settings.workers > 0,
+        worker_init_fn=_one_opencv_thread,
     )
     return Stream(epoch=lambda: iter(loader), close=lambda: shutdown_dataloader(loader))
 
@@ -626,8 +696,9 @@ def check_batch(name: str, images: torch.Tensor, labels: torch.Tensor, batch_siz
     count = len(labels)
     if not 1 <= count <= batch_size:
         raise BenchError(f"{name}: a batch of {count} labels, expected 1 to {batch_size}")
-    if tuple(images.shape) != (count, 3, OUTPUT_SIZE, OUTPUT_SIZE) or images.dtype != torch.uint8:
-        raise BenchError(f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) uint8")
+    dtype = torch.float32 if name in (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS) else torch.uint8  # the recipe normalises
+    if tuple(images.shape) != (count, 3, OUTPUT_SIZE, OUTPUT_SIZE) or images.dtype != dtype:
+        raise BenchError(f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) {dtype}")
     if labels.dtype != torch.int64:
         raise BenchError(f"{name}: labels are {labels.dtype}, expected int64")
 
@@ -963,6 +1034,7 @@ def print_table(results: list[Result]) -> None:
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
     (AUGMENT_SHARDFMT, AUGMENT_PIL, 2.5),
+    (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS, 1.5),
     (RAW_PATCHES, JPEG_PATCHES, 5.0),
     (SHARDFMT_RAW, SHARDFMT_FAST, None),
     (RAW_PATCHES, SHARDFMT_FAST, None),
@@ -981,10 +1053,12 @@ FIRST_EPOCH_RATIOS = (
     (SHARDFMT_FAST, 0.9),
     (SHARDFMT_TAR, None),
     (AUGMENT_SHARDFMT, None),
+    (RECIPE_SHARDFMT, None),
     (PIL_LOADER, None),
 )
 CPU_RATIOS = (
     (AUGMENT_SHARDFMT, AUGMENT_PIL),
+    (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS),
     (RAW_PATCHES, JPEG_PATCHES),
     (SHARDFMT_RAW, SHARDFMT_FAST),
     (SHARDFMT_FAST, PIL_LOADER),
@@ -1069,6 +1143,14 @@ def write_chart(path: Path, results: list[Result], machine: dict[str, Any], sett
 # -- main -------------------------------------------------------------------------------------
 
 
+def _default_contenders() -> list[str]:
+    try:
+        import albumentations  # noqa: F401
+    except ImportError:
+        return [name for name in CONTENDERS if name != "recipe"]
+    return list(CONTENDERS)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--images", type=int, default=None, help="images to use (default 5000; with --src, all of them)")
@@ -1086,7 +1168,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--warmup-epochs", type=int, default=1, help="untimed passes first, from a fresh start (default 1; 0 times the start-up too)"
     )
-    parser.add_argument("--only", default=",".join(CONTENDERS), help=f"comma list of contenders out of {','.join(CONTENDERS)}")
+    parser.add_argument("--only", default=",".join(_default_contenders()), help=f"comma list of contenders out of {','.join(CONTENDERS)} (default: all; recipe only with albumentations installed)")
     parser.add_argument("--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)")
     parser.add_argument(
         "--scaling",
@@ -1140,6 +1222,10 @@ def measure_round(args: argparse.Namespace, source: Source, settings: Settings, 
         opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, augment=True)
         results.append(measure_loader(AUGMENT_SHARDFMT, opener, source, settings))
         results.append(measure_loader(AUGMENT_PIL, lambda: open_pil_dataloader(source, settings, augment=True), source, settings))
+    if "recipe" in args.only:
+        opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, recipe=True)
+        results.append(measure_loader(RECIPE_SHARDFMT, opener, source, settings))
+        results.append(measure_loader(RECIPE_ALBUMENTATIONS, lambda: open_albumentations_dataloader(source, settings), source, settings))
     if "webdataset" in args.only:
         results.append(measure_loader(WEBDATASET, lambda: open_webdataset(source, settings), source, settings))
     if "decode" in args.only:
@@ -1260,7 +1346,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         raise SystemExit(f"{len(source.files)} images are fewer than the workers")
     if args.scaling is not None:
         return run_scaling(args, source, settings)
-    if "shardfmt" in args.only or "augment" in args.only:
+    if "shardfmt" in args.only or "augment" in args.only or "recipe" in args.only:
         prepare_converted(source, settings)
     if "tar" in args.only:
         prepare_shardfmt(source, shard_format="tar")

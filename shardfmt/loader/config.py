@@ -22,7 +22,7 @@ from ..ops import Pipeline
 from ..ops.augment import describe_steps
 from .fields import OutputSpec, resolve_outputs, split_values
 from .gpudecode import GpuDecodeStage
-from .options import LoaderOptions, index_output, pipeline_at, transform_outputs
+from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
 from .shm import SlotLayout
 from .worker import WorkerConfig
 
@@ -64,10 +64,10 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
     slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
-    fields = {"fields": slotted, "image_field": options.image_field, "label_field": options.label_field}
+    fields = {"fields": slotted, "image_field": options.image_field, "label_field": options.label_field, "interpolation": options.interpolation}
     pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
     here = options.device is None and gpu is None  # a GPU stage delivers on its device
-    outputs, transform = transform_outputs(outputs, augment=options.augment, mean=options.mean if here else None, std=options.std if here else None)  # type: ignore[arg-type]
+    outputs, transform = transform_outputs(outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None)
     if options.return_indices:
         outputs = outputs + (index_output(fields=options.fields is not None, names=[spec.name for spec in outputs]),)
     config = WorkerConfig(
@@ -82,6 +82,8 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
         layout=SlotLayout(options.prefetch + 1, options.batch_size, tuple(spec.slot_array() for spec in outputs) + (gpu.slot_arrays() if gpu else ())),
         transform=transform,
         gpu_decode=gpu.config() if gpu is not None else None,
+        repeats=options.repeats,
+        num_records=len(dataset),
     )
     return Configured(pipeline, config)
 
@@ -121,6 +123,13 @@ def settings(
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
         if values:
             found["values"] = list(values)
+    # the recipe's options, recorded only when used, so that earlier states still resume
+    if options.interpolation != "bilinear":
+        found["interpolation"] = options.interpolation
+    if options.repeats != 1:
+        found["repeats"] = options.repeats
+    if options.batch_augment:
+        found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)  # type: ignore[union-attr]
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

@@ -80,8 +80,9 @@ class OutputSpec:
 
     @property
     def dct_scaled(self) -> bool:
-        """Whether `ImageDecoder` may decode this field at a reduced DCT scale (bilinear jpeg)."""
-        return self.type == "jpeg" and self.interpolation == "bilinear"
+        """Whether `ImageDecoder` may decode this field at a reduced DCT scale (a bilinear or
+        bicubic jpeg)."""
+        return self.type == "jpeg" and self.interpolation != "nearest"
 
     def slot_array(self) -> SlotArray:
         return SlotArray(self.name, self.shape, self.dtype)
@@ -123,12 +124,15 @@ def resolve_outputs(
     size: int | tuple[int, int],
     image_field: str,
     label_field: str | None,
+    interpolation: str = "bilinear",
 ) -> tuple[Pipeline, tuple[OutputSpec, ...]]:
     """Resolve what a loader delivers, in order; the first image field is the reference.
 
     Without `fields`: `image_field` as 3-channel images and `label_field` (int64, or zeros).
     A dataset without labels (an image-text tar dataset) gives images alone when `label_field`
     is the default "label": no label field, no zeros.
+    `interpolation` is the crop's resize of every image field the loader makes the output of
+    (an `ImageOutput` given in `fields` keeps its own).
 
     Raises:
         SchemaError: a field is missing, or of a type the loader cannot deliver (str, bytes,
@@ -146,11 +150,11 @@ def resolve_outputs(
             label_field = None
         if label_field is not None and schema.field(label_field).type != "int64":
             raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
-        requests: dict[str, Any] = {image_field: ImageOutput(channels=3)}
+        requests: dict[str, Any] = {image_field: ImageOutput(channels=3, interpolation=interpolation)}
         if label_field is not None:
             requests[label_field] = None
     else:
-        requests = _normalise_request(fields)
+        requests = _normalise_request(fields, interpolation)
     images = [name for name in requests if schema.field(name).type in IMAGE_TYPES]
     reference_size = requests[images[0]].size if images and requests[images[0]] is not None else None
     if isinstance(pipeline, str) and reference_size is not None:
@@ -173,7 +177,7 @@ def resolve_outputs(
     for name, request in requests.items():
         field = schema.field(name)
         if field.type in IMAGE_TYPES:
-            specs.append(_image_spec(name, field.type, request, stats, reference, resolved.size))
+            specs.append(_image_spec(name, field.type, request if request is not None else ImageOutput(interpolation=interpolation), stats, reference, resolved.size))
         elif field.type == "ndarray":
             _no_options(name, field.type, request)
             specs.append(OutputSpec(name, "ndarray", tuple(field.shape or ()), NDARRAY_DTYPES[field.dtype or ""]))
@@ -239,7 +243,7 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
     return values
 
 
-def _normalise_request(fields: FieldRequest) -> dict[str, Any]:
+def _normalise_request(fields: FieldRequest, interpolation: str = "bilinear") -> dict[str, Any]:
     if isinstance(fields, str):
         raise ValueError("fields is a mapping of field names or a list of them, not one string")
     items = fields.items() if isinstance(fields, Mapping) else ((name, None) for name in fields)
@@ -248,7 +252,7 @@ def _normalise_request(fields: FieldRequest) -> dict[str, Any]:
         if name in requests:
             raise ValueError(f"field {name!r} is asked for twice")
         if isinstance(value, (int, tuple)) and not isinstance(value, bool):
-            value = ImageOutput(size=value)
+            value = ImageOutput(size=value, interpolation=interpolation)
         if value is not None and not isinstance(value, ImageOutput):
             raise ValueError(f"fields[{name!r}] must be an ImageOutput, a size or None, got {value!r}")
         requests[name] = value

@@ -20,15 +20,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..ops import CenterCrop, Pipeline
+from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasing
 from ..ops.augment import AugmentStep, as_step
+from ..ops.batch import BatchStep
+from ..ops.resize import INTERPOLATIONS
+from ..permutation import check_repeats
 from ..sampling import MAX_STEPS
 from ..storage import RemoteOptions
 from .fields import FieldRequest, OutputSpec, resolve_pipeline
 from .gpudecode import check_request
 from .worker import TransformSpec
 
-__all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs"]
+__all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +76,9 @@ class LoaderOptions:
     subset: Sequence[int] | np.ndarray | None = None
     augment: Sequence[AugmentStep] | None = None
     decode: str = "cpu"
+    interpolation: str = "bilinear"
+    repeats: int = 1
+    batch_augment: Sequence[BatchStep] | None = None
 
     def __post_init__(self) -> None:
         normalised = {
@@ -81,6 +87,7 @@ class LoaderOptions:
             "mean": None if self.mean is None else tuple(self.mean),
             "std": None if self.std is None else tuple(self.std),
             "augment": tuple(as_step(step) for step in self.augment or ()),
+            "batch_augment": tuple(self.batch_augment or ()),
         }
         for name, value in normalised.items():
             object.__setattr__(self, name, value)
@@ -116,8 +123,28 @@ class LoaderOptions:
     def _check_decode(self) -> None:
         check_request(self.decode, fields=self.fields is not None, augment=bool(self.augment))
 
+    def _check_interpolation(self) -> None:
+        if self.interpolation not in INTERPOLATIONS or self.interpolation == "nearest":
+            raise ValueError(f"interpolation must be 'bilinear' or 'bicubic' (antialiased), got {self.interpolation!r}")
+
+    def _check_repeats(self) -> None:
+        object.__setattr__(self, "repeats", check_repeats(self.repeats))
+
+    def _check_batch_augment(self) -> None:
+        for step in self.batch_augment:  # type: ignore[union-attr]
+            if not isinstance(step, (MixUp, CutMix, RandomChoice)):
+                raise ValueError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
+        if self.batch_augment and self.fields is not None:
+            raise ValueError("batch_augment mixes the (images, labels) form; with fields=..., mix the batches yourself (shardfmt.ops.apply_batch_steps)")
+        if len(self.batch_augment) > MAX_STEPS:  # type: ignore[arg-type]
+            raise ValueError(f"batch_augment holds {len(self.batch_augment)} steps; at most {MAX_STEPS}")  # type: ignore[arg-type]
+
     def _check_augment(self) -> None:
-        """A user's step must reach the workers: pickled as it is unless they are forked."""
+        """A RandomErasing that fills with the mean needs one; a user's step must reach the
+        workers: pickled as it is unless they are forked."""
+        for step in self.augment:  # type: ignore[union-attr]
+            if isinstance(step, RandomErasing) and step.value == "mean" and self.mean is None:
+                raise ValueError("RandomErasing(value='mean') fills with the normalisation mean: give the loader mean= and std=, or the step a value")
         if not self.num_workers or self.resolved_start_method == "fork":
             return
         for step in self.augment:  # type: ignore[union-attr]
@@ -215,3 +242,13 @@ def transform_outputs(
     if mean is not None:
         outputs = tuple(dataclasses.replace(spec, dtype="<f4") if spec.name == image.name else spec for spec in outputs)
     return outputs, config
+
+
+def worker_steps(options: LoaderOptions) -> tuple[AugmentStep, ...]:
+    """The steps as the workers run them. With a device the workers deliver uint8 and the device
+    normalises, so a RandomErasing that fills with the mean fills with its nearest whole values
+    (after the device's normalisation, within 0.5 / std of 0)."""
+    if options.device is None or options.mean is None:
+        return tuple(options.augment)  # type: ignore[arg-type]
+    mean = tuple(float(round(v)) for v in options.mean)
+    return tuple(dataclasses.replace(step, value=mean) if isinstance(step, RandomErasing) and step.value == "mean" else step for step in options.augment)  # type: ignore[union-attr]

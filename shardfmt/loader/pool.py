@@ -16,6 +16,7 @@ by every worker from then on, with one warning naming it. A second death on that
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -23,9 +24,11 @@ import random
 import time
 import warnings
 from collections import deque
+from collections.abc import Iterator
 from multiprocessing import connection
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
@@ -104,7 +107,7 @@ class WorkerPool:
         parent_end, child_end = self._context.Pipe(duplex=True)
         shared = (self.current, self.checked, self.partial, self.whole_only)
         process = self._context.Process(target=worker_main, args=(worker_id, child_end, self._config, *shared), name=f"shardfmt-worker-{worker_id}", daemon=True)
-        with frozen_heap(self._context.get_start_method()):  # a forked worker ready in half the time
+        with frozen_heap(self._context.get_start_method()), opencv_threads(1):  # a forked worker ready in half the time
             process.start()
         child_end.close()
         if worker_id < len(self.processes):
@@ -249,6 +252,8 @@ class InlinePool:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         states = (torch.get_rng_state(), np.random.get_state(), random.getstate()) if self._user_steps else None
+        opencv = cv2.getNumThreads()
+        cv2.setNumThreads(1)  # no fork follows here, so the pool may change
         try:
             while pending:
                 slot, serial, row, epoch, indices = pending.popleft()
@@ -257,6 +262,7 @@ class InlinePool:
                 except ChunkFailure as failure:
                     raise failure_error(failure.fields, "decoding") from (failure.__cause__ or failure)
         finally:
+            cv2.setNumThreads(opencv)
             torch.set_num_threads(threads)
             if states is not None:
                 torch.set_rng_state(states[0])
@@ -285,3 +291,18 @@ def failure_error(info: dict[str, Any], who: str) -> WorkerError:
     )
     error.__cause__ = WorkerTraceback(str(info["trace"]))
     return error
+
+
+@contextlib.contextmanager
+def opencv_threads(count: int) -> Iterator[None]:
+    """OpenCV's thread count set to `count` for the block, then restored: around a fork, so that
+    a forked worker inherits a pool of one thread (setting it in a child forked from a process
+    whose pool has run hangs), and around decoding in the caller's process."""
+    before = cv2.getNumThreads()
+    if before != count:
+        cv2.setNumThreads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            cv2.setNumThreads(before)

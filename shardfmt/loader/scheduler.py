@@ -31,7 +31,7 @@ from .options import LoaderOptions
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
-from .worker import WorkerConfig
+from .worker import WorkerConfig, encode_copies
 
 __all__ = ["KEPT_WARNING", "Item", "Scheduler"]
 
@@ -289,6 +289,8 @@ class Scheduler:
                 batch = index
             plan = cursor.plan(epoch)
             indices = plan.batch(batch)
+            if self.options.repeats > 1:  # the copy numbers travel inside the indices (worker.encode_copies)
+                indices = encode_copies(indices, plan.order.copies(plan.positions(batch)), len(self.dataset))
             if self.prefetcher is not None:
                 self.prefetcher.schedule(epoch, plan, batch)
             slot = self.free.pop()

@@ -69,13 +69,14 @@ from ..format.layout import column_name
 from ..ops import CropPlan, Pipeline, scale_plan, snap_to_scale
 from ..ops.augment import AugmentStep, SampleTransform
 from ..ops.decode import as_target
-from ..sampling import AUGMENT_STREAM, record_keys
+from ..permutation import draw_epoch as _draw_epochs
+from ..sampling import AUGMENT_STREAM, keys_by_epoch
 from ..storage import RemoteOptions
 from .fields import OutputSpec, make_filler
 from .jpegbytes import ON_GPU, SECONDS, JpegBytesWriter
 from .shm import SlotLayout, attach
 
-__all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "worker_main"]
+__all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "encode_copies", "worker_main"]
 
 TASK, STOP, READY, DONE, ERROR = 1, 2, 3, 4, 5
 HEADER = struct.Struct("<qqqqqq")  # op, slot, serial, row, epoch, count
@@ -113,6 +114,11 @@ class WorkerConfig:
     gpu_decode: dict[str, Any] | None = None
     """``{"field", "max_bytes"}``: the jpeg field whose rows marked for the GPU get their bytes
     and crop box written into the slot instead of being decoded (`jpegbytes`); None: none."""
+    repeats: int = 1
+    """Copies of each record an epoch (repeated augmentation): a task's index then holds
+    ``copy * num_records + record`` (`encode_copies`), and copy c draws as epoch
+    ``repeats * epoch + c``."""
+    num_records: int = 0
 
 
 class ChunkFailure(Exception):
@@ -182,6 +188,10 @@ class ChunkProcessor:
         Raises:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
         """
+        draw_epoch: int | np.ndarray = epoch
+        if self.config.repeats > 1:
+            copies, indices = np.divmod(indices, self.config.num_records)
+            draw_epoch = _draw_epochs(epoch, copies, self.config.repeats)
         count = len(indices)
         shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
         local = (indices - self.dataset.cumulative[shard_array]).tolist()
@@ -194,9 +204,9 @@ class ChunkProcessor:
             rows.append(reader.table[local[k]])
         if self.reads_payload:
             _prefetch_spans(readers, rows)
-        boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
+        boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, draw_epoch, indices).items()}
         transform, transformed = self.transform, self.transformed
-        draws = transform.draw(self.seed, epoch, indices) if transform is not None else []
+        draws = transform.draw(self.seed, draw_epoch, indices) if transform is not None else []
         targets = self.targets(slot, serial)
         checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
@@ -251,7 +261,7 @@ class ChunkProcessor:
             targets[name][row : row + count] = indices
         self.current[0] = -1
 
-    def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
+    def _boxes(self, rows: list[Any], epoch: int | np.ndarray, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
         field, snapped by the pipeline to its DCT scale), carried to the others by their size
         ratios and snapped again where a field is decoded at a reduced DCT scale, that scale
@@ -265,7 +275,7 @@ class ChunkProcessor:
 
         reference = self.images[0]
         ref_h, ref_w = sizes(reference.name)
-        plan = self.pipeline.plan(ref_h, ref_w, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
+        plan = self.pipeline.plan(ref_h, ref_w, keys_by_epoch(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
         boxes = {reference.name: plan}
         for spec in self.images[1:]:
             heights, widths = sizes(spec.name)
@@ -328,9 +338,15 @@ def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, c
     worker is on, the checked records, the byte per worker set during a partial decode, and the
     records to decode whole."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    import cv2
     import torch
 
     torch.set_num_threads(1)
+    if cv2.getNumThreads() != 1:
+        # OpenCV's own pool would compete with the other workers for the cores. A forked worker
+        # has it at 1 already (set around the fork: calling this in a child forked from a process
+        # whose pool ran hangs); a spawned one starts fresh.
+        cv2.setNumThreads(1)
     try:
         processor = ChunkProcessor(config, lambda slot, serial: attach(config.ring, serial, config.layout), in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
@@ -383,3 +399,9 @@ def _send(conn: Any, op: int, payload: dict[str, Any]) -> None:
         conn.send_bytes(HEADER.pack(op, 0, 0, 0, 0, 0) + json.dumps(payload).encode())
     except (BrokenPipeError, OSError):
         os._exit(1)
+
+
+def encode_copies(records: np.ndarray, copies: np.ndarray, num_records: int) -> np.ndarray:
+    """The indices of a task under repeated augmentation: ``copy * num_records + record``
+    (`ChunkProcessor.process` divides them back)."""
+    return np.asarray(copies, np.int64) * num_records + np.asarray(records, np.int64)
