@@ -13,9 +13,14 @@ which for the single-image form is
 A ring made for one layout serves a smaller one too (`SlotRing.with_layout`): after a change of
 output size the loader keeps its segment unless the new slots need more bytes than it has.
 
-The loader unlinks the segment on close, so /dev/shm holds nothing afterwards; memory that a
-consumer still references stays mapped until it is garbage-collected. If the loader process is
-killed, multiprocessing's resource tracker unlinks the segment when it notices.
+On POSIX the segment's name is removed from /dev/shm the moment the loader has opened it: the
+loader keeps a file descriptor, maps the memory through it, and hands a copy of it to each worker
+over the worker's socket (`SlotRing.attach`). So nothing is ever left in /dev/shm, whatever
+process is killed and when: the memory is freed by the kernel once the last process that maps
+it or holds its descriptor is gone. It still counts against /dev/shm's size while it lives (a
+container's ``--shm-size``). Memory that a consumer still references stays mapped until it is
+garbage-collected. Elsewhere a named `multiprocessing.shared_memory` segment serves, unlinked on
+close.
 """
 
 from __future__ import annotations
@@ -82,10 +87,12 @@ class SlotLayout:
 class SlotRing:
     """Numpy views of every slot over one shared-memory segment.
 
-    Use `SlotRing.create(layout)` in the loader and `SlotRing.attach(name, layout)` in a worker.
+    Use `SlotRing.create(layout)` in the loader and `SlotRing.attach(ring.handle, layout)` in a
+    worker. `owner` is what keeps the segment: its file descriptor (POSIX) or the
+    `SharedMemory` object (elsewhere); None for a ring that does not own its memory.
     """
 
-    def __init__(self, name: str, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: shared_memory.SharedMemory | None) -> None:
+    def __init__(self, name: str, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: int | shared_memory.SharedMemory | None) -> None:
         self.name = name
         self.layout = layout
         self._owner = owner
@@ -106,35 +113,46 @@ class SlotRing:
     @classmethod
     def create(cls, layout: SlotLayout) -> SlotRing:
         """Create the segment and reserve its pages now, so that a too-small /dev/shm fails here
-        with a clear error instead of killing a worker with SIGBUS later.
+        with a clear error instead of killing a worker with SIGBUS later. On POSIX its name is
+        unlinked at once (see the module docstring).
 
         Raises:
             MemoryError: the shared memory cannot be reserved.
         """
         name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
-        owner = shared_memory.SharedMemory(name=name, create=True, size=max(layout.total_bytes, 1))
+        size = max(layout.total_bytes, 1)
+        if os.name != "posix":
+            segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+            return cls(segment.name, layout, segment.buf, segment)
+        import _posixshmem  # the module multiprocessing.shared_memory itself uses
+
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
         try:
-            if os.name == "posix":
-                _reserve(owner.name, layout.total_bytes)
-            buffer = _map(owner.name, layout.total_bytes) if os.name == "posix" else owner.buf
+            _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
+            os.ftruncate(fd, size)
+            _reserve(fd, size)
+            buffer = mmap.mmap(fd, size)
         except BaseException:
-            owner.close()
-            owner.unlink()
+            os.close(fd)
             raise
-        if os.name == "posix":
-            owner.close()  # our own mapping stays; the owner object is kept only to unlink
-        return cls(owner.name, layout, buffer, owner)
+        return cls(name, layout, buffer, fd)
+
+    @property
+    def handle(self) -> int | str:
+        """What a worker attaches: the segment's file descriptor (POSIX; send it with
+        `multiprocessing.reduction.send_handle`) or its name."""
+        return self._owner if isinstance(self._owner, int) else self.name
 
     @classmethod
-    def attach(cls, name: str, layout: SlotLayout) -> SlotRing:
-        """Map an existing segment without registering it with a resource tracker (the creator
-        owns its lifetime)."""
-        if os.name == "posix":
-            buffer = _map(name, layout.total_bytes)
+    def attach(cls, handle: int | str, layout: SlotLayout) -> SlotRing:
+        """Map an existing segment: a file descriptor received from the creator (POSIX; the caller
+        may close it afterwards) or a name. The creator owns the segment's lifetime."""
+        if isinstance(handle, int):
+            buffer = mmap.mmap(handle, max(layout.total_bytes, 1))
             _populate(buffer)
-            return cls(name, layout, buffer, None)
-        segment = shared_memory.SharedMemory(name=name)
-        return cls(name, layout, segment.buf, None)
+            return cls(f"fd-{handle}", layout, buffer, None)
+        segment = shared_memory.SharedMemory(name=handle)
+        return cls(handle, layout, segment.buf, None)
 
     def with_layout(self, layout: SlotLayout) -> SlotRing:
         """Views of the same segment for another layout that fits in it; the new ring takes over
@@ -150,13 +168,17 @@ class SlotRing:
         return ring
 
     def unlink(self) -> None:
-        """Remove the segment's name; mappings stay valid until their last user goes."""
-        if self._owner is not None:
+        """Give up the segment: close its descriptor (POSIX) or remove its name. Mappings stay
+        valid until their last user goes. Idempotent."""
+        owner, self._owner = self._owner, None
+        if isinstance(owner, int):
+            os.close(owner)
+        elif owner is not None:
+            owner.close()
             try:
-                self._owner.unlink()
+                owner.unlink()
             except FileNotFoundError:
                 pass
-            self._owner = None
 
 
 _POPULATE_WRITE = 23
@@ -175,20 +197,7 @@ def _populate(buffer: mmap.mmap) -> None:
             pass
 
 
-def _map(name: str, size: int) -> mmap.mmap:
-    import _posixshmem  # the module multiprocessing.shared_memory itself uses
-
-    fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
-    try:
-        return mmap.mmap(fd, max(size, 1))
-    finally:
-        os.close(fd)
-
-
-def _reserve(name: str, size: int) -> None:
-    import _posixshmem
-
-    fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
+def _reserve(fd: int, size: int) -> None:
     try:
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(fd, 0, max(size, 1))
@@ -201,5 +210,3 @@ def _reserve(name: str, size: int) -> None:
             f"cannot reserve {size} bytes of shared memory for the batch slots ({err.strerror}){free}. "
             "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
         ) from err
-    finally:
-        os.close(fd)

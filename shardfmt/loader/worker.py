@@ -46,12 +46,14 @@ import os
 import signal
 import struct
 import traceback
+from multiprocessing import reduction
 from typing import Any
 
 import numpy as np
 
 from ..dataset.concat import open_records
 from ..errors import ChecksumError, DecodeError, ShardfmtError, worker_error_kind
+from ..forks import WATCH_SECONDS, Lifeline, parent_alive
 from ..format.layout import column_name
 from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
 from ..ops.augment import SampleTransform, steps_from_config
@@ -160,7 +162,8 @@ class ChunkProcessor:
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, index, err.offset) from err
             except (ShardfmtError, ValueError) as err:
-                assert filler is not None  # verify_record raises only ChecksumError
+                if filler is None:  # the record's bytes could not be had (a remote read, the shard cache)
+                    raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
                 start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
                 wrapped = DecodeError(f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record)
                 raise self._failure(wrapped, reader.path, record, index, start) from err
@@ -247,19 +250,46 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
             pass
 
 
-def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any, checked: Any, partial: Any, whole_only: Any) -> None:
+def worker_main(
+    worker_id: int,
+    conn: Any,
+    config: dict[str, Any],
+    current: Any,
+    checked: Any,
+    partial: Any,
+    whole_only: Any,
+    *,
+    lifeline: Lifeline,
+    inherited: tuple[Any, ...] = (),
+) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
 
     `current`, `checked`, `partial` and `whole_only` are the pool's shared arrays: the record each
     worker is on, the checked records, the byte per worker set during a partial decode, and the
-    records to decode whole."""
+    records to decode whole. `lifeline` ties the worker to the loader's process (it exits when
+    that ends, `forks.Lifeline`); `inherited` are the loader's ends of the workers' pipes, which a
+    forked worker holds copies of and closes, so that its own pipe reports the loader's end. On
+    POSIX the first message is the slot ring's file descriptor (`shm.SlotRing.handle`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    parent = lifeline.hold()
+    for end in inherited:
+        end.close()
+    try:
+        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(SlotArray.from_config(a) for a in config["slot_arrays"]))
+        if os.name == "posix":
+            handle = reduction.recv_handle(conn)
+            try:
+                ring = SlotRing.attach(handle, layout)
+            finally:
+                os.close(handle)
+        else:
+            ring = SlotRing.attach(config["shm_name"], layout)
+    except (EOFError, OSError):
+        return  # the loader went away before the worker was ready
     import torch
 
     torch.set_num_threads(1)
     try:
-        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(SlotArray.from_config(a) for a in config["slot_arrays"]))
-        ring = SlotRing.attach(config["shm_name"], layout)
         processor = ChunkProcessor(config, ring, in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
@@ -271,6 +301,10 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any,
     conn.send_bytes(HEADER.pack(READY, 0, 0, 0, 0))
     while True:
         try:
+            if not conn.poll(WATCH_SECONDS):
+                if not parent_alive(parent):
+                    return
+                continue
             message = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the loader is gone
@@ -285,9 +319,9 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any,
             _send(conn, ERROR, failure.fields)
             continue
         except BaseException as err:
-            _send_error(conn, err, None, None, -1, None)
+            _send_error(conn, err, None, None, int(processor.current[0]), None)
             continue
-        conn.send_bytes(HEADER.pack(DONE, slot, row, epoch, count))
+        _reply(conn, HEADER.pack(DONE, slot, row, epoch, count))
 
 
 def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | None, index: int, offset: int | None) -> None:
@@ -307,7 +341,12 @@ def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | 
 
 
 def _send(conn: Any, op: int, payload: dict[str, Any]) -> None:
+    _reply(conn, HEADER.pack(op, 0, 0, 0, 0) + json.dumps(payload).encode())
+
+
+def _reply(conn: Any, message: bytes) -> None:
+    """Send to the loader; a worker whose loader is gone has nobody to work for and ends."""
     try:
-        conn.send_bytes(HEADER.pack(op, 0, 0, 0, 0) + json.dumps(payload).encode())
-    except (BrokenPipeError, OSError):
-        os._exit(1)
+        conn.send_bytes(message)
+    except OSError:
+        os._exit(0)

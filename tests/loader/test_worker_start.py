@@ -35,7 +35,7 @@ def test_an_attached_ring_is_mapped_before_its_first_write() -> None:
     layout = SlotLayout(2, 64, (SlotArray("image", (64, 64, 3), "|u1"),))  # 1.5 MiB
     ring = SlotRing.create(layout)
     try:
-        attached = SlotRing.attach(ring.name, layout)
+        attached = SlotRing.attach(ring.handle, layout)
         pages = layout.total_bytes // 4096
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for slot in attached.arrays:
