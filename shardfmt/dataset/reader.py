@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, ManifestError, ShardNotFoundError
+from ..errors import FormatError, ManifestError, RemoteError, ShardNotFoundError
 from ..format.manifest import ShardEntry
 from ..format.reader import Record, ShardReader, ShardReaderBase
 from ..format.schema import Schema
@@ -61,6 +61,7 @@ class DatasetReader:
             self.manifest, root, self.index_root = open_tars(tars)
             self.root = root
             self.location = DatasetLocation(LocalStore(root), "manifest.json", root, os.fspath(root / "manifest.json"))
+        self._check_cache_size()
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
@@ -70,6 +71,20 @@ class DatasetReader:
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
+
+    def _check_cache_size(self) -> None:
+        """A shard cache must hold the largest shard (else no worker could read it): said now,
+        with the size to ask for, rather than at the first record of that shard."""
+        cache = self.location.cache
+        if cache is None or not self.manifest.shards:
+            return
+        largest = max(self.manifest.shards, key=lambda entry: entry.size)
+        if largest.size > cache.size_limit:
+            raise RemoteError(
+                f"shard {largest.path} is {largest.size} bytes, more than the shard cache may hold "
+                f"(cache_size={cache.size_limit}): raise cache_size to at least {largest.size}",
+                path=self.location.manifest_path,
+            )
 
     @property
     def num_shards(self) -> int:

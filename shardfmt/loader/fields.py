@@ -306,7 +306,8 @@ class _JpegFiller(_Filler):
         self.capacity = (max_height, max_width)
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
-        assert box is not None
+        if box is None:
+            raise ValueError(f"image field {self.name!r} is filled without a crop box")
         top, left, box_height, box_width, flip = box
         height, width = int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")])
         if height > self.capacity[0] or width > self.capacity[1]:
@@ -335,7 +336,8 @@ class _RawFiller(_Filler):
         self._files: dict[str, torch.Tensor] = {}
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
-        assert box is not None
+        if box is None:
+            raise ValueError(f"image field {self.name!r} is filled without a crop box")
         top, left, box_height, box_width, flip = box
         values, names = row.item(), row.dtype.names  # one tuple of the row: cheaper than four reads by name
         offset, height, width, channels = (values[names.index(column)] for column in self._columns)
