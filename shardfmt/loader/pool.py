@@ -133,9 +133,10 @@ class WorkerPool:
         else:
             self.processes.append(process)
             self.conns.append(parent_end)
-        if os.name == "posix":
+        handle = self.ring.handle
+        if isinstance(handle, int):  # POSIX: the ring has no name to attach by
             try:
-                reduction.send_handle(parent_end, self.ring.handle, process.pid)
+                reduction.send_handle(parent_end, handle, process.pid)
             except OSError:  # it died at once; the pipe's end or its sentinel tells how
                 pass
 
