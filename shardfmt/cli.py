@@ -247,7 +247,11 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         result = convert_fields(sources, out, fields=declared, store=store, scale=_parse_scale(scale), patch=patch, **common)
     else:
         result = convert(sources[0], out, shard_format=shard_format, **common)
-    if not quiet:
+    if result.already_finished:
+        if not quiet:
+            click.echo(f"nothing to resume: {result.path} holds a finished dataset ({result.num_records:,} records in "
+                       f"{len(result.manifest.shards)} shards), left as it was")
+    elif not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
                    f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
