@@ -29,7 +29,7 @@ class ConcatReader:
 
     Offers what the loader uses of a `DatasetReader`: `schema`, `classes` (the sources' if they
     all agree, else None), `cumulative` (records before each shard, over all sources),
-    `num_shards`, `is_remote`, `shard`, `shard_path`, `locate`, `open_shards`, `close`.
+    `num_shards`, `is_remote`, `fingerprint`, `shard`, `shard_path`, `locate`, `open_shards`, `close`.
 
     Args:
         paths: each source as `open_dataset` takes it.
@@ -68,6 +68,11 @@ class ConcatReader:
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
+
+    @property
+    def fingerprint(self) -> str:
+        """The sources' fingerprints (`DatasetReader.fingerprint`) in order, joined by "+"."""
+        return "+".join(reader.fingerprint for reader in self.readers)
 
     @property
     def num_shards(self) -> int:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SlotArray", "SlotLayout", "SlotRing"]
+__all__ = ["SlotArray", "SlotLayout", "SlotRing", "shared_memory_free"]
 
 _PAGE = 4096
 
@@ -121,6 +121,12 @@ class SlotRing:
         """
         name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
         size = max(layout.total_bytes, 1)
+        free = shared_memory_free()
+        if free is not None and size > free:  # said before anything is allocated
+            raise MemoryError(
+                f"the batch slots need {size} bytes of shared memory, but /dev/shm has {free} bytes free. "
+                "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
+            )
         if os.name != "posix":
             segment = shared_memory.SharedMemory(name=name, create=True, size=size)
             return cls(segment.name, layout, segment.buf, segment)
@@ -179,6 +185,14 @@ class SlotRing:
                 owner.unlink()
             except FileNotFoundError:
                 pass
+
+
+def shared_memory_free() -> int | None:
+    """Bytes free in /dev/shm, or None where there is no such folder to ask."""
+    if not os.path.isdir("/dev/shm"):
+        return None
+    stats = os.statvfs("/dev/shm")
+    return stats.f_bavail * stats.f_frsize
 
 
 _POPULATE_WRITE = 23

@@ -189,3 +189,16 @@ def test_a_worker_that_cannot_start_says_so_without_a_record(dataset: Path, tmp_
         next(iter(loader))
     assert isinstance(info.value, WorkerError)
     assert "failed before its first record" in info.value.message and "-1" not in info.value.message
+
+
+def test_slots_larger_than_dev_shm_are_refused_before_anything_is_allocated() -> None:
+    from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing, shared_memory_free
+
+    free = shared_memory_free()
+    assert free is not None
+    sample = SlotArray("image", (64, 64, 3), "|u1")
+    layout = SlotLayout(3, free // (3 * sample.sample_bytes) + 1, (sample,))
+    before = shm_names(os.getpid())
+    with pytest.raises(MemoryError, match=rf"need {layout.total_bytes} bytes of shared memory, but /dev/shm has \d+ bytes free"):
+        SlotRing.create(layout)
+    assert shm_names(os.getpid()) == before
