@@ -22,9 +22,10 @@ the slot ring through a file descriptor sent over its pipe, the ring having no n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
-import os
+import random
 import signal
 import time
 import warnings
@@ -44,9 +45,11 @@ from .worker import (
     ERROR,
     HEADER,
     READY,
+    SEGMENT,
     TASK,
     ChunkFailure,
     ChunkProcessor,
+    WorkerConfig,
     checked_bytes,
     worker_main,
 )
@@ -54,14 +57,14 @@ from .worker import (
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
 
 DEPTH = 2
-Chunk = tuple[int, int, int, np.ndarray]  # slot, row, epoch, record indices
+Chunk = tuple[int, int, int, int, np.ndarray]  # slot, serial, row, epoch, record indices
 
 
 class WorkerPool:
     """Worker processes decoding chunks into the slots of `ring`.
 
     Args:
-        config: the workers' configuration (plain values only; it is pickled for spawn).
+        config: the workers' configuration (pickled as it is under spawn).
         ring: the shared-memory slots (its name goes into the config).
         num_workers: processes to start.
         start_method: multiprocessing start method, None for the platform default.
@@ -74,7 +77,7 @@ class WorkerPool:
     def __init__(
         self,
         *,
-        config: dict[str, Any],
+        config: WorkerConfig,
         ring: SlotRing,
         num_workers: int,
         start_method: str | None,
@@ -97,8 +100,9 @@ class WorkerPool:
         self.checked = checked if checked is not None else context.RawArray("B", checked_bytes(len(dataset)))
         self.partial = context.RawArray("B", num_workers)
         self.whole_only = context.RawArray("B", checked_bytes(len(dataset)))
-        self._config = dict(config, shm_name=ring.name)
+        self._config = dataclasses.replace(config, ring=ring.name)
         self._starting: set[int] = set()  # workers not READY yet
+        self._sent: list[set[int]] = [set() for _ in range(num_workers)]  # the segments each worker was sent
         try:
             for worker_id in range(num_workers):
                 self._start_worker(worker_id)
@@ -125,6 +129,7 @@ class WorkerPool:
             daemon=True,
         )
         self._starting.add(worker_id)
+        self._sent[worker_id] = set()
         with frozen_heap(method):  # a forked worker ready in half the time
             process.start()
         child_end.close()
@@ -133,12 +138,6 @@ class WorkerPool:
         else:
             self.processes.append(process)
             self.conns.append(parent_end)
-        handle = self.ring.handle
-        if isinstance(handle, int):  # POSIX: the ring has no name to attach by
-            try:
-                reduction.send_handle(parent_end, handle, process.pid)
-            except OSError:  # it died at once; the pipe's end or its sentinel tells how
-                pass
 
     @property
     def busy_slots(self) -> set[int]:
@@ -155,14 +154,20 @@ class WorkerPool:
             if self.load[worker_id] >= DEPTH:
                 return
             chunk = pending.popleft()
-            self.outstanding[(chunk[0], chunk[1])] = worker_id
-            self.chunks[(chunk[0], chunk[1])] = chunk
+            self.outstanding[(chunk[0], chunk[2])] = worker_id
+            self.chunks[(chunk[0], chunk[2])] = chunk
             self._send(worker_id, chunk)
 
     def _send(self, worker_id: int, chunk: Chunk) -> None:
-        slot, row, epoch, indices = chunk
+        slot, serial, row, epoch, indices = chunk
+        conn = self.conns[worker_id]
         try:
-            self.conns[worker_id].send_bytes(HEADER.pack(TASK, slot, row, epoch, len(indices)) + indices.tobytes())
+            handle = self.ring.slots[slot].handle if self.ring.serials[slot] == serial else None
+            if handle is not None and serial not in self._sent[worker_id]:  # POSIX: the segment has no name
+                conn.send_bytes(HEADER.pack(SEGMENT, slot, serial, 0, 0, 0))
+                reduction.send_handle(conn, handle, self.processes[worker_id].pid)
+                self._sent[worker_id].add(serial)
+            conn.send_bytes(HEADER.pack(TASK, slot, serial, row, epoch, len(indices)) + indices.tobytes())
         except OSError:  # the worker is gone: replaced with this chunk resent, or reported
             self._worker_died(worker_id)
             return
@@ -225,7 +230,7 @@ class WorkerPool:
             return None
         if len(message) < HEADER.size:
             raise WorkerError(f"worker {worker_id} sent a message of {len(message)} bytes, shorter than any the protocol has")
-        op, slot, row, _epoch, _count = HEADER.unpack_from(message)
+        op, slot, _serial, row, _epoch, _count = HEADER.unpack_from(message)
         if op == ERROR:
             try:
                 info = json.loads(message[HEADER.size :].decode())
@@ -296,8 +301,9 @@ class WorkerPool:
 class InlinePool:
     """The same interface, decoding in the calling process (num_workers=0, for debugging)."""
 
-    def __init__(self, *, config: dict[str, Any], ring: SlotRing, checked: np.ndarray | None = None) -> None:
-        self.processor = ChunkProcessor(config, ring)
+    def __init__(self, *, config: WorkerConfig, ring: SlotRing, checked: np.ndarray | None = None) -> None:
+        self.processor = ChunkProcessor(config, lambda slot, serial: ring.arrays[slot])
+        self._user_steps = config.transform is not None and bool(config.transform.steps)
         if checked is not None:
             self.processor.checked = checked
         self.outstanding: dict[tuple[int, int], int] = {}
@@ -305,17 +311,23 @@ class InlinePool:
 
     def feed(self, pending: deque[Chunk]) -> None:
         # Per-image torch calls are tiny; the caller's thread pool would make them 6x slower.
+        # User steps seed the global generators before each sample: the caller's states come back.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        states = (torch.get_rng_state(), np.random.get_state(), random.getstate()) if self._user_steps else None
         try:
             while pending:
-                slot, row, epoch, indices = pending.popleft()
+                slot, serial, row, epoch, indices = pending.popleft()
                 try:
-                    self.processor.process(slot, row, epoch, indices)
+                    self.processor.process(slot, serial, row, epoch, indices)
                 except ChunkFailure as failure:
                     raise failure_error(failure.fields, "decoding") from (failure.__cause__ or failure)
         finally:
             torch.set_num_threads(threads)
+            if states is not None:
+                torch.set_rng_state(states[0])
+                np.random.set_state(states[1])
+                random.setstate(states[2])
 
     def wait(self) -> None:
         return

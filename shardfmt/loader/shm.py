@@ -1,6 +1,7 @@
 """The ring of batch slots in shared memory: created by the loader, attached by its workers.
 
-One segment holds every slot. A slot holds one page-aligned array per output field,
+Each slot is one segment (a slot still referenced by the caller when its turn to be refilled
+comes is replaced by a fresh one: see `SlotRing.replace`). A slot holds one page-aligned array per output field,
 ``arrays[s][name]`` of shape (batch_size, *shape) and the field's dtype: for the single-image
 form an image array (batch_size x H x W x C uint8) and a label array (batch_size int64); with
 several fields, one per field. Size in bytes::
@@ -11,16 +12,17 @@ which for the single-image form is
 ``num_slots * (align(batch_size * H * W * C, 4096) + align(8 * batch_size, 4096))``.
 
 A ring made for one layout serves a smaller one too (`SlotRing.with_layout`): after a change of
-output size the loader keeps its segment unless the new slots need more bytes than it has.
+output size the loader keeps its segments unless the new slots need more bytes than they have.
 
-On POSIX the segment's name is removed from /dev/shm the moment the loader has opened it: the
-loader keeps a file descriptor, maps the memory through it, and hands a copy of it to each worker
-over the worker's socket (`SlotRing.attach`). So nothing is ever left in /dev/shm, whatever
-process is killed and when: the memory is freed by the kernel once the last process that maps
-it or holds its descriptor is gone. It still counts against /dev/shm's size while it lives (a
-container's ``--shm-size``). Memory that a consumer still references stays mapped until it is
-garbage-collected. Elsewhere a named `multiprocessing.shared_memory` segment serves, unlinked on
-close.
+On POSIX a segment's name is removed from /dev/shm the moment the loader has opened it: the
+loader keeps a file descriptor, maps the memory through it, and sends a copy of it to each worker
+over the worker's pipe before the first task that names it (`map_segment`). So nothing is ever
+left in /dev/shm, whatever process is killed and when: the kernel frees a segment once the last
+process that maps it or holds its descriptor is gone. A segment still counts against /dev/shm's
+size while it lives (a container's ``--shm-size``), and the loader checks the free space before
+it makes one (`shared_memory_free`). Memory that a caller still references stays mapped until
+it is garbage-collected. Elsewhere named `multiprocessing.shared_memory` segments serve, each
+unlinked when its slot is set aside for the caller or on close.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ import secrets
 import sys
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any
 
 import numpy as np
 
-__all__ = ["SlotArray", "SlotLayout", "SlotRing", "shared_memory_free"]
+__all__ = ["Slot", "SlotArray", "SlotLayout", "SlotRing", "attach", "map_segment", "segment_name", "shared_memory_free", "slot_arrays"]
 
 _PAGE = 4096
 
@@ -55,13 +56,6 @@ class SlotArray:
     @property
     def sample_bytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
-    def to_config(self) -> list[Any]:
-        return [self.name, list(self.shape), self.dtype]
-
-    @classmethod
-    def from_config(cls, value: list[Any]) -> SlotArray:
-        return cls(value[0], tuple(value[1]), value[2])
 
 
 @dataclass(frozen=True)
@@ -84,107 +78,190 @@ class SlotLayout:
         return self.num_slots * self.slot_bytes
 
 
-class SlotRing:
-    """Numpy views of every slot over one shared-memory segment.
+class Slot:
+    """One slot's memory: a shared-memory segment (or a bytearray in the loader's own process)
+    and the numpy views of its arrays. `owner` keeps the segment: its file descriptor (POSIX),
+    the `SharedMemory` object (elsewhere), or None."""
 
-    Use `SlotRing.create(layout)` in the loader and `SlotRing.attach(ring.handle, layout)` in a
-    worker. `owner` is what keeps the segment: its file descriptor (POSIX) or the
-    `SharedMemory` object (elsewhere); None for a ring that does not own its memory.
+    def __init__(self, name: str | None, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: int | shared_memory.SharedMemory | None) -> None:
+        self.name = name
+        self._owner = owner
+        self.buffer = buffer
+        self.capacity = len(buffer)
+        """Bytes of the mapping: at least `layout.slot_bytes`."""
+        self.arrays = slot_arrays(buffer, layout)
+
+    def with_layout(self, layout: SlotLayout) -> Slot:
+        """Views of the same memory for a layout whose slot fits in it; the new slot takes over
+        unlinking the segment."""
+        slot = Slot(self.name, layout, self.buffer, self._owner)
+        self._owner = None
+        return slot
+
+    @property
+    def handle(self) -> int | None:
+        """The segment's file descriptor, which a worker maps (`map_segment`); None where the
+        segment is attached by name (`attach`) or there is none."""
+        return self._owner if isinstance(self._owner, int) else None
+
+    def unlink(self) -> None:
+        """Give up the segment: close its descriptor (POSIX) or remove its name. Mappings (in
+        workers, in tensors a caller holds) stay valid until their last user goes, and then the
+        memory is released. Idempotent."""
+        owner, self._owner = self._owner, None
+        if isinstance(owner, int):
+            os.close(owner)
+        elif owner is not None:
+            try:
+                owner.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def slot_arrays(buffer: mmap.mmap | memoryview, layout: SlotLayout) -> dict[str, np.ndarray]:
+    """The arrays of one slot, page-aligned one after the other from the start of `buffer`."""
+    memory = np.frombuffer(buffer, np.uint8, count=layout.slot_bytes)
+    views = {}
+    start = 0
+    for array in layout.arrays:
+        view = memory[start : start + layout.batch_size * array.sample_bytes].view(array.dtype)
+        views[array.name] = view.reshape(layout.batch_size, *array.shape)
+        start += layout.array_bytes(array)
+    return views
+
+
+def segment_name(base: str, serial: int) -> str:
+    """The name of segment number `serial` of the ring called `base`."""
+    return f"{base}-{serial}"
+
+
+class SlotRing:
+    """The slots of a loader, one shared-memory segment each (`shared`), or bytearrays for a
+    loader that decodes in its own process.
+
+    A slot can be replaced by a fresh one (`replace`): the old one's name is unlinked and its
+    memory left to whoever still references it. Slot `s` is segment ``serials[s]``; a worker maps
+    it by `segment_name` (`attach`) when a task names a serial it has not mapped yet.
     """
 
-    def __init__(self, name: str, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: int | shared_memory.SharedMemory | None) -> None:
-        self.name = name
+    def __init__(self, layout: SlotLayout, *, shared: bool) -> None:
         self.layout = layout
-        self._owner = owner
-        self._buffer = buffer
-        self.capacity = len(buffer)
-        """Bytes of the mapping: at least `layout.total_bytes`."""
-        memory = np.frombuffer(buffer, np.uint8, count=layout.total_bytes)
-        self.arrays: list[dict[str, np.ndarray]] = []
-        for slot in range(layout.num_slots):
-            start = slot * layout.slot_bytes
-            views = {}
-            for array in layout.arrays:
-                view = memory[start : start + layout.batch_size * array.sample_bytes].view(array.dtype)
-                views[array.name] = view.reshape(layout.batch_size, *array.shape)
-                start += layout.array_bytes(array)
-            self.arrays.append(views)
+        self.shared = shared
+        self.name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
+        """The base of the segments' names."""
+        self.slots: list[Slot] = []
+        self.serials: list[int] = []
+        self._next_serial = 0
+        try:
+            for _ in range(layout.num_slots):
+                serial, slot = self._new_slot(layout)
+                self.serials.append(serial)
+                self.slots.append(slot)
+        except BaseException:
+            self.unlink()
+            raise
 
     @classmethod
     def create(cls, layout: SlotLayout) -> SlotRing:
-        """Create the segment and reserve its pages now, so that a too-small /dev/shm fails here
-        with a clear error instead of killing a worker with SIGBUS later. On POSIX its name is
-        unlinked at once (see the module docstring).
+        """Create and reserve every slot's segment now, so that a too-small /dev/shm fails here
+        with a clear error instead of killing a worker with SIGBUS later.
 
         Raises:
             MemoryError: the shared memory cannot be reserved.
         """
-        name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
-        size = max(layout.total_bytes, 1)
+        return cls(layout, shared=True)
+
+    @classmethod
+    def in_process(cls, layout: SlotLayout) -> SlotRing:
+        """Slots in this process's own memory (num_workers=0)."""
+        return cls(layout, shared=False)
+
+    @property
+    def arrays(self) -> list[dict[str, np.ndarray]]:
+        return [slot.arrays for slot in self.slots]
+
+    @property
+    def capacity(self) -> int:
+        """Bytes the slots hold: the smallest slot's times their number (what a layout may use)."""
+        return min(slot.capacity for slot in self.slots) * len(self.slots) if self.slots else 0
+
+    def _new_slot(self, layout: SlotLayout) -> tuple[int, Slot]:
+        serial = self._next_serial
+        self._next_serial += 1
+        size = layout.slot_bytes
+        if not self.shared:
+            return serial, Slot(None, layout, memoryview(bytearray(max(size, 1))), None)
+        name = segment_name(self.name, serial)
         free = shared_memory_free()
         if free is not None and size > free:  # said before anything is allocated
             raise MemoryError(
-                f"the batch slots need {size} bytes of shared memory, but /dev/shm has {free} bytes free. "
+                f"a batch slot needs {size} bytes of shared memory, but /dev/shm has {free} bytes free. "
                 "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
             )
         if os.name != "posix":
-            segment = shared_memory.SharedMemory(name=name, create=True, size=size)
-            return cls(segment.name, layout, segment.buf, segment)
+            segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
+            if segment.buf is None:
+                raise MemoryError(f"shared-memory segment {name} could not be mapped")
+            return serial, Slot(name, layout, segment.buf, segment)
         import _posixshmem  # the module multiprocessing.shared_memory itself uses
 
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
         try:
             _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
-            os.ftruncate(fd, size)
+            os.ftruncate(fd, max(size, 1))
             _reserve(fd, size)
-            buffer = mmap.mmap(fd, size)
+            buffer = mmap.mmap(fd, max(size, 1))
         except BaseException:
             os.close(fd)
             raise
-        return cls(name, layout, buffer, fd)
+        return serial, Slot(name, layout, buffer, fd)
 
-    @property
-    def handle(self) -> int | str:
-        """What a worker attaches: the segment's file descriptor (POSIX; send it with
-        `multiprocessing.reduction.send_handle`) or its name."""
-        return self._owner if isinstance(self._owner, int) else self.name
-
-    @classmethod
-    def attach(cls, handle: int | str, layout: SlotLayout) -> SlotRing:
-        """Map an existing segment: a file descriptor received from the creator (POSIX; the caller
-        may close it afterwards) or a name. The creator owns the segment's lifetime."""
-        if isinstance(handle, int):
-            buffer = mmap.mmap(handle, max(layout.total_bytes, 1))
-            _populate(buffer)
-            return cls(f"fd-{handle}", layout, buffer, None)
-        segment = shared_memory.SharedMemory(name=handle)
-        return cls(handle, layout, segment.buf, None)
+    def replace(self, index: int) -> None:
+        """Put a fresh slot in place of slot `index`, whose memory is left to those who still
+        reference it (its name is unlinked now; the memory goes with the last reference)."""
+        self.slots[index].unlink()
+        self.serials[index], self.slots[index] = self._new_slot(self.layout)
 
     def with_layout(self, layout: SlotLayout) -> SlotRing:
-        """Views of the same segment for another layout that fits in it; the new ring takes over
-        unlinking the segment.
+        """The same slots for another layout of as many slots that fit in them; the new ring
+        takes over unlinking the segments.
 
         Raises:
-            ValueError: the layout needs more bytes than the segment has.
+            ValueError: the layout needs more slots or bytes than the ring has.
         """
-        if layout.total_bytes > self.capacity:
-            raise ValueError(f"a layout of {layout.total_bytes} bytes does not fit in a ring of {self.capacity}")
-        ring = SlotRing(self.name, layout, self._buffer, self._owner)
-        self._owner = None
+        if layout.num_slots != len(self.slots) or any(slot.capacity < layout.slot_bytes for slot in self.slots):
+            raise ValueError(f"a layout of {layout.num_slots} slots of {layout.slot_bytes} bytes does not fit in a ring of {len(self.slots)} of {self.capacity // max(1, len(self.slots))}")
+        ring = object.__new__(SlotRing)
+        ring.layout, ring.shared, ring.name = layout, self.shared, self.name
+        ring.slots = [slot.with_layout(layout) for slot in self.slots]
+        ring.serials, ring._next_serial = list(self.serials), self._next_serial
         return ring
 
+    def fits(self, layout: SlotLayout) -> bool:
+        return layout.num_slots == len(self.slots) and all(slot.capacity >= layout.slot_bytes for slot in self.slots)
+
     def unlink(self) -> None:
-        """Give up the segment: close its descriptor (POSIX) or remove its name. Mappings stay
-        valid until their last user goes. Idempotent."""
-        owner, self._owner = self._owner, None
-        if isinstance(owner, int):
-            os.close(owner)
-        elif owner is not None:
-            owner.close()
-            try:
-                owner.unlink()
-            except FileNotFoundError:
-                pass
+        """Remove the names of every slot's segment; mappings stay valid until their last user goes."""
+        for slot in self.slots:
+            slot.unlink()
+
+
+def map_segment(fd: int, layout: SlotLayout) -> mmap.mmap:
+    """Map a segment whose file descriptor a worker received from the loader (POSIX); the caller
+    may close the descriptor afterwards."""
+    buffer = mmap.mmap(fd, max(layout.slot_bytes, 1))
+    _populate(buffer)
+    return buffer
+
+
+def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:
+    """Map segment `serial` of the ring `base` by name in a worker (where segments have names:
+    not POSIX), without registering it with a resource tracker (the loader owns its lifetime),
+    and return the slot's arrays."""
+    segment = shared_memory.SharedMemory(name=segment_name(base, serial))
+    if segment.buf is None:
+        raise MemoryError(f"shared-memory segment {segment_name(base, serial)} could not be mapped")
+    return slot_arrays(segment.buf, layout)
 
 
 def shared_memory_free() -> int | None:
@@ -216,11 +293,9 @@ def _reserve(fd: int, size: int) -> None:
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(fd, 0, max(size, 1))
     except OSError as err:
-        free = ""
-        if os.path.isdir("/dev/shm"):
-            stats = os.statvfs("/dev/shm")
-            free = f"; /dev/shm has {stats.f_bavail * stats.f_frsize} bytes free"
+        free = shared_memory_free()
         raise MemoryError(
-            f"cannot reserve {size} bytes of shared memory for the batch slots ({err.strerror}){free}. "
+            f"cannot reserve {size} bytes of shared memory for a batch slot ({err.strerror})"
+            f"{'' if free is None else f'; /dev/shm has {free} bytes free'}. "
             "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
         ) from err

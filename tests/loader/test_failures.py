@@ -26,6 +26,7 @@ import simplejpeg
 import torch
 
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, ManifestError, WorkerError
+from shardfmt.loader.pool import WorkerPool
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDER = re.compile(r"records? \[?-1\b")
@@ -132,15 +133,15 @@ def test_a_send_to_a_dead_worker_is_a_worker_error(dataset: Path) -> None:
     """The loader's send finds the death first (before: BrokenPipeError, what 5 of 6 kills mid-epoch gave)."""
     with Loader(dataset, batch_size=8, num_workers=1, size=8, pipeline="resize", shuffle=False) as loader:
         next(iter(loader))
-        pool = loader._pool
-        assert pool is not None
+        pool = loader.scheduler.pool
+        assert isinstance(pool, WorkerPool)
         pool.drain()
         pid = loader.worker_pids[0]
         os.kill(pid, signal.SIGKILL)
         while not zombie(pid):
             time.sleep(0.02)
         with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) was killed by signal 9 \(SIGKILL\) between records"):
-            pool.feed(deque([(0, 0, 0, np.arange(4, dtype=np.int64))]))  # type: ignore[union-attr]
+            pool.feed(deque([(0, loader.scheduler.ring.serials[0], 0, 0, np.arange(4, dtype=np.int64))]))  # type: ignore[union-attr]
 
 
 def kill_myself_on_record_five(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -200,8 +201,8 @@ def test_slots_larger_than_dev_shm_are_refused_before_anything_is_allocated() ->
     free = shared_memory_free()
     assert free is not None
     sample = SlotArray("image", (64, 64, 3), "|u1")
-    layout = SlotLayout(3, free // (3 * sample.sample_bytes) + 1, (sample,))
+    layout = SlotLayout(3, free // sample.sample_bytes + 1, (sample,))
     before = shm_names(os.getpid())
-    with pytest.raises(MemoryError, match=rf"need {layout.total_bytes} bytes of shared memory, but /dev/shm has \d+ bytes free"):
+    with pytest.raises(MemoryError, match=rf"a batch slot needs {layout.slot_bytes} bytes of shared memory, but /dev/shm has \d+ bytes free"):
         SlotRing.create(layout)
     assert shm_names(os.getpid()) == before
