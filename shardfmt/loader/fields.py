@@ -39,6 +39,7 @@ from ..ops import (
     ImageDecoder,
     ImageOutput,
     Pipeline,
+    RandomCrop,
     RandomResizedCrop,
     Resize,
     Resizer,
@@ -94,9 +95,16 @@ class OutputSpec:
 
 
 def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> Pipeline:
-    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself."""
-    if not isinstance(pipeline, str):
+    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself.
+
+    Raises:
+        TypeError: `pipeline` is neither a name nor one of `ops`' pipelines.
+        ValueError: an unknown name.
+    """
+    if isinstance(pipeline, (RandomResizedCrop, RandomCrop, CenterCrop, Resize)):
         return pipeline
+    if not isinstance(pipeline, str):
+        raise TypeError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, Resize), got {pipeline!r}")
     pair = (size, size) if isinstance(size, int) else tuple(size)
     if pipeline == "train":
         return RandomResizedCrop(pair)

@@ -36,7 +36,18 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-__all__ = ["Slot", "SlotArray", "SlotLayout", "SlotRing", "attach", "map_segment", "segment_name", "shared_memory_free", "slot_arrays"]
+__all__ = [
+    "Slot",
+    "SlotArray",
+    "SlotLayout",
+    "SlotRing",
+    "attach",
+    "check_slot_memory",
+    "map_segment",
+    "segment_name",
+    "shared_memory_free",
+    "slot_arrays",
+]
 
 _PAGE = 4096
 
@@ -262,6 +273,37 @@ def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:
     if segment.buf is None:
         raise MemoryError(f"shared-memory segment {segment_name(base, serial)} could not be mapped")
     return slot_arrays(segment.buf, layout)
+
+
+def check_slot_memory(layout: SlotLayout, *, batch_size: int, shared: bool) -> None:
+    """Refuse, before anything is allocated, slots that cannot fit: in /dev/shm's free space
+    (`shared`: the slots of worker processes) or in this machine's memory (in-process slots).
+
+    Raises:
+        ValueError: saying the bytes needed, the bytes there are, and the largest batch_size that fits.
+    """
+    if shared:
+        room, where = shared_memory_free(), "/dev/shm has {room} bytes free"
+    else:
+        room, where = _physical_memory(), "this machine has {room} bytes of memory"
+    need = layout.total_bytes
+    if room is None or need <= room:
+        return
+    per_sample = sum(array.sample_bytes for array in layout.arrays)
+    overhead = layout.num_slots * _PAGE * len(layout.arrays)  # each array rounds up to a page
+    largest = max(0, (room - overhead) // max(1, layout.num_slots * per_sample))
+    raise ValueError(
+        f"batch_size={batch_size} needs {need} bytes for its {layout.num_slots} batch slots (prefetch + 1), but "
+        f"{where.format(room=room)}: batch_size must be at most {largest} here; lower it or prefetch"
+        + (", or give the container more shared memory (docker run --shm-size=...)" if shared else "")
+    )
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def shared_memory_free() -> int | None:
