@@ -778,7 +778,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--mutations", type=int, default=None, help="at most this many mutations of each kind")
     parser.add_argument("--seed", type=int, default=0, help="the campaign's seed (default 0)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-out"), help="where reproducers and summary.json go (default fuzz-out)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join((*KINDS, LOADER_KIND))} (default: {', '.join(KINDS)})")
+    parser.add_argument("--kinds", default=",".join((*KINDS, LOADER_KIND)), help=f"comma-separated, of {', '.join((*KINDS, LOADER_KIND))} (default all)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--keep", type=int, default=3, help="reproducers saved per distinct finding (default 3)")
     parser.add_argument("--hang-seconds", type=float, default=20.0, help="a mutant that takes longer is a finding; 0: no limit (default 20)")

@@ -8,7 +8,9 @@ replaced by something that is not a dict, the state of another dataset of the sa
 The rule under test: every case ends in one batch, or in a `ShardfmtError`, `ValueError` or
 `TypeError` raised when the loader is made (or the state loaded), never later, within
 ``--hang-seconds``. A finding is anything else: another exception, an error raised only when
-the batch is asked for, a hang.
+the batch is asked for, a hang. Some cases hold only values a loader must take (`VALID`, a
+valid epoch or position in a state): refusing one is a finding too, so the campaign proves that
+valid input is accepted while it shows that invalid input is refused.
 
 Case number i is a function of the campaign's seed and i alone (`make_case`); it is printed as
 Python source, so a finding is replayed by running that source again (``--replay``).
@@ -68,6 +70,25 @@ HOSTILE: dict[str, list[Any]] = {
 }
 """Values no loader should take (or, a few of them, edge values it should take)."""
 
+VALID: dict[str, list[Any]] = {
+    "batch_size": [1, 3, 4],
+    "num_workers": [0, 1, 2],
+    "prefetch": [1, 3],
+    "timeout": [5.0, 60],
+    "seed": [0, 2**64 - 1],
+    "size": [8, (8, 12)],
+    "pipeline": ["train", "eval", "resize"],
+    "drop_last": [False, True],
+    "shuffle": [False, True],
+    "order": ["auto", "feistel", "sorted-key"],
+    "window": [None, 2],
+    "subset": [None, list(range(0, 24, 2))],
+    "return_indices": [False, True],
+    "layout": ["NCHW", "NHWC"],
+    "mean": [None, (120.0, 110.0, 100.0)],
+}
+"""Values every loader must take, in any combination (with `std` given along with `mean`)."""
+
 STATE_FIELDS: dict[str, list[Any]] = {
     "version": [2, 0, "1", None, 1.5],
     "epoch": [-1, 10**30, 2.7, "1", None, NAN, 2**63, True],
@@ -87,10 +108,12 @@ class Case:
     index: int
     kwargs: dict[str, Any]
     state_changes: tuple[tuple[str, Any], ...] | None = None
+    valid: bool = False
+    """Every value is one a loader must take: the case must end in a batch."""
 
     def source(self) -> str:
         """The case as Python that reproduces it."""
-        lines = [f"kwargs = {self.kwargs!r}"]
+        lines = [f"kwargs = {self.kwargs!r}  # valid: {self.valid}"]
         if self.state_changes is not None:
             lines.append(f"state_changes = {list(self.state_changes)!r}")
         return "\n".join(lines)
@@ -100,7 +123,19 @@ def make_case(seed: int, index: int) -> Case:
     """Case number `index` of the campaign of `seed`."""
     rng = random.Random(f"loader-{seed}-{index}")
     kwargs = dict(BASE)
-    if rng.random() < 0.6:
+    kind = rng.random()
+    if kind < 0.2:
+        for name in rng.sample(sorted(VALID), rng.randint(1, 5)):
+            kwargs[name] = rng.choice(VALID[name])
+        if kwargs.get("mean") is not None:
+            kwargs["std"] = (60.0, 58.0, 57.0)
+        if rng.random() < 0.3:
+            kwargs.update(rank=rng.randint(0, 1), world_size=2)
+        return Case(index, kwargs, valid=True)
+    if kind < 0.3:
+        changes = [("epoch", rng.randint(0, 10**6)), ("position", rng.randint(0, 6)), ("delivered", [])]
+        return Case(index, kwargs, tuple(rng.sample(changes, rng.randint(1, 3))), valid=True)
+    if kind < 0.7:
         for name in rng.sample(sorted(HOSTILE), rng.randint(1, 3)):
             kwargs[name] = rng.choice(HOSTILE[name])
         return Case(index, kwargs)
@@ -230,9 +265,13 @@ def check(case: Case, dataset: Path, other: Path, *, hang_seconds: float) -> tup
         previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, hang_seconds)
     try:
-        return run_case(case, dataset, other), None
-    except Refused:
-        return "refused", None
+        outcome = run_case(case, dataset, other)
+        return outcome, None
+    except Refused as refusal:
+        if not case.valid:
+            return "refused", None
+        err: BaseException = refusal
+        return "finding", Finding(case.index, f"valid case refused: {signature(refusal.__cause__ or refusal)}", str(refusal.__cause__), "".join(traceback.format_exception(err)), case.source())
     except (Exception, Hang) as err:
         return "finding", Finding(case.index, signature(err), f"{type(err).__name__}: {err}"[:2000], "".join(traceback.format_exception(err)), case.source())
     finally:
