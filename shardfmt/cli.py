@@ -409,7 +409,7 @@ def _parse_records(text: str | None) -> list[int] | None:
               help="The Loader's pipeline: train (RandomResizedCrop + flip), eval (center crop) or resize.")
 @click.option("--augment", multiple=True, metavar="NAME=VALUE",
               help="The train pipeline's RandomResizedCrop, as the Loader's: scale=LOW,HIGH ratio=LOW,HIGH flip=P. Repeatable.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The Loader's seed: which records, which crops.")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True, help="The Loader's seed: which records, which crops.")
 @click.option("--size", type=click.IntRange(8, 1024), default=160, show_default=True, help="Pipeline output and tile side, in pixels.")
 @click.option("--rows", type=click.IntRange(1, 64), default=4, show_default=True, help="Rows of tiles.")
 @click.option("--cols", type=click.IntRange(1, 64), default=8, show_default=True, help="Columns of tiles.")
