@@ -16,8 +16,8 @@ by every worker from then on, with one warning naming it. A second death on that
 
 Workers never outlive the loader's process: each closes the loader's pipe ends it inherited,
 arms Linux's parent-death signal and checks its parent while idle (`forks.Lifeline`), and maps
-the slot ring through a file descriptor sent over its pipe, the ring having no name in /dev/shm
-(`shm`).
+each slot's segment through a file descriptor the loader sends over its pipe before the first
+task that names it (SEGMENT), no segment having a name in /dev/shm (`shm`).
 """
 
 from __future__ import annotations
