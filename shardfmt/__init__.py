@@ -1,6 +1,7 @@
 """shardfmt: image training data that loads at the JPEG decode limit.
 
-Convert an ImageFolder tree once (`shardfmt convert`), then read it with `open_dataset` or load
+Convert an ImageFolder tree, WebDataset tars, Parquet files, a Hugging Face dataset or records
+held in memory once (`convert`, or ``shardfmt convert``), then read it with `open_dataset` or load
 shuffled batches with `Loader`, from a local folder or from a URL (S3, GCS, HTTP, ... through
 fsspec; see `RemoteOptions`). WebDataset tars work too: written by `TarShardWriter` or by a
 `DatasetWriter` with ``shard_format="tar"``, or indexed where they lie (`index_tars`). The
@@ -12,6 +13,7 @@ from __future__ import annotations
 import typing
 
 from ._version import __version__
+from .convert.api import ConvertSummary, convert
 from .dataset.reader import DatasetReader, open_dataset
 from .dataset.tars import index_tars
 from .dataset.writer import DatasetWriter
@@ -49,6 +51,7 @@ __all__ = [
     "IMAGE_CLASSIFICATION",
     "ChecksumError",
     "ConvertError",
+    "ConvertSummary",
     "Dataset",
     "DatasetNotFoundError",
     "DatasetReader",
@@ -81,6 +84,7 @@ __all__ = [
     "UnsupportedVersionError",
     "WorkerError",
     "__version__",
+    "convert",
     "index_tar",
     "index_tars",
     "iter_tar_samples",

@@ -48,3 +48,12 @@ def test_every_listed_name_exists() -> None:
     for name in shardfmt.__all__:
         assert getattr(shardfmt, name) is not None, name
     assert isinstance(shardfmt.__version__, str)
+
+
+def test_convert_is_the_public_conversion_function() -> None:
+    import inspect
+
+    assert "convert" in shardfmt.__all__ and "ConvertSummary" in shardfmt.__all__
+    assert inspect.isfunction(shardfmt.convert) and shardfmt.convert.__module__ == "shardfmt.convert.api"
+    options = inspect.signature(shardfmt.convert).parameters
+    assert list(options)[:2] == ["src", "out"] and all(p.kind is p.KEYWORD_ONLY for p in list(options.values())[2:])

@@ -169,10 +169,8 @@ from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
 from bench_steps import StepCost, measure_steps, pil_augment, print_steps, shardfmt_steps
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
+from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, convert
 from shardfmt._sample import make_imagefolder
-from shardfmt.convert.fields import convert_fields
-from shardfmt.convert.run import convert
 from shardfmt.ops import RandomCrop
 
 OUTPUT_SIZE = 224
@@ -846,7 +844,7 @@ def prepare_patches(source: Source, settings: Settings) -> None:
             continue
         shutil.rmtree(out, ignore_errors=True)
         say(f"converting {PATCH_SIZE}x{PATCH_SIZE} patches stored as {store} to {out}")
-        result = convert_fields(listing, out, store=store, patch=PATCH_SIZE, quality=PATCH_QUALITY, workers=max(1, settings.workers))
+        result = convert(listing, out, store=store, patch=PATCH_SIZE, quality=PATCH_QUALITY, workers=max(1, settings.workers))
         if result.num_rejects:
             raise SystemExit(f"{result.num_rejects} images were rejected converting patches; see {out / 'rejects.jsonl'}")
 

@@ -17,7 +17,7 @@ from ..checksum import checksum, format_checksum
 from ..errors import FormatError, ManifestError, RemoteError, ShardNotFoundError
 from ..format.manifest import ShardEntry
 from ..format.reader import Record, ShardReader, ShardReaderBase
-from ..format.schema import Schema
+from ..format.schema import IMAGE_CLASSIFICATION, Schema
 from ..storage import LocalStore, RemoteOptions
 from ..tar.reader import TarShardReader
 from .locate import DatasetLocation, locate_dataset
@@ -119,7 +119,9 @@ class DatasetReader:
         if reader is None:
             entry = self.manifest.shards[shard_index]
             if not self.location.is_remote:
-                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root), confine=self._confine)
+                reader = open_shard(
+                    Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root), confine=self._confine, schema=self.schema
+                )
             else:
                 reader = self._open_remote(entry)
             try:
@@ -196,7 +198,8 @@ class DatasetReader:
 
 
 def open_shard(
-    root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None, confine: bool = True
+    root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None, confine: bool = True,
+    schema: Schema = IMAGE_CLASSIFICATION,
 ) -> ShardReaderBase:
     """Open the shard a manifest entry names, checked against the entry's sizes.
 
@@ -206,6 +209,7 @@ def open_shard(
         verify: check each record's checksum when its payload is read.
         index_root: the folder a tar shard's index path is relative to (default `root`).
         confine: refuse a shard (or index) whose path, symbolic links resolved, leaves its root.
+        schema: the manifest's schema, which a tar shard is read with (a binary shard states its own).
 
     Returns:
         A `ShardReader`, or a `tar.reader.TarShardReader` for an entry with an index.
@@ -226,6 +230,7 @@ def open_shard(
         verify=verify,
         expected_size=entry.size,
         expected_index_size=entry.index.size,
+        schema=schema,
     )
 
 
@@ -248,7 +253,7 @@ def open_located_shard(
         RemoteError: the store failed after its retries.
     """
     if not location.is_remote:
-        return open_shard(Path(location.root), entry, verify=verify)
+        return open_shard(Path(location.root), entry, verify=verify, schema=schema)
     source = location.open_shard(entry, schema, whole=whole)
     try:
         if entry.index is None:
@@ -256,7 +261,7 @@ def open_located_shard(
         index = location.open_index(entry)
         return TarShardReader(
             source.path, index=index.path, verify=verify, expected_size=entry.size,
-            expected_index_size=entry.index.size, source=source, index_source=index,
+            expected_index_size=entry.index.size, source=source, index_source=index, schema=schema,
         )
     except BaseException:
         source.close()

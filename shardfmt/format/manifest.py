@@ -34,7 +34,7 @@ from .layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from .schema import IMAGE_CLASSIFICATION, Schema
+from .schema import Schema, tar_schema_problem
 
 __all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry"]
 
@@ -221,8 +221,9 @@ def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
         raise UnsupportedVersionError(f"schema: {err.message}", path=path) from err
     except SchemaError as err:
         raise fail(f"schema: {err.message}") from err
-    if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
-        raise fail(f'schema: tar shards hold the fields image (jpeg), label (int64), key (str), not {", ".join(f"{f.name} ({f.spec})" for f in schema.fields)}')
+    problem = tar_schema_problem(schema) if shard_format == "tar" else None
+    if problem is not None:
+        raise fail(f'schema: {problem}, not {", ".join(f"{f.name} ({f.spec})" for f in schema.fields)}')
     classes = value.get("classes")
     if classes is not None:
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):

@@ -20,7 +20,7 @@ from ..dataset.locate import classify_location
 from ..mixture import Mixture
 from ..ops import Pipeline
 from ..ops.augment import describe_steps
-from .fields import OutputSpec, resolve_outputs
+from .fields import OutputSpec, resolve_outputs, split_values
 from .options import LoaderOptions, index_output, pipeline_at, transform_outputs
 from .shm import SlotLayout
 from .worker import WorkerConfig
@@ -61,7 +61,8 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
     request = options.pipeline
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
-    fields = {"fields": options.fields, "image_field": options.image_field, "label_field": options.label_field}
+    slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
+    fields = {"fields": slotted, "image_field": options.image_field, "label_field": options.label_field}
     pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
     here = options.device is None
     outputs, transform = transform_outputs(outputs, augment=options.augment, mean=options.mean if here else None, std=options.std if here else None)  # type: ignore[arg-type]
@@ -94,6 +95,7 @@ def settings(
     world_size: int,
     order: str,
     dataset: str,
+    values: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What decides a loader's stream, as its state dict saves it (values of the state's
     "settings"; a resume compares them with `cursor.SavedState.check_settings`): the options
@@ -117,6 +119,8 @@ def settings(
     }
     if options.fields is not None:
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
+        if values:
+            found["values"] = list(values)
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

@@ -54,7 +54,7 @@ from ..split import split_batches
 from ..storage import RemoteOptions
 from .config import configure, distributed_defaults, loader_path, settings
 from .cursor import Cursor, SavedState
-from .fields import FieldRequest
+from .fields import FieldRequest, read_values, split_values
 from .options import (
     LoaderOptions,
     pipeline_at,
@@ -108,7 +108,8 @@ class Loader:
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
         start_method: multiprocessing start method; default the platform's.
         timeout: seconds without progress after which a stalled worker is reported.
-        image_field, label_field: field names (label_field=None gives zero labels).
+        image_field, label_field: field names (label_field=None gives zero labels; over a dataset
+            without labels, such as image-text tars, the default "label" gives the images alone).
         remote: for a dataset given by URL, how to read it (range reads or a local shard cache,
             credentials, retries; see `RemoteOptions`). With a cache, the loader downloads the
             shards its coming batches need ahead of the workers.
@@ -127,6 +128,9 @@ class Loader:
             DCT scale snaps it to that scale, exact for whole-number ratios at proportional
             output sizes: `shardfmt.ops.scale_plan`); each has its own output size, channels
             and interpolation. "ndarray", "int64" and "float64" fields arrive as stored.
+            "str", "json" and "bytes" fields (captions, metadata, keys: give None) arrive as
+            lists of one value a sample (str, the parsed JSON value, bytes), read in this
+            process for the batch's records; they need an image or number field beside them.
             ``image_field`` and ``label_field`` are then unused.
         return_indices: add each sample's record index in the dataset (int64, what
             ``open_dataset(path)[i]`` reads) to every batch: ``(images, labels, indices)``, or an
@@ -245,6 +249,8 @@ class Loader:
             from .cuda import DeviceStage
 
             stage = DeviceStage(options.device, mean=options.mean, std=options.std, layout=layout)  # type: ignore[arg-type]
+        self._values = split_values(self._dataset.schema, fields)[1]
+        """Fields delivered as lists, read here for each batch (`fields.read_values`)."""
         self.scheduler = Scheduler(options, self._dataset, prefetcher=prefetcher, stage=stage)
         self._configure(None)
         self._finalizer = self.scheduler.finalizer(self)
@@ -427,6 +433,7 @@ class Loader:
             world_size=self.world_size,
             order=self.order,
             dataset=self._fingerprint,
+            values=self._values,
         )
 
     def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
@@ -436,6 +443,8 @@ class Loader:
             tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
         if self._fields:
             return tensors
+        if len(self.outputs) == 1:  # a dataset without labels: the images alone
+            return tensors[self.outputs[0].name]
         return tuple(tensors[spec.name] for spec in self.outputs)
 
     def _stream(self, generation: int) -> Iterator[Any]:
@@ -462,6 +471,8 @@ class Loader:
                 remaining -= 1
                 cursor.deliver(item.batch)
                 batch = self._package(scheduler.hand_out(item))
+                if self._values:
+                    batch.update(read_values(self._dataset, self._values, cursor.plan(item.epoch).batch(item.batch)))
                 yield batch
                 del batch  # only the caller's references may keep the slot
                 if generation != cursor.generation:

@@ -16,7 +16,7 @@ from ..format.layout import (
     MAX_SHARD_SIZE,
 )
 from ..storage import ByteSource, open_source
-from .keys import BLOCK_SIZE, display_key, is_meta, split_key
+from .keys import BLOCK_SIZE, COMPRESSED_ADVICE, display_key, is_meta, split_key
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def scan_members(source: ByteSource) -> MemberScan:
     view = source.read(0, size)
     for magic, kind in _COMPRESSED.items():
         if bytes(view[: len(magic)]) == magic:
-            raise FormatError(f"a {kind}-compressed tar cannot be memory-mapped; decompress it first", path=path, offset=0)
+            raise FormatError(f"is {kind}-compressed: {COMPRESSED_ADVICE}", path=path, offset=0)
     samples: dict[str, TarSample] = {}
     skipped = 0
     position = 0

@@ -16,8 +16,8 @@ import pytest
 from conftest import pillow_bytes, tree_bytes
 from PIL import Image
 
-import shardfmt.convert.output
-import shardfmt.convert.records
+from shardfmt.convert import output as convert_output
+from shardfmt.convert import records as convert_records
 from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_dataset
 from shardfmt._sample import make_image
 from shardfmt.convert.run import convert
@@ -113,7 +113,7 @@ def test_resume_after_kill_9_equals_a_clean_run(slow_source: Path, clean: dict[s
 
 def test_resume_after_a_failed_task_keeps_finished_shards(slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    real = shardfmt.convert.records.normalise_image
+    real = convert_records.normalise_image
     calls = {"n": 0}
 
     def fail_on_tenth(data: bytes, **kwargs: Any) -> Any:
@@ -122,11 +122,11 @@ def test_resume_after_a_failed_task_keeps_finished_shards(slow_source: Path, cle
             raise OSError(28, "No space left on device")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(shardfmt.convert.records, "normalise_image", fail_on_tenth)
+    monkeypatch.setattr(convert_records, "normalise_image", fail_on_tenth)
     with pytest.raises(WorkerError, match="No space left on device"):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     assert not any(name.startswith(".shard-") for name in os.listdir(out)), "the failed shard's temporary file remains"
-    monkeypatch.setattr(shardfmt.convert.records, "normalise_image", real)
+    monkeypatch.setattr(convert_records, "normalise_image", real)
     finished = done_sidecars(out)
     assert finished >= 1
     result = convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)
@@ -136,7 +136,7 @@ def test_resume_after_a_failed_task_keeps_finished_shards(slow_source: Path, cle
 
 def test_resume_redoes_a_shard_that_no_longer_matches_its_sidecar(slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt.convert.output.Output, "finish", _raise_interrupt)
+    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     monkeypatch.undo()
@@ -155,7 +155,7 @@ def _raise_interrupt(*args: Any, **kwargs: Any) -> Any:
 
 def test_resume_after_the_manifest_but_before_cleanup(slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt.convert.output.shutil, "rmtree", _raise_interrupt)
+    monkeypatch.setattr(convert_output.shutil, "rmtree", _raise_interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     monkeypatch.undo()
@@ -166,7 +166,7 @@ def test_resume_after_the_manifest_but_before_cleanup(slow_source: Path, clean: 
 
 def test_resume_refuses_changed_options_or_inputs(slow_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt.convert.output.Output, "finish", _raise_interrupt)
+    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     monkeypatch.undo()

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 from PIL import Image
 
-import shardfmt.convert.output
+from shardfmt.convert import output as convert_output
 from shardfmt import ConvertError, Loader, open_dataset
 from shardfmt._sample import make_image
 from shardfmt.cli import main
@@ -134,7 +134,7 @@ def test_tar_to_tar_keeps_keys_that_are_not_utf8(tmp_path: Path) -> None:
 
 def test_resume_and_overwrite_know_tar_shards(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt.convert.output.Output, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(convert_output.Output, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         convert(imagefolder, out, workers=1, shard_size=12_000, shard_format="tar")
     monkeypatch.undo()

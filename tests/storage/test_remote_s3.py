@@ -32,7 +32,7 @@ from remote_servers import (
     upload_tree,
 )
 
-import shardfmt.convert.pipeline
+from shardfmt.convert import pipeline as convert_pipeline
 from shardfmt import (
     IMAGE_CLASSIFICATION,
     ChecksumError,
@@ -116,7 +116,7 @@ def test_an_interrupted_conversion_to_s3_resumes(imagefolder: Path, tmp_path: Pa
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shardfmt.convert.pipeline, "build_outputs", interrupt)
+    monkeypatch.setattr(convert_pipeline, "build_outputs", interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(imagefolder, "s3://data/resumed", workers=1, shard_size=6000, remote=options(endpoint))
     monkeypatch.undo()
@@ -216,7 +216,7 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shardfmt.convert.pipeline, "build_outputs", interrupt)
+    monkeypatch.setattr(convert_pipeline, "build_outputs", interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", remote=options(endpoint))
     monkeypatch.undo()
