@@ -12,6 +12,7 @@ from pathlib import Path
 import fsspec
 import pytest
 from click.testing import CliRunner
+from conftest import tree_bytes
 
 import shardfmt.cli
 import shardfmt.dataset.verify
@@ -58,7 +59,6 @@ def test_quiet_convert_prints_nothing(imagefolder: Path, tmp_path: Path) -> None
     [
         (["convert", "{src}", "{out}"], "--resume to finish an interrupted conversion, or --overwrite"),
         (["convert", "{tmp}/nowhere", "{tmp}/x"], "the source does not exist"),
-        (["convert", "{src}", "{out}", "--resume"], "finished dataset: nothing to resume"),
         (["info", "{tmp}"], "no manifest.json"),
         (["verify", "{src}"], "no manifest.json"),
     ],
@@ -70,6 +70,19 @@ def test_user_mistakes_exit_1_with_one_line_and_no_traceback(imagefolder: Path, 
     assert code == 1
     assert len(output.strip().splitlines()) == 1 and output.startswith("Error: ") and message in output
     assert "Traceback" not in output
+
+
+def test_resume_of_a_finished_output_exits_0_and_says_so(imagefolder: Path, tmp_path: Path) -> None:
+    """A kill that lands after the manifest leaves a finished dataset: the retry has nothing to do
+    (before: exit 1, "nothing to resume", so a retry wrapper failed)."""
+    out = tmp_path / "out"
+    assert run("convert", imagefolder, out, "--workers", "1", "--quiet")[0] == 0
+    before = tree_bytes(out)
+    code, output = run("convert", imagefolder, out, "--workers", "1", "--resume")
+    assert code == 0
+    assert output.startswith(f"nothing to resume: {out} holds a finished dataset (") and output.rstrip().endswith("left as it was")
+    assert tree_bytes(out) == before
+    assert run("convert", imagefolder, out, "--workers", "1", "--resume", "--quiet") == (0, "")
 
 
 def test_bad_option_values_are_usage_errors(imagefolder: Path, tmp_path: Path) -> None:

@@ -99,10 +99,12 @@ def settings(
     rank: int,
     world_size: int,
     order: str,
+    dataset: str,
     values: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What decides a loader's stream, as its state dict saves it (values of the state's
-    "settings"; a resume compares them with `cursor.SavedState.check_settings`)."""
+    "settings"; a resume compares them with `cursor.SavedState.check_settings`): the options
+    that shape it, and the fingerprint of the dataset's records (`DatasetReader.fingerprint`)."""
     shape = {k: v for k, v in pipeline.to_config().items() if k != "size"}  # the state records the size itself
     found = {
         "seed": options.seed,
@@ -118,6 +120,7 @@ def settings(
         "order": order,
         "pipeline": json.dumps(shape, sort_keys=True),
         "augment": describe_steps(options.augment),  # type: ignore[arg-type]
+        "dataset": dataset,
     }
     if options.fields is not None:
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)

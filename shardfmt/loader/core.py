@@ -67,6 +67,7 @@ from .pool import WorkerPool
 from .prefetch import ShardPrefetcher
 from .records import EpochRecords, EpochSampler
 from .scheduler import Scheduler
+from .shm import check_slot_memory
 
 __all__ = ["Loader"]
 
@@ -247,6 +248,7 @@ class Loader:
             raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")
         self.rank, self.world_size = distributed_defaults(rank, world_size)
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
+        self._fingerprint = self._dataset.fingerprint
         self._fields = fields is not None
         self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
         """Records of the dataset, or the mixture's epoch size."""
@@ -334,7 +336,11 @@ class Loader:
         return split_batches(self._epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration start at the beginning of `epoch`."""
+        """Make the next iteration start at the beginning of `epoch`.
+
+        Raises:
+            TypeError, ValueError: `epoch` is not an int in [0, 2**32 - 1] (`cursor.MAX_EPOCH`).
+        """
         self.cursor.set_epoch(epoch)
 
     def set_size(self, size: int | tuple[int, int]) -> None:
@@ -439,8 +445,13 @@ class Loader:
         )
 
     def _configure(self, size: tuple[int, int] | None) -> None:
-        """Resolve the outputs and the workers' config: at `size`, or as the loader was made."""
+        """Resolve the outputs and the workers' config: at `size`, or as the loader was made.
+
+        Raises:
+            ValueError: the batch slots would not fit the memory there is for them.
+        """
         made = configure(self.options, self._dataset, path=self.path, size=size, gpu=self._gpu)
+        check_slot_memory(made.config.layout, batch_size=self.batch_size, shared=bool(self.num_workers))
         self.pipeline, self.outputs, self.layout_spec = made.pipeline, made.config.outputs, made.config.layout
         self.size: tuple[int, int] = self.pipeline.size
         self.image_shape = self.outputs[0].shape if not self._fields else None
@@ -460,6 +471,7 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
             order=self.order,
+            dataset=self._fingerprint,
             values=self._values,
         )
 
@@ -476,6 +488,11 @@ class Loader:
 
     def _stream(self, generation: int) -> Iterator[Any]:
         cursor, scheduler = self.cursor, self.scheduler
+        if generation != cursor.generation:  # replaced before its first next(): its epoch is not this one
+            raise RuntimeError(
+                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
+                "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
+            )
         epoch = cursor.epoch
         expected = cursor.expected()
         replaced = False

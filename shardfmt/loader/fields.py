@@ -45,6 +45,7 @@ from ..ops import (
     ImageDecoder,
     ImageOutput,
     Pipeline,
+    RandomCrop,
     RandomResizedCrop,
     Resize,
     Resizer,
@@ -103,9 +104,16 @@ class OutputSpec:
 
 
 def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> Pipeline:
-    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself."""
-    if not isinstance(pipeline, str):
+    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself.
+
+    Raises:
+        TypeError: `pipeline` is neither a name nor one of `ops`' pipelines.
+        ValueError: an unknown name.
+    """
+    if isinstance(pipeline, (RandomResizedCrop, RandomCrop, CenterCrop, Resize)):
         return pipeline
+    if not isinstance(pipeline, str):
+        raise TypeError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, Resize), got {pipeline!r}")
     pair = (size, size) if isinstance(size, int) else tuple(size)
     if pipeline == "train":
         return RandomResizedCrop(pair)
@@ -376,7 +384,8 @@ class _JpegFiller(_Filler):
         self.capacity = (max_height, max_width)
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
-        assert box is not None
+        if box is None:
+            raise ValueError(f"image field {self.name!r} is filled without a crop box")
         top, left, box_height, box_width, flip = box
         height, width = int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")])
         if height > self.capacity[0] or width > self.capacity[1]:
@@ -405,7 +414,8 @@ class _RawFiller(_Filler):
         self._files: dict[str, torch.Tensor] = {}
 
     def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
-        assert box is not None
+        if box is None:
+            raise ValueError(f"image field {self.name!r} is filled without a crop box")
         top, left, box_height, box_width, flip = box
         values, names = row.item(), row.dtype.names  # one tuple of the row: cheaper than four reads by name
         offset, height, width, channels = (values[names.index(column)] for column in self._columns)

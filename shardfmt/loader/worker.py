@@ -10,7 +10,8 @@ the steps as the objects the caller gave, the slot layout), pickled as it is und
 never with the dataset object, so it works under spawn as well as fork. Messages are fixed
 structs sent with `send_bytes` (no pickling):
 
-    loader -> worker   TASK  (slot, serial, row, epoch, count) + count int64 record indices
+    loader -> worker   SEGMENT (serial) then the segment's file descriptor (POSIX)
+                       TASK  (slot, serial, row, epoch, count) + count int64 record indices
                        STOP
     worker -> loader   READY | DONE (slot, row, count) | ERROR + UTF-8 JSON
 
@@ -36,6 +37,8 @@ worker, and every worker decodes those records whole from then on, trusted or no
 
 A task names the slot's segment by its serial (`shm.SlotRing.replace` puts fresh segments in the
 ring); a worker maps a segment the first time a task names it and drops the slot's old mapping.
+On POSIX the segments have no names: the loader sends each one's file descriptor (SEGMENT)
+before the first task that names it.
 
 With ``decode="gpu"``/``"hybrid"`` (the config's ``gpu_decode``), a row the loader marked for the
 GPU is read and checked as any other, but its jpeg field is not decoded: its bytes, its crop box
@@ -59,12 +62,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import reduction
 from typing import Any
 
 import numpy as np
 
 from ..dataset.concat import open_records
 from ..errors import ChecksumError, DecodeError, ShardfmtError, worker_error_kind
+from ..forks import WATCH_SECONDS, Lifeline, parent_alive
 from ..format.layout import column_name
 from ..ops import CropPlan, Pipeline, scale_plan, snap_to_scale
 from ..ops.augment import AugmentStep, SampleTransform
@@ -74,11 +79,11 @@ from ..sampling import AUGMENT_STREAM, keys_by_epoch
 from ..storage import RemoteOptions
 from .fields import OutputSpec, make_filler
 from .jpegbytes import ON_GPU, SECONDS, JpegBytesWriter
-from .shm import SlotLayout, attach
+from .shm import SlotLayout, attach, map_segment, slot_arrays
 
 __all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "encode_copies", "worker_main"]
 
-TASK, STOP, READY, DONE, ERROR = 1, 2, 3, 4, 5
+TASK, STOP, READY, DONE, ERROR, SEGMENT = 1, 2, 3, 4, 5, 6
 HEADER = struct.Struct("<qqqqqq")  # op, slot, serial, row, epoch, count
 
 SlotArrays = Callable[[int, int], dict[str, np.ndarray]]
@@ -242,7 +247,8 @@ class ChunkProcessor:
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, index, err.offset) from err
             except (ShardfmtError, ValueError) as err:
-                assert filler is not None  # verify_record raises only ChecksumError
+                if filler is None:  # the record's bytes could not be had (a remote read, the shard cache)
+                    raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
                 start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
                 wrapped = DecodeError(f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record)
                 raise self._failure(wrapped, reader.path, record, index, start) from err
@@ -331,13 +337,29 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
             pass
 
 
-def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, checked: Any, partial: Any, whole_only: Any) -> None:
+def worker_main(
+    worker_id: int,
+    conn: Any,
+    config: WorkerConfig,
+    current: Any,
+    checked: Any,
+    partial: Any,
+    whole_only: Any,
+    *,
+    lifeline: Lifeline,
+    inherited: tuple[Any, ...] = (),
+) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
 
     `current`, `checked`, `partial` and `whole_only` are the pool's shared arrays: the record each
     worker is on, the checked records, the byte per worker set during a partial decode, and the
-    records to decode whole."""
+    records to decode whole. `lifeline` ties the worker to the loader's process (it exits when
+    that ends, `forks.Lifeline`); `inherited` are the loader's ends of the workers' pipes, which a
+    forked worker holds copies of and closes, so that its own pipe reports the loader's end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    parent = lifeline.hold()
+    for end in inherited:
+        end.close()
     import cv2
     import torch
 
@@ -347,8 +369,18 @@ def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, c
         # has it at 1 already (set around the fork: calling this in a child forked from a process
         # whose pool ran hangs); a spawned one starts fresh.
         cv2.setNumThreads(1)
+    segments: dict[int, Any] = {}  # serial -> a mapping received and not yet taken by a task
+
+    def slot_arrays_of(slot: int, serial: int) -> dict[str, np.ndarray]:
+        if os.name != "posix":
+            return attach(config.ring, serial, config.layout)
+        buffer = segments.pop(serial, None)
+        if buffer is None:
+            raise RuntimeError(f"no segment {serial} was sent before the task that names it")
+        return slot_arrays(buffer, config.layout)
+
     try:
-        processor = ChunkProcessor(config, lambda slot, serial: attach(config.ring, serial, config.layout), in_worker=True)
+        processor = ChunkProcessor(config, slot_arrays_of, in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
         processor.whole_only = np.frombuffer(whole_only, np.uint8)
@@ -356,13 +388,24 @@ def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, c
     except BaseException as err:  # report start-up failures instead of dying silently
         _send_error(conn, err, None, None, -1, None)
         return
-    conn.send_bytes(HEADER.pack(READY, 0, 0, 0, 0, 0))
+    _reply(conn, HEADER.pack(READY, 0, 0, 0, 0, 0))
     while True:
         try:
+            if not conn.poll(WATCH_SECONDS):
+                if not parent_alive(parent):
+                    return
+                continue
             message = conn.recv_bytes()
+            op, slot, serial, row, epoch, count = HEADER.unpack_from(message)
+            if op == SEGMENT:
+                handle = reduction.recv_handle(conn)
+                try:
+                    segments[serial] = map_segment(handle, config.layout)
+                finally:
+                    os.close(handle)
+                continue
         except (EOFError, OSError):
             return  # the loader is gone
-        op, slot, serial, row, epoch, count = HEADER.unpack_from(message)
         if op == STOP:
             processor.close()
             return
@@ -373,9 +416,9 @@ def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, c
             _send(conn, ERROR, failure.fields)
             continue
         except BaseException as err:
-            _send_error(conn, err, None, None, -1, None)
+            _send_error(conn, err, None, None, int(processor.current[0]), None)
             continue
-        conn.send_bytes(HEADER.pack(DONE, slot, serial, row, epoch, count))
+        _reply(conn, HEADER.pack(DONE, slot, serial, row, epoch, count))
 
 
 def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | None, index: int, offset: int | None) -> None:
@@ -395,10 +438,15 @@ def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | 
 
 
 def _send(conn: Any, op: int, payload: dict[str, Any]) -> None:
+    _reply(conn, HEADER.pack(op, 0, 0, 0, 0, 0) + json.dumps(payload).encode())
+
+
+def _reply(conn: Any, message: bytes) -> None:
+    """Send to the loader; a worker whose loader is gone has nobody to work for and ends."""
     try:
-        conn.send_bytes(HEADER.pack(op, 0, 0, 0, 0, 0) + json.dumps(payload).encode())
-    except (BrokenPipeError, OSError):
-        os._exit(1)
+        conn.send_bytes(message)
+    except OSError:
+        os._exit(0)
 
 
 def encode_copies(records: np.ndarray, copies: np.ndarray, num_records: int) -> np.ndarray:

@@ -353,9 +353,10 @@ class SampleTransform:
         for step, params in zip(steps[:-1] if direct else steps, draws):
             image = self._run(step, params[row], image)
         if direct:
-            rotation = steps[-1]
-            assert isinstance(rotation, RandomRotation) and self._rotator is not None  # as _rotates_last says
-            self._rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), rotation.fill, out)  # type: ignore[arg-type]
+            rotation, rotator = steps[-1], self._rotator
+            if not isinstance(rotation, RandomRotation) or rotator is None:
+                raise TypeError(f"the last step rotates straight into the output only if it is a RandomRotation, got {rotation!r}")
+            rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), rotation.fill, out)  # type: ignore[arg-type]
             return
         if self._mean is not None and self._std is not None:
             for channel in range(3):
@@ -418,7 +419,8 @@ class SampleTransform:
                     colour.hue(image, factor)
             return image
         if isinstance(step, RandomRotation):
-            assert self._rotator is not None
+            if self._rotator is None:
+                raise TypeError("a RandomRotation step runs only in a transform made with it")
             self._rotator.rotate(image, float(params[0]), step.fill)  # type: ignore[arg-type]
             return image
         if isinstance(step, RandomVerticalFlip):
