@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
 
+import shardfmt
 import shardfmt.cli
 import shardfmt.dataset.verify
 from shardfmt import ConvertError, ShardReader, open_dataset
@@ -217,3 +218,15 @@ def test_verify_shows_a_progress_bar_on_a_terminal_for_a_large_dataset(imagefold
     result = CliRunner().invoke(main, ["verify", str(out)])
     assert result.exit_code == 0 and result.stdout.startswith("ok: 1 shards, 24 records")
     assert "verify: 100%" in result.stderr and f"{size / 1000:.1f}k/{size / 1000:.1f}k" in result.stderr
+
+
+def test_convert_workers_are_checked_at_the_door_with_their_range(imagefolder: Path, tmp_path: Path) -> None:
+    limit = 4 * (os.cpu_count() or 1)
+    result = CliRunner().invoke(main, ["convert", str(imagefolder), str(tmp_path / "out"), "--workers", str(limit + 1)])
+    assert result.exit_code == 2
+    assert f"1<=x<={limit}" in result.output
+    assert not (tmp_path / "out").exists()
+    for workers, error in [(0, ValueError), (limit + 1, ValueError), (10**5, ValueError), (2.5, TypeError), (True, TypeError)]:
+        with pytest.raises(error, match=rf"workers must be an int in \[1, {limit}\]"):
+            shardfmt.convert(imagefolder, tmp_path / "api-out", workers=workers)
+        assert not (tmp_path / "api-out").exists()
