@@ -16,7 +16,7 @@ from PIL import Image
 import shardfmt.convert.pipeline
 import shardfmt.convert.records
 from shardfmt import ConvertError, Loader, WorkerError, open_dataset
-from shardfmt._sample import make_image, make_imagefolder
+from shardfmt._sample import make_image
 from shardfmt.cli import main
 from shardfmt.convert.fields import convert_fields, needs_fields
 from shardfmt.ops import ImageOutput, RandomCrop
@@ -258,7 +258,6 @@ def test_plain_conversions_still_take_the_jpeg_path(imagefolder: Path, tmp_path:
     listing.write_text("path,label\n")
     assert not needs_fields([listing])
     assert needs_fields([imagefolder], store="raw") and needs_fields([imagefolder, imagefolder])
-    assert make_imagefolder  # the fixtures build ImageFolders with it
 
 
 def test_a_path_label_listing_with_more_columns_keeps_its_field_names(tmp_path: Path) -> None:

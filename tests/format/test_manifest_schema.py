@@ -98,7 +98,12 @@ def test_only_converted_manifests_say_strict_jpeg(tmp_path: Path) -> None:
 
 
 def test_vector_manifests_validate() -> None:
-    for path in sorted((ROOT / "spec" / "vectors").glob("v*/dataset/manifest.json")):
+    paths = sorted((ROOT / "spec" / "vectors").glob("v*/dataset/manifest.json"))
+    assert [path.relative_to(ROOT / "spec" / "vectors").as_posix() for path in paths] == [
+        "v1.0/dataset/manifest.json",
+        "v1.1/dataset/manifest.json",
+    ]
+    for path in paths:
         VALIDATOR.validate(json.loads(path.read_text()))
 
 
