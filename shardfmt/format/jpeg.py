@@ -7,6 +7,7 @@ uses it to decide what to pass through, and the writer to fill the image columns
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["JpegInfo", "read_jpeg_info", "is_jpeg"]
@@ -64,14 +65,49 @@ def read_jpeg_info(data: bytes | memoryview) -> JpegInfo:
             (not decodable by libjpeg-turbo), whatever its first frame header says.
     """
     view = memoryview(data)
-    size = len(view)
-    if size < 4 or view[0] != 0xFF or view[1] != 0xD8:
+    if len(view) < 4 or view[0] != 0xFF or view[1] != 0xD8:
         raise ValueError("no JPEG start-of-image marker")
-    pos = 2
     frame: tuple[int, int, int, int, int] | None = None
     orientation = 1
     adobe: int | None = None
     hierarchical = False
+    for marker, offset, segment in _segments(view):
+        if marker in _SOF_MARKERS:
+            if len(segment) < 6:
+                raise ValueError(f"byte {offset}: frame header of {len(segment)} bytes is too short")
+            if frame is not None:
+                raise ValueError(f"byte {offset}: a second frame header (SOF) before the first scan")
+            precision, height, width, components = struct.unpack(">BHHB", segment[:6])
+            frame = (marker, precision, height, width, components)
+        elif marker == _DHP:
+            hierarchical = True
+        elif marker == 0xE1 and bytes(segment[:6]) == b"Exif\x00\x00":
+            orientation = _exif_orientation(segment[6:])
+        elif marker == 0xEE and bytes(segment[:5]) == b"Adobe" and len(segment) >= 12:
+            adobe = segment[11]
+    if frame is None:
+        raise ValueError("no frame header (SOF) before the first scan")
+    marker, precision, height, width, components = frame
+    if height == 0 or width == 0:
+        raise ValueError(f"frame size {width}x{height} has a zero side")
+    return JpegInfo(
+        height=height,
+        width=width,
+        components=components,
+        progressive=marker in _PROGRESSIVE,
+        lossless=hierarchical or marker in _LOSSLESS_OR_HIERARCHICAL,
+        precision=precision,
+        orientation=orientation,
+        adobe_transform=adobe,
+    )
+
+
+def _segments(view: memoryview) -> Iterator[tuple[int, int, memoryview]]:
+    """Yield (marker, byte offset of the marker, segment body) for each marker segment after SOI,
+    up to and including the first scan's (SOS); standalone markers have no segment and are
+    skipped. Raise ValueError where the file ends or a segment runs past it."""
+    size = len(view)
+    pos = 2
     while True:
         if pos >= size:
             raise ValueError(f"file ends at byte {size} before the first scan")
@@ -94,38 +130,10 @@ def read_jpeg_info(data: bytes | memoryview) -> JpegInfo:
             raise ValueError(
                 f"byte {pos - 2}: marker 0x{marker:02X} segment of {length} bytes runs past the end ({size})"
             )
-        segment = view[pos + 2 : pos + length]
-        if marker in _SOF_MARKERS:
-            if len(segment) < 6:
-                raise ValueError(f"byte {pos - 2}: frame header of {len(segment)} bytes is too short")
-            if frame is not None:
-                raise ValueError(f"byte {pos - 2}: a second frame header (SOF) before the first scan")
-            precision, height, width, components = struct.unpack(">BHHB", segment[:6])
-            frame = (marker, precision, height, width, components)
-        elif marker == _DHP:
-            hierarchical = True
-        elif marker == 0xE1 and bytes(segment[:6]) == b"Exif\x00\x00":
-            orientation = _exif_orientation(segment[6:])
-        elif marker == 0xEE and bytes(segment[:5]) == b"Adobe" and len(segment) >= 12:
-            adobe = segment[11]
-        elif marker == 0xDA:
-            break
+        yield marker, pos - 2, view[pos + 2 : pos + length]
+        if marker == 0xDA:
+            return
         pos += length
-    if frame is None:
-        raise ValueError("no frame header (SOF) before the first scan")
-    marker, precision, height, width, components = frame
-    if height == 0 or width == 0:
-        raise ValueError(f"frame size {width}x{height} has a zero side")
-    return JpegInfo(
-        height=height,
-        width=width,
-        components=components,
-        progressive=marker in _PROGRESSIVE,
-        lossless=hierarchical or marker in _LOSSLESS_OR_HIERARCHICAL,
-        precision=precision,
-        orientation=orientation,
-        adobe_transform=adobe,
-    )
 
 
 def _exif_orientation(tiff: memoryview) -> int:

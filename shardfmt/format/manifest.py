@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,97 +185,133 @@ class Manifest:
         return _parse(value, path)
 
 
-def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
-    def fail(message: str) -> ManifestError:
-        return ManifestError(message, path=path)
+class _Check:
+    """Typed access to the manifest's JSON values: every failure is a `ManifestError` naming the
+    file."""
 
-    def need(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+
+    def fail(self, message: str) -> ManifestError:
+        return ManifestError(message, path=self.path)
+
+    def need(self, obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+        """Return ``obj[key]``, which must be present and of `kind` (an int is never a bool)."""
         if key not in obj:
-            raise fail(f"{where}: missing {key!r}")
+            raise self.fail(f"{where}: missing {key!r}")
         item = obj[key]
         if not isinstance(item, kind) or (kind is int and isinstance(item, bool)):
-            raise fail(f"{where}: {key!r} has the wrong type ({type(item).__name__})")
+            raise self.fail(f"{where}: {key!r} has the wrong type ({type(item).__name__})")
         return item
 
+
+def _parse(value: Any, path: str | os.PathLike[str]) -> Manifest:
+    check = _Check(path)
     if not isinstance(value, dict):
-        raise fail("the manifest is not a JSON object")
+        raise check.fail("the manifest is not a JSON object")
+    major, minor = _parse_version(value, check)
+    shard_format = check.need(value, "shard_format", str, "manifest")
+    if shard_format not in SHARD_FORMATS:
+        raise UnsupportedVersionError(f"shard_format {_show(shard_format)} is unknown to this reader", path=path)
+    schema = _parse_schema(value, minor, shard_format, check)
+    classes = _parse_classes(value, check)
+    _check_optional(value, check.fail)
+    raw_shards = check.need(value, "shards", list, "manifest")
+    if len(raw_shards) > MAX_SHARDS:
+        raise check.fail(f"{len(raw_shards)} shards exceed the limit of {MAX_SHARDS}")
+    seen: dict[str, str] = {}
+    shards = tuple(_parse_shard(raw, f"shards[{i}]", shard_format, seen, check) for i, raw in enumerate(raw_shards))
+    manifest = Manifest(
+        schema=schema,
+        shards=shards,
+        classes=classes,
+        shard_format=shard_format,
+        format_version=(major, minor),
+        converter=_object_or_empty(value, "converter"),
+        rejects=_object_or_empty(value, "rejects"),
+        stats=_object_or_empty(value, "stats"),
+        strict_jpeg=value.get("strict_jpeg", False),
+    )
+    for key, actual in (("num_records", manifest.num_records), ("num_bytes", manifest.num_bytes)):
+        stated = check.need(value, key, int, "manifest")
+        if stated != actual:
+            raise check.fail(f'"{key}" is {stated} but the shards add up to {actual}')
+    return manifest
+
+
+def _parse_version(value: dict[str, Any], check: _Check) -> tuple[int, int]:
+    """Manifest steps 3 and 4: "format" and "format_version", whose major version must be ours."""
     if value.get("format") != "shardfmt":
-        raise fail(f'"format" is {_show(value.get("format"))}, expected "shardfmt"')
-    version = need(value, "format_version", str, "manifest")
+        raise check.fail(f'"format" is {_show(value.get("format"))}, expected "shardfmt"')
+    version = check.need(value, "format_version", str, "manifest")
     parts = _VERSION_RE.fullmatch(version)
     if parts is None:
-        raise fail(f'"format_version" {_show(version)} is not "MAJOR.MINOR" in decimal digits')
+        raise check.fail(f'"format_version" {_show(version)} is not "MAJOR.MINOR" in decimal digits')
     major, minor = parts.groups()
     if int(major) != FORMAT_VERSION[0]:
         raise UnsupportedVersionError(
             f"format version {version} needs a reader for major version {major}; this reader knows "
             f"{FORMAT_VERSION[0]}.x",
-            path=path,
+            path=check.path,
         )
-    shard_format = need(value, "shard_format", str, "manifest")
-    if shard_format not in SHARD_FORMATS:
-        raise UnsupportedVersionError(f"shard_format {_show(shard_format)} is unknown to this reader", path=path)
+    return int(major), int(minor)
+
+
+def _parse_schema(value: dict[str, Any], minor: int, shard_format: str, check: _Check) -> Schema:
+    """The schema, valid for the manifest's minor version (and the tar schema for tar shards)."""
     try:
-        schema = Schema.from_json(need(value, "schema", dict, "manifest"))
-        schema.check_version(int(minor))
+        schema = Schema.from_json(check.need(value, "schema", dict, "manifest"))
+        schema.check_version(minor)
     except UnsupportedVersionError as err:
-        raise UnsupportedVersionError(f"schema: {err.message}", path=path) from err
+        raise UnsupportedVersionError(f"schema: {err.message}", path=check.path) from err
     except SchemaError as err:
-        raise fail(f"schema: {err.message}") from err
+        raise check.fail(f"schema: {err.message}") from err
     if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
-        raise fail(f'schema: tar shards hold the fields image (jpeg), label (int64), key (str), not {", ".join(f"{f.name} ({f.spec})" for f in schema.fields)}')
+        fields = ", ".join(f"{f.name} ({f.spec})" for f in schema.fields)
+        raise check.fail(f"schema: tar shards hold the fields image (jpeg), label (int64), key (str), not {fields}")
+    return schema
+
+
+def _parse_classes(value: dict[str, Any], check: _Check) -> list[str] | None:
     classes = value.get("classes")
     if classes is not None:
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-            raise fail('"classes" must be null or a list of strings')
+            raise check.fail('"classes" must be null or a list of strings')
         if len(classes) > MAX_CLASSES:
-            raise fail(f"{len(classes)} classes exceed the limit of {MAX_CLASSES}")
-    _check_optional(value, fail)
-    raw_shards = need(value, "shards", list, "manifest")
-    if len(raw_shards) > MAX_SHARDS:
-        raise fail(f"{len(raw_shards)} shards exceed the limit of {MAX_SHARDS}")
-    shards = []
-    seen: dict[str, str] = {}
-    for i, raw in enumerate(raw_shards):
-        where = f"shards[{i}]"
-        if not isinstance(raw, dict):
-            raise fail(f"{where} is not an object")
-        shard_path = _claim_path(need(raw, "path", str, where), where, seen, fail)
-        num_records = need(raw, "num_records", int, where)
-        size = need(raw, "size", int, where)
-        if not 0 <= num_records <= MAX_RECORDS_PER_SHARD:
-            raise fail(f"{where}: num_records {num_records} is outside [0, {MAX_RECORDS_PER_SHARD}]")
-        if not 0 < size <= MAX_SHARD_SIZE:
-            raise fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
-        try:
-            digest = parse_checksum(need(raw, "checksum", str, where))
-        except ValueError as err:
-            raise fail(f"{where}: {err}") from err
-        index = None
-        if shard_format == "tar":
-            index = _parse_index(need(raw, "index", dict, where), f"{where}.index", seen, fail, need)
-        elif "index" in raw:
-            raise fail(f'{where}: "index" is only for tar shards, and shard_format is {_show(shard_format)}')
-        shards.append(ShardEntry(shard_path, num_records, size, digest, index))
-    manifest = Manifest(
-        schema=schema,
-        shards=tuple(shards),
-        classes=classes,
-        shard_format=shard_format,
-        format_version=(int(major), int(minor)),
-        converter=value.get("converter") if isinstance(value.get("converter"), dict) else {},
-        rejects=value.get("rejects") if isinstance(value.get("rejects"), dict) else {},
-        stats=value.get("stats") if isinstance(value.get("stats"), dict) else {},
-        strict_jpeg=value.get("strict_jpeg", False),
-    )
-    for key, actual in (("num_records", manifest.num_records), ("num_bytes", manifest.num_bytes)):
-        stated = need(value, key, int, "manifest")
-        if stated != actual:
-            raise fail(f'"{key}" is {stated} but the shards add up to {actual}')
-    return manifest
+            raise check.fail(f"{len(classes)} classes exceed the limit of {MAX_CLASSES}")
+    return classes
 
 
-def _check_optional(value: dict[str, Any], fail: Any) -> None:
+def _parse_shard(raw: Any, where: str, shard_format: str, seen: dict[str, str], check: _Check) -> ShardEntry:
+    """One entry of "shards"; its path (and a tar's index path) joins `seen`."""
+    if not isinstance(raw, dict):
+        raise check.fail(f"{where} is not an object")
+    shard_path = _claim_path(check.need(raw, "path", str, where), where, seen, check.fail)
+    num_records = check.need(raw, "num_records", int, where)
+    size = check.need(raw, "size", int, where)
+    if not 0 <= num_records <= MAX_RECORDS_PER_SHARD:
+        raise check.fail(f"{where}: num_records {num_records} is outside [0, {MAX_RECORDS_PER_SHARD}]")
+    if not 0 < size <= MAX_SHARD_SIZE:
+        raise check.fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
+    try:
+        digest = parse_checksum(check.need(raw, "checksum", str, where))
+    except ValueError as err:
+        raise check.fail(f"{where}: {err}") from err
+    index = None
+    if shard_format == "tar":
+        index = _parse_index(check.need(raw, "index", dict, where), f"{where}.index", seen, check)
+    elif "index" in raw:
+        raise check.fail(f'{where}: "index" is only for tar shards, and shard_format is {_show(shard_format)}')
+    return ShardEntry(shard_path, num_records, size, digest, index)
+
+
+def _object_or_empty(value: dict[str, Any], key: str) -> dict[str, Any]:
+    """An optional free-form object of the manifest (already type-checked), or {} where absent."""
+    item = value.get(key)
+    return item if isinstance(item, dict) else {}
+
+
+def _check_optional(value: dict[str, Any], fail: Callable[[str], ManifestError]) -> None:
     """Manifest step 7: the optional keys "rejects", "converter", "stats" and "strict_jpeg",
     where present, have the types spec/manifest.md gives (the objects' other members are
     free-form)."""
@@ -311,7 +348,7 @@ def _path_identity(path: str) -> str:
     return unicodedata.normalize("NFD", unicodedata.normalize("NFD", path).casefold())
 
 
-def _claim_path(path: str, where: str, seen: dict[str, str], fail: Any) -> str:
+def _claim_path(path: str, where: str, seen: dict[str, str], fail: Callable[[str], ManifestError]) -> str:
     """Check that a listed path is safe and not listed before (up to case and Unicode
     normalisation), and remember it."""
     problem = _unsafe_path(path)
@@ -320,22 +357,24 @@ def _claim_path(path: str, where: str, seen: dict[str, str], fail: Any) -> str:
     identity = _path_identity(path)
     if identity in seen:
         earlier = seen[identity]
-        same = "is listed twice" if earlier == path else f"names the same file as {_show(earlier)} (paths are compared ignoring case and Unicode normalisation)"
+        same = "is listed twice"
+        if earlier != path:
+            same = f"names the same file as {_show(earlier)} (paths are compared ignoring case and Unicode normalisation)"
         raise fail(f"{where}: path {_show(path)} {same}")
     seen[identity] = path
     return path
 
 
-def _parse_index(raw: dict[str, Any], where: str, seen: dict[str, str], fail: Any, need: Any) -> IndexEntry:
+def _parse_index(raw: dict[str, Any], where: str, seen: dict[str, str], check: _Check) -> IndexEntry:
     """Parse a tar shard's "index" object; its path joins `seen`, shared with the shard paths."""
-    index_path = _claim_path(need(raw, "path", str, where), where, seen, fail)
-    size = need(raw, "size", int, where)
+    index_path = _claim_path(check.need(raw, "path", str, where), where, seen, check.fail)
+    size = check.need(raw, "size", int, where)
     if not 0 < size <= MAX_SHARD_SIZE:
-        raise fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
+        raise check.fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
     try:
-        digest = parse_checksum(need(raw, "checksum", str, where))
+        digest = parse_checksum(check.need(raw, "checksum", str, where))
     except ValueError as err:
-        raise fail(f"{where}: {err}") from err
+        raise check.fail(f"{where}: {err}") from err
     return IndexEntry(index_path, size, digest)
 
 

@@ -262,6 +262,13 @@ class ShardReader(ShardReaderBase):
             raise self._fail(FormatError, f"file is {size} bytes, shorter than header and footer ({HEADER_SIZE + FOOTER_SIZE})", 0)
         if size > MAX_SHARD_SIZE:
             raise self._fail(LimitError, f"file is {size} bytes, over the shard limit of {MAX_SHARD_SIZE}", 0)
+        self._read_header(size)
+        num_records, table_offset, table_checksum = self._read_footer(size)
+        self._read_table(num_records, table_offset, size - FOOTER_SIZE, table_checksum)
+
+    def _read_header(self, size: int) -> None:
+        """Validation steps of the header and schema; set schema, version, alignment and
+        header_size."""
         raw_header = self.source.read(0, HEADER_SIZE)
         header = np.frombuffer(raw_header, HEADER_DTYPE, count=1)[0]
         if bytes(raw_header[:8]) != MAGIC:
@@ -299,36 +306,49 @@ class ShardReader(ShardReaderBase):
         padding = self.source.read(HEADER_SIZE + schema_size, header_size)
         if any(padding):
             raise self._fail(FormatError, "header padding is not zero", HEADER_SIZE + schema_size)
-        try:
-            self.schema = Schema.from_bytes(bytes(schema_bytes))
-            self.schema.check_version(minor)
-        except UnsupportedVersionError as err:
-            raise self._fail(UnsupportedVersionError, err.message, HEADER_SIZE) from err
-        except SchemaError as err:
-            raise self._fail(FormatError, f"schema: {err.message}", HEADER_SIZE) from err
+        self.schema = self._parse_schema(bytes(schema_bytes), minor)
         self.version = (major, minor)
         self.alignment = alignment
         self.header_size = header_size
 
+    def _parse_schema(self, data: bytes, minor: int) -> Schema:
+        """The header's schema, valid for the header's minor version."""
+        try:
+            schema = Schema.from_bytes(data)
+            schema.check_version(minor)
+        except UnsupportedVersionError as err:
+            raise self._fail(UnsupportedVersionError, err.message, HEADER_SIZE) from err
+        except SchemaError as err:
+            raise self._fail(FormatError, f"schema: {err.message}", HEADER_SIZE) from err
+        return schema
+
+    def _read_footer(self, size: int) -> tuple[int, int, int]:
+        """Validation steps of the footer; return the number of records, the table's offset and
+        its checksum."""
         footer_offset = size - FOOTER_SIZE
         raw_footer = self.source.read(footer_offset, size)
         footer = np.frombuffer(raw_footer, FOOTER_DTYPE, count=1)[0]
         if bytes(raw_footer[-8:]) != FOOTER_MAGIC:
-            raise self._fail(FormatError, f"footer magic is {bytes(raw_footer[-8:])!r}, expected {FOOTER_MAGIC!r}: file truncated or extended?", size - 8)
+            found = bytes(raw_footer[-8:])
+            raise self._fail(FormatError, f"footer magic is {found!r}, expected {FOOTER_MAGIC!r}: file truncated or extended?", size - 8)
         if checksum(bytes(raw_footer[:FOOTER_CHECKED_BYTES])) != int(footer["checksum"]):
-            raise self._fail(ChecksumError, "footer checksum does not match: the footer is corrupt", footer_offset + FOOTER_CHECKED_BYTES)
+            offset = footer_offset + FOOTER_CHECKED_BYTES
+            raise self._fail(ChecksumError, "footer checksum does not match: the footer is corrupt", offset)
         if int(footer["reserved0"]) or any(int(x) for x in footer["reserved"]):
             raise self._fail(FormatError, "reserved footer bytes are not zero", footer_offset + 20)
         self.dtype = self.schema.record_dtype()
         record_size = int(footer["record_size"])
         if record_size != self.dtype.itemsize:
-            raise self._fail(FormatError, f"record_size {record_size} differs from the {self.dtype.itemsize} bytes the schema defines", footer_offset + 16)
+            message = f"record_size {record_size} differs from the {self.dtype.itemsize} bytes the schema defines"
+            raise self._fail(FormatError, message, footer_offset + 16)
         num_records = int(footer["num_records"])
         if num_records > MAX_RECORDS_PER_SHARD:
             raise self._fail(LimitError, f"{num_records} records exceed the limit of {MAX_RECORDS_PER_SHARD}", footer_offset + 8)
         table_offset = int(footer["table_offset"])
-        if table_offset % alignment or not header_size <= table_offset <= footer_offset:
-            raise self._fail(FormatError, f"table offset {table_offset} is unaligned or outside [{header_size}, {footer_offset}]", footer_offset)
+        header_size = self.header_size
+        if table_offset % self.alignment or not header_size <= table_offset <= footer_offset:
+            message = f"table offset {table_offset} is unaligned or outside [{header_size}, {footer_offset}]"
+            raise self._fail(FormatError, message, footer_offset)
         if table_offset + num_records * record_size != footer_offset:
             raise self._fail(
                 FormatError,
@@ -336,8 +356,12 @@ class ShardReader(ShardReaderBase):
                 f"does not end where the footer starts ({footer_offset})",
                 footer_offset,
             )
+        return num_records, table_offset, int(footer["table_checksum"])
+
+    def _read_table(self, num_records: int, table_offset: int, footer_offset: int, table_checksum: int) -> None:
+        """Read the record table, check its checksum, then every structural rule of its rows."""
         table_bytes = self.source.read(table_offset, footer_offset)
-        if checksum(table_bytes) != int(footer["table_checksum"]):
+        if checksum(table_bytes) != table_checksum:
             raise self._fail(ChecksumError, "record table checksum does not match: the table is corrupt", table_offset)
         self.table_offset = table_offset
         self.table: np.ndarray[Any, Any] = np.frombuffer(table_bytes, self.dtype, count=num_records)
@@ -362,7 +386,9 @@ class ShardReader(ShardReaderBase):
         starts[1:] = offsets[:-1] + sizes[:-1]
         self._raise_first(offsets != starts, "record does not start where the previous one ends (records must be contiguous)", "offset")
         if int(offsets[-1]) + int(sizes[-1]) != self.table_offset:
-            raise self._fail(FormatError, f"last record ends at {int(offsets[-1]) + int(sizes[-1])}, not at the table ({self.table_offset})", self.table_offset + (n - 1) * row, n - 1)
+            end = int(offsets[-1]) + int(sizes[-1])
+            message = f"last record ends at {end}, not at the table ({self.table_offset})"
+            raise self._fail(FormatError, message, self.table_offset + (n - 1) * row, n - 1)
         self._raise_first(sizes % a != 0, f"record size is not a multiple of the alignment {self.alignment}", "size")
         position = offsets.copy()
         for field in self.schema.fields:
@@ -377,7 +403,8 @@ class ShardReader(ShardReaderBase):
                     LimitError,
                 )
                 expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
-                self._raise_first(f_off != expected, f"field {field.name!r} payload is not at the next aligned offset of its record", column_name(field.name, "offset"))
+                message = f"field {field.name!r} payload is not at the next aligned offset of its record"
+                self._raise_first(f_off != expected, message, column_name(field.name, "offset"))
                 position = f_off + f_size
             kind.check_table(field, table, self._raise_first)
         ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
