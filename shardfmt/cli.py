@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -29,7 +29,13 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "m
           "g": 1000**3, "gb": 1000**3, "gib": 1 << 30}
 
 
-class ByteSize(click.ParamType):
+if TYPE_CHECKING:
+    _IntParamType = click.ParamType[int, Any]  # a generic class in newer click, a plain one in 8.1
+else:
+    _IntParamType = click.ParamType
+
+
+class ByteSize(_IntParamType):
     """A byte count such as ``256MiB``, ``1.5GB`` or ``4096``."""
 
     name = "SIZE"

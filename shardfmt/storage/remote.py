@@ -31,7 +31,7 @@ class FsspecStore:
     Args:
         url: the root, e.g. ``s3://bucket/prefix`` or ``https://host/data``.
         storage_options: passed to fsspec (credentials, ``endpoint_url``, ...); never shown.
-        retry: attempts and backoff for every call.
+        retry: attempts and backoff for every call (default: `RetryPolicy()`).
 
     Raises:
         RemoteError: fsspec knows no filesystem for the URL's scheme (its package is missing).
@@ -39,12 +39,12 @@ class FsspecStore:
 
     atomic_writes = True
 
-    def __init__(self, url: str, *, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy = RetryPolicy()) -> None:
+    def __init__(self, url: str, *, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None) -> None:
         import fsspec
 
         self.redact = Redactor.for_location(url, storage_options)
         self.root = self.redact(url.rstrip("/"))
-        self.retry = retry
+        self.retry = retry if retry is not None else RetryPolicy()
         self._url = url.rstrip("/")
         try:
             self.fs, self._base = fsspec.core.url_to_fs(self._url, **dict(storage_options or {}))
@@ -107,7 +107,7 @@ class FsspecStore:
             todo = [i for i in range(len(ranges)) if i not in found]
             results = self.fs.cat_ranges([path] * len(todo), [ranges[i][0] for i in todo], [ranges[i][1] for i in todo], on_error="return")
             failure: BaseException | None = None
-            for i, result in zip(todo, results):
+            for i, result in zip(todo, results, strict=True):
                 start, stop = ranges[i]
                 if isinstance(result, BaseException):
                     failure = failure or result
@@ -192,7 +192,7 @@ class RemoteFile:
         self._prefetched = []
         if wanted:
             data = self._store.get_ranges(self._key, wanted)
-            self._prefetched = [(a, b, memoryview(d)) for (a, b), d in zip(wanted, data)]
+            self._prefetched = [(a, b, memoryview(d)) for (a, b), d in zip(wanted, data, strict=True)]
 
     def cached(self, start: int, stop: int) -> memoryview | None:
         """Return bytes [start, stop) if they were fetched already, else None (no request)."""

@@ -71,7 +71,9 @@ def is_transient(err: BaseException) -> bool:
     return module.startswith(("aiohttp", "botocore", "urllib3", "requests", "fsspec.exceptions"))
 
 
-def call_with_retries(call: Callable[[], T], *, policy: RetryPolicy, what: str, redact: Redactor, sleep: Callable[[float], None] = time.sleep) -> T:
+def call_with_retries(
+    call: Callable[[], T], *, policy: RetryPolicy, what: str, redact: Redactor, sleep: Callable[[float], None] = time.sleep
+) -> T:
     """Run `call`, retrying transient failures as `policy` says.
 
     Args:
