@@ -189,7 +189,8 @@ def build_corpus(folder: Path) -> Corpus:
     manifests = []
     for shard_format in ("binary", "tar"):
         root = datasets / shard_format
-        with DatasetWriter(root, schema=IMAGE_CLASSIFICATION, shard_size=1500, classes=["a", "b", "c"], shard_format=shard_format) as writer:
+        classes = ["a", "b", "c"]
+        with DatasetWriter(root, schema=IMAGE_CLASSIFICATION, shard_size=1500, classes=classes, shard_format=shard_format) as writer:
             for i in range(5):
                 writer.write({"image": jpeg(10 + i, 14, 50 + i), "label": i % 3, "key": f"r{i}"})
         manifests.append(Seed(shard_format, _files(root)))
@@ -215,6 +216,7 @@ def build_corpus(folder: Path) -> Corpus:
 
 
 # -- mutants ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -273,6 +275,7 @@ def make_mutant(corpus: Corpus, kind: str, *, seed: int, index: int, scratch: Pa
 
 
 # -- reading every byte ----------------------------------------------------------------------------
+
 
 class Inconsistency(Exception):
     """Two parts of shardfmt disagree about one input (see the module docstring)."""
@@ -386,6 +389,7 @@ CHECKS: dict[str, Callable[[Path, Sequence[str]], None]] = {"binary": check_bina
 
 # -- one process's share ---------------------------------------------------------------------------
 
+
 @dataclass
 class Finding:
     """One input that broke the rule; `files` is what a reproducer holds."""
@@ -473,8 +477,14 @@ class Worker:
             return None
         except (Exception, Hang) as err:
             return Finding(
-                mutant.kind, mutant.index, mutant.seed.name, mutant.notes, signature(err),
-                f"{type(err).__name__}: {err}"[:2000], "".join(traceback.format_exception(err)), mutant.files(),
+                mutant.kind,
+                mutant.index,
+                mutant.seed.name,
+                mutant.notes,
+                signature(err),
+                f"{type(err).__name__}: {err}"[:2000],
+                "".join(traceback.format_exception(err)),
+                mutant.files(),
                 tuple(mutant.changed),
             )
         finally:
@@ -514,6 +524,7 @@ def _run_chunk(kind: str, start: int, stop: int, keep: int) -> tuple[int, list[F
 
 # -- the campaign ----------------------------------------------------------------------------------
 
+
 @dataclass
 class KindResult:
     """What a campaign did with one kind."""
@@ -545,7 +556,12 @@ class Campaign:
             "seed": self.seed,
             "jobs": self.jobs,
             "kinds": {
-                kind: {"mutations": r.mutations, "seconds": round(r.seconds, 3), "per_second": round(r.per_second, 1), "findings": r.findings}
+                kind: {
+                    "mutations": r.mutations,
+                    "seconds": round(r.seconds, 3),
+                    "per_second": round(r.per_second, 1),
+                    "findings": r.findings,
+                }
                 for kind, r in self.kinds.items()
             },
             "mutations": sum(r.mutations for r in self.kinds.values()),
@@ -594,8 +610,18 @@ class Printer:
 
 
 def run_kind(
-    kind: str, campaign: Campaign, *, submit: Callable[[int, int], Any], collect: Callable[[Any], tuple[int, list[Finding], dict[str, int]]],
-    jobs: int, seconds: float, limit: int | None, out: Path, keep: int, outside: dict[str, bytes], printer: Printer,
+    kind: str,
+    campaign: Campaign,
+    *,
+    submit: Callable[[int, int], Any],
+    collect: Callable[[Any], tuple[int, list[Finding], dict[str, int]]],
+    jobs: int,
+    seconds: float,
+    limit: int | None,
+    out: Path,
+    keep: int,
+    outside: dict[str, bytes],
+    printer: Printer,
 ) -> KindResult:
     """Hand out chunks of mutation numbers until the time or the count runs out; every chunk
     handed out is finished, so the mutations run are 0 .. N-1."""
@@ -674,8 +700,17 @@ def _dispatch(kind: str, pool: Any, local: Worker, keep: int) -> tuple[Callable[
 
 
 def campaign(
-    *, kinds: Sequence[str], seconds: float, mutations: int | None, seed: int, jobs: int, out: Path,
-    keep: int = 3, hang_seconds: float = 20.0, progress: float = 30.0, work_dir: Path | None = None,
+    *,
+    kinds: Sequence[str],
+    seconds: float,
+    mutations: int | None,
+    seed: int,
+    jobs: int,
+    out: Path,
+    keep: int = 3,
+    hang_seconds: float = 20.0,
+    progress: float = 30.0,
+    work_dir: Path | None = None,
 ) -> Campaign:
     """Run the campaign; see the module docstring. Work files live in a temporary folder under
     `work_dir` (default: `default_work_dir()`) that is removed at the end; reproducers and
@@ -689,7 +724,10 @@ def campaign(
         local = Worker(corpus, Path(temp) / "main", seed=seed, hang_seconds=hang_seconds)
         try:
             check_seeds(local)
-            print(f"seeds: {len(corpus.binary)} binary, {len(corpus.tar)} tar, {len(corpus.manifest)} datasets; seed {seed}, {jobs} job(s)", flush=True)
+            print(
+                f"seeds: {len(corpus.binary)} binary, {len(corpus.tar)} tar, {len(corpus.manifest)} datasets; seed {seed}, {jobs} job(s)",
+                flush=True,
+            )
             pool = None
             if jobs > 1:
                 pool = multiprocessing.get_context("fork").Pool(jobs, _start_worker, (corpus, temp, seed, hang_seconds))
@@ -697,11 +735,24 @@ def campaign(
                 for kind in kinds:
                     submit, collect = _dispatch(kind, pool, local, keep)
                     done = run_kind(
-                        kind, result, submit=submit, collect=collect, jobs=jobs, seconds=seconds, limit=mutations,
-                        out=out, keep=keep, outside=corpus.outside, printer=printer,
+                        kind,
+                        result,
+                        submit=submit,
+                        collect=collect,
+                        jobs=jobs,
+                        seconds=seconds,
+                        limit=mutations,
+                        out=out,
+                        keep=keep,
+                        outside=corpus.outside,
+                        printer=printer,
                     )
                     result.kinds[kind] = done
-                    print(f"{kind:>8}: {done.mutations:>10,} mutations in {done.seconds:7.1f} s = {done.per_second:>8,.0f}/s, {done.findings} findings", flush=True)
+                    print(
+                        f"{kind:>8}: {done.mutations:>10,} mutations in {done.seconds:7.1f} s = {done.per_second:>8,.0f}/s, "
+                        f"{done.findings} findings",
+                        flush=True,
+                    )
             except BaseException:
                 if pool is not None:
                     pool.terminate()
@@ -749,7 +800,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)} (default all)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--keep", type=int, default=3, help="reproducers saved per distinct finding (default 3)")
-    parser.add_argument("--hang-seconds", type=float, default=20.0, help="a mutant that takes longer is a finding; 0: no limit (default 20)")
+    parser.add_argument(
+        "--hang-seconds", type=float, default=20.0, help="a mutant that takes longer is a finding; 0: no limit (default 20)"
+    )
     parser.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines; 0: none (default 30)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the temporary work folder goes (default /dev/shm, else TMPDIR)")
     parser.add_argument("--replay", type=Path, default=None, help="run the reproducer in this folder again, and nothing else")
@@ -768,8 +821,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay is not None:
         return replay(args.replay)
     result = campaign(
-        kinds=args.kinds, seconds=args.seconds, mutations=args.mutations, seed=args.seed, jobs=args.jobs,
-        out=args.out, keep=args.keep, hang_seconds=args.hang_seconds, progress=args.progress, work_dir=args.work_dir,
+        kinds=args.kinds,
+        seconds=args.seconds,
+        mutations=args.mutations,
+        seed=args.seed,
+        jobs=args.jobs,
+        out=args.out,
+        keep=args.keep,
+        hang_seconds=args.hang_seconds,
+        progress=args.progress,
+        work_dir=args.work_dir,
     )
     total = sum(r.mutations for r in result.kinds.values())
     seconds = sum(r.seconds for r in result.kinds.values())
