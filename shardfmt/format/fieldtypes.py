@@ -356,7 +356,7 @@ class RawType(_ImageType):
             raise SchemaError(f"{where} is {height} x {width}: a raw image needs at least one pixel")
         if value.size > MAX_FIELD_SIZE:
             raise SchemaError(f"{where} is {value.size} bytes, over the limit of {MAX_FIELD_SIZE}")
-        return memoryview(np.ascontiguousarray(value)).cast("B"), (height, width, channels, 0)  # type: ignore[arg-type]
+        return np.ascontiguousarray(value).data.cast("B"), (height, width, channels, 0)
 
     def check_table(self, field: FieldLike, table: np.ndarray[Any, Any], raise_first: RaiseFirst) -> None:
         """Rules 28c to 28f: those of every image, and a payload of height x width x channels."""
@@ -434,7 +434,7 @@ class NdarrayType(FieldType):
             raise SchemaError(f"{where} needs a numpy {field.dtype} array, got {kind}")
         if value.shape != field.shape:
             raise SchemaError(f"{where} has shape {list(value.shape)}, the schema declares {list(field.shape or ())}")
-        return memoryview(np.ascontiguousarray(value, dtype=expected)).cast("B"), ()  # type: ignore[arg-type]
+        return np.ascontiguousarray(value, dtype=expected).data.cast("B"), ()
 
     def check_table(self, field: FieldLike, table: np.ndarray[Any, Any], raise_first: RaiseFirst) -> None:
         nbytes = self.nbytes(field) or 0  # never 0: the schema checked dtype and shape

@@ -460,4 +460,7 @@ class ShardReader(ShardReaderBase):
             raise self._fail(cls, message, self.locate_column(i, column)[1], i)
 
     def locate_column(self, index: int, column: str) -> tuple[str, int]:
-        return self.path, self.table_offset + index * self.dtype.itemsize + self.dtype.fields[column][1]  # type: ignore[index]
+        fields = self.dtype.fields
+        if fields is None:  # the table's dtype is always structured; a plain one is a bug here
+            raise TypeError(f"the record table's dtype {self.dtype} has no fields")
+        return self.path, self.table_offset + index * self.dtype.itemsize + int(fields[column][1])
