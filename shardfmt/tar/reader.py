@@ -115,14 +115,25 @@ class TarShardReader(ShardReaderBase):
             if bad.any():
                 i = int(np.argmax(bad))
                 raise FormatError(
-                    f"{message} (tar {self.path}, {self.source.size} bytes)", path=index.path, offset=index.locate_column(i, column)[1], record=i
+                    f"{message} (tar {self.path}, {self.source.size} bytes)",
+                    path=index.path,
+                    offset=index.locate_column(i, column)[1],
+                    record=i,
                 )
 
-        check((offsets < BLOCK_SIZE) | (offsets % BLOCK_SIZE != 0), "image data does not start on a 512-byte block after a header", "image_offset")
+        check(
+            (offsets < BLOCK_SIZE) | (offsets % BLOCK_SIZE != 0),
+            "image data does not start on a 512-byte block after a header",
+            "image_offset",
+        )
         check(offsets > self.source.size, "image data starts past the end of the tar", "image_offset")
         check((sizes < 0) | (sizes > MAX_FIELD_SIZE), f"image size is outside [0, {MAX_FIELD_SIZE}]", "image_size")
         check(offsets + sizes > self.source.size, "image data runs past the end of the tar", "image_size")
-        check((heights < 1) | (heights > MAX_IMAGE_SIDE) | (widths < 1) | (widths > MAX_IMAGE_SIDE), "image height or width is outside [1, 65535]", "image_height")
+        check(
+            (heights < 1) | (heights > MAX_IMAGE_SIDE) | (widths < 1) | (widths > MAX_IMAGE_SIDE),
+            "image height or width is outside [1, 65535]",
+            "image_height",
+        )
         check(~np.isin(channels, JpegType.channels), f"image channels are not {' or '.join(map(str, JpegType.channels))}", "image_channels")
         check((rows["label"] < 0) | (rows["label"] >= MAX_CLASSES), f"label is outside [0, {MAX_CLASSES})", "label")
         order = np.argsort(offsets, kind="stable")
@@ -155,11 +166,19 @@ class TarShardReader(ShardReaderBase):
         """Return every member of record `index`'s sample, by lower-cased extension, unverified."""
         spans = self.index.record(index)["members"]
         if not isinstance(spans, dict):
-            raise FormatError(f"members is a JSON {type(spans).__name__}, not an object of member spans", path=self.index.path, record=index)
+            raise FormatError(
+                f"members is a JSON {type(spans).__name__}, not an object of member spans", path=self.index.path, record=index
+            )
         result = {}
         for extension, span in spans.items():
-            if not (isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span)
-                    and 0 <= span[0] and 0 <= span[1] and span[0] + span[1] <= self.source.size):
+            if not (
+                isinstance(span, list)
+                and len(span) == 2
+                and all(isinstance(x, int) for x in span)
+                and 0 <= span[0]
+                and 0 <= span[1]
+                and span[0] + span[1] <= self.source.size
+            ):
                 raise FormatError(f"member {extension!r} has no valid span in the tar", path=self.index.path, record=index)
             result[extension] = self.source.read(span[0], span[0] + span[1])
         return result
