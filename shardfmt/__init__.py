@@ -44,6 +44,9 @@ from .tar.reader import TarShardReader
 from .tar.scan import iter_tar_samples
 from .tar.writer import TarShardWriter
 
+if typing.TYPE_CHECKING:  # for type checkers and documentation; at run time they load lazily
+    from .loader import Dataset, Loader
+
 __all__ = [
     "FORMAT_VERSION",
     "IMAGE_CLASSIFICATION",

@@ -23,7 +23,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "format" / "format" / "index.html").is_file()  # spec/ served under format/
     api = (tmp_path / "site" / "api" / "index.html").read_text()
-    assert 'id="shardfmt.loader.Loader"' in api and 'id="shardfmt.open_dataset"' in api
+    assert 'id="shardfmt.Loader"' in api and 'id="shardfmt.open_dataset"' in api
 
 
 @pytest.mark.parametrize("name", ["README.md", "CHANGELOG.md"])
