@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "EpochPlan",
-    "ORDER_STREAM",
     "AUGMENT_STREAM",
+    "ORDER_STREAM",
+    "RNG_STREAM",
     "SHARD_STREAM",
     "STEP_STREAM",
+    "EpochPlan",
     "check_subset",
     "mix64",
     "record_keys",
@@ -42,6 +43,10 @@ AUGMENT_STREAM = 0x4155474D
 STEP_STREAM = 0x53544550530000
 """"STEPS" shifted left by 16 bits: step j of an augment list uses stream STEP_STREAM + j, which
 meets none of the other streams for j below 2^16 (they are below 2^40)."""
+RNG_STREAM = 0x524E47530000
+""""RNGS" shifted left by 16 bits: before a user's step j runs on a record, a loader seeds the
+process's global torch, numpy and `random` generators from key(seed, RNG_STREAM + j, epoch,
+record); like STEP_STREAM + j it meets no other stream for j below 2^16."""
 MAX_STEPS = 1 << 16
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

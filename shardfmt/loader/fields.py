@@ -48,7 +48,7 @@ from .shm import SlotArray
 
 __all__ = ["FieldRequest", "OutputSpec", "make_filler", "resolve_outputs", "resolve_pipeline"]
 
-FieldRequest = Union[Mapping[str, Union[ImageOutput, int, tuple[int, int], None]], Sequence[str]]
+FieldRequest = Union[Mapping[str, ImageOutput | int | tuple[int, int] | None], Sequence[str]]
 """What ``Loader(fields=...)`` takes: field name -> ImageOutput (or its size, or None for the
 defaults), or a list of names, each with the defaults."""
 

@@ -1,24 +1,130 @@
-"""A `Loader`'s options beyond its fields: record indices in each batch, the steps that run on
-each sample in the workers (``augment=``, ``mean``/``std`` without a device), and the output size
-that `Loader.set_size` changes between epochs.
+"""A `Loader`'s options: `LoaderOptions`, the frozen, checked value its keyword arguments become,
+and what the loader derives from them: record indices in each batch, the steps that run on each
+sample in the workers (``augment=``, ``mean``/``std`` without a device), and the output size that
+`Loader.set_size` changes between epochs.
 
-Each turns the loader's request into plain values: an extra `OutputSpec` of type "index" (int64,
-one per sample), the "transform" part of the workers' config (which image field, the steps as
-`ops.augment.steps_to_config` gives them, the normalisation), or the pipeline at another size.
+Adding an option is one typed field of `LoaderOptions` (and the same keyword of `Loader`) plus
+one ``_check_<name>`` method, which `LoaderOptions` calls when it is made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import pickle
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..ops import CenterCrop, Pipeline
-from ..ops.augment import AugmentStep, steps_to_config
-from ..sampling import MAX_STEPS
-from .fields import OutputSpec, resolve_pipeline
+import numpy as np
+import torch
 
-__all__ = ["index_output", "pipeline_at", "size_pair", "transform_outputs"]
+from ..ops import CenterCrop, Pipeline
+from ..ops.augment import AugmentStep, as_step
+from ..sampling import MAX_STEPS
+from ..storage import RemoteOptions
+from .fields import FieldRequest, OutputSpec, resolve_pipeline
+from .worker import TransformSpec
+
+__all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs"]
+
+
+@dataclass(frozen=True, eq=False)
+class LoaderOptions:
+    """Every keyword argument of `Loader`, parsed once (see `Loader` for what each means).
+
+    Made from the arguments as given: `num_workers` None becomes the number of cores, `device` a
+    `torch.device`, `mean`/`std` tuples, `augment` a tuple of steps (a user's callable wrapped by
+    `ops.augment.as_step`). Each field with a ``_check_<name>`` method is checked by it.
+
+    Raises:
+        ValueError, TypeError: an argument is malformed (the message names it).
+    """
+
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    num_workers: int | None = None
+    pipeline: Pipeline | str = "train"
+    size: int | tuple[int, int] = 224
+    drop_last: bool = False
+    layout: str = "NCHW"
+    rank: int | None = None
+    world_size: int | None = None
+    ordered: bool = True
+    prefetch: int = 2
+    copy: bool = False
+    device: str | torch.device | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    verify: bool | str = True
+    fast_decode: bool = True
+    start_method: str | None = None
+    timeout: float = 120.0
+    image_field: str = "image"
+    label_field: str | None = "label"
+    fields: FieldRequest | None = None
+    remote: RemoteOptions | None = None
+    window: int | None = None
+    order: str = "auto"
+    return_indices: bool = False
+    subset: Sequence[int] | np.ndarray | None = None
+    augment: Sequence[AugmentStep] | None = None
+
+    def __post_init__(self) -> None:
+        normalised = {
+            "num_workers": (os.cpu_count() or 1) if self.num_workers is None else self.num_workers,
+            "device": torch.device(self.device) if self.device is not None else None,
+            "mean": None if self.mean is None else tuple(self.mean),
+            "std": None if self.std is None else tuple(self.std),
+            "augment": tuple(as_step(step) for step in self.augment or ()),
+        }
+        for name, value in normalised.items():
+            object.__setattr__(self, name, value)
+        for option in dataclasses.fields(self):
+            check = getattr(self, f"_check_{option.name}", None)
+            if check is not None:
+                check()
+
+    @property
+    def resolved_start_method(self) -> str:
+        return self.start_method or multiprocessing.get_start_method(allow_none=False)
+
+    def _check_layout(self) -> None:
+        if self.layout not in ("NHWC", "NCHW"):
+            raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {self.layout!r}")
+
+    def _check_prefetch(self) -> None:
+        if self.prefetch < 1:
+            raise ValueError(f"prefetch must be at least 1, got {self.prefetch}")
+
+    def _check_window(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be at least 1 shard, got {self.window}")
+
+    def _check_verify(self) -> None:
+        if self.verify not in (True, False, "always"):
+            raise ValueError(f"verify must be True, False or 'always', got {self.verify!r}")
+
+    def _check_mean(self) -> None:
+        if self.fields is not None and (self.mean is not None or self.std is not None):
+            raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself")
+
+    def _check_augment(self) -> None:
+        """A user's step must reach the workers: pickled as it is unless they are forked."""
+        if not self.num_workers or self.resolved_start_method == "fork":
+            return
+        for step in self.augment:  # type: ignore[union-attr]
+            if getattr(step, "function", None) is None:
+                continue
+            try:
+                pickle.dumps(step)
+            except Exception as err:
+                raise TypeError(
+                    f"augment step {step.function!r} cannot be pickled, which the {self.resolved_start_method!r} start method needs "  # type: ignore[union-attr]
+                    f"to send it to the workers ({type(err).__name__}: {err}); define it at the top level of a module (not a lambda or a local function)"
+                ) from err
 
 
 def size_pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -63,9 +169,9 @@ def transform_outputs(
     augment: Sequence[AugmentStep],
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
-) -> tuple[tuple[OutputSpec, ...], dict[str, Any] | None]:
+) -> tuple[tuple[OutputSpec, ...], TransformSpec | None]:
     """The outputs with the transformed image as it lands in the slot (float32 when normalised),
-    and the workers' "transform" config; None without steps or normalisation.
+    and what the workers run on it; None without steps or normalisation.
 
     Args:
         outputs: as `fields.resolve_outputs` gives them.
@@ -95,12 +201,12 @@ def transform_outputs(
         if any(value == 0 for value in std):
             raise ValueError(f"std must not hold 0, got {tuple(std)}")
     image = images[0]
-    config = {
-        "field": image.name,
-        "steps": steps_to_config(augment),
-        "mean": None if mean is None else [float(v) for v in mean],
-        "std": None if std is None else [float(v) for v in std],
-    }
+    config = TransformSpec(
+        image.name,
+        tuple(as_step(step) for step in augment),
+        None if mean is None else tuple(float(v) for v in mean),
+        None if std is None else tuple(float(v) for v in std),
+    )
     if mean is not None:
         outputs = tuple(dataclasses.replace(spec, dtype="<f4") if spec.name == image.name else spec for spec in outputs)
     return outputs, config

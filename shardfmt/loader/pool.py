@@ -16,8 +16,10 @@ by every worker from then on, with one warning naming it. A second death on that
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
+import random
 import time
 import warnings
 from collections import deque
@@ -39,6 +41,7 @@ from .worker import (
     TASK,
     ChunkFailure,
     ChunkProcessor,
+    WorkerConfig,
     checked_bytes,
     worker_main,
 )
@@ -46,14 +49,14 @@ from .worker import (
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
 
 DEPTH = 2
-Chunk = tuple[int, int, int, np.ndarray]  # slot, row, epoch, record indices
+Chunk = tuple[int, int, int, int, np.ndarray]  # slot, serial, row, epoch, record indices
 
 
 class WorkerPool:
     """Worker processes decoding chunks into the slots of `ring`.
 
     Args:
-        config: the workers' configuration (plain values only; it is pickled for spawn).
+        config: the workers' configuration (pickled as it is under spawn).
         ring: the shared-memory slots (its name goes into the config).
         num_workers: processes to start.
         start_method: multiprocessing start method, None for the platform default.
@@ -66,7 +69,7 @@ class WorkerPool:
     def __init__(
         self,
         *,
-        config: dict[str, Any],
+        config: WorkerConfig,
         ring: SlotRing,
         num_workers: int,
         start_method: str | None,
@@ -89,7 +92,7 @@ class WorkerPool:
         self.checked = checked if checked is not None else context.RawArray("B", checked_bytes(len(dataset)))
         self.partial = context.RawArray("B", num_workers)
         self.whole_only = context.RawArray("B", checked_bytes(len(dataset)))
-        self._config = dict(config, shm_name=ring.name)
+        self._config = dataclasses.replace(config, ring=ring.name)
         for worker_id in range(num_workers):
             self._start_worker(worker_id)
         ready = 0
@@ -122,12 +125,12 @@ class WorkerPool:
                 return
             chunk = pending.popleft()
             self._send(worker_id, chunk)
-            self.outstanding[(chunk[0], chunk[1])] = worker_id
-            self.chunks[(chunk[0], chunk[1])] = chunk
+            self.outstanding[(chunk[0], chunk[2])] = worker_id
+            self.chunks[(chunk[0], chunk[2])] = chunk
 
     def _send(self, worker_id: int, chunk: Chunk) -> None:
-        slot, row, epoch, indices = chunk
-        self.conns[worker_id].send_bytes(HEADER.pack(TASK, slot, row, epoch, len(indices)) + indices.tobytes())
+        slot, serial, row, epoch, indices = chunk
+        self.conns[worker_id].send_bytes(HEADER.pack(TASK, slot, serial, row, epoch, len(indices)) + indices.tobytes())
         self.load[worker_id] += 1
 
     def wait(self) -> None:
@@ -168,7 +171,7 @@ class WorkerPool:
         except (EOFError, OSError):
             self._worker_died(worker_id)
             return None
-        op, slot, row, _epoch, _count = HEADER.unpack_from(message)
+        op, slot, _serial, row, _epoch, _count = HEADER.unpack_from(message)
         if op == ERROR:
             raise failure_error(json.loads(message[HEADER.size :].decode()), f"worker {worker_id}")
         if op == DONE:
@@ -232,8 +235,9 @@ class WorkerPool:
 class InlinePool:
     """The same interface, decoding in the calling process (num_workers=0, for debugging)."""
 
-    def __init__(self, *, config: dict[str, Any], ring: SlotRing, checked: np.ndarray | None = None) -> None:
-        self.processor = ChunkProcessor(config, ring)
+    def __init__(self, *, config: WorkerConfig, ring: SlotRing, checked: np.ndarray | None = None) -> None:
+        self.processor = ChunkProcessor(config, lambda slot, serial: ring.arrays[slot])
+        self._user_steps = config.transform is not None and bool(config.transform.steps)
         if checked is not None:
             self.processor.checked = checked
         self.outstanding: dict[tuple[int, int], int] = {}
@@ -241,17 +245,23 @@ class InlinePool:
 
     def feed(self, pending: deque[Chunk]) -> None:
         # Per-image torch calls are tiny; the caller's thread pool would make them 6x slower.
+        # User steps seed the global generators before each sample: the caller's states come back.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        states = (torch.get_rng_state(), np.random.get_state(), random.getstate()) if self._user_steps else None
         try:
             while pending:
-                slot, row, epoch, indices = pending.popleft()
+                slot, serial, row, epoch, indices = pending.popleft()
                 try:
-                    self.processor.process(slot, row, epoch, indices)
+                    self.processor.process(slot, serial, row, epoch, indices)
                 except ChunkFailure as failure:
                     raise failure_error(failure.fields, "decoding") from (failure.__cause__ or failure)
         finally:
             torch.set_num_threads(threads)
+            if states is not None:
+                torch.set_rng_state(states[0])
+                np.random.set_state(states[1])
+                random.setstate(states[2])
 
     def wait(self) -> None:
         return

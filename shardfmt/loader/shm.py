@@ -1,6 +1,7 @@
 """The ring of batch slots in shared memory: created by the loader, attached by its workers.
 
-One segment holds every slot. A slot holds one page-aligned array per output field,
+Each slot is one segment (a slot still referenced by the caller when its turn to be refilled
+comes is replaced by a fresh one: see `SlotRing.replace`). A slot holds one page-aligned array per output field,
 ``arrays[s][name]`` of shape (batch_size, *shape) and the field's dtype: for the single-image
 form an image array (batch_size x H x W x C uint8) and a label array (batch_size int64); with
 several fields, one per field. Size in bytes::
@@ -11,10 +12,11 @@ which for the single-image form is
 ``num_slots * (align(batch_size * H * W * C, 4096) + align(8 * batch_size, 4096))``.
 
 A ring made for one layout serves a smaller one too (`SlotRing.with_layout`): after a change of
-output size the loader keeps its segment unless the new slots need more bytes than it has.
+output size the loader keeps its segments unless the new slots need more bytes than they have.
 
-The loader unlinks the segment on close, so /dev/shm holds nothing afterwards; memory that a
-consumer still references stays mapped until it is garbage-collected. If the loader process is
+The loader unlinks a slot's segment when it sets the slot aside for the caller, and every other
+one on close, so /dev/shm holds nothing afterwards; memory that a caller still references stays
+mapped until it is garbage-collected. If the loader process is
 killed, multiprocessing's resource tracker unlinks the segment when it notices.
 """
 
@@ -26,11 +28,10 @@ import secrets
 import sys
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any
 
 import numpy as np
 
-__all__ = ["SlotArray", "SlotLayout", "SlotRing"]
+__all__ = ["Slot", "SlotArray", "SlotLayout", "SlotRing", "attach", "segment_name", "slot_arrays"]
 
 _PAGE = 4096
 
@@ -50,13 +51,6 @@ class SlotArray:
     @property
     def sample_bytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
-    def to_config(self) -> list[Any]:
-        return [self.name, list(self.shape), self.dtype]
-
-    @classmethod
-    def from_config(cls, value: list[Any]) -> SlotArray:
-        return cls(value[0], tuple(value[1]), value[2])
 
 
 @dataclass(frozen=True)
@@ -79,84 +73,165 @@ class SlotLayout:
         return self.num_slots * self.slot_bytes
 
 
-class SlotRing:
-    """Numpy views of every slot over one shared-memory segment.
+class Slot:
+    """One slot's memory: a shared-memory segment (or a bytearray in the loader's own process)
+    and the numpy views of its arrays."""
 
-    Use `SlotRing.create(layout)` in the loader and `SlotRing.attach(name, layout)` in a worker.
-    """
-
-    def __init__(self, name: str, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: shared_memory.SharedMemory | None) -> None:
+    def __init__(self, name: str | None, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: shared_memory.SharedMemory | None) -> None:
         self.name = name
-        self.layout = layout
         self._owner = owner
-        self._buffer = buffer
+        self.buffer = buffer
         self.capacity = len(buffer)
-        """Bytes of the mapping: at least `layout.total_bytes`."""
-        memory = np.frombuffer(buffer, np.uint8, count=layout.total_bytes)
-        self.arrays: list[dict[str, np.ndarray]] = []
-        for slot in range(layout.num_slots):
-            start = slot * layout.slot_bytes
-            views = {}
-            for array in layout.arrays:
-                view = memory[start : start + layout.batch_size * array.sample_bytes].view(array.dtype)
-                views[array.name] = view.reshape(layout.batch_size, *array.shape)
-                start += layout.array_bytes(array)
-            self.arrays.append(views)
+        """Bytes of the mapping: at least `layout.slot_bytes`."""
+        self.arrays = slot_arrays(buffer, layout)
 
-    @classmethod
-    def create(cls, layout: SlotLayout) -> SlotRing:
-        """Create the segment and reserve its pages now, so that a too-small /dev/shm fails here
-        with a clear error instead of killing a worker with SIGBUS later.
-
-        Raises:
-            MemoryError: the shared memory cannot be reserved.
-        """
-        name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
-        owner = shared_memory.SharedMemory(name=name, create=True, size=max(layout.total_bytes, 1))
-        try:
-            if os.name == "posix":
-                _reserve(owner.name, layout.total_bytes)
-            buffer = _map(owner.name, layout.total_bytes) if os.name == "posix" else owner.buf
-        except BaseException:
-            owner.close()
-            owner.unlink()
-            raise
-        if os.name == "posix":
-            owner.close()  # our own mapping stays; the owner object is kept only to unlink
-        return cls(owner.name, layout, buffer, owner)
-
-    @classmethod
-    def attach(cls, name: str, layout: SlotLayout) -> SlotRing:
-        """Map an existing segment without registering it with a resource tracker (the creator
-        owns its lifetime)."""
-        if os.name == "posix":
-            buffer = _map(name, layout.total_bytes)
-            _populate(buffer)
-            return cls(name, layout, buffer, None)
-        segment = shared_memory.SharedMemory(name=name)
-        return cls(name, layout, segment.buf, None)
-
-    def with_layout(self, layout: SlotLayout) -> SlotRing:
-        """Views of the same segment for another layout that fits in it; the new ring takes over
-        unlinking the segment.
-
-        Raises:
-            ValueError: the layout needs more bytes than the segment has.
-        """
-        if layout.total_bytes > self.capacity:
-            raise ValueError(f"a layout of {layout.total_bytes} bytes does not fit in a ring of {self.capacity}")
-        ring = SlotRing(self.name, layout, self._buffer, self._owner)
+    def with_layout(self, layout: SlotLayout) -> Slot:
+        """Views of the same memory for a layout whose slot fits in it; the new slot takes over
+        unlinking the segment."""
+        slot = Slot(self.name, layout, self.buffer, self._owner)
         self._owner = None
-        return ring
+        return slot
 
     def unlink(self) -> None:
-        """Remove the segment's name; mappings stay valid until their last user goes."""
+        """Remove the segment's name; mappings (in workers, in tensors a caller holds) stay valid
+        until their last user goes, and then the memory is released."""
         if self._owner is not None:
             try:
                 self._owner.unlink()
             except FileNotFoundError:
                 pass
             self._owner = None
+
+
+def slot_arrays(buffer: mmap.mmap | memoryview, layout: SlotLayout) -> dict[str, np.ndarray]:
+    """The arrays of one slot, page-aligned one after the other from the start of `buffer`."""
+    memory = np.frombuffer(buffer, np.uint8, count=layout.slot_bytes)
+    views = {}
+    start = 0
+    for array in layout.arrays:
+        view = memory[start : start + layout.batch_size * array.sample_bytes].view(array.dtype)
+        views[array.name] = view.reshape(layout.batch_size, *array.shape)
+        start += layout.array_bytes(array)
+    return views
+
+
+def segment_name(base: str, serial: int) -> str:
+    """The name of segment number `serial` of the ring called `base`."""
+    return f"{base}-{serial}"
+
+
+class SlotRing:
+    """The slots of a loader, one shared-memory segment each (`shared`), or bytearrays for a
+    loader that decodes in its own process.
+
+    A slot can be replaced by a fresh one (`replace`): the old one's name is unlinked and its
+    memory left to whoever still references it. Slot `s` is segment ``serials[s]``; a worker maps
+    it by `segment_name` (`attach`) when a task names a serial it has not mapped yet.
+    """
+
+    def __init__(self, layout: SlotLayout, *, shared: bool) -> None:
+        self.layout = layout
+        self.shared = shared
+        self.name = f"shardfmt-{os.getpid()}-{secrets.token_hex(4)}"
+        """The base of the segments' names."""
+        self.slots: list[Slot] = []
+        self.serials: list[int] = []
+        self._next_serial = 0
+        try:
+            for _ in range(layout.num_slots):
+                serial, slot = self._new_slot(layout)
+                self.serials.append(serial)
+                self.slots.append(slot)
+        except BaseException:
+            self.unlink()
+            raise
+
+    @classmethod
+    def create(cls, layout: SlotLayout) -> SlotRing:
+        """Create and reserve every slot's segment now, so that a too-small /dev/shm fails here
+        with a clear error instead of killing a worker with SIGBUS later.
+
+        Raises:
+            MemoryError: the shared memory cannot be reserved.
+        """
+        return cls(layout, shared=True)
+
+    @classmethod
+    def in_process(cls, layout: SlotLayout) -> SlotRing:
+        """Slots in this process's own memory (num_workers=0)."""
+        return cls(layout, shared=False)
+
+    @property
+    def arrays(self) -> list[dict[str, np.ndarray]]:
+        return [slot.arrays for slot in self.slots]
+
+    @property
+    def capacity(self) -> int:
+        """Bytes the slots hold: the smallest slot's times their number (what a layout may use)."""
+        return min(slot.capacity for slot in self.slots) * len(self.slots) if self.slots else 0
+
+    def _new_slot(self, layout: SlotLayout) -> tuple[int, Slot]:
+        serial = self._next_serial
+        self._next_serial += 1
+        size = layout.slot_bytes
+        if not self.shared:
+            return serial, Slot(None, layout, memoryview(bytearray(max(size, 1))), None)
+        name = segment_name(self.name, serial)
+        owner = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
+        try:
+            if os.name == "posix":
+                _reserve(owner.name, size)
+            buffer = _map(owner.name, size) if os.name == "posix" else owner.buf
+        except BaseException:
+            owner.close()
+            owner.unlink()
+            raise
+        if os.name == "posix":
+            owner.close()  # our own mapping stays; the owner object is kept only to unlink
+        assert buffer is not None  # a segment just made is mapped
+        return serial, Slot(name, layout, buffer, owner)
+
+    def replace(self, index: int) -> None:
+        """Put a fresh slot in place of slot `index`, whose memory is left to those who still
+        reference it (its name is unlinked now; the memory goes with the last reference)."""
+        self.slots[index].unlink()
+        self.serials[index], self.slots[index] = self._new_slot(self.layout)
+
+    def with_layout(self, layout: SlotLayout) -> SlotRing:
+        """The same slots for another layout of as many slots that fit in them; the new ring
+        takes over unlinking the segments.
+
+        Raises:
+            ValueError: the layout needs more slots or bytes than the ring has.
+        """
+        if layout.num_slots != len(self.slots) or any(slot.capacity < layout.slot_bytes for slot in self.slots):
+            raise ValueError(f"a layout of {layout.num_slots} slots of {layout.slot_bytes} bytes does not fit in a ring of {len(self.slots)} of {self.capacity // max(1, len(self.slots))}")
+        ring = object.__new__(SlotRing)
+        ring.layout, ring.shared, ring.name = layout, self.shared, self.name
+        ring.slots = [slot.with_layout(layout) for slot in self.slots]
+        ring.serials, ring._next_serial = list(self.serials), self._next_serial
+        return ring
+
+    def fits(self, layout: SlotLayout) -> bool:
+        return layout.num_slots == len(self.slots) and all(slot.capacity >= layout.slot_bytes for slot in self.slots)
+
+    def unlink(self) -> None:
+        """Remove the names of every slot's segment; mappings stay valid until their last user goes."""
+        for slot in self.slots:
+            slot.unlink()
+
+
+def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:
+    """Map segment `serial` of the ring `base` in a worker, without registering it with a
+    resource tracker (the loader owns its lifetime), and return the slot's arrays."""
+    name = segment_name(base, serial)
+    if os.name == "posix":
+        buffer = _map(name, layout.slot_bytes)
+        _populate(buffer)
+        return slot_arrays(buffer, layout)
+    segment = shared_memory.SharedMemory(name=name)
+    assert segment.buf is not None  # an attached segment is mapped
+    return slot_arrays(segment.buf, layout)
 
 
 _POPULATE_WRITE = 23

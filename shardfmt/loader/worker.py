@@ -5,11 +5,12 @@ once, on the reference image field, and carried to the other image fields (snapp
 scale of each jpeg field that is decoded at one). Image fillers write through (N, C, H, W) views
 of the slot arrays (`ops.decode.as_target`).
 
-A worker is started once per loader with a small config (the dataset path, the pipeline as a
-dict, the slot layout) and never with the dataset object, so it works under spawn as well as
-fork. Messages are fixed structs sent with `send_bytes` (no pickling):
+A worker is started once per loader with a `WorkerConfig` (the dataset path, the pipeline and
+the steps as the objects the caller gave, the slot layout), pickled as it is under spawn, and
+never with the dataset object, so it works under spawn as well as fork. Messages are fixed
+structs sent with `send_bytes` (no pickling):
 
-    loader -> worker   TASK  (slot, row, epoch, count) + count int64 record indices
+    loader -> worker   TASK  (slot, serial, row, epoch, count) + count int64 record indices
                        STOP
     worker -> loader   READY | DONE (slot, row, count) | ERROR + UTF-8 JSON
 
@@ -33,6 +34,9 @@ A second shared bitmap (`whole_only`, set by the loader only) names the records 
 decode ended a worker: libjpeg reports a fatal error by ``exit()``, so the loader starts a new
 worker, and every worker decodes those records whole from then on, trusted or not.
 
+A task names the slot's segment by its serial (`shm.SlotRing.replace` puts fresh segments in the
+ring); a worker maps a segment the first time a task names it and drops the slot's old mapping.
+
 After the fields, a sample of the image field named by the config's "transform" (the loader's
 ``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
 chunk's draws (`ops.SampleTransform`) and written into its slot row; outputs of type "index"
@@ -46,6 +50,8 @@ import os
 import signal
 import struct
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,17 +59,49 @@ import numpy as np
 from ..dataset.concat import open_records
 from ..errors import ChecksumError, DecodeError, ShardfmtError, worker_error_kind
 from ..format.layout import column_name
-from ..ops import CropPlan, pipeline_from_config, scale_plan, snap_to_scale
-from ..ops.augment import SampleTransform, steps_from_config
+from ..ops import CropPlan, Pipeline, scale_plan, snap_to_scale
+from ..ops.augment import AugmentStep, SampleTransform
 from ..ops.decode import as_target
 from ..sampling import AUGMENT_STREAM, record_keys
+from ..storage import RemoteOptions
 from .fields import OutputSpec, make_filler
-from .shm import SlotArray, SlotLayout, SlotRing
+from .shm import SlotLayout, attach
 
-__all__ = ["ChunkProcessor", "checked_bytes", "worker_main"]
+__all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "worker_main"]
 
 TASK, STOP, READY, DONE, ERROR = 1, 2, 3, 4, 5
-HEADER = struct.Struct("<qqqqq")  # op, slot, row, epoch, count
+HEADER = struct.Struct("<qqqqqq")  # op, slot, serial, row, epoch, count
+
+SlotArrays = Callable[[int, int], dict[str, np.ndarray]]
+"""(slot, serial) -> the slot's arrays: mapped in a worker, the loader's own in-process."""
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """The steps run on the image field `field` after its crop, then the normalisation."""
+
+    field: str
+    steps: tuple[AugmentStep, ...]
+    mean: tuple[float, ...] | None
+    std: tuple[float, ...] | None
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs, as objects (pickled as they are under spawn)."""
+
+    path: Any
+    remote: RemoteOptions | None
+    verify: bool
+    verify_every_read: bool
+    seed: int
+    fast_decode: bool
+    pipeline: Pipeline
+    outputs: tuple[OutputSpec, ...]
+    layout: SlotLayout
+    transform: TransformSpec | None
+    ring: str = ""
+    """The base name of the slots' shared-memory segments."""
 
 
 class ChunkFailure(Exception):
@@ -78,43 +116,53 @@ class ChunkFailure(Exception):
 class ChunkProcessor:
     """Fill slots with records. Runs inside a worker, or in the loader with num_workers=0."""
 
-    def __init__(self, config: dict[str, Any], ring: SlotRing, *, in_worker: bool = False) -> None:
+    def __init__(self, config: WorkerConfig, slot_arrays: SlotArrays, *, in_worker: bool = False) -> None:
         self.config = config
-        self.ring = ring
-        self.dataset = open_records(config["path"], verify=config["verify"], remote=config.get("remote"))
-        self.pipeline = pipeline_from_config(config["pipeline"])
-        self.seed = int(config["seed"])
-        specs = [OutputSpec.from_config(value) for value in config["outputs"]]
+        self.dataset = open_records(config.path, verify=config.verify, remote=config.remote)
+        self.pipeline = config.pipeline
+        self.seed = int(config.seed)
+        specs = list(config.outputs)
+        self.specs = specs
         self.index_outputs = [spec.name for spec in specs if spec.type == "index"]
-        self.fillers = [make_filler(spec, fast_decode=config["fast_decode"], partial=in_worker) for spec in specs if spec.type != "index"]
+        self.fillers = [make_filler(spec, fast_decode=config.fast_decode, partial=in_worker) for spec in specs if spec.type != "index"]
         self.images = [spec for spec in specs if spec.is_image]
         self.reads_payload = any(filler.reads_payload for filler in self.fillers)
-        transform = config.get("transform")
+        transform = config.transform
         self.transform: SampleTransform | None = None
         self.transformed: str | None = None
         if transform is not None:
-            spec = next(spec for spec in specs if spec.name == transform["field"])
+            spec = next(spec for spec in specs if spec.name == transform.field)
             height, width, channels = spec.shape
-            self.transform = SampleTransform(steps_from_config(transform["steps"]), height=height, width=width, mean=transform["mean"], std=transform["std"])
+            self.transform = SampleTransform(transform.steps, height=height, width=width, mean=transform.mean, std=transform.std)
             self.transformed = spec.name
             self._scratch = np.empty((1, height, width, channels), np.uint8)  # the decoded sample, before its steps
             self._scratch_rows = _row_views(as_target(self._scratch))
-        # Per slot, what each filler writes into: for an image field one (1, C, H, W) view per
-        # row, which the decoder and resizer write through; other fields (and a transformed
-        # image, which the transform writes) as the numpy arrays.
-        self.targets = [
-            {spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image and spec.name != self.transformed else arrays[spec.name] for spec in specs}
-            for arrays in ring.arrays
-        ]
+        self._slot_arrays = slot_arrays
+        self._targets: dict[int, tuple[int, dict[str, Any]]] = {}
         self.current = np.zeros(1, np.int64)  # replaced by a shared cell in worker processes
-        self.every_read = bool(config.get("verify_every_read", True))
+        self.every_read = bool(config.verify_every_read)
         self.remote = self.dataset.is_remote
         self.strict = bool(self.dataset.strict_jpeg)
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
         self.whole_only = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
 
-    def process(self, slot: int, row: int, epoch: int, indices: np.ndarray) -> None:
-        """Fill rows [row, row + len(indices)) of slot `slot` with records `indices`.
+    def targets(self, slot: int, serial: int) -> dict[str, Any]:
+        """What each filler writes into in segment `serial` of slot `slot`: for an image field one
+        (1, C, H, W) view per row, which the decoder and resizer write through; other fields (and
+        a transformed image, which the transform writes) as the numpy arrays."""
+        held = self._targets.get(slot)
+        if held is not None and held[0] == serial:
+            return held[1]
+        self._targets.pop(slot, None)  # the old segment's mapping goes with its views
+        arrays = self._slot_arrays(slot, serial)
+        targets = {
+            spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image and spec.name != self.transformed else arrays[spec.name] for spec in self.specs
+        }
+        self._targets[slot] = (serial, targets)
+        return targets
+
+    def process(self, slot: int, serial: int, row: int, epoch: int, indices: np.ndarray) -> None:
+        """Fill rows [row, row + len(indices)) of slot `slot` (segment `serial`) with records `indices`.
 
         Raises:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
@@ -134,7 +182,7 @@ class ChunkProcessor:
         boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
         transform, transformed = self.transform, self.transformed
         draws = transform.draw(self.seed, epoch, indices) if transform is not None else []
-        targets = self.targets[slot]
+        targets = self.targets(slot, serial)
         checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
         current = self.current
@@ -247,7 +295,7 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
             pass
 
 
-def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any, checked: Any, partial: Any, whole_only: Any) -> None:
+def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, checked: Any, partial: Any, whole_only: Any) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
 
     `current`, `checked`, `partial` and `whole_only` are the pool's shared arrays: the record each
@@ -258,9 +306,7 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any,
 
     torch.set_num_threads(1)
     try:
-        layout = SlotLayout(config["num_slots"], config["batch_size"], tuple(SlotArray.from_config(a) for a in config["slot_arrays"]))
-        ring = SlotRing.attach(config["shm_name"], layout)
-        processor = ChunkProcessor(config, ring, in_worker=True)
+        processor = ChunkProcessor(config, lambda slot, serial: attach(config.ring, serial, config.layout), in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
         processor.whole_only = np.frombuffer(whole_only, np.uint8)
@@ -268,26 +314,26 @@ def worker_main(worker_id: int, conn: Any, config: dict[str, Any], current: Any,
     except BaseException as err:  # report start-up failures instead of dying silently
         _send_error(conn, err, None, None, -1, None)
         return
-    conn.send_bytes(HEADER.pack(READY, 0, 0, 0, 0))
+    conn.send_bytes(HEADER.pack(READY, 0, 0, 0, 0, 0))
     while True:
         try:
             message = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the loader is gone
-        op, slot, row, epoch, count = HEADER.unpack_from(message)
+        op, slot, serial, row, epoch, count = HEADER.unpack_from(message)
         if op == STOP:
             processor.close()
             return
         indices = np.frombuffer(message, np.int64, count=count, offset=HEADER.size)
         try:
-            processor.process(slot, row, epoch, indices)
+            processor.process(slot, serial, row, epoch, indices)
         except ChunkFailure as failure:
             _send(conn, ERROR, failure.fields)
             continue
         except BaseException as err:
             _send_error(conn, err, None, None, -1, None)
             continue
-        conn.send_bytes(HEADER.pack(DONE, slot, row, epoch, count))
+        conn.send_bytes(HEADER.pack(DONE, slot, serial, row, epoch, count))
 
 
 def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | None, index: int, offset: int | None) -> None:
@@ -308,6 +354,6 @@ def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | 
 
 def _send(conn: Any, op: int, payload: dict[str, Any]) -> None:
     try:
-        conn.send_bytes(HEADER.pack(op, 0, 0, 0, 0) + json.dumps(payload).encode())
+        conn.send_bytes(HEADER.pack(op, 0, 0, 0, 0, 0) + json.dumps(payload).encode())
     except (BrokenPipeError, OSError):
         os._exit(1)

@@ -4,22 +4,28 @@ that applies a list of them (then the normalisation, if any) to one sample.
 The steps have torchvision's names, parameters and sampling rules: `RandomVerticalFlip`,
 `RandomRotation`, `ColorJitter` and `RandomGrayscale`, with the results of torchvision's tensor
 functions on uint8 images (`colour`, `rotate` give the formulas). A user's own step is any
-picklable callable ``step(sample, generator) -> sample``: `sample` a (3, H, W) uint8 tensor, valid
-during the call only, `generator` a `torch.Generator` seeded for this record; it returns a
-(3, H, W) uint8 tensor (the same one, changed in place, or a new one).
+picklable callable ``step(sample) -> sample`` or ``step(sample, generator) -> sample`` (a
+torchvision transform, a `torch.nn.Module`; `as_step` tells them apart by signature): `sample` a
+(3, H, W) uint8 tensor, valid during the call only, `generator` a `torch.Generator` seeded for
+this record; it returns a (3, H, W) uint8 tensor (the same one, changed in place, or a new one).
 
 Randomness. Step number j of the list (from 0) takes its draws from the key
 ``key(seed, STEP + j, epoch, record)`` (`sampling.STEP_STREAM`; spec/sampling.md): `u[k]` is draw
 k + 1 of that key as a float in [0, 1), and a user's step gets a generator seeded with the key
-itself. So every draw is a pure function of (seed, epoch, record, position in the list): the
-number of workers, the batch and a resume never change it.
+itself. Before a user's step runs, the process's global torch, numpy and `random` generators are
+seeded from ``key(seed, RNG + j, epoch, record)`` (`sampling.RNG_STREAM`), so that a step drawing
+from them (every torchvision transform does) is reproducible too. So every draw is a pure function
+of (seed, epoch, record, position in the list): the number of workers, the batch and a resume
+never change it.
 
 Each step keeps the sample's shape, so the slots are sized before any batch.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
@@ -27,20 +33,20 @@ from typing import Any, ClassVar, Union
 import numpy as np
 import torch
 
-from ..sampling import STEP_STREAM, record_keys, uniforms
+from ..sampling import RNG_STREAM, STEP_STREAM, record_keys, uniforms
 from .colour import ColourKernels
 from .rotate import Rotator
 
 __all__ = [
     "AugmentStep",
+    "CallableStep",
     "ColorJitter",
     "RandomGrayscale",
     "RandomRotation",
     "RandomVerticalFlip",
     "SampleTransform",
+    "as_step",
     "describe_steps",
-    "steps_from_config",
-    "steps_to_config",
 ]
 
 
@@ -191,63 +197,77 @@ class ColorJitter:
 
 BuiltinStep = Union[RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale]
 AugmentStep = Union[BuiltinStep, Callable[[torch.Tensor, torch.Generator], torch.Tensor]]
-"""What ``Loader(augment=[...])`` takes: the steps above, or a picklable callable."""
+"""What ``Loader(augment=[...])`` takes: the steps above, or a picklable callable taking
+(sample) or (sample, generator)."""
 
 _BUILTIN = (RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale)
 
 
-def steps_to_config(steps: Sequence[AugmentStep]) -> list[Any]:
-    """The steps as the workers receive them: a dict per built-in step, the callable itself
-    (pickled under spawn) for a user's step.
+@dataclass(frozen=True)
+class CallableStep:
+    """A user's step as the workers run it: the callable and whether it takes the generator."""
+
+    function: Callable[..., torch.Tensor]
+    takes_generator: bool
+
+    def __call__(self, sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.function(sample, generator) if self.takes_generator else self.function(sample)
+
+    @property
+    def name(self) -> str:
+        function = self.function
+        name = getattr(function, "__qualname__", None) or type(function).__qualname__
+        module = getattr(function, "__module__", None) or type(function).__module__
+        return f"{module}.{name}"
+
+
+def as_step(step: Any) -> Any:
+    """A built-in step as it is; a user's callable as a `CallableStep` that knows from its
+    signature whether to pass the generator: ``step(sample, generator)`` when a second
+    positional parameter is named, else ``step(sample)`` (a ``forward(self, x)`` of a
+    `torch.nn.Module`, a transform's ``__call__(self, img)``, ``forward(self, *inputs)``).
 
     Raises:
-        TypeError: a step is neither a built-in step nor callable.
+        TypeError: `step` is not callable, or takes neither one argument nor two.
     """
-    config: list[Any] = []
-    for step in steps:
-        if isinstance(step, _BUILTIN):
-            config.append(step.to_config())
-        elif callable(step):
-            config.append({"op": "callable", "step": step})
-        else:
-            raise TypeError(f"an augment step is a shardfmt.ops step or a callable(sample, generator), got {step!r}")
-    return config
-
-
-def steps_from_config(config: Sequence[Any]) -> list[AugmentStep]:
-    """Rebuild steps from `steps_to_config`."""
-    steps: list[AugmentStep] = []
-    for item in config:
-        op = item["op"]
-        params = {k: v for k, v in item.items() if k != "op"}
-        if op == "random_vertical_flip":
-            steps.append(RandomVerticalFlip(**params))
-        elif op == "random_grayscale":
-            steps.append(RandomGrayscale(**params))
-        elif op == "random_rotation":
-            steps.append(RandomRotation(tuple(params["degrees"]), tuple(params["fill"])))
-        elif op == "color_jitter":
-            steps.append(ColorJitter(**{k: tuple(v) if v is not None else (1.0, 1.0) if k != "hue" else (0.0, 0.0) for k, v in params.items()}))
-        elif op == "callable":
-            steps.append(params["step"])
-        else:
-            raise ValueError(f"unknown augment op {op!r}")
-    return steps
+    if isinstance(step, (_BUILTIN, CallableStep)):
+        return step
+    if not callable(step):
+        raise TypeError(f"an augment step is a shardfmt.ops step or a callable taking (sample) or (sample, generator), got {step!r}")
+    target = step.forward if isinstance(step, torch.nn.Module) else step
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: pass the sample only
+        return CallableStep(step, False)
+    kinds = [p.kind for p in signature.parameters.values()]
+    positional = [k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    takes_generator = len(positional) >= 2
+    try:
+        signature.bind(*(("sample", "generator") if takes_generator else ("sample",)))
+    except TypeError as err:
+        raise TypeError(f"augment step {step!r} must take (sample) or (sample, generator), but its signature is {signature}: {err}") from err
+    return CallableStep(step, takes_generator)
 
 
 def describe_steps(steps: Sequence[AugmentStep]) -> str:
     """A stable text naming the steps and their parameters (a user's step by its qualified
     name), for a loader's resume check."""
     parts = []
-    for item in steps_to_config(steps):
-        if item["op"] == "callable":
-            step = item["step"]
-            name = getattr(step, "__qualname__", None) or type(step).__qualname__
-            module = getattr(step, "__module__", None) or type(step).__module__
-            parts.append(f"{module}.{name}")
+    for step in steps:
+        if isinstance(step, _BUILTIN):
+            parts.append(repr(sorted(step.to_config().items())))
         else:
-            parts.append(repr(sorted(item.items())))
+            parts.append(as_step(step).name)
     return "; ".join(parts)
+
+
+def seed_global_generators(key: int) -> None:
+    """Seed the process's global torch, numpy and `random` generators from one 64-bit key, as a
+    worker does before each user step (about 10 us; ``torch.manual_seed`` would also seed every
+    accelerator, 170 us here)."""
+    torch.default_generator.manual_seed(key)
+    np.random.seed(key & 0xFFFFFFFF)
+    random.seed(key)
 
 
 class SampleTransform:
@@ -264,7 +284,7 @@ class SampleTransform:
     def __init__(
         self, steps: Sequence[AugmentStep], *, height: int, width: int, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
     ) -> None:
-        self.steps = list(steps)
+        self.steps = [as_step(step) for step in steps]
         self.shape = (3, height, width)
         self._image = np.empty(self.shape, np.float32)
         self._spare = np.empty(self.shape, np.float32)
@@ -279,8 +299,15 @@ class SampleTransform:
     def draw(self, seed: int, epoch: int, indices: np.ndarray) -> list[np.ndarray]:
         """The draws of every step for records `indices` (dataset indices) of `epoch`: per step
         an array with one row per record (parameters, or the generator seed of a user's step)."""
-        keys_of = [record_keys(seed, STEP_STREAM + j, epoch, indices.astype(np.uint64)) for j in range(len(self.steps))]
-        return [step.parameters(uniforms(keys, step.draws)) if isinstance(step, _BUILTIN) else keys for step, keys in zip(self.steps, keys_of)]
+        records = indices.astype(np.uint64)
+        draws = []
+        for j, step in enumerate(self.steps):
+            keys = record_keys(seed, STEP_STREAM + j, epoch, records)
+            if isinstance(step, _BUILTIN):
+                draws.append(step.parameters(uniforms(keys, step.draws)))
+            else:
+                draws.append(np.stack([keys, record_keys(seed, RNG_STREAM + j, epoch, records)], axis=1))
+        return draws
 
     def apply(self, source: np.ndarray, draws: list[np.ndarray], row: int, out: np.ndarray) -> None:
         """Transform `source` (H x W x 3 uint8) with row `row` of `draws` and write it into
@@ -336,13 +363,14 @@ class SampleTransform:
             if params[0]:
                 self._colour.grayscale(image)
             return image
-        return self._call(step, int(params), image)
+        return self._call(step, int(params[0]), int(params[1]), image)
 
-    def _call(self, step: Callable[[torch.Tensor, torch.Generator], torch.Tensor], seed: int, image: np.ndarray) -> np.ndarray:
+    def _call(self, step: Callable[[torch.Tensor, torch.Generator], torch.Tensor], seed: int, global_seed: int, image: np.ndarray) -> np.ndarray:
         pixels = self._pixels
         np.copyto(pixels, image, casting="unsafe")
         generator = torch.Generator()
         generator.manual_seed(seed)
+        seed_global_generators(global_seed)
         result = step(torch.from_numpy(pixels), generator)
         if not isinstance(result, torch.Tensor) or tuple(result.shape) != self.shape or result.dtype != torch.uint8:
             got = f"{tuple(result.shape)} {result.dtype}" if isinstance(result, torch.Tensor) else type(result).__name__

@@ -226,9 +226,9 @@ def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
 
     with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
         layout = loader.layout_spec
-        ring = SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None)
-        processor = ChunkProcessor(loader._config, ring)
-        processor.process(0, 0, 0, np.arange(4, dtype=np.int64))
+        ring = SlotRing.in_process(layout)
+        processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: ring.arrays[slot])
+        processor.process(0, 0, 0, 0, np.arange(4, dtype=np.int64))
         filler = processor.fillers[0]
         assert isinstance(filler, _RawFiller)
         reader = processor.dataset.shard(0)
@@ -324,7 +324,7 @@ def chunk_boxes(pairs: Path, fields: Any, pipeline: Any, *, epochs: int = 3) -> 
 
     with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=pipeline, fields=fields, layout="NHWC") as loader:
         layout = loader.layout_spec
-        processor = ChunkProcessor(loader._config, SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None))
+        processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: SlotRing.in_process(layout).arrays[slot])
         indices = np.arange(NUM, dtype=np.int64)
         rows = [processor.dataset.shard(shard).table[local] for shard, local in map(processor.dataset.locate, range(NUM))]
         boxes: dict[str, list[CropPlan]] = {}
@@ -395,10 +395,10 @@ def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
     fields = {"lr_jpeg": ImageOutput(8), "hr_jpeg": ImageOutput(8, channels=1)}
     with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=RandomResizedCrop(8), fields=fields, layout="NHWC", fast_decode=False) as loader:
         layout = loader.layout_spec
-        ring = SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None)
-        processor = ChunkProcessor(loader._config, ring)
+        ring = SlotRing.in_process(layout)
+        processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: ring.arrays[slot])
         indices = np.arange(NUM, dtype=np.int64)
-        processor.process(0, 0, 1, indices)
+        processor.process(0, 0, 0, 1, indices)
         rows = [processor.dataset.shard(shard).table[local] for shard, local in map(processor.dataset.locate, range(NUM))]
         boxes = processor._boxes(rows, 1, indices)
         scores, scaled = [], 0

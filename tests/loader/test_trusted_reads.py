@@ -78,12 +78,12 @@ def partial_decodes(dataset: Path, monkeypatch: pytest.MonkeyPatch, *, reads: in
     monkeypatch.setattr(CropDecoder, "decode", counting)
     with Loader(dataset, batch_size=24, num_workers=0, size=SIZE, seed=1) as loader:
         layout = loader.layout_spec
-        processor = ChunkProcessor(loader._config, SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None), in_worker=True)
+        processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: SlotRing.in_process(layout).arrays[slot], in_worker=True)
         indices = np.arange(24, dtype=np.int64)
         counts = []
         for _ in range(reads):
             before = calls[0]
-            processor.process(0, 0, 0, indices)
+            processor.process(0, 0, 0, 0, indices)
             counts.append(calls[0] - before)
         reader = processor.dataset
         sizes = [reader[int(i)].image_info() for i in indices]
@@ -122,7 +122,7 @@ def test_without_verification_nothing_is_trusted_on_its_first_read(converted: Pa
     monkeypatch.setattr(CropDecoder, "decode", counting)
     with Loader(converted, batch_size=24, num_workers=0, size=SIZE, seed=1, verify=False) as loader:
         layout = loader.layout_spec
-        processor = ChunkProcessor(loader._config, SlotRing("test", layout, memoryview(bytearray(layout.total_bytes)), None), in_worker=True)
-        processor.process(0, 0, 0, np.arange(24, dtype=np.int64))
+        processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: SlotRing.in_process(layout).arrays[slot], in_worker=True)
+        processor.process(0, 0, 0, 0, np.arange(24, dtype=np.int64))
         processor.close()
     assert calls[0] == 0  # no checksum checked: the bytes may not be the converter's

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from shardfmt.forks import frozen_heap
-from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing
+from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing, attach
 
 
 def test_the_heap_is_frozen_only_while_forking() -> None:
@@ -35,10 +35,10 @@ def test_an_attached_ring_is_mapped_before_its_first_write() -> None:
     layout = SlotLayout(2, 64, (SlotArray("image", (64, 64, 3), "|u1"),))  # 1.5 MiB
     ring = SlotRing.create(layout)
     try:
-        attached = SlotRing.attach(ring.name, layout)
+        attached = [attach(ring.name, serial, layout) for serial in ring.serials]
         pages = layout.total_bytes // 4096
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for slot in attached.arrays:
+        for slot in attached:
             slot["image"][:] = 7
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
         assert faults < pages // 10, f"{faults} page faults writing {pages} pages"
