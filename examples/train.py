@@ -25,7 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -155,6 +155,55 @@ def validate(model: nn.Module, loader: shardfmt.Loader, device: torch.device, *,
     return float(counts[0] / counts[1]) if counts[1] else 0.0
 
 
+def build_model(num_classes: int, device: torch.device, world_size: int) -> nn.Module:
+    """The ResNet in channels_last on `device`, wrapped for DistributedDataParallel on several processes."""
+    model: nn.Module = ResNet(num_classes).to(device).to(memory_format=torch.channels_last)
+    if world_size > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return model
+
+
+def planned_steps(args: argparse.Namespace, batches_per_epoch: int) -> tuple[int, int]:
+    """The steps the schedule spans (--epochs, at most --max-steps) and the step this run stops at (--stop-at)."""
+    total_steps = args.epochs * batches_per_epoch
+    if args.max_steps is not None:
+        total_steps = min(total_steps, args.max_steps)
+    return total_steps, total_steps if args.stop_at is None else min(total_steps, args.stop_at)
+
+
+def resume(checkpoint_path: Path | None, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+           loader: shardfmt.Loader, rank: int, world_size: int) -> int:
+    """Load a checkpoint written by `save_checkpoint` into everything that trains; return its step."""
+    if checkpoint_path is None or not checkpoint_path.exists():
+        raise SystemExit(f"--resume: no checkpoint at {checkpoint_path}")
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    if checkpoint["world_size"] != world_size:
+        raise SystemExit(f"the checkpoint was written by {checkpoint['world_size']} processes, not {world_size}")
+    (model.module if world_size > 1 else model).load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    loader.load_state_dict(checkpoint["loaders"][rank])  # the same batches come next, mid-epoch too
+    return int(checkpoint["step"])
+
+
+def open_step_log(path: Path | None, *, rank: int, world_size: int) -> IO[str] | None:
+    """The file each step is logged to (one per rank), or None without --step-log."""
+    if path is None:
+        return None
+    name = path if world_size == 1 else path.with_name(f"{path.stem}-rank{rank}{path.suffix}")
+    return open(name, "a")  # noqa: SIM115 (closed in main's finally)
+
+
+def close_all(log: IO[str] | None, *loaders: shardfmt.Loader, world_size: int) -> None:
+    """Close the step log and the loaders, and leave the process group."""
+    if log is not None:
+        log.close()
+    for loader in loaders:
+        loader.close()
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
 def main() -> None:
     args = parse_args()
     rank, world_size, device = setup()
@@ -170,34 +219,17 @@ def main() -> None:
                                  num_workers=args.workers, pipeline="eval", size=args.size)
     if len(train_loader) == 0:
         raise SystemExit(f"no full batch of {args.batch_size} per process in the training dataset: lower --batch-size")
-    model: nn.Module = ResNet(len(classes)).to(device).to(memory_format=torch.channels_last)
-    if world_size > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    model = build_model(len(classes), device, world_size)
     lr = args.lr * args.batch_size * world_size / 256
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
-    total_steps = args.epochs * len(train_loader)
-    if args.max_steps is not None:
-        total_steps = min(total_steps, args.max_steps)
+    total_steps, stop = planned_steps(args, len(train_loader))
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total_steps))
 
     step = 0
-    stop = total_steps if args.stop_at is None else min(total_steps, args.stop_at)
     if args.resume:
-        if args.checkpoint is None or not args.checkpoint.exists():
-            raise SystemExit(f"--resume: no checkpoint at {args.checkpoint}")
-        checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-        if checkpoint["world_size"] != world_size:
-            raise SystemExit(f"the checkpoint was written by {checkpoint['world_size']} processes, not {world_size}")
-        (model.module if world_size > 1 else model).load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        train_loader.load_state_dict(checkpoint["loaders"][rank])  # the same batches come next, mid-epoch too
-        step = checkpoint["step"]
-
-    log = None
-    if args.step_log is not None:
-        name = args.step_log if world_size == 1 else args.step_log.with_name(f"{args.step_log.stem}-rank{rank}{args.step_log.suffix}")
-        log = open(name, "a")  # noqa: SIM115 (closed in the finally below)
+        step = resume(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, loader=train_loader, rank=rank,
+                      world_size=world_size)
+    log = open_step_log(args.step_log, rank=rank, world_size=world_size)
     bar = tqdm(total=total_steps * args.batch_size * world_size, initial=step * args.batch_size * world_size, unit="img",
                unit_scale=True, desc="train", disable=rank != 0, smoothing=0.3)
     started, seen = time.perf_counter(), 0
@@ -237,12 +269,7 @@ def main() -> None:
             print(f"{step} steps, {seen} images in {seconds:.1f} s ({rate:,.0f} images/s over {world_size} process"
                   f"{'es' if world_size > 1 else ''}); validation accuracy {accuracy:.3f}")
     finally:
-        if log is not None:
-            log.close()
-        train_loader.close()
-        val_loader.close()
-        if world_size > 1:
-            dist.destroy_process_group()
+        close_all(log, train_loader, val_loader, world_size=world_size)
 
 
 if __name__ == "__main__":

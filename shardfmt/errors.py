@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import builtins
 import os
+from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "ChecksumError",
@@ -91,7 +93,7 @@ class ShardfmtError(Exception):
         parts.append(self.message)
         return ": ".join(parts)
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[Any, ...]:
         # Keep keyword-only context when an error crosses a process boundary.
         return (_rebuild, (type(self), self.message, self.path, self.offset, self.record))
 
@@ -166,7 +168,7 @@ class RejectError(ShardfmtError, ValueError):
         self.reason = reason
         super().__init__(message, path=path)
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_reject, (self.message, self.reason, self.path))
 
 
@@ -176,6 +178,9 @@ def _rebuild_reject(message: str, reason: str, path: str | None) -> RejectError:
 
 class WorkerError(ShardfmtError, RuntimeError):
     """A loader worker raised or died; the message holds its traceback, shard and record."""
+
+    kind: str = "WorkerError"
+    """The name of the class the worker raised (each class `worker_error_class` makes sets it)."""
 
 
 class WorkerTraceback(Exception):
@@ -219,7 +224,8 @@ _worker_classes: dict[str, type[WorkerError]] = {}
 def _kept_class(kind: str) -> type[BaseException] | None:
     """The class of the closed set named `kind`, or None."""
     if kind in _BUILTIN_KINDS:
-        return getattr(builtins, kind)  # type: ignore[no-any-return]
+        found: type[BaseException] = getattr(builtins, kind)
+        return found
     value = globals().get(kind)
     if isinstance(value, type) and issubclass(value, ShardfmtError) and value not in (ShardfmtError, WorkerError, RejectError):
         return value
@@ -268,8 +274,8 @@ def worker_error_class(kind: str) -> type[WorkerError]:
     return made
 
 
-def _reduce_worker_error(self: ShardfmtError):  # type: ignore[no-untyped-def]
-    return (_rebuild_worker_error, (getattr(self, "kind"), self.message, self.path, self.offset, self.record))
+def _reduce_worker_error(self: WorkerError) -> tuple[Callable[..., WorkerError], tuple[str, str, str | None, int | None, int | None]]:
+    return (_rebuild_worker_error, (self.kind, self.message, self.path, self.offset, self.record))
 
 
 def _rebuild_worker_error(kind: str, message: str, path: str | None, offset: int | None, record: int | None) -> WorkerError:

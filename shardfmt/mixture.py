@@ -71,7 +71,7 @@ class Mixture:
             raise ValueError(f"weights must name every source once (missing: {missing}, not a source: {extra})")
         values = tuple(float(weights[name]) for name in names)
         if any(not math.isfinite(w) or w < 0 for w in values):
-            raise ValueError(f"weights must be finite and at least 0, got {dict(zip(names, values))}")
+            raise ValueError(f"weights must be finite and at least 0, got {dict(zip(names, values, strict=True))}")
         if not any(values):
             raise ValueError("at least one weight must be above 0")
         if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1:
@@ -156,7 +156,9 @@ def source_records(draws: np.ndarray, *, size: int, count: int, source: int, see
     return out
 
 
-def _pass_positions(offsets: np.ndarray, passes: np.ndarray, *, size: int, seed: int, stream: int, source: int, shuffle: bool) -> np.ndarray:
+def _pass_positions(
+    offsets: np.ndarray, passes: np.ndarray, *, size: int, seed: int, stream: int, source: int, shuffle: bool
+) -> np.ndarray:
     """Position `offsets` of each pass: pass p of source s is bijection s of (seed, stream, epoch p)."""
     if not shuffle:
         return offsets
@@ -185,7 +187,7 @@ class MixtureOrder:
     def __init__(self, source_sizes: Sequence[int], *, counts: Sequence[int], seed: int, epoch: int, shuffle: bool = True) -> None:
         self.source_sizes = [int(s) for s in source_sizes]
         self.counts = [int(c) for c in counts]
-        for number, (size, count) in enumerate(zip(self.source_sizes, self.counts)):
+        for number, (size, count) in enumerate(zip(self.source_sizes, self.counts, strict=True)):
             if count and size < 1:
                 raise ValueError(f"source {number} holds no records but is to give {count} an epoch")
         self.size = sum(self.counts)
@@ -204,8 +206,13 @@ class MixtureOrder:
         for source in np.unique(sources).tolist():
             chosen = sources == source
             local = source_records(
-                draws[chosen] - self._draw_start[source], size=self.source_sizes[source], count=self.counts[source],
-                source=source, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                draws[chosen] - self._draw_start[source],
+                size=self.source_sizes[source],
+                count=self.counts[source],
+                source=source,
+                seed=self.seed,
+                epoch=self.epoch,
+                shuffle=self.shuffle,
             )
             out[chosen] = self._record_start[source] + local
         return out

@@ -81,7 +81,9 @@ def epoch_order(
     if source_sizes is not None and source_counts is not None:
         return MixtureOrder(source_sizes, counts=source_counts, seed=seed, epoch=epoch, shuffle=shuffle)
     if subset is not None:
-        return _subset_order(name, subset, num_records=num_records, seed=seed, epoch=epoch, shuffle=shuffle, shard_sizes=shard_sizes, window=window)
+        return _subset_order(
+            name, subset, num_records=num_records, seed=seed, epoch=epoch, shuffle=shuffle, shard_sizes=shard_sizes, window=window
+        )
     if not shuffle:
         return IdentityOrder(num_records)
     if window is not None and (shard_sizes is None or int(np.sum(shard_sizes)) != num_records):

@@ -53,12 +53,13 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray | np.uint64) -> np.ndarray:
     """SplitMix64's finaliser applied to uint64 values (wrapping arithmetic)."""
-    x = np.asarray(x, dtype=np.uint64) + _GOLDEN
-    x = (x ^ (x >> np.uint64(30))) * _M1
-    x = (x ^ (x >> np.uint64(27))) * _M2
-    return x ^ (x >> np.uint64(31))
+    values: np.ndarray = np.asarray(x, dtype=np.uint64) + _GOLDEN
+    values = (values ^ (values >> np.uint64(30))) * _M1
+    values = (values ^ (values >> np.uint64(27))) * _M2
+    mixed: np.ndarray = values ^ (values >> np.uint64(31))
+    return mixed
 
 
 def record_keys(seed: int, stream: int, epoch: int, indices: np.ndarray) -> np.ndarray:
@@ -170,7 +171,9 @@ def _window_positions(shard_sizes: Sequence[int] | np.ndarray, members: np.ndarr
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     num_shards = len(sizes)
     shard_rank = np.empty(num_shards, np.int64)
-    shard_rank[np.argsort(record_keys(seed, SHARD_STREAM, epoch, np.arange(num_shards, dtype=np.uint64)), kind="stable")] = np.arange(num_shards)
+    shard_rank[np.argsort(record_keys(seed, SHARD_STREAM, epoch, np.arange(num_shards, dtype=np.uint64)), kind="stable")] = np.arange(
+        num_shards
+    )
     shard_of = np.searchsorted(np.cumsum(sizes), members, side="right")
     keys = record_keys(seed, ORDER_STREAM, epoch, members.astype(np.uint64))
     return np.lexsort((keys, shard_rank[shard_of] // window)).astype(np.int64)

@@ -68,7 +68,9 @@ class RankPlan:
             raise IndexError(f"batch {number} out of range for {self.num_batches} batches")
         counts = np.array([self.count], np.int64)
         first = int(_batch_starts(counts, self.num_batches, self.batch_size, number)[0])
-        stop = self.count if number == self.num_batches - 1 else int(_batch_starts(counts, self.num_batches, self.batch_size, number + 1)[0])
+        stop = (
+            self.count if number == self.num_batches - 1 else int(_batch_starts(counts, self.num_batches, self.batch_size, number + 1)[0])
+        )
         return first, stop
 
     def positions(self, number: int) -> np.ndarray:

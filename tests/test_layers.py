@@ -32,7 +32,9 @@ LAYER_OF_PACKAGE = {
     "loader": "loader",
 }
 """Subpackage -> layer; every module of a subpackage lies in that subpackage's layer."""
-BASE_MODULES = frozenset({"errors", "checksum", "forks", "jsontext", "sampling", "permutation", "orders", "split", "mixture", "_version", "_sample"})
+BASE_MODULES = frozenset(
+    {"errors", "checksum", "forks", "jsontext", "sampling", "permutation", "orders", "split", "mixture", "_version", "_sample"}
+)
 TOP_MODULES = frozenset({"", "cli", "_demo", "preview", "__main__"})
 """Modules directly in the package that may import any layer ("" is the package itself)."""
 

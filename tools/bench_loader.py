@@ -164,11 +164,11 @@ import psutil
 import simplejpeg
 import torch
 import webdataset as wds
+from bench_steps import StepCost, measure_steps, pil_augment, print_steps, shardfmt_steps
 from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
-from bench_steps import StepCost, measure_steps, pil_augment, print_steps, shardfmt_steps
 from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
 from shardfmt._sample import make_imagefolder
 from shardfmt.convert.fields import convert_fields
@@ -476,7 +476,9 @@ class S3Server:
         server.start()
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1")
+        client = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1"
+        )
         client.create_bucket(Bucket="bench")
         say(f"uploading the shardfmt shards to moto's S3 server at {endpoint}")
         for path in sorted(folder.iterdir()):
@@ -495,8 +497,14 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
     cache = tempfile.mkdtemp(prefix="shardfmt-bench-cache-")
     remote = shardfmt.RemoteOptions(mode=mode, cache_dir=cache, storage_options=server.options())
     loader = shardfmt.Loader(
-        "s3://bench/shardfmt", batch_size=settings.batch_size, num_workers=settings.workers, seed=0,
-        size=OUTPUT_SIZE, pipeline="train", layout="NCHW", remote=remote,
+        "s3://bench/shardfmt",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        size=OUTPUT_SIZE,
+        pipeline="train",
+        layout="NCHW",
+        remote=remote,
     )
 
     def close() -> None:
@@ -507,7 +515,7 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
 
 
 def open_pil_dataloader(source: Source, settings: Settings, *, augment: bool = False) -> Stream:
-    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels)], augment=augment)
+    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels, strict=True)], augment=augment)
     loader = DataLoader(
         dataset,
         batch_size=settings.batch_size,
@@ -640,7 +648,9 @@ def consume(name: str, stream: Stream, source: Source, settings: Settings, *, ep
             counts += torch.bincount(labels, minlength=len(expected))[: len(expected)]
             total += len(labels)
         if not torch.equal(counts, expected):
-            raise BenchError(f"{name}: epoch {epoch} delivered {int(counts.sum())} images with other labels than the dataset's {len(source.files)}")
+            raise BenchError(
+                f"{name}: epoch {epoch} delivered {int(counts.sum())} images with other labels than the dataset's {len(source.files)}"
+            )
     return total
 
 
@@ -767,7 +777,7 @@ def write_listing(source: Source) -> Path:
     if not listing.exists():
         shutil.rmtree(links, ignore_errors=True)
         lines = ["path,label"]
-        for path, label in zip(source.files, source.labels):
+        for path, label in zip(source.files, source.labels, strict=True):
             rel = path.relative_to(source.root)
             (links / rel).parent.mkdir(parents=True, exist_ok=True)
             (links / rel).symlink_to(path.resolve())
@@ -800,7 +810,12 @@ def prepare_converted(source: Source, settings: Settings, *, shard_size: int | N
     kept = result.manifest.stats.get("passthrough")
     if result.num_rejects or kept != len(source.files):
         shutil.rmtree(out, ignore_errors=True)
-        raise SystemExit(f"the converter kept {kept} of {len(source.files)} JPEGs byte for byte ({result.num_rejects} rejects): the contenders would not read the same bytes")
+        raise SystemExit(
+            (
+                f"the converter kept {kept} of {len(source.files)} JPEGs byte for byte ({result.num_rejects} rejects): the contenders "
+                "would not read the same bytes"
+            )
+        )
     return out
 
 
@@ -813,7 +828,7 @@ def prepare_shardfmt(source: Source, *, shard_format: str = "binary", shard_size
     say(f"writing shardfmt {shard_format} shards to {out}")
     options = {} if shard_size is None else {"shard_size": shard_size}
     with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes, shard_format=shard_format, **options) as writer:
-        for path, label in zip(source.files, source.labels):
+        for path, label in zip(source.files, source.labels, strict=True):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             writer.write({"image": path.read_bytes(), "label": label, "key": key})
     return out
@@ -828,7 +843,7 @@ def prepare_raw(source: Source) -> None:
     say(f"writing raw-pixel shards to {out}")
     schema = shardfmt.Schema.of(image="raw", label="int64", key="str")
     with DatasetWriter(out, schema=schema, classes=source.classes) as writer:
-        for path, label in zip(source.files, source.labels):
+        for path, label in zip(source.files, source.labels, strict=True):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             pixels = simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB", fastdct=False, fastupsample=False)
             writer.write({"image": pixels, "label": label, "key": key})
@@ -914,7 +929,12 @@ def machine_info() -> dict[str, Any]:
 
 
 def print_machine(machine: dict[str, Any], settings: Settings, source: Source) -> None:
-    print(f"machine: {machine['cpu_count']} CPUs ({machine['usable_cpus']} usable), {machine['cpu_model']}, {machine['memory_bytes'] / 2**30:.0f} GiB")
+    print(
+        (
+            f"machine: {machine['cpu_count']} CPUs ({machine['usable_cpus']} usable), {machine['cpu_model']}, "
+            f"{machine['memory_bytes'] / 2**30:.0f} GiB"
+        )
+    )
     print(
         f"versions: python {machine['python']}, torch {machine['torch']}, simplejpeg {machine['simplejpeg']}, "
         f"pillow {machine['pillow']}, webdataset {machine['webdataset']}, numpy {machine['numpy']}, shardfmt {machine['shardfmt']}"
@@ -1006,11 +1026,27 @@ def compute_ratios(results: list[Result]) -> list[dict[str, Any]]:
     first = {r.name: r.warmup_images_per_second or (r.images_per_second if r.first_batch_seconds is None else None) for r in results}
     for top, bottom, target in SPEED_RATIOS:
         if target is not None and first.get(top) and first.get(bottom):
-            rows.append({"measure": "first-epoch images/s", "numerator": top, "denominator": bottom, "ratio": first[top] / first[bottom], "target": target})
+            rows.append(
+                {
+                    "measure": "first-epoch images/s",
+                    "numerator": top,
+                    "denominator": bottom,
+                    "ratio": first[top] / first[bottom],
+                    "target": target,
+                }
+            )
     # Each loader's first epoch (start-up included) against its later ones.
     for name, target in FIRST_EPOCH_RATIOS:
         if first.get(name) and name in speed:
-            rows.append({"measure": "first epoch / later epochs", "numerator": f"{name}, 1st epoch", "denominator": "its later epochs", "ratio": first[name] / speed[name], "target": target})
+            rows.append(
+                {
+                    "measure": "first epoch / later epochs",
+                    "numerator": f"{name}, 1st epoch",
+                    "denominator": "its later epochs",
+                    "ratio": first[name] / speed[name],
+                    "target": target,
+                }
+            )
     return rows
 
 
@@ -1076,14 +1112,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--rounds", type=int, default=2, help="measure every contender this many times, in turn, and keep each one's best (default 2)"
     )
-    parser.add_argument(
-        "--min-seconds", type=float, default=5.0, help="add timed epochs until they last this long (default 5)"
-    )
+    parser.add_argument("--min-seconds", type=float, default=5.0, help="add timed epochs until they last this long (default 5)")
     parser.add_argument(
         "--warmup-epochs", type=int, default=1, help="untimed passes first, from a fresh start (default 1; 0 times the start-up too)"
     )
     parser.add_argument("--only", default=",".join(CONTENDERS), help=f"comma list of contenders out of {','.join(CONTENDERS)}")
-    parser.add_argument("--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)")
+    parser.add_argument(
+        "--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)"
+    )
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--chart", type=Path, help="write a bar chart of images/s here (PNG)")
     args = parser.parse_args(argv)
@@ -1099,7 +1135,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
-    """Measure every selected contender once, in a fixed order."""
+    """Measure every selected contender once, in a fixed order: shardfmt's, then the others."""
+    return measure_shardfmt(args, source, settings, s3_shards) + measure_others(args, source, settings)
+
+
+def measure_shardfmt(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
+    """The selected shardfmt contenders, once each."""
     results: list[Result] = []
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
@@ -1119,6 +1160,12 @@ def measure_round(args: argparse.Namespace, source: Source, settings: Settings, 
                 results.append(measure_loader(name, functools.partial(open_shardfmt_s3, server, settings, mode=mode), source, settings))
         finally:
             server.stop()
+    return results
+
+
+def measure_others(args: argparse.Namespace, source: Source, settings: Settings) -> list[Result]:
+    """The selected contenders that shardfmt is measured against, and the decode limit, once each."""
+    results: list[Result] = []
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "augment" in args.only:
@@ -1165,15 +1212,9 @@ def best_of(rounds: list[list[Result]]) -> list[Result]:
     return best
 
 
-def run(args: argparse.Namespace, work_dir: Path) -> int:
-    settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds)
-    if args.src is not None:
-        source = load_source(args.src, work_dir, args.images)
-    else:
-        images = 5000 if args.images is None else args.images
-        source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
-    if len(source.files) < max(1, settings.workers):
-        raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
+def prepare_contenders(args: argparse.Namespace, source: Source, settings: Settings) -> Any:
+    """Write every copy of the images that the selected contenders read; return the S3
+    contenders' shards (None unless selected)."""
     if "shardfmt" in args.only or "augment" in args.only:
         prepare_converted(source, settings)
     if "tar" in args.only:
@@ -1182,10 +1223,23 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         prepare_raw(source)
     if "patches" in args.only:
         prepare_patches(source, settings)
-    if "s3" in args.only:
-        s3_shards = prepare_shardfmt(source, shard_size=args.s3_shard_size)
     if "webdataset" in args.only:
         prepare_webdataset(source, settings)
+    return prepare_shardfmt(source, shard_size=args.s3_shard_size) if "s3" in args.only else None
+
+
+def run(args: argparse.Namespace, work_dir: Path) -> int:
+    settings = Settings(
+        batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds
+    )
+    if args.src is not None:
+        source = load_source(args.src, work_dir, args.images)
+    else:
+        images = 5000 if args.images is None else args.images
+        source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
+    if len(source.files) < max(1, settings.workers):
+        raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
+    s3_shards = prepare_contenders(args, source, settings)
     warm_page_cache(source)
     resource_tracker.ensure_running()  # started now, so that it is not taken for a worker
 
@@ -1198,7 +1252,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     rounds = []
     for number in range(args.rounds):
         say(f"round {number + 1} of {args.rounds}")
-        rounds.append(measure_round(args, source, settings, s3_shards if "s3" in args.only else None))
+        rounds.append(measure_round(args, source, settings, s3_shards))
     results = best_of(rounds)
     load_after = os.getloadavg()
 
@@ -1218,7 +1272,10 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
             "machine": machine,
             "settings": asdict(settings) | {"images": len(source.files), "source": str(source.root), "only": args.only},
             "load_average": {"before": load_before, "after": load_after},
-            "results": [asdict(r) | {"images_per_second": r.images_per_second, "warmup_images_per_second": r.warmup_images_per_second} for r in results],
+            "results": [
+                asdict(r) | {"images_per_second": r.images_per_second, "warmup_images_per_second": r.warmup_images_per_second}
+                for r in results
+            ],
             "ratios": ratios,
             "steps": [asdict(step) for step in steps],
         }

@@ -138,7 +138,9 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
     normalised = np.empty((SIZE, SIZE, 3), np.float32)
 
     def apply_all(steps: list[AugmentStep], *, normalise: bool = False) -> Callable[[int], None]:
-        transform = SampleTransform(steps, height=SIZE, width=SIZE, mean=(124.0, 116.0, 104.0) if normalise else None, std=(58.0, 57.0, 57.0) if normalise else None)
+        transform = SampleTransform(
+            steps, height=SIZE, width=SIZE, mean=(124.0, 116.0, 104.0) if normalise else None, std=(58.0, 57.0, 57.0) if normalise else None
+        )
         draws = transform.draw(0, 0, indices)
         target = normalised if normalise else out
         return lambda i: transform.apply(crops[i], draws, i, target)
@@ -167,8 +169,18 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
     ):
         pil = _cpu_per_item(lambda i, a=adjustment, v=values: pil_adjust(images[i], a, float(v[i])), count, repeats)  # type: ignore[misc]
         rows.append(StepCost(name, shardfmt_cost([step]), pil))
-    rows.append(StepCost("ColorJitter(0.4, 0.4, 0.4, 0.1)", shardfmt_cost([ColorJitter(*JITTER)]), _cpu_per_item(lambda i: pil_color_jitter(images[i]), count, repeats)))
-    rows.append(StepCost("RandomRotation(15)", shardfmt_cost([RandomRotation(DEGREES)]), _cpu_per_item(lambda i: pil_rotate(images[i]), count, repeats)))
+    rows.append(
+        StepCost(
+            "ColorJitter(0.4, 0.4, 0.4, 0.1)",
+            shardfmt_cost([ColorJitter(*JITTER)]),
+            _cpu_per_item(lambda i: pil_color_jitter(images[i]), count, repeats),
+        )
+    )
+    rows.append(
+        StepCost(
+            "RandomRotation(15)", shardfmt_cost([RandomRotation(DEGREES)]), _cpu_per_item(lambda i: pil_rotate(images[i]), count, repeats)
+        )
+    )
     rows.append(
         StepCost(
             "RandomVerticalFlip(1.0)",
@@ -198,7 +210,17 @@ def _decode_and_crop(files: Sequence[Path], count: int, repeats: int) -> StepCos
 
     def shardfmt_decode(i: int) -> None:
         height, width = sizes[i]
-        decoder.decode_box(blobs[i], height=height, width=width, top=height // 4, left=width // 4, box_height=height // 2, box_width=width // 2, flip=True, out=target)
+        decoder.decode_box(
+            blobs[i],
+            height=height,
+            width=width,
+            top=height // 4,
+            left=width // 4,
+            box_height=height // 2,
+            box_width=width // 2,
+            flip=True,
+            out=target,
+        )
 
     def pil_decode(i: int) -> None:
         height, width = sizes[i]
@@ -206,7 +228,11 @@ def _decode_and_crop(files: Sequence[Path], count: int, repeats: int) -> StepCos
         box = (width // 4, height // 4, width // 4 + width // 2, height // 4 + height // 2)
         image.crop(box).resize((SIZE, SIZE), Image.Resampling.BILINEAR).transpose(Image.Transpose.FLIP_LEFT_RIGHT)
 
-    return StepCost("for scale: decode, crop a quarter, resize to 224, flip", _cpu_per_item(shardfmt_decode, len(blobs), repeats), _cpu_per_item(pil_decode, len(blobs), repeats))
+    return StepCost(
+        "for scale: decode, crop a quarter, resize to 224, flip",
+        _cpu_per_item(shardfmt_decode, len(blobs), repeats),
+        _cpu_per_item(pil_decode, len(blobs), repeats),
+    )
 
 
 def print_steps(rows: Sequence[StepCost]) -> None:

@@ -19,6 +19,7 @@ read again by the converting process, that process spent 0.186 s of CPU and the 
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import multiprocessing
 import multiprocessing.connection
@@ -90,7 +91,9 @@ def imap_ordered(
         yield from _pool_map(fn, args, items, workers=workers, window=window, scratch=scratch)
 
 
-def _pool_map(fn: Callable[..., R], args: Any, items: Iterable[T], *, workers: int, window: int, scratch: int) -> Iterator[tuple[R, memoryview | None]]:
+def _pool_map(
+    fn: Callable[..., R], args: Any, items: Iterable[T], *, workers: int, window: int, scratch: int
+) -> Iterator[tuple[R, memoryview | None]]:
     forking = "fork" in multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if forking else "spawn")
     pool = _Pool(fn, args, context=context, workers=workers, slots=window + 1, scratch=scratch if forking else 0)
@@ -225,7 +228,7 @@ class _Pool:
         """Stop the workers: an idle one ends on an empty message (not on the end of its task
         pipe, whose writing end the workers forked after it hold too); one still holding items
         (after a failure) is terminated rather than waited for. Then let the scratch memory go."""
-        for process, task, held in zip(self._processes, self._tasks, self._held):
+        for process, task, held in zip(self._processes, self._tasks, self._held, strict=True):
             if held:
                 process.terminate()
             else:
@@ -233,7 +236,7 @@ class _Pool:
                     task.send_bytes(b"")
                 except OSError:  # it died
                     pass
-        for process, task, result in zip(self._processes, self._tasks, self._results):
+        for process, task, result in zip(self._processes, self._tasks, self._results, strict=True):
             process.join()
             task.close()
             result.close()
@@ -277,7 +280,7 @@ class _RemoteTraceback(Exception):
         self.trace = trace
 
     def __str__(self) -> str:
-        return f"\n\"\"\"\n{self.trace}\"\"\""
+        return f'\n"""\n{self.trace}"""'
 
 
 def _next_task(tasks: Any) -> bytes:
@@ -330,11 +333,7 @@ def _ray_map(fn: Callable[[Any, T], R], args: Any, items: Iterable[T], *, window
         pending: deque[Any] = deque()
         source = iter(items)
         while True:
-            while len(pending) < window:
-                item = next(source, _END)
-                if item is _END:
-                    break
-                pending.append(remote_fn.remote(shared, item))
+            pending.extend(remote_fn.remote(shared, item) for item in itertools.islice(source, window - len(pending)))
             if not pending:
                 return
             try:

@@ -132,14 +132,15 @@ class Output:
                 self._remove_temp_files(keys)
                 return
             if MANIFEST_NAME in names:
-                raise ConvertError("the output holds a finished dataset: nothing to resume (use --overwrite to convert again)", path=self.location)
+                raise ConvertError(
+                    "the output holds a finished dataset: nothing to resume (use --overwrite to convert again)", path=self.location
+                )
             if all(_is_own(name) for name in names):  # stopped before the plan was written
                 self._remove_own(names, keys)
                 return
             raise ConvertError("the output holds no interrupted conversion to resume (no .shardfmt-work/plan.json)", path=self.location)
         raise ConvertError(
-            "the output folder is not empty: use --resume to finish an interrupted conversion, "
-            "or --overwrite to replace the dataset in it",
+            "the output folder is not empty: use --resume to finish an interrupted conversion, or --overwrite to replace the dataset in it",
             path=self.location,
         )
 
@@ -209,7 +210,7 @@ class Output:
         if self._local is not None:
             size, digest = file_checksum(self._local / name)
             return size == expected["size"] and digest == parse_checksum(expected["checksum"])
-        return self.store.list(name).get(name, {}).get("size") == expected["size"]
+        return bool(self.store.list(name).get(name, {}).get("size") == expected["size"])
 
     # -- shard files --------------------------------------------------------------------------
 

@@ -142,7 +142,10 @@ def run_conversion(
         first = rejects[0]
         where = join_url(plan.root, first["path"]) if is_url(plan.root) else Path(plan.root) / first["path"]
         raise ConvertError(
-            f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in {output.describe(REJECTS_NAME)})",
+            (
+                f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in "
+                f"{output.describe(REJECTS_NAME)})"
+            ),
             path=where,
         )
     return ConvertResult(
@@ -219,18 +222,18 @@ class _Sink:
             self.keys.add(key)  # type: ignore[arg-type]
         else:
             self.writer.write(fields)
-        for reason in built.reencoded:
-            if reason is None:
+        for reencoded in built.reencoded:
+            if reencoded is None:
                 self.passthrough += 1
             else:
-                self.reencoded[reason] += 1
+                self.reencoded[reencoded] += 1
 
     def close(self, num_inputs: int) -> dict[str, Any]:
         """Close and commit the shard, then write its sidecar (a shard whose records were all
         rejected has a sidecar and no file); return the sidecar."""
         info = self.writer.close() if self.writer is not None else None
         self.writer = None
-        index = None
+        index: dict[str, Any] | None = None
         if isinstance(info, TarShardInfo):
             index = {"path": info.index.path.name, "size": info.index.size, "checksum": format_checksum(info.index.checksum)}
             info = info.tar
@@ -279,7 +282,7 @@ def _write_shard(
                 ) from err
             except WorkerError as err:
                 raise WorkerError(err.message, path=output.describe(sink.name)) from err
-            for (number, record), built in zip(chunk.records, built_chunk):
+            for (_, record), built in zip(chunk.records, built_chunk, strict=True):
                 current = record
                 sink.add(built, record, scratch)
             bar.update(len(chunk.records))

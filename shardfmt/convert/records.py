@@ -39,7 +39,18 @@ from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.parquet import RowGroupReader
 from .sources.results import describe_os_error, display_path
 
-__all__ = ["MAX_INPUT_SIZE", "Built", "Chunk", "FieldsBuilder", "ImageLabelBuilder", "InputReader", "Placed", "build_chunk", "builder_for", "unplace"]
+__all__ = [
+    "MAX_INPUT_SIZE",
+    "Built",
+    "Chunk",
+    "FieldsBuilder",
+    "ImageLabelBuilder",
+    "InputReader",
+    "Placed",
+    "build_chunk",
+    "builder_for",
+    "unplace",
+]
 
 MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
 """Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
@@ -204,7 +215,7 @@ class FieldsBuilder:
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
         images = [(name, kind) for name, kind in self.columns if kind in IMAGE_KINDS]
         datas, sizes = [], []
-        for n, (file, (name, _)) in enumerate(zip(record.files, images)):
+        for n, (file, (name, _)) in enumerate(zip(record.files, images, strict=True)):
             try:
                 data = self.reader.read(file)
                 datas.append(data)
@@ -212,7 +223,7 @@ class FieldsBuilder:
             except RejectError as err:
                 raise _in_field(err, name, file.path, n) from err
         ref_width, ref_height = sizes[0]
-        for n, (file, (name, _), scale) in enumerate(zip(record.files, images, self.scales)):
+        for n, (file, (name, _), scale) in enumerate(zip(record.files, images, self.scales, strict=True)):
             if n and scale is not None and sizes[n] != (ref_width * scale, ref_height * scale):
                 raise RejectError(
                     f"field {name!r} ({display_path(file.path)}) is {sizes[n][0]}x{sizes[n][1]}, not {scale} x "
@@ -222,16 +233,18 @@ class FieldsBuilder:
         geometry = plan_geometry(ref_width, ref_height, max_side=self.max_side, patch=self.patch)
         fields: dict[str, Any] = {}
         reasons: list[str | None] = []
-        for n, (data, file, (name, kind), scale) in enumerate(zip(datas, record.files, images, self.scales)):
+        for n, (data, file, (name, kind), scale) in enumerate(zip(datas, record.files, images, self.scales, strict=True)):
             try:
-                stored = store_image(data, kind=kind, geometry=geometry.scaled(scale or 1) if geometry is not None else None, quality=self.quality)
+                stored = store_image(
+                    data, kind=kind, geometry=geometry.scaled(scale or 1) if geometry is not None else None, quality=self.quality
+                )
             except RejectError as err:
                 raise _in_field(err, name, file.path, n) from err
             fields[name] = stored.value
             if kind == "jpeg":
                 reasons.append(stored.reencoded)
         value_columns = [name for name, kind in self.columns if kind not in IMAGE_KINDS]
-        fields.update(zip(value_columns, record.values))
+        fields.update(zip(value_columns, record.values, strict=True))
         fields["key"] = record.key
         return fields, tuple(reasons)
 
@@ -245,9 +258,7 @@ def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builde
     options = plan.options
     if plan.record_kind == "image-label":
         return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar")
-    return FieldsBuilder(
-        reader, plan.columns, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"]
-    )
+    return FieldsBuilder(reader, plan.columns, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"])
 
 
 def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = None) -> list[Built]:

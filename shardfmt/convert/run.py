@@ -165,7 +165,9 @@ def convert(
         OSError: the output cannot be written.
     """
     started = time.perf_counter()
-    check_options(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite, engine=engine)
+    check_options(
+        shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite, engine=engine
+    )
     if shard_format not in ("binary", "tar"):
         raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
     sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(src)]  # type: ignore[arg-type]
@@ -182,15 +184,21 @@ def convert(
         named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
         plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
         return run_conversion(
-            plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
-            progress=progress, strict=strict, started=started,
+            plan,
+            output,
+            builder=builder_for(plan, remote=remote),
+            workers=resolve_workers(workers),
+            engine=engine,
+            progress=progress,
+            strict=strict,
+            started=started,
         )
 
 
 _LOOKED_FOR = {
     "imagefolder": "image files in class sub-folders (SRC/CLASS/IMAGE, as torchvision's ImageFolder)",
     "csv": "rows of path,label in the listing",
-    "jsonl": "lines of {\"path\": ..., \"label\": ...} in the listing",
+    "jsonl": 'lines of {"path": ..., "label": ...} in the listing',
     "webdataset": "samples with a .jpg or .jpeg member in the tars",
     "parquet": "rows in the Parquet files",
 }

@@ -50,10 +50,15 @@ class ConcatReader:
             raise
         self.names = list(names)
         first = self.readers[0]
-        for name, reader in zip(self.names, self.readers):
+        for name, reader in zip(self.names, self.readers, strict=True):
             if reader.schema != first.schema:
                 self.close()
-                raise SchemaError(f"source {name!r} has fields {reader.schema.names}, but source {self.names[0]!r} has {first.schema.names}: a mixture's sources share one schema")
+                raise SchemaError(
+                    (
+                        f"source {name!r} has fields {reader.schema.names}, but source {self.names[0]!r} has {first.schema.names}: a "
+                        "mixture's sources share one schema"
+                    )
+                )
         self.schema = first.schema
         self.classes = first.classes if all(r.classes == first.classes for r in self.readers) else None
         self.verify = verify

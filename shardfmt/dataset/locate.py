@@ -257,7 +257,15 @@ class DatasetLocation:
         if whole:
             windows = ((0, entry.size),)
         if self.cache is not None:
-            return CachedFile(self.store, entry.path, size=entry.size, checksum=entry.checksum, cache=self.cache, namespace=self.namespace, windows=windows)
+            return CachedFile(
+                self.store,
+                entry.path,
+                size=entry.size,
+                checksum=entry.checksum,
+                cache=self.cache,
+                namespace=self.namespace,
+                windows=windows,
+            )
         return self.store.open(entry.path, size=entry.size, windows=windows)
 
     def open_index(self, entry: ShardEntry) -> ByteSource:
@@ -298,4 +306,3 @@ def locate_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | None
         cache = ShardCache(options.cache_dir or default_cache_dir(), size_limit=options.cache_size)
         namespace = hashlib.sha256(store.root.encode()).hexdigest()[:16]
     return DatasetLocation(store, key, store.root, store.describe(key), cache, namespace)
-

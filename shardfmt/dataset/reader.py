@@ -107,7 +107,9 @@ class DatasetReader:
         """Manifest step 12: the shard agrees with its entry and with the manifest."""
         manifest_path = self.location.manifest_path
         if len(reader) != entry.num_records:
-            raise ManifestError(f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}", path=manifest_path)
+            raise ManifestError(
+                f"shard {entry.path} holds {len(reader)} records but the manifest says {entry.num_records}", path=manifest_path
+            )
         if reader.schema != self.schema:
             raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=manifest_path)
         major, minor = reader.index.version if isinstance(reader, TarShardReader) else reader.version  # type: ignore[attr-defined]
@@ -228,8 +230,13 @@ def open_located_shard(
             return ShardReader(source.path, verify=verify, expected_size=entry.size, source=source)
         index = location.open_index(entry)
         return TarShardReader(
-            source.path, index=index.path, verify=verify, expected_size=entry.size,
-            expected_index_size=entry.index.size, source=source, index_source=index,
+            source.path,
+            index=index.path,
+            verify=verify,
+            expected_size=entry.size,
+            expected_index_size=entry.index.size,
+            source=source,
+            index_source=index,
         )
     except BaseException:
         source.close()
@@ -265,7 +272,9 @@ def check_labels(reader: ShardReaderBase, schema: Schema, num_classes: int) -> N
     if bad.any():
         index = int(np.argmax(bad))
         path, offset = reader.locate_column(index, "label")
-        raise FormatError(f"label {int(labels[index])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index)
+        raise FormatError(
+            f"label {int(labels[index])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index
+        )
 
 
 def open_dataset(

@@ -91,7 +91,7 @@ def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | N
         classes=manifest.classes,
         height=_spread(joined["height"]),
         width=_spread(joined["width"]),
-        channels={int(c): int(n) for c, n in zip(channels, counts)},
+        channels={int(c): int(n) for c, n in zip(channels, counts, strict=True)},
         records_per_class=per_class,
         rejects=dict(by_reason) if isinstance(by_reason, dict) else {},
         stats=dict(manifest.stats),

@@ -209,7 +209,7 @@ def index_tars(
     if classes is not None and len(classes) <= max_label:
         raise ConvertError(f"label {max_label} has no name: {len(classes)} classes were given", path=root)
     manifest = _manifest(
-        [(_relative(path, root), info) for path, info in zip(tars, infos)],
+        [(_relative(path, root), info) for path, info in zip(tars, infos, strict=True)],
         classes=list(classes) if classes is not None else _decimal_classes(max_label),
         rejects=[r.reason for r in rejects],
         report=REJECTS_NAME if rejects else None,
@@ -288,7 +288,7 @@ def _index_into(cache: Path, path: Path, relative: str, stamp: dict[str, int]) -
     info = index_tar(path, index=target, name=relative)
     if info.rejects:
         counts = Counter(reject.reason for reject in info.rejects)
-        warnings.warn(f"{path}: {len(info.rejects)} samples left out of the index ({dict(sorted(counts.items()))})")
+        warnings.warn(f"{path}: {len(info.rejects)} samples left out of the index ({dict(sorted(counts.items()))})", stacklevel=2)
     entry = {
         "version": _CACHE_VERSION,
         "source": stamp,
@@ -330,19 +330,19 @@ def open_tars(tars: Sequence[Path]) -> tuple[Manifest, Path, Path]:
             raise ShardNotFoundError("tar does not exist", path=path) from err
         relatives.append(_relative(path, root))
     for chosen in caches:
-        found = [_load_entry(chosen, rel, stamp) for rel, stamp in zip(relatives, stamps)]
+        found = [_load_entry(chosen, rel, stamp) for rel, stamp in zip(relatives, stamps, strict=True)]
         if all(info is not None for info in found):
             break
     else:
         chosen = _writable(caches)
-        found = [_load_entry(chosen, rel, stamp) for rel, stamp in zip(relatives, stamps)]
+        found = [_load_entry(chosen, rel, stamp) for rel, stamp in zip(relatives, stamps, strict=True)]
     infos = [
         info if info is not None else _index_into(chosen, path, relative, stamp)
-        for info, path, relative, stamp in zip(found, tars, relatives, stamps)
+        for info, path, relative, stamp in zip(found, tars, relatives, stamps, strict=True)
     ]
     max_label = max((info.max_label for info in infos), default=-1)
     manifest = _manifest(
-        list(zip(relatives, infos)),
+        list(zip(relatives, infos, strict=True)),
         classes=_decimal_classes(max_label),
         rejects=[r.reason for info in infos for r in info.rejects],
         report=None,

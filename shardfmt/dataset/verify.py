@@ -87,7 +87,7 @@ def verify_dataset(
     hashed = 0
     sizes = [entry.size + (entry.index.size if entry.index is not None else 0) for entry in manifest.shards]
     with tqdm(total=sum(sizes), unit="B", unit_scale=True, desc="verify", disable=not progress or sum(sizes) < PROGRESS_MIN_BYTES) as bar:
-        for entry, size in zip(manifest.shards, sizes):
+        for entry, size in zip(manifest.shards, sizes, strict=True):
             try:
                 hashed += _verify_shard(location, entry, manifest, quick=quick)
             except ShardfmtError as err:

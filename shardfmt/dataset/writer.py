@@ -87,7 +87,9 @@ class DatasetWriter(Transaction):
                 self._current.write(record)
             else:
                 if set(record) != set(self.schema.names):
-                    raise SchemaError(f"a tar record has exactly the fields {', '.join(self.schema.names)}, got {', '.join(sorted(map(str, record)))}")
+                    raise SchemaError(
+                        f"a tar record has exactly the fields {', '.join(self.schema.names)}, got {', '.join(sorted(map(str, record)))}"
+                    )
                 self._current.write(record["key"], image=record["image"], label=record["label"])
         except BaseException:
             self.abort()

@@ -64,7 +64,8 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
     fields = {"fields": options.fields, "image_field": options.image_field, "label_field": options.label_field}
     pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
     here = options.device is None
-    outputs, transform = transform_outputs(outputs, augment=options.augment, mean=options.mean if here else None, std=options.std if here else None)  # type: ignore[arg-type]
+    augment = options.augment if options.augment is not None else ()
+    outputs, transform = transform_outputs(outputs, augment=augment, mean=options.mean if here else None, std=options.std if here else None)
     if options.return_indices:
         outputs = outputs + (index_output(fields=options.fields is not None, names=[spec.name for spec in outputs]),)
     config = WorkerConfig(

@@ -227,16 +227,28 @@ class Loader:
         self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
         self._source_counts = self._mixture.counts if self._mixture is not None else None
         if self._mixture is not None:
-            for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts):  # type: ignore[union-attr, arg-type]
+            for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts, strict=True):  # type: ignore[union-attr, arg-type]
                 if count and not records:
                     raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
         check_split(self._epoch_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
         self._shard_sizes = np.diff(self._dataset.cumulative)
-        self.cursor = Cursor(self._order, epoch_records=self._epoch_records, batch_size=batch_size, rank=self.rank, world_size=self.world_size, drop_last=drop_last)
+        self.cursor = Cursor(
+            self._order,
+            epoch_records=self._epoch_records,
+            batch_size=batch_size,
+            rank=self.rank,
+            world_size=self.world_size,
+            drop_last=drop_last,
+        )
         prefetcher = None
-        if isinstance(self._dataset, DatasetReader) and self._dataset.location.cache is not None and remote is not None and remote.prefetch_shards:
+        if (
+            isinstance(self._dataset, DatasetReader)
+            and self._dataset.location.cache is not None
+            and remote is not None
+            and remote.prefetch_shards
+        ):
             prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
         stage: Any = None
         if options.device is not None:

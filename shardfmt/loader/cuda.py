@@ -52,7 +52,9 @@ class DeviceStage:
                 tensor = torch.from_numpy(array)
                 code = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
                 if int(code) != 0:
-                    self._staging = {name: torch.empty(a.shape, dtype=torch.from_numpy(a).dtype, pin_memory=True) for name, a in ring.arrays[0].items()}
+                    self._staging = {
+                        name: torch.empty(a.shape, dtype=torch.from_numpy(a).dtype, pin_memory=True) for name, a in ring.arrays[0].items()
+                    }
                     return
                 self._registered.append(tensor.data_ptr())
 
@@ -79,7 +81,7 @@ class DeviceStage:
             for name, tensor in tensors.items():
                 moved = tensor.to(self.device, non_blocking=True)
                 if name in images:
-                    if self._mean is not None:
+                    if self._mean is not None and self._std is not None:  # given together
                         moved = (moved.float() - self._mean) / self._std
                     if self.layout == "NCHW":
                         moved = moved.permute(0, 3, 1, 2)

@@ -79,7 +79,9 @@ class Cursor:
         batch_size, rank, world_size, drop_last: this rank's split of each epoch.
     """
 
-    def __init__(self, order_of: Callable[[int], Any], *, epoch_records: int, batch_size: int, rank: int, world_size: int, drop_last: bool) -> None:
+    def __init__(
+        self, order_of: Callable[[int], Any], *, epoch_records: int, batch_size: int, rank: int, world_size: int, drop_last: bool
+    ) -> None:
         self._order_of = order_of
         self.epoch_records = epoch_records
         self.batch_size, self.rank, self.world_size, self.drop_last = batch_size, rank, world_size, drop_last
@@ -100,7 +102,14 @@ class Cursor:
         start = self.plan_start(epoch)
         plan = self._plans.get((epoch, start))
         if plan is None:
-            plan = RankPlan(self._order_of(epoch), batch_size=self.batch_size, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last, start=start)
+            plan = RankPlan(
+                self._order_of(epoch),
+                batch_size=self.batch_size,
+                rank=self.rank,
+                world_size=self.world_size,
+                drop_last=self.drop_last,
+                start=start,
+            )
             self._plans = {k: p for k, p in self._plans.items() if k[0] >= epoch - 1}
             self._plans[(epoch, start)] = plan
         return plan
@@ -143,7 +152,15 @@ class Cursor:
 
     def state(self, *, size: tuple[int, int], settings: dict[str, Any]) -> dict[str, Any]:
         epoch, position, start, delivered = self.progress()
-        return {"version": STATE_VERSION, "epoch": epoch, "position": position, "start": start, "delivered": delivered, "size": list(size), "settings": settings}
+        return {
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            "position": position,
+            "start": start,
+            "delivered": delivered,
+            "size": list(size),
+            "settings": settings,
+        }
 
     def restore(self, saved: SavedState) -> None:
         """Continue from `saved` (its settings already checked): on the same ranks exactly where
@@ -160,9 +177,15 @@ class Cursor:
                 self.epoch, self.position, self.start_position, self.delivered = self.epoch + 1, 0, 0, set()
         else:
             if saved.delivered:
-                raise ValueError("this state holds batches delivered out of order (ordered=False); it resumes on the ranks it was saved on only")
+                raise ValueError(
+                    "this state holds batches delivered out of order (ordered=False); it resumes on the ranks it was saved on only"
+                )
             done = saved.start + delivered_records(
-                self.epoch_records - saved.start, batch_size=self.batch_size, world_size=int(theirs["world_size"]), drop_last=self.drop_last, batches=saved.position
+                self.epoch_records - saved.start,
+                batch_size=self.batch_size,
+                world_size=int(theirs["world_size"]),
+                drop_last=self.drop_last,
+                batches=saved.position,
             )
             remaining = self.epoch_records - done
             if remaining and not (self.drop_last and remaining < self.world_size * self.batch_size):
@@ -170,10 +193,11 @@ class Cursor:
                     check_split(remaining, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
                 except ValueError as err:
                     raise ValueError(
-                        f"the rest of epoch {saved.epoch} cannot go to {self.world_size} ranks: {err}; set_epoch({saved.epoch + 1}) starts the next epoch"
+                        (
+                            f"the rest of epoch {saved.epoch} cannot go to {self.world_size} ranks: {err}; set_epoch({saved.epoch + 1}) "
+                            "starts the next epoch"
+                        )
                     ) from err
             self.epoch, self.position, self.start_position, self.delivered = saved.epoch, 0, done, set()
         self.started, self.resume = False, True
         self.generation += 1
-
-

@@ -57,7 +57,7 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
-        self.path: str | list[str] = [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else os.fspath(path)
+        self.path: str | list[str] = os.fspath(path) if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
         self.pipeline = resolve_pipeline(pipeline, size)
         self.layout = layout
         self.verify = verify
@@ -112,11 +112,11 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 out=as_target(out[None]),
             )
         except ValueError as err:
-            raise DecodeError(f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local) from err
+            raise DecodeError(
+                f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local
+            ) from err
         image = torch.from_numpy(out)
         if self.layout == "CHW":
             image = image.permute(2, 0, 1)
         label = int(row[self.label_field]) if self.label_field else 0
         return image, label
-
-

@@ -33,7 +33,7 @@ from ..dataset.concat import RecordSource
 from ..errors import SchemaError
 from ..format.fieldtypes import IMAGE_TYPES
 from ..format.layout import NDARRAY_DTYPES, column_name
-from ..format.reader import ShardReader
+from ..format.reader import ShardReaderBase
 from ..ops import (
     CenterCrop,
     ImageDecoder,
@@ -97,7 +97,7 @@ def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> P
     """Return the pipeline object for a name ("train", "eval", "resize") or the object itself."""
     if not isinstance(pipeline, str):
         return pipeline
-    pair = (size, size) if isinstance(size, int) else tuple(size)
+    pair = (size, size) if isinstance(size, int) else (size[0], size[1])
     if pipeline == "train":
         return RandomResizedCrop(pair)
     if pipeline == "eval":
@@ -245,6 +245,8 @@ def _image_spec(
     request = request if request is not None else ImageOutput()
     item = stats[name]
     size = request.size
+    if isinstance(size, int):  # ImageOutput stores a pair; its type still admits the int it was given
+        size = (size, size)
     if size is None:
         size = base
         if name != reference and item.ratio is not None:
@@ -269,7 +271,9 @@ class _Filler:
         self.spec = spec
         self.name = spec.name
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
+    def fill(
+        self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
+    ) -> None:
         """Write the field of the record in `row` into row `index` of `out`: for an image field
         a list of (1, C, H, W) views of the slot's images (`shardfmt.ops.decode.as_target`), for
         the others the slot's numpy array. `trusted`: this loader has read the record before and
@@ -277,7 +281,7 @@ class _Filler:
         strictly decoded every JPEG (see `ImageDecoder.decode_box`)."""
         raise NotImplementedError
 
-    def payload(self, reader: ShardReader, row: Any) -> memoryview:
+    def payload(self, reader: ShardReaderBase, row: Any) -> memoryview:
         start = int(row[column_name(self.name, "offset")])
         return reader.source.read(start, start + int(row[column_name(self.name, "size")]))
 
@@ -305,7 +309,9 @@ class _JpegFiller(_Filler):
             self.decoder.in_partial_decode = previous.in_partial_decode
         self.capacity = (max_height, max_width)
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
+    def fill(
+        self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
+    ) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
         height, width = int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")])
@@ -334,7 +340,9 @@ class _RawFiller(_Filler):
         self._columns = tuple(column_name(self.name, c) for c in ("offset", "height", "width", "channels"))
         self._files: dict[str, torch.Tensor] = {}
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
+    def fill(
+        self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
+    ) -> None:
         assert box is not None
         top, left, box_height, box_width, flip = box
         values, names = row.item(), row.dtype.names  # one tuple of the row: cheaper than four reads by name
@@ -367,21 +375,27 @@ def _tensor(buffer: memoryview) -> torch.Tensor:
 
 
 class _ArrayFiller(_Filler):
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
+    def fill(
+        self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
+    ) -> None:
         out[index] = np.frombuffer(self.payload(reader, row), self.spec.dtype).reshape(self.spec.shape)
 
 
 class _ScalarFiller(_Filler):
     reads_payload = False
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
+    def fill(
+        self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
+    ) -> None:
         out[index] = row[self.name]
 
 
 class _ZerosFiller(_Filler):
     reads_payload = False
 
-    def fill(self, reader: ShardReader, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False) -> None:
+    def fill(
+        self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
+    ) -> None:
         out[index] = 0
 
 

@@ -109,7 +109,9 @@ class LoaderOptions:
 
     def _check_mean(self) -> None:
         if self.fields is not None and (self.mean is not None or self.std is not None):
-            raise ValueError("mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself")
+            raise ValueError(
+                "mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself"
+            )
 
     def _check_augment(self) -> None:
         """A user's step must reach the workers: pickled as it is unless they are forked."""
@@ -123,7 +125,8 @@ class LoaderOptions:
             except Exception as err:
                 raise TypeError(
                     f"augment step {step.function!r} cannot be pickled, which the {self.resolved_start_method!r} start method needs "  # type: ignore[union-attr]
-                    f"to send it to the workers ({type(err).__name__}: {err}); define it at the top level of a module (not a lambda or a local function)"
+                    f"to send it to the workers ({type(err).__name__}: {err}); define it at the top level of a module (not a lambda "
+                    "or a local function)"
                 ) from err
 
 
@@ -159,7 +162,12 @@ def index_output(*, fields: bool, names: Sequence[str]) -> OutputSpec:
         ValueError: with fields, one of them is already called "index".
     """
     if fields and "index" in names:
-        raise ValueError("return_indices adds an 'index' entry to each batch, but a field is called 'index'; rename the field or use the index of the batch")
+        raise ValueError(
+            (
+                "return_indices adds an 'index' entry to each batch, but a field is called 'index'; rename the field or use the index of "
+                "the batch"
+            )
+        )
     return OutputSpec("index" if fields else ".index", "index", (), "<i8")
 
 

@@ -103,7 +103,9 @@ class WorkerPool:
     def _start_worker(self, worker_id: int) -> None:
         parent_end, child_end = self._context.Pipe(duplex=True)
         shared = (self.current, self.checked, self.partial, self.whole_only)
-        process = self._context.Process(target=worker_main, args=(worker_id, child_end, self._config, *shared), name=f"shardfmt-worker-{worker_id}", daemon=True)
+        process = self._context.Process(
+            target=worker_main, args=(worker_id, child_end, self._config, *shared), name=f"shardfmt-worker-{worker_id}", daemon=True
+        )
         with frozen_heap(self._context.get_start_method()):  # a forked worker ready in half the time
             process.start()
         child_end.close()
@@ -161,7 +163,7 @@ class WorkerPool:
             if ops:
                 return ops
             if time.monotonic() > deadline:
-                busy = [int(i) for i in self.current]
+                busy = [int(i) for i in self.current[:]]
                 raise WorkerError(f"no progress for {self.timeout:.0f} s; workers are on dataset records {busy}")
 
     def _handle(self, worker_id: int, conn: Any) -> int | None:

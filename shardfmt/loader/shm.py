@@ -77,7 +77,9 @@ class Slot:
     """One slot's memory: a shared-memory segment (or a bytearray in the loader's own process)
     and the numpy views of its arrays."""
 
-    def __init__(self, name: str | None, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: shared_memory.SharedMemory | None) -> None:
+    def __init__(
+        self, name: str | None, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: shared_memory.SharedMemory | None
+    ) -> None:
         self.name = name
         self._owner = owner
         self.buffer = buffer
@@ -205,7 +207,12 @@ class SlotRing:
             ValueError: the layout needs more slots or bytes than the ring has.
         """
         if layout.num_slots != len(self.slots) or any(slot.capacity < layout.slot_bytes for slot in self.slots):
-            raise ValueError(f"a layout of {layout.num_slots} slots of {layout.slot_bytes} bytes does not fit in a ring of {len(self.slots)} of {self.capacity // max(1, len(self.slots))}")
+            raise ValueError(
+                (
+                    f"a layout of {layout.num_slots} slots of {layout.slot_bytes} bytes does not fit in a ring of {len(self.slots)} of "
+                    f"{self.capacity // max(1, len(self.slots))}"
+                )
+            )
         ring = object.__new__(SlotRing)
         ring.layout, ring.shared, ring.name = layout, self.shared, self.name
         ring.slots = [slot.with_layout(layout) for slot in self.slots]

@@ -156,7 +156,8 @@ class ChunkProcessor:
         self._targets.pop(slot, None)  # the old segment's mapping goes with its views
         arrays = self._slot_arrays(slot, serial)
         targets = {
-            spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image and spec.name != self.transformed else arrays[spec.name] for spec in self.specs
+            spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image and spec.name != self.transformed else arrays[spec.name]
+            for spec in self.specs
         }
         self._targets[slot] = (serial, targets)
         return targets
@@ -168,22 +169,18 @@ class ChunkProcessor:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
         """
         count = len(indices)
-        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
-        local = (indices - self.dataset.cumulative[shard_array]).tolist()
-        shards, numbers = shard_array.tolist(), indices.tolist()
-        readers = []
-        rows = []
-        for k in range(count):
-            reader = self.dataset.shard(shards[k])
-            readers.append(reader)
-            rows.append(reader.table[local[k]])
-        if self.reads_payload:
-            _prefetch_spans(readers, rows)
-        boxes = {name: list(zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist())) for name, plan in self._boxes(rows, epoch, indices).items()}
+        readers, rows, local = self._locate(indices)
+        numbers = indices.tolist()
+        boxes = {
+            name: list(
+                zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist(), strict=True)
+            )
+            for name, plan in self._boxes(rows, epoch, indices).items()
+        }
         transform, transformed = self.transform, self.transformed
         draws = transform.draw(self.seed, epoch, indices) if transform is not None else []
         targets = self.targets(slot, serial)
-        checked = memoryview(self.checked)  # plain int reads and writes, cheaper than numpy's
+        checked = self.checked.data  # a memoryview: plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
         current = self.current
         for k in range(count):
@@ -199,7 +196,8 @@ class ChunkProcessor:
                 # bytes fetched again from a URL are the ones decoded before only if checked
                 # again; bytes of a strictly decoded dataset that match their checksum are the
                 # converter's own
-                same_bytes = ((trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)) and not whole_only[byte] & bit
+                known = (trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)
+                same_bytes = known and not whole_only[byte] & bit
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
                     # a transformed image is decoded into the scratch sample, then transformed into its row
@@ -210,7 +208,9 @@ class ChunkProcessor:
             except (ShardfmtError, ValueError) as err:
                 assert filler is not None  # verify_record raises only ChecksumError
                 start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
-                wrapped = DecodeError(f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record)
+                wrapped = DecodeError(
+                    f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record
+                )
                 raise self._failure(wrapped, reader.path, record, index, start) from err
             except Exception as err:
                 raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
@@ -224,6 +224,17 @@ class ChunkProcessor:
         for name in self.index_outputs:
             targets[name][row : row + count] = indices
         self.current[0] = -1
+
+    def _locate(self, indices: np.ndarray) -> tuple[list[Any], list[Any], list[int]]:
+        """The reader, table row and number within its shard of each record in `indices`; the
+        spans of their payloads asked for ahead where records are read by URL."""
+        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
+        local: list[int] = (indices - self.dataset.cumulative[shard_array]).tolist()
+        readers = [self.dataset.shard(shard) for shard in shard_array.tolist()]
+        rows = [reader.table[number] for reader, number in zip(readers, local, strict=True)]
+        if self.reads_payload:
+            _prefetch_spans(readers, rows)
+        return readers, rows, local
 
     def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
@@ -251,7 +262,13 @@ class ChunkProcessor:
     def _failure(err: BaseException, shard: str, record: int, index: int, offset: int | None) -> ChunkFailure:
         message = err.message if isinstance(err, ShardfmtError) else f"{type(err).__name__}: {err}"
         return ChunkFailure(
-            message=message, shard=shard, record=record, index=index, offset=offset, kind=worker_error_kind(err), trace=traceback.format_exc()
+            message=message,
+            shard=shard,
+            record=record,
+            index=index,
+            offset=offset,
+            kind=worker_error_kind(err),
+            trace=traceback.format_exc(),
         )
 
     def share_partial_flag(self, flag: Any) -> None:
@@ -284,7 +301,7 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
     """Ask remote sources for every record span of the chunk at once (one concurrent batch of
     range reads per shard instead of one round trip per record); local sources skip this."""
     spans: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
-    for reader, row in zip(readers, rows):
+    for reader, row in zip(readers, rows, strict=True):
         if hasattr(reader.source, "prefetch"):
             start = int(row["offset"])
             spans.setdefault(id(reader), (reader, []))[1].append((start, start + int(row["size"])))

@@ -61,6 +61,7 @@ class RandomVerticalFlip:
     """Flip the sample upside down with probability `p`: when ``u[0] < p``."""
 
     p: float = 0.5
+    op: ClassVar[str] = "random_vertical_flip"
     draws: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
@@ -71,7 +72,7 @@ class RandomVerticalFlip:
         return (u[:, :1] < self.p).astype(np.float64)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "random_vertical_flip", "p": self.p}
+        return {"op": self.op, "p": self.p}
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class RandomGrayscale:
     (torchvision's default 0.1): when ``u[0] < p``."""
 
     p: float = 0.1
+    op: ClassVar[str] = "random_grayscale"
     draws: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
@@ -90,7 +92,7 @@ class RandomGrayscale:
         return (u[:, :1] < self.p).astype(np.float64)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "random_grayscale", "p": self.p}
+        return {"op": self.op, "p": self.p}
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class RandomRotation:
 
     degrees: float | tuple[float, float]
     fill: float | tuple[float, ...] = 0
+    op: ClassVar[str] = "random_rotation"
     draws: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
@@ -110,7 +113,11 @@ class RandomRotation:
             if degrees < 0:
                 raise ValueError(f"degrees must not be negative when it is one number, got {degrees}")
             pair = (-float(degrees), float(degrees))
-        elif isinstance(degrees, (tuple, list)) and len(degrees) == 2 and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in degrees):
+        elif (
+            isinstance(degrees, (tuple, list))
+            and len(degrees) == 2
+            and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in degrees)
+        ):
             pair = (float(degrees[0]), float(degrees[1]))
             if pair[0] > pair[1]:
                 raise ValueError(f"degrees must be (low, high) with low <= high, got {degrees}")
@@ -133,10 +140,12 @@ class RandomRotation:
         return low + (high - low) * u[:, :1]
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "random_rotation", "degrees": list(self.degrees), "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": self.op, "degrees": list(self.degrees), "fill": list(self.fill)}  # type: ignore[arg-type]
 
 
-def _jitter_range(name: str, value: float | tuple[float, float], *, center: float, bound: tuple[float, float]) -> tuple[float, float] | None:
+def _jitter_range(
+    name: str, value: float | tuple[float, float], *, center: float, bound: tuple[float, float]
+) -> tuple[float, float] | None:
     """torchvision's ColorJitter rule: a number v means [center - v, center + v] (clipped to the
     bound for brightness, contrast and saturation), a pair is taken as it is; a range that is
     only the center means "not applied" (None)."""
@@ -144,7 +153,9 @@ def _jitter_range(name: str, value: float | tuple[float, float], *, center: floa
         if value < 0:
             raise ValueError(f"{name} must not be negative when it is one number, got {value}")
         pair = (max(center - value, bound[0]) if center == 1 else center - value, center + value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    elif (
+        isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         pair = (float(value[0]), float(value[1]))
     else:
         raise ValueError(f"{name} must be a number or (low, high), got {value!r}")
@@ -169,6 +180,7 @@ class ColorJitter:
     contrast: float | tuple[float, float] = 0
     saturation: float | tuple[float, float] = 0
     hue: float | tuple[float, float] = 0
+    op: ClassVar[str] = "color_jitter"
     draws: ClassVar[int] = 8
 
     def __post_init__(self) -> None:
@@ -192,7 +204,10 @@ class ColorJitter:
         return np.concatenate([order, factors], axis=1)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "color_jitter"} | {name: list(span) if span is not None else None for name, span in zip(("brightness", "contrast", "saturation", "hue"), self.ranges)}
+        return {"op": self.op} | {
+            name: list(span) if span is not None else None
+            for name, span in zip(("brightness", "contrast", "saturation", "hue"), self.ranges, strict=True)
+        }
 
 
 BuiltinStep = Union[RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale]
@@ -245,7 +260,9 @@ def as_step(step: Any) -> Any:
     try:
         signature.bind(*(("sample", "generator") if takes_generator else ("sample",)))
     except TypeError as err:
-        raise TypeError(f"augment step {step!r} must take (sample) or (sample, generator), but its signature is {signature}: {err}") from err
+        raise TypeError(
+            f"augment step {step!r} must take (sample) or (sample, generator), but its signature is {signature}: {err}"
+        ) from err
     return CallableStep(step, takes_generator)
 
 
@@ -282,7 +299,13 @@ class SampleTransform:
     """
 
     def __init__(
-        self, steps: Sequence[AugmentStep], *, height: int, width: int, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
+        self,
+        steps: Sequence[AugmentStep],
+        *,
+        height: int,
+        width: int,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
     ) -> None:
         self.steps = [as_step(step) for step in steps]
         self.shape = (3, height, width)
@@ -317,7 +340,7 @@ class SampleTransform:
             np.copyto(image[channel], source[:, :, channel], casting="unsafe")
         steps = self.steps
         direct = self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous
-        for step, params in zip(steps[:-1] if direct else steps, draws):
+        for step, params in zip(steps[:-1] if direct else steps, draws, strict=False):  # a rotation that ends the steps has the last draws
             image = self._run(step, params[row], image)
         if direct:
             rotation = steps[-1]
@@ -365,7 +388,9 @@ class SampleTransform:
             return image
         return self._call(step, int(params[0]), int(params[1]), image)
 
-    def _call(self, step: Callable[[torch.Tensor, torch.Generator], torch.Tensor], seed: int, global_seed: int, image: np.ndarray) -> np.ndarray:
+    def _call(
+        self, step: Callable[[torch.Tensor, torch.Generator], torch.Tensor], seed: int, global_seed: int, image: np.ndarray
+    ) -> np.ndarray:
         pixels = self._pixels
         np.copyto(pixels, image, casting="unsafe")
         generator = torch.Generator()

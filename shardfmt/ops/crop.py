@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import numpy as np
 
@@ -61,6 +61,9 @@ class RandomResizedCrop:
     `ratio`. `flip` is the probability of a horizontal flip.
     """
 
+    op: ClassVar[str] = "random_resized_crop"
+    """The name of this pipeline in its `to_config` form."""
+
     size: tuple[int, int] = (224, 224)
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
@@ -95,7 +98,9 @@ class RandomResizedCrop:
         left = np.floor(u[rows, 4 * first + 3] * (widths - w_pick + 1)).astype(np.int64)
         # torchvision's fallback: the whole image, clamped to the ratio range, centered.
         in_ratio = w_src / h_src
-        fb_w = np.where(in_ratio < self.ratio[0], widths, np.where(in_ratio > self.ratio[1], np.round(h_src * self.ratio[1]), widths)).astype(np.int64)
+        fb_w = np.where(
+            in_ratio < self.ratio[0], widths, np.where(in_ratio > self.ratio[1], np.round(h_src * self.ratio[1]), widths)
+        ).astype(np.int64)
         fb_h = np.where(in_ratio < self.ratio[0], np.round(w_src / self.ratio[0]), heights).astype(np.int64)
         fb_h = np.clip(fb_h, 1, heights)
         fb_w = np.clip(fb_w, 1, widths)
@@ -109,13 +114,22 @@ class RandomResizedCrop:
         return snap_to_scale(plan, heights, widths, self.size)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "random_resized_crop", "size": list(self.size), "scale": list(self.scale), "ratio": list(self.ratio), "flip": self.flip}
+        return {
+            "op": self.op,
+            "size": list(self.size),
+            "scale": list(self.scale),
+            "ratio": list(self.ratio),
+            "flip": self.flip,
+        }
 
 
 @dataclass(frozen=True)
 class CenterCrop:
     """Evaluation: resize the shorter side to `resize`, then take the centered `size` crop
     (torchvision's Resize(resize) + CenterCrop(size)), as one box in source pixels."""
+
+    op: ClassVar[str] = "center_crop"
+    """The name of this pipeline in its `to_config` form."""
 
     size: tuple[int, int] = (224, 224)
     resize: int = 256
@@ -139,12 +153,15 @@ class CenterCrop:
         return snap_to_scale(CropPlan(top, left, height, width, np.zeros(len(heights), bool)), heights, widths, self.size)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "center_crop", "size": list(self.size), "resize": self.resize}
+        return {"op": self.op, "size": list(self.size), "resize": self.resize}
 
 
 @dataclass(frozen=True)
 class Resize:
     """Plain decode: the whole image resized to `size`, aspect ratio not kept."""
+
+    op: ClassVar[str] = "resize"
+    """The name of this pipeline in its `to_config` form."""
 
     size: tuple[int, int] = (224, 224)
 
@@ -157,7 +174,7 @@ class Resize:
         return snap_to_scale(plan, heights.astype(np.int64), widths.astype(np.int64), self.size)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "resize", "size": list(self.size)}
+        return {"op": self.op, "size": list(self.size)}
 
 
 @dataclass(frozen=True)
@@ -167,6 +184,9 @@ class RandomCrop:
     Its boxes are never larger than the output, so they are decoded at full scale and need no
     snapping.
     """
+
+    op: ClassVar[str] = "random_crop"
+    """The name of this pipeline in its `to_config` form."""
 
     size: tuple[int, int] = (224, 224)
     flip: float = 0.5
@@ -185,7 +205,7 @@ class RandomCrop:
         return CropPlan(top, left, height, width, u[:, 2] < self.flip)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "random_crop", "size": list(self.size), "flip": self.flip}
+        return {"op": self.op, "size": list(self.size), "flip": self.flip}
 
 
 Pipeline = Union[RandomResizedCrop, RandomCrop, CenterCrop, Resize]
@@ -249,16 +269,17 @@ def scale_plan(plan: CropPlan, heights: np.ndarray, widths: np.ndarray, ref_heig
     return CropPlan(top, left, bottom - top, right - left, plan.flip)
 
 
+PIPELINES: dict[str, type[RandomResizedCrop | CenterCrop | Resize | RandomCrop]] = {
+    cls.op: cls for cls in (RandomResizedCrop, CenterCrop, Resize, RandomCrop)
+}
+"""Every pipeline class by the name it declares (`op`): the one place a name is looked up."""
+
+
 def pipeline_from_config(config: dict[str, Any]) -> Pipeline:
-    """Rebuild a pipeline from its `to_config()` form (how workers receive it)."""
+    """Rebuild a pipeline from its `to_config()` form (the crop vectors hold that form)."""
     op = config.get("op")
-    params = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k != "op"}
-    if op == "random_resized_crop":
-        return RandomResizedCrop(**params)
-    if op == "center_crop":
-        return CenterCrop(**params)
-    if op == "resize":
-        return Resize(**params)
-    if op == "random_crop":
-        return RandomCrop(**params)
-    raise ValueError(f"unknown pipeline op {op!r}")
+    cls = PIPELINES.get(op) if isinstance(op, str) else None
+    if cls is None:
+        raise ValueError(f"unknown pipeline op {op!r}")
+    params: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k != "op"}
+    return cls(**params)

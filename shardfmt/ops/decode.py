@@ -125,7 +125,9 @@ class ImageDecoder:
             self._resizer.resize(source, flip=flip, out=out)
             return
         if scale == 1:
-            image = simplejpeg.decode_jpeg(data, colorspace=self._colorspace, fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer)
+            image = simplejpeg.decode_jpeg(
+                data, colorspace=self._colorspace, fastdct=self.fast, fastupsample=self.fast, buffer=self._buffer
+            )
             y0, y1, x0, x1 = top, top + box_height, left, left + box_width
         else:
             image = simplejpeg.decode_jpeg(
@@ -147,7 +149,9 @@ class ImageDecoder:
         # One strided view of the decode buffer instead of from_numpy + slice + permute + unsqueeze.
         channels = self.channels
         row = decoded_w * channels
-        source = self._buffer_tensor.as_strided((1, channels, y1 - y0, x1 - x0), (decoded_h * row, 1, row, channels), y0 * row + x0 * channels)
+        source = self._buffer_tensor.as_strided(
+            (1, channels, y1 - y0, x1 - x0), (decoded_h * row, 1, row, channels), y0 * row + x0 * channels
+        )
         self._resizer.resize(source, flip=flip, out=out)
 
 

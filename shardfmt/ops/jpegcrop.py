@@ -14,8 +14,9 @@ the libjpeg 6.2 ABI, whose structure sizes below are fixed by that ABI), called 
 ABI mode: no compiler, and about 0.7 us a call, where ctypes takes about 1.2 us and its
 overhead ate the whole gain. The declarations (`_CDEF`) come already parsed, in cffi's
 out-of-line form (`_jpeglib_abi.py`, written by ``tools/make_jpeglib_abi.py``): parsing them
-with pycparser took about 60 ms in every worker process, loading the module takes 3. Where that library is missing (other platforms, other wheels) `CropDecoder.available()`
-is False and the loader decodes whole images with simplejpeg.
+with pycparser took about 60 ms in every worker process, loading the module takes 3. Where that
+library is missing (other platforms, other wheels) `CropDecoder.available()` is False and the
+loader decodes whole images with simplejpeg.
 
 Safety. libjpeg reports a fatal error by calling ``exit()`` (it cannot raise into Python), so a
 `CropDecoder` is only used in loader worker processes, and only on a record whose bytes the loader

@@ -46,4 +46,5 @@ class ImageOutput:
             raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {self.interpolation!r}")
 
     def to_config(self) -> dict[str, Any]:
-        return {"size": list(self.size) if self.size is not None else None, "channels": self.channels, "interpolation": self.interpolation}
+        size = [self.size, self.size] if isinstance(self.size, int) else list(self.size) if self.size is not None else None
+        return {"size": size, "channels": self.channels, "interpolation": self.interpolation}

@@ -22,7 +22,7 @@ from .keys import (
     MAX_LABEL_SIZE,
     display_key,
 )
-from .scan import TarMember, scan_members
+from .scan import TarMember, TarSample, scan_members
 
 INDEX_SCHEMA: Final = Schema.of(
     key="bytes",
@@ -105,6 +105,30 @@ def parse_label(data: memoryview) -> int | tuple[str, str]:
     return value
 
 
+def _member_problem(sample: TarSample, image_ext: str | None, image_extensions: tuple[str, ...]) -> tuple[str, str] | None:
+    """Why a sample's members cannot make a record (before any byte is read), or None."""
+    if sample.duplicate is not None:
+        return "duplicate-member", f"two members with extension {display_key(sample.duplicate.extension)!r}"
+    if len({display_key(ext) for ext in sample.members}) < len(sample.members):
+        return "duplicate-member", "two extensions that read the same once bytes that are not UTF-8 are written as \\xNN"
+    if image_ext is None:
+        return "no-image", f"no member with extension {' or '.join(image_extensions)}"
+    return None
+
+
+def _record_problem(
+    image: tuple[str, str] | tuple[int, int, int], label: int | tuple[str, str] | None, label_extension: str
+) -> tuple[str, str] | None:
+    """Why a sample's image and label members cannot make a record, the image's problem first."""
+    if isinstance(image[0], str):
+        return str(image[0]), str(image[1])
+    if label is None:
+        return "no-label", f"no member with extension {label_extension!r}"
+    if not isinstance(label, int):
+        return label
+    return None
+
+
 def index_tar(
     path: str | os.PathLike[str],
     *,
@@ -149,13 +173,10 @@ def index_tar(
         roles: list[tuple[TarMember, int, str]] = []
         for number, sample in enumerate(scan.samples):
             image_ext = next((ext for ext in image_extensions if ext in sample.members), None)
-            if sample.duplicate is not None:
-                problems[number] = ("duplicate-member", f"two members with extension {display_key(sample.duplicate.extension)!r}")
-            elif len({display_key(ext) for ext in sample.members}) < len(sample.members):
-                problems[number] = ("duplicate-member", "two extensions that read the same once bytes that are not UTF-8 are written as \\xNN")
-            elif image_ext is None:
-                problems[number] = ("no-image", f"no member with extension {' or '.join(image_extensions)}")
-            else:
+            problem = _member_problem(sample, image_ext, image_extensions)
+            if problem is not None:
+                problems[number] = problem
+            elif image_ext is not None:  # always so when there is no problem
                 roles.append((sample.members[image_ext], number, "image"))
                 if label_extension in sample.members:
                     roles.append((sample.members[label_extension], number, "label"))
@@ -174,14 +195,10 @@ def index_tar(
             else:
                 images[number] = (member, _image_problem(data), checksum(data))
         hasher.update(source.read(hashed, source.size))
-        for number in images:  # image problems come before label problems
-            found = images[number][1]
-            if isinstance(found[0], str):
-                problems[number] = (str(found[0]), str(found[1]))
-            elif number not in labels:
-                problems[number] = ("no-label", f"no member with extension {label_extension!r}")
-            elif not isinstance(labels[number], int):
-                problems[number] = labels[number]  # type: ignore[assignment]
+        for number, (_, found, _) in images.items():  # image problems come before label problems
+            problem = _record_problem(found, labels.get(number), label_extension)
+            if problem is not None:
+                problems[number] = problem
         index_path = index_path_for(path) if index is None else Path(index)
         max_label = -1
         with ShardWriter(index_path, schema=INDEX_SCHEMA) as writer:

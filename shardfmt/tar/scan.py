@@ -86,14 +86,7 @@ def scan_members(source: ByteSource) -> MemberScan:
         LimitError: the tar is over MAX_SHARD_SIZE or has over MAX_RECORDS_PER_SHARD samples.
     """
     path, size = source.path, source.size
-    if size > MAX_SHARD_SIZE:
-        raise LimitError(f"file is {size} bytes, over the shard limit of {MAX_SHARD_SIZE}", path=path, offset=0)
-    if size == 0:
-        raise FormatError("file is empty: not a tar (an empty tar is 1024 zero bytes)", path=path, offset=0)
-    view = source.read(0, size)
-    for magic, kind in _COMPRESSED.items():
-        if bytes(view[: len(magic)]) == magic:
-            raise FormatError(f"a {kind}-compressed tar cannot be memory-mapped; decompress it first", path=path, offset=0)
+    view = _whole_tar(source)
     samples: dict[str, TarSample] = {}
     skipped = 0
     position = 0
@@ -106,59 +99,89 @@ def scan_members(source: ByteSource) -> MemberScan:
                 break
             archive.members.clear()  # keep memory flat over millions of members
             if info.issparse():
-                raise FormatError(f"member {display_key(info.name)!r} is a GNU sparse file, which a tar shard cannot hold", path=path, offset=info.offset)
+                raise FormatError(
+                    f"member {display_key(info.name)!r} is a GNU sparse file, which a tar shard cannot hold", path=path, offset=info.offset
+                )
             if not info.isreg():
                 continue
-            if info.size < 0:  # tarfile takes a PAX "GNU.sparse.realsize" record for the size
-                raise FormatError(f"member {display_key(info.name)!r} has a negative size ({info.size})", path=path, offset=info.offset)
-            if archive.offset != info.offset_data + -(-info.size // BLOCK_SIZE) * BLOCK_SIZE:
-                # tarfile takes the size from a PAX "GNU.sparse.realsize" record, or from a global
-                # "size" record, but finds the next header by the size in the member's own header
-                raise FormatError(
-                    f"member {display_key(info.name)!r} has a size ({info.size}) that a PAX record sets, "
-                    f"but its data ends where the next header is found ({archive.offset})",
-                    path=path,
-                    offset=info.offset,
-                )
-            if info.offset_data + info.size > size:
-                raise FormatError(
-                    f"member {display_key(info.name)!r} data [{info.offset_data}, {info.offset_data + info.size}) "
-                    f"runs past the end of the file ({size}): truncated tar",
-                    path=path,
-                    offset=info.offset,
-                )
-            parts = None if is_meta(info.name) else split_key(info.name)
-            if parts is None:
-                skipped += 1
-                continue
-            key, extension = parts[0], parts[1].lower()
-            sample = samples.get(key)
-            if sample is None:
-                if len(samples) >= MAX_RECORDS_PER_SHARD:
-                    raise LimitError(f"more than {MAX_RECORDS_PER_SHARD} samples in one tar", path=path, offset=info.offset)
-                sample = samples[key] = TarSample(key)
-            member = TarMember(info.name, extension, info.offset, info.offset_data, info.size)
-            if extension in sample.members:
-                sample.duplicate = sample.duplicate or member
-            else:
-                sample.members[extension] = member
+            _check_member(info, next_header=archive.offset, size=size, path=path)
+            skipped += not _add_member(samples, info, path=path)
         end = archive.offset
     except ShardfmtError:
         raise
     except Exception as err:  # tarfile raises ReadError, ValueError, UnicodeError, ... on bad headers
         raise FormatError(f"malformed tar header: {type(err).__name__}: {err}", path=path, offset=position) from err
+    _check_end(view, end, path=path)
+    return MemberScan(source, list(samples.values()), skipped, end)
+
+
+def _whole_tar(source: ByteSource) -> memoryview:
+    """The bytes of an uncompressed tar of at most MAX_SHARD_SIZE bytes."""
+    path, size = source.path, source.size
+    if size > MAX_SHARD_SIZE:
+        raise LimitError(f"file is {size} bytes, over the shard limit of {MAX_SHARD_SIZE}", path=path, offset=0)
+    if size == 0:
+        raise FormatError("file is empty: not a tar (an empty tar is 1024 zero bytes)", path=path, offset=0)
+    view = source.read(0, size)
+    for magic, kind in _COMPRESSED.items():
+        if bytes(view[: len(magic)]) == magic:
+            raise FormatError(f"a {kind}-compressed tar cannot be memory-mapped; decompress it first", path=path, offset=0)
+    return view
+
+
+def _check_member(info: tarfile.TarInfo, *, next_header: int, size: int, path: str) -> None:
+    """A regular member's size is not negative, places the next header, and stays in the file."""
+    if info.size < 0:  # tarfile takes a PAX "GNU.sparse.realsize" record for the size
+        raise FormatError(f"member {display_key(info.name)!r} has a negative size ({info.size})", path=path, offset=info.offset)
+    if next_header != info.offset_data + -(-info.size // BLOCK_SIZE) * BLOCK_SIZE:
+        # tarfile takes the size from a PAX "GNU.sparse.realsize" record, or from a global
+        # "size" record, but finds the next header by the size in the member's own header
+        raise FormatError(
+            f"member {display_key(info.name)!r} has a size ({info.size}) that a PAX record sets, "
+            f"but its data ends where the next header is found ({next_header})",
+            path=path,
+            offset=info.offset,
+        )
+    if info.offset_data + info.size > size:
+        raise FormatError(
+            f"member {display_key(info.name)!r} data [{info.offset_data}, {info.offset_data + info.size}) "
+            f"runs past the end of the file ({size}): truncated tar",
+            path=path,
+            offset=info.offset,
+        )
+
+
+def _add_member(samples: dict[str, TarSample], info: tarfile.TarInfo, *, path: str) -> bool:
+    """Add a regular member to the sample of its key; False if its name gives no key."""
+    parts = None if is_meta(info.name) else split_key(info.name)
+    if parts is None:
+        return False
+    key, extension = parts[0], parts[1].lower()
+    sample = samples.get(key)
+    if sample is None:
+        if len(samples) >= MAX_RECORDS_PER_SHARD:
+            raise LimitError(f"more than {MAX_RECORDS_PER_SHARD} samples in one tar", path=path, offset=info.offset)
+        sample = samples[key] = TarSample(key)
+    member = TarMember(info.name, extension, info.offset, info.offset_data, info.size)
+    if extension in sample.members:
+        sample.duplicate = sample.duplicate or member
+    else:
+        sample.members[extension] = member
+    return True
+
+
+def _check_end(view: memoryview, end: int, *, path: str) -> None:
+    """Only zero bytes follow the last member: the end-of-archive blocks and their padding."""
     tail = np.frombuffer(view[end:], np.uint8)
     if tail.any():
         first = end + int(np.argmax(tail != 0))
         if first < end + BLOCK_SIZE:
             raise FormatError("not a valid tar header, and not the zero blocks that end an archive", path=path, offset=end)
         raise FormatError(
-            "non-zero bytes after the end-of-archive zero block (tar and webdataset ignore them; "
-            "is this a concatenation of tars?)",
+            "non-zero bytes after the end-of-archive zero block (tar and webdataset ignore them; is this a concatenation of tars?)",
             path=path,
             offset=first,
         )
-    return MemberScan(source, list(samples.values()), skipped, end)
 
 
 def scan_samples(path: str | os.PathLike[str]) -> tuple[TarSample, ...]:

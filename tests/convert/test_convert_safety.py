@@ -142,7 +142,9 @@ def test_the_cli_names_the_lock_in_one_line(source: Path, tmp_path: Path) -> Non
     assert len(lines) == 1 and lines[0].startswith(f"Error: {out}: another run is converting into this output (process ")
 
 
-def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finishes(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finishes(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     real_write = shardfmt.storage.atomic.AtomicFile.write
     written = {"bytes": 0}
@@ -182,13 +184,18 @@ def test_worker_processes_leave_the_bytes_they_checked_in_shared_scratch_memory(
     JPEG; the shards are byte for byte those of an inline run."""
     paths = sorted(source.glob("*/*"))[:3]
     records = tuple(
-        (n, PlannedRecord(files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}"))
+        (
+            n,
+            PlannedRecord(
+                files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}"
+            ),
+        )
         for n, p in enumerate(paths)
     )
     scratch = memoryview(bytearray(1 << 20))
     built = build_chunk(ImageLabelBuilder(InputReader(str(source)), None, 90), Chunk(0, records), scratch)
     offset = 0
-    for one, path in zip(built, paths):
+    for one, path in zip(built, paths, strict=True):
         data = path.read_bytes()
         assert one.fields is not None and one.reencoded == (None,)
         assert one.fields["image"] == Placed(offset, len(data), read_jpeg_info(data))

@@ -255,7 +255,14 @@ def test_a_reshaped_jpeg_field_is_what_normalise_image_makes(name: str) -> None:
     field = store_image(data, kind="jpeg", geometry=geometry, quality=70)
     single = normalise_image(data, max_side=20, quality=70)
     assert (field.value, field.reencoded) == (single.data, single.reencoded)
-    reasons = {"big.jpg": "resized", "big.png": "not-jpeg", "progressive.jpg": "progressive", "cmyk.jpg": "cmyk", "rotated.jpg": "exif-rotated", "gray.jpg": "resized"}
+    reasons = {
+        "big.jpg": "resized",
+        "big.png": "not-jpeg",
+        "progressive.jpg": "progressive",
+        "cmyk.jpg": "cmyk",
+        "rotated.jpg": "exif-rotated",
+        "gray.jpg": "resized",
+    }
     assert single.reencoded == reasons[name]
     unreshaped = store_image(data, kind="jpeg", geometry=None, quality=70)
     assert unreshaped.value == normalise_image(data, quality=70).data

@@ -20,7 +20,6 @@ from shardfmt.convert.run import convert
 from shardfmt.dataset.summary import summarise_dataset
 from shardfmt.dataset.verify import verify_dataset
 from shardfmt.errors import ManifestError, ShardNotFoundError
-from shardfmt.format.reader import ShardReader
 
 
 @pytest.fixture

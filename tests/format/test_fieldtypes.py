@@ -83,7 +83,7 @@ def test_both_readers_serve_the_same_record(both_readers: list[ShardReaderBase])
 
 
 def test_both_readers_refuse_the_payload_of_a_fixed_size_field(both_readers: list[ShardReaderBase]) -> None:
-    for reader, noun in zip(both_readers, ("shard", "tar")):
+    for reader, noun in zip(both_readers, ("shard", "tar"), strict=True):
         with reader, pytest.raises(SchemaError, match=rf"^no variable-size field 'label' in this {noun} \(fields: image, key\)$"):
             reader.payload(0, "label")
 

@@ -231,7 +231,9 @@ def test_tar_flipped_truncated_or_extended(corpus: fuzz.Corpus, worker: fuzz.Wor
 
 @MORE
 @given(st.data())
-def test_member_index_row_rewritten(corpus: fuzz.Corpus, worker: fuzz.Worker, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+def test_member_index_row_rewritten(
+    corpus: fuzz.Corpus, worker: fuzz.Worker, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
     seed = data.draw(st.sampled_from(corpus.tar))
     rows = [dict(row) for row in seed.rows]
     row = data.draw(st.integers(0, len(rows) - 1))
@@ -239,7 +241,9 @@ def test_member_index_row_rewritten(corpus: fuzz.Corpus, worker: fuzz.Worker, tm
     if column == "key":
         value: Any = data.draw(st.binary(max_size=40))
     elif column == "members":
-        value = data.draw(json_values | st.dictionaries(st.sampled_from(["jpg", "cls", "json", ""]), st.lists(st.integers(-1, 1 << 64), max_size=3)))
+        value = data.draw(
+            json_values | st.dictionaries(st.sampled_from(["jpg", "cls", "json", ""]), st.lists(st.integers(-1, 1 << 64), max_size=3))
+        )
     else:
         value = data.draw(st.integers(-(1 << 63), (1 << 63) - 1))
     rows[row][column] = value
@@ -275,7 +279,9 @@ def test_manifest_path_set(corpus: fuzz.Corpus, worker: fuzz.Worker, data: st.Da
     document = fuzz_mutations._replace(document, path, value)
     if path[-1] == "report":
         document["rejects"]["count"] = 0
-    assert_no_finding(worker, mutant("manifest", seed, {"manifest.json": fuzz_mutations.encode_json(document).encode()}, f"{path} = {value!r}"))
+    assert_no_finding(
+        worker, mutant("manifest", seed, {"manifest.json": fuzz_mutations.encode_json(document).encode()}, f"{path} = {value!r}")
+    )
 
 
 @MORE
@@ -297,6 +303,7 @@ def test_mutants_depend_on_the_seed_and_their_number_only(corpus: fuzz.Corpus, t
 
 
 # -- the campaign ------------------------------------------------------------------------------
+
 
 def campaign(out: Path, *options: str) -> tuple[int, dict[str, Any]]:
     code = fuzz.main(["--out", str(out), "--progress", "0", "--hang-seconds", "0", *options])
@@ -321,7 +328,9 @@ def test_a_campaign_of_a_given_size_runs_exactly_that_many(tmp_path: Path) -> No
     assert summary["mutations"] == 50
 
 
-def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(corpus: fuzz.Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(
+    corpus: fuzz.Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = fuzz.make_mutant(corpus, "binary", seed=5, index=7, scratch=tmp_path).changed["fuzz.shard"]
     original = ShardReader._open
 
@@ -343,7 +352,7 @@ def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(corpus: fuzz.C
     document = json.loads((folder / "finding.json").read_text())
     assert (document["kind"], document["campaign_seed"], document["mutation"]) == ("binary", 5, 7)
     assert document["exception"] == "KeyError: 'injected'"
-    assert "raise KeyError(\"injected\")" in document["traceback"]
+    assert 'raise KeyError("injected")' in document["traceback"]
     assert document["mutation_steps"] == list(fuzz.make_mutant(corpus, "binary", seed=5, index=7, scratch=tmp_path).notes)
     assert fuzz.main(["--replay", str(folder)]) == 1
     monkeypatch.undo()
@@ -351,6 +360,7 @@ def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(corpus: fuzz.C
 
 
 # -- what the campaign found -------------------------------------------------------------------
+
 
 def write_tar(path: Path) -> None:
     with TarShardWriter(path) as writer:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
 from conftest import jpeg_bytes
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_malformed import BAD_MANIFESTS
 
@@ -129,7 +129,9 @@ NOT_EXPRESSIBLE |= {"size-float"}
 
 @pytest.mark.parametrize("case", sorted(set(BAD_MANIFESTS) - NOT_EXPRESSIBLE))
 def test_schema_rejects_what_the_reader_rejects(tmp_path: Path, case: str) -> None:
-    manifest = write(tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=300)
+    manifest = write(
+        tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=300
+    )
     assert len(manifest["shards"]) == 2
     change, _, _ = BAD_MANIFESTS[case]
     change(manifest)

@@ -378,7 +378,9 @@ def test_feistel_vectors_follow_the_written_rule() -> None:
         stream = int(item["stream"], 16)
         keys = [f"0x{_key(item['seed'], stream, item['epoch'], 8 * item['index'] + j):016x}" for j in range(6)]
         assert keys == item["round_keys"]
-        assert [_bijection(p, item["size"], item["seed"], stream, item["epoch"], item["index"]) for p in range(len(item["image"]))] == item["image"]
+        assert [_bijection(p, item["size"], item["seed"], stream, item["epoch"], item["index"]) for p in range(len(item["image"]))] == item[
+            "image"
+        ]
     for case in vector["cases"]:
         for rank, batches in case["batches"].items():
             if case["window"] is None:  # the rank takes positions rank + k * world_size of the bijection's order
@@ -386,7 +388,9 @@ def test_feistel_vectors_follow_the_written_rule() -> None:
                 positions = [int(rank) + k * case["world_size"] for k in range(len(flat))]
                 assert flat == [_bijection(p, case["num_records"], case["seed"], 0x46454953, case["epoch"], 0) for p in positions]
             sizes = make_vectors._shard_sizes(case["shard_sizes"])
-            order = epoch_order("feistel", num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"], shard_sizes=sizes, window=case["window"])
+            order = epoch_order(
+                "feistel", num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"], shard_sizes=sizes, window=case["window"]
+            )
             plan = RankPlan(order, batch_size=case["batch_size"], rank=int(rank), world_size=case["world_size"], drop_last=False)
             assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
     assert len(vector["cases"]) == 8
@@ -408,7 +412,9 @@ def test_mixture_and_elastic_vectors_give_the_batches() -> None:
         seen = []
         for hop in case["hops"]:
             for rank, batches in enumerate(hop["batches"]):
-                plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=hop["world_size"], drop_last=False, start=hop["start"])
+                plan = RankPlan(
+                    order, batch_size=case["batch_size"], rank=rank, world_size=hop["world_size"], drop_last=False, start=hop["start"]
+                )
                 assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
                 seen += [i for batch in batches for i in batch]
         assert sorted(seen) == list(range(case["num_records"])), "the hops cover the epoch exactly once"

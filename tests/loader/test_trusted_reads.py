@@ -87,14 +87,20 @@ def partial_decodes(dataset: Path, monkeypatch: pytest.MonkeyPatch, *, reads: in
             counts.append(calls[0] - before)
         reader = processor.dataset
         sizes = [reader[int(i)].image_info() for i in indices]
-        plan = loader.pipeline.plan(np.array([s.height for s in sizes]), np.array([s.width for s in sizes]), record_keys(1, AUGMENT_STREAM, 0, indices.astype(np.uint64)))
+        plan = loader.pipeline.plan(
+            np.array([s.height for s in sizes]),
+            np.array([s.width for s in sizes]),
+            record_keys(1, AUGMENT_STREAM, 0, indices.astype(np.uint64)),
+        )
         processor.close()
-    full_scale = sum(dct_scale(int(h), int(w), (SIZE, SIZE)) == 1 for h, w in zip(plan.height, plan.width))
+    full_scale = sum(dct_scale(int(h), int(w), (SIZE, SIZE)) == 1 for h, w in zip(plan.height, plan.width, strict=True))
     return counts, full_scale
 
 
 @pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
-def test_a_strictly_decoded_dataset_is_decoded_partially_from_the_first_read(converted: Path, written: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_strictly_decoded_dataset_is_decoded_partially_from_the_first_read(
+    converted: Path, written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     counts, full_scale = partial_decodes(converted, monkeypatch, reads=2)
     assert full_scale == 17  # of 24 boxes; the others are decoded at a reduced DCT scale, whole
     assert counts == [full_scale, full_scale]

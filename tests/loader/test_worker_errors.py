@@ -130,7 +130,9 @@ def marked(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_a_user_steps_builtin_error_keeps_its_builtin_class(marked: Path, num_workers: int) -> None:
     with pytest.raises(KeyError) as info:
-        with Loader(marked, batch_size=4, num_workers=num_workers, pipeline="resize", size=8, shuffle=False, augment=[refuse_record_five]) as loader:
+        with Loader(
+            marked, batch_size=4, num_workers=num_workers, pipeline="resize", size=8, shuffle=False, augment=[refuse_record_five]
+        ) as loader:
             list(loader)
     assert isinstance(info.value, WorkerError) and not isinstance(info.value, Refused)
     assert info.value.record == 5 and "Refused: 'record five'" in info.value.message

@@ -8,7 +8,6 @@ import os
 import resource
 import sys
 
-import numpy as np
 import pytest
 
 from shardfmt.forks import frozen_heap

@@ -130,7 +130,9 @@ def reference_epochs(dataset: Path, epochs: int) -> list[bytes]:
         return [images.numpy().tobytes() for _ in range(epochs) for images, _ in loader]
 
 
-def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(small_jpegs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(
+    small_jpegs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """libjpeg's error_exit calls exit(): here the partial decode of one record is handed bytes
     that are not a JPEG, in the forked workers, so libjpeg itself ends the worker."""
     target = last_record_of_epoch_1(small_jpegs)

@@ -78,7 +78,9 @@ def test_nearby_windows_merge_into_one_read(server: RangeServer, monkeypatch: py
     assert sum(server.requests.values()) == 2
 
 
-def test_a_connection_dropped_mid_shard_is_retried(server: RangeServer, small_dataset_module: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_connection_dropped_mid_shard_is_retried(
+    server: RangeServer, small_dataset_module: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     server.drop_once = {"shard-00001.shard"}
     with caplog.at_level(logging.WARNING, logger="shardfmt.storage"):
         reader = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
@@ -140,7 +142,9 @@ def test_the_cache_keeps_to_its_size_limit(server: RangeServer, tmp_path: Path) 
     cache = reader.location.cache
     assert cache is not None
     assert 0 < cache.usage() <= limit
-    too_small = open_dataset(f"{server.url}/ds", remote=RemoteOptions(mode="cache", cache_dir=str(tmp_path / "tiny"), cache_size=100, retry=FAST))
+    too_small = open_dataset(
+        f"{server.url}/ds", remote=RemoteOptions(mode="cache", cache_dir=str(tmp_path / "tiny"), cache_size=100, retry=FAST)
+    )
     with pytest.raises(RemoteError, match="raise cache_size"):
         too_small[0]["image"]
 

@@ -112,7 +112,9 @@ def test_convert_from_s3_source_and_by_cli(imagefolder: Path, tmp_path: Path, en
     assert tree_bytes(tmp_path / "to-local") == tree_bytes(tmp_path / "local")
 
 
-def test_an_interrupted_conversion_to_s3_resumes(imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_conversion_to_s3_resumes(
+    imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
@@ -183,7 +185,10 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
         assert [(r["key"], r["label"], bytes(r["image"])) for r in ds] == expected
         assert ds.shard_path(1) == "s3://data/tar/shard-00001.tar"
     settings: dict[str, Any] = dict(batch_size=4, size=16, seed=2, window=2, copy=True)
-    with Loader(tmp_path / "local", num_workers=0, **settings) as here, Loader("s3://data/tar", num_workers=2, remote=options(endpoint), **settings) as there:
+    with (
+        Loader(tmp_path / "local", num_workers=0, **settings) as here,
+        Loader("s3://data/tar", num_workers=2, remote=options(endpoint), **settings) as there,
+    ):
         for (a, label_a), (b, label_b) in zip(here, there, strict=True):
             assert torch.equal(a, b) and torch.equal(label_a, label_b)
 
@@ -197,7 +202,9 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
     s3.invalidate_cache()
     assert s3.exists("data/tar-resumed/shard-00001.tar.idx") and not s3.exists("data/tar-resumed/manifest.json")
     s3.rm_file("data/tar-resumed/shard-00001.tar.idx")  # a lost member index redoes its shard
-    result = convert(imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", resume=True, remote=options(endpoint))
+    result = convert(
+        imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", resume=True, remote=options(endpoint)
+    )
     assert result.reused_shards == len(result.manifest.shards) - 1
     assert s3_tree(s3, "data/tar-resumed") == tree_bytes(tmp_path / "local")
 
@@ -241,8 +248,17 @@ def test_what_object_storage_does_not_take_is_refused(imagefolder: Path, tmp_pat
     upload_tree(s3, imagefolder, "data/fields-src")
     with pytest.raises(ConvertError, match="several sources are folders of one image field each, and must be local"):
         convert_fields(["s3://data/fields-src/class_000", "s3://data/fields-src/class_001"], tmp_path / "out", remote=options(endpoint))
-    result = CliRunner().invoke(main, ["convert", "s3://data/fields-src/class_000", "s3://data/fields-src/class_001", str(tmp_path / "out"),
-                                       "--storage-options", json.dumps(s3_options(endpoint))])
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            "s3://data/fields-src/class_000",
+            "s3://data/fields-src/class_001",
+            str(tmp_path / "out"),
+            "--storage-options",
+            json.dumps(s3_options(endpoint)),
+        ],
+    )
     assert result.exit_code == 1 and "must be local" in result.output, result.output
     for url in ("s3://data/wds/shard-00000.tar", "s3://data/wds/shard-{00000..00001}.tar"):
         with pytest.raises(ValueError, match="only local tars can be opened directly"):
@@ -284,13 +300,24 @@ def test_torchrun_two_ranks_of_two_workers_read_s3_exactly_and_resume(indexed: t
     script.write_text(RANK_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(REPO), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0", str(script), indexed[1], json.dumps(s3_options(endpoint)), str(tmp_path),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--max-restarts=0",
+        str(script),
+        indexed[1],
+        json.dumps(s3_options(endpoint)),
+        str(tmp_path),
     ]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    assert len(ranks[0]["epoch"]) == len(ranks[1]["epoch"]) == -(-(-(-NUM_RECORDS // 2)) // 6)
+    per_rank = -(-NUM_RECORDS // 2)  # records a rank gets, rounded up
+    assert len(ranks[0]["epoch"]) == len(ranks[1]["epoch"]) == -(-per_rank // 6)
     flat = sorted(x for rank in ranks for batch in rank["epoch"] for x in batch)
     assert flat == list(range(NUM_RECORDS))
     for rank in ranks:

@@ -493,7 +493,9 @@ FUZZ_SEED = _fuzz_seed()
 
 def tar_dataset(root: Path, count: int = 9, **options: Any) -> list[tuple[str, bytes, int]]:
     samples = [(f"r{i:02d}", jpeg_bytes(12 + i, 14, seed=i), i % 3) for i in range(count)]
-    with DatasetWriter(root, schema=IMAGE_CLASSIFICATION, shard_format="tar", shard_size=20_000, classes=["a", "b", "c"], **options) as writer:
+    with DatasetWriter(
+        root, schema=IMAGE_CLASSIFICATION, shard_format="tar", shard_size=20_000, classes=["a", "b", "c"], **options
+    ) as writer:
         for key, image, label in samples:
             writer.write({"image": image, "label": label, "key": key})
     return samples
@@ -564,7 +566,10 @@ def test_index_tars_writes_a_dataset_with_rejects(tmp_path: Path) -> None:
     assert manifest.classes == [str(i) for i in range(6)]
     assert manifest.rejects == {"count": 1, "by_reason": {"not-a-jpeg": 1}, "report": "rejects.jsonl"}
     assert json.loads((root / "rejects.jsonl").read_text()) == {
-        "path": "sub/a.tar", "key": "y", "reason": "not-a-jpeg", "detail": "the image member does not start with a JPEG start-of-image marker"
+        "path": "sub/a.tar",
+        "key": "y",
+        "reason": "not-a-jpeg",
+        "detail": "the image member does not start with a JPEG start-of-image marker",
     }
     first = (root / "manifest.json").read_bytes()
     with open_dataset(root) as reader:

@@ -117,7 +117,11 @@ def scan_source(
 
 
 def scan_fields(
-    sources: Sequence[Location], *, declared: Sequence[tuple[str, str | None]] = (), store: str = "jpeg", remote: RemoteOptions | None = None
+    sources: Sequence[Location],
+    *,
+    declared: Sequence[tuple[str, str | None]] = (),
+    store: str = "jpeg",
+    remote: RemoteOptions | None = None,
 ) -> FieldScan:
     """Find the records of a multi-field conversion.
 
@@ -144,11 +148,17 @@ def scan_fields(
     if len(names) > 1:
         for name in names:
             if classify_location(name).is_remote:
-                raise ConvertError("several sources are folders of one image field each, and must be local: copy them from "
-                                   "object storage first (one folder or listing may be a URL)", path=name.partition("?")[0])
+                raise ConvertError(
+                    "several sources are folders of one image field each, and must be local: copy them from "
+                    "object storage first (one folder or listing may be a URL)",
+                    path=name.partition("?")[0],
+                )
             if classify_location(name).is_tars or "{" in Path(name).name:
-                raise ConvertError("several sources are folders of one image field each; give WebDataset tars as one source "
-                                   "(a .tar file, a brace pattern or their folder)", path=name)
+                raise ConvertError(
+                    "several sources are folders of one image field each; give WebDataset tars as one source "
+                    "(a .tar file, a brace pattern or their folder)",
+                    path=name,
+                )
         return scan_folders([Path(name) for name in names], declared, store)
     listing = _listing(names[0], remote)
     header = columns_of(*listing) if listing is not None else None
@@ -156,7 +166,9 @@ def scan_fields(
         return scan_table(*listing, declared=dict(declared), store=store)
     extra = {name for name, _ in declared} - {"image"}
     if extra:
-        raise ConvertError(f"an ImageFolder or path,label listing has the fields image and label; cannot declare {', '.join(sorted(extra))}")
+        raise ConvertError(
+            f"an ImageFolder or path,label listing has the fields image and label; cannot declare {', '.join(sorted(extra))}"
+        )
     kind = dict(declared).get("image") or store
     if kind not in IMAGE_KINDS:
         raise ConvertError(f"field 'image' must be stored as an image kind ({', '.join(IMAGE_KINDS)}), not {kind!r}")
@@ -189,7 +201,10 @@ def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptio
         tree, names = local_parquet(texts)
         return scan_parquet(tree, names, columns=columns)
     if len(texts) != 1:
-        raise ConvertError("Parquet files by URL are one URL: a file, or a pattern of file names (s3://bucket/data/train-*.parquet)", path=urls[0].partition("?")[0])
+        raise ConvertError(
+            "Parquet files by URL are one URL: a file, or a pattern of file names (s3://bucket/data/train-*.parquet)",
+            path=urls[0].partition("?")[0],
+        )
     base, question, query = texts[0].partition("?")
     folder, _, name = base.rstrip("/").rpartition("/")
     if has_pattern(folder):
@@ -219,5 +234,7 @@ def _store_tree(url: str, remote: RemoteOptions | None) -> StoreTree:
         raise ConvertError(TARS_BY_URL, path=open_store(url, remote=remote).root)
     store = open_store(url, remote=remote)
     if not store.supports_listing:
-        raise ConvertError("a source URL must be a store that can list its objects (s3://, gs://, az://, ...), not plain HTTP", path=store.root)
+        raise ConvertError(
+            "a source URL must be a store that can list its objects (s3://, gs://, az://, ...), not plain HTTP", path=store.root
+        )
     return StoreTree(store, url.rstrip("/"))

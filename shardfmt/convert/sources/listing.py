@@ -107,7 +107,9 @@ def scan_table(tree: Tree, name: str, *, declared: Mapping[str, str | None], sto
     if "path" in listing.names and "image" in listing.names:
         raise ConvertError("line 1: columns 'path' and 'image' would both be the field image; rename one", path=where)
     found = tuple(
-        FieldColumn("image" if column == "path" else column, declared.get(column) or _infer(column, [row[i] for _, row in listing.rows], store))
+        FieldColumn(
+            "image" if column == "path" else column, declared.get(column) or _infer(column, [row[i] for _, row in listing.rows], store)
+        )
         for i, column in enumerate(listing.names)
     )
     if not any(column.is_image for column in found):
@@ -202,7 +204,9 @@ def _jsonl_rows(text: str, where: str, columns: Sequence[str] | None) -> tuple[t
             raise ConvertError(f"line {line}: keys {sorted(value)} differ from the first line's {sorted(names)}", path=where)
         for column in names:
             if value[column] is not None and not isinstance(value[column], (str, int, float)):
-                raise ConvertError(f"line {line}: {column!r} is a {type(value[column]).__name__}; values are strings or numbers", path=where)
+                raise ConvertError(
+                    f"line {line}: {column!r} is a {type(value[column]).__name__}; values are strings or numbers", path=where
+                )
         rows.append((line, [value[column] for column in names]))
     if names is None:
         raise ConvertError("the listing is empty", path=where)
@@ -252,12 +256,16 @@ def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColum
     images = [i for i, column in enumerate(found) if column.is_image]
     others = [i for i, column in enumerate(found) if not column.is_image]
     label = next((i for i in others if found[i].kind == "label"), None)
-    labels = _Labels.judge([(line, row[label]) for line, row in listing.rows], kind=listing.kind, where=where) if label is not None else None
+    labels = (
+        _Labels.judge([(line, row[label]) for line, row in listing.rows], kind=listing.kind, where=where) if label is not None else None
+    )
     inputs: list[FieldInput] = []
     rejects: list[ScanReject] = []
     for line, row in listing.rows:
         values = tuple(
-            labels.value(row[i], kind=listing.kind, line=line, where=where) if labels is not None and i == label else _value(found[i], row[i], line, where)
+            labels.value(row[i], kind=listing.kind, line=line, where=where)
+            if labels is not None and i == label
+            else _value(found[i], row[i], line, where)
             for i in others
         )
         files: list[SourceFile] = []

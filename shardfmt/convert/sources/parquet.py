@@ -183,29 +183,38 @@ def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -
                 if names_found is not None and hf_names != names_found[0]:
                     raise ConvertError(f"the class names of column {label!r} differ from those of {names_found[1]}", path=where)
                 names_found = (hf_names, where)
-        wanted = [column for column in (label, columns.key) if column is not None]
-        metadata = parquet.metadata
-        row = 0
-        for group in range(metadata.num_row_groups):
-            count = metadata.row_group(group).num_rows
-            sizes = _row_sizes(metadata.row_group(group), columns.image, count)
-            try:
-                table = parquet.read_row_group(group, columns=wanted) if wanted else None
-            except (OSError, pa.ArrowException) as err:
-                detail = f"row group {group} (rows {row} to {row + count - 1}) cannot be read: {err}"
-                rejects.append(ScanReject(len(rows), display_path(name), "corrupt", detail))
-                row += count
-                continue
-            labels = table.column(label).to_pylist() if table is not None and label is not None else [0] * count
-            keys = table.column(columns.key).to_pylist() if table is not None and columns.key is not None else [None] * count
-            for n in range(count):
-                key = keys[n] if columns.key is not None else f"{record_key(name)}/{row + n}"
-                item = SourceFile(name, 0, sizes[n], entry.version, offset=n, sample_key=None if key is None else str(key),
-                                  row_group=group, file_size=entry.size)
-                rows.append((item, labels[n], key, f"row {row + n} (row group {group})"))
-            row += count
+        _read_rows(parquet, name, entry, label=label, columns=columns, rows=rows, rejects=rejects)
     return _labelled(tree, rows, rejects, label_kind[0] if label_kind is not None else None,
                      names_found[0] if names_found is not None else None)
+
+
+def _read_rows(
+    parquet: Any, name: str, entry: Entry, *, label: str | None, columns: ParquetColumns,
+    rows: list[tuple[SourceFile, Any, Any, str]], rejects: list[ScanReject],
+) -> None:
+    """Append each row of one file, row group by row group, with its label and key values (not
+    yet checked); a row group that cannot be read is one reject."""
+    wanted = [column for column in (label, columns.key) if column is not None]
+    metadata = parquet.metadata
+    row = 0
+    for group in range(metadata.num_row_groups):
+        count = metadata.row_group(group).num_rows
+        sizes = _row_sizes(metadata.row_group(group), columns.image, count)
+        try:
+            table = parquet.read_row_group(group, columns=wanted) if wanted else None
+        except (OSError, pa.ArrowException) as err:
+            detail = f"row group {group} (rows {row} to {row + count - 1}) cannot be read: {err}"
+            rejects.append(ScanReject(len(rows), display_path(name), "corrupt", detail))
+            row += count
+            continue
+        labels = table.column(label).to_pylist() if table is not None and label is not None else [0] * count
+        keys = table.column(columns.key).to_pylist() if table is not None and columns.key is not None else [None] * count
+        for n in range(count):
+            key = keys[n] if columns.key is not None else f"{record_key(name)}/{row + n}"
+            item = SourceFile(name, 0, sizes[n], entry.version, offset=n, sample_key=None if key is None else str(key),
+                              row_group=group, file_size=entry.size)
+            rows.append((item, labels[n], key, f"row {row + n} (row group {group})"))
+        row += count
 
 
 def _labelled(tree: Tree, rows: list[tuple[SourceFile, Any, Any, str]], found: list[ScanReject], kind: str | None,
@@ -241,7 +250,9 @@ def _labelled(tree: Tree, rows: list[tuple[SourceFile, Any, Any, str]], found: l
         if problem is not None:
             rejects.append(ScanReject(len(inputs), display_path(item.path), *problem, key=shown))
             continue
-        inputs.append(SourceFile(item.path, int(value), item.size, item.mtime_ns, item.offset, item.sample_key, item.row_group, item.file_size))
+        inputs.append(
+            SourceFile(item.path, int(value), item.size, item.mtime_ns, item.offset, item.sample_key, item.row_group, item.file_size)
+        )
     while upcoming is not None:
         rejects.append(ScanReject(len(inputs), upcoming.path, upcoming.reason, upcoming.detail, upcoming.key))
         upcoming = next(pending, None)
@@ -254,8 +265,11 @@ def _check_columns(schema: Any, columns: ParquetColumns, label: str | None, wher
             raise ConvertError(f"no {role} column {column!r}; the file's columns are {', '.join(schema.names)}", path=where)
     kind = schema.field(columns.image).type
     if not (_is_binary(kind) or (pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and _is_binary(kind.field("bytes").type))):
-        raise ConvertError(f"column {columns.image!r} holds {kind}; an image column is binary, or a struct with a binary "
-                           "'bytes' field (as Hugging Face writes it)", path=where)
+        raise ConvertError(
+            f"column {columns.image!r} holds {kind}; an image column is binary, or a struct with a binary "
+            "'bytes' field (as Hugging Face writes it)",
+            path=where,
+        )
     if columns.key is not None:
         key_type = schema.field(columns.key).type
         if not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type) or pa.types.is_integer(key_type)):
@@ -267,7 +281,7 @@ def _is_binary(kind: Any) -> bool:
 
 
 def _label_kind(kind: Any, column: str, where: str) -> str:
-    """"integer" or "string": what the label column holds (a dictionary column by its values)."""
+    """ "integer" or "string": what the label column holds (a dictionary column by its values)."""
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
     if pa.types.is_integer(kind):
@@ -393,6 +407,6 @@ class RowGroupReader:
             return RejectError(f"row group {row_group} cannot be read: {getattr(err, 'message', err)}", reason="unreadable"), 0
         if pa.types.is_struct(array.type):
             present = array.is_valid().to_pylist()
-            return [data if valid else None for data, valid in zip(array.field("bytes").to_pylist(), present)], first
+            return [data if valid else None for data, valid in zip(array.field("bytes").to_pylist(), present, strict=True)], first
         values: list[bytes | None] = array.to_pylist()
         return values, first

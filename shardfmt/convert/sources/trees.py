@@ -128,7 +128,9 @@ class LocalTree:
             for ancestor, ancestor_path in ancestors:
                 if ancestor == identity:
                     target = display_path(ancestor_path) if ancestor_path else "the source root"
-                    return Entry(item.name, path, True, reject=("symlink-loop", f"the folder is its own ancestor ({target}); not entered again"))
+                    return Entry(
+                        item.name, path, True, reject=("symlink-loop", f"the folder is its own ancestor ({target}); not entered again")
+                    )
             return Entry(item.name, path, True, ancestors=(*ancestors, (identity, path)))
         if not stat.S_ISREG(st.st_mode):
             return Entry(item.name, path, reject=("unreadable", NOT_REGULAR))
