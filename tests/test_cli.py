@@ -13,11 +13,12 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 
-import shardfmt.cli
-import shardfmt.dataset.verify
-from shardfmt import ConvertError, ShardReader, open_dataset
-from shardfmt.cli import CLOSED_PIPE_STATUS, ByteSize, main
-from shardfmt.convert.run import convert
+import shardfmt._cli
+import shardfmt._dataset.verify
+from shardfmt import ConvertError, open_dataset
+from shardfmt._cli import CLOSED_PIPE_STATUS, ByteSize, main
+from shardfmt._convert.run import convert
+from shardfmt.format import ShardReader
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -204,10 +205,10 @@ def test_verify_shows_a_progress_bar_on_a_terminal_for_a_large_dataset(
     size = sum(p.stat().st_size for p in out.glob("*.shard"))
     result = CliRunner().invoke(main, ["verify", str(out)])  # not a terminal: no bar
     assert result.exit_code == 0 and result.stderr == ""
-    monkeypatch.setattr(shardfmt.cli, "_on_terminal", lambda: True)
+    monkeypatch.setattr(shardfmt._cli, "_on_terminal", lambda: True)
     result = CliRunner().invoke(main, ["verify", str(out)])  # a terminal, but a small dataset: no bar
     assert result.exit_code == 0 and result.stderr == ""
-    monkeypatch.setattr(shardfmt.dataset.verify, "PROGRESS_MIN_BYTES", size)
+    monkeypatch.setattr(shardfmt._dataset.verify, "PROGRESS_MIN_BYTES", size)
     result = CliRunner().invoke(main, ["verify", str(out)])
     assert result.exit_code == 0 and result.stdout.startswith("ok: 1 shards, 24 records")
     assert "verify: 100%" in result.stderr and f"{size / 1000:.1f}k/{size / 1000:.1f}k" in result.stderr

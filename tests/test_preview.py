@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from PIL import Image
 
 from shardfmt import Loader, open_dataset
-from shardfmt.cli import main
+from shardfmt._cli import main
+from shardfmt._preview import SheetLayout, draw_label, preview
+from shardfmt._sampling.keys import sample_batches
 from shardfmt.ops import CenterCrop, RandomResizedCrop
-from shardfmt.preview import SheetLayout, draw_label, preview
-from shardfmt.sampling import sample_batches
 
 
 def tile(sheet: Image.Image, layout: SheetLayout, number: int) -> np.ndarray:

@@ -8,7 +8,7 @@ bench checks the shape of every batch and that each epoch delivers every label e
 as the dataset holds it.
 
   shardfmt        ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the images converted by
-                  `shardfmt.convert` (from a listing of them), which keeps every one of these
+                  `shardfmt._convert` (from a listing of them), which keeps every one of these
                   baseline JPEGs byte for byte (checked: every record is a pass-through), so that
                   every contender decodes byte-identical files; its manifest says the converter
                   strictly decoded every JPEG (``strict_jpeg``), so the loader decodes only the
@@ -126,7 +126,7 @@ cost of loading, not the disk. Timings are only as quiet as the machine: the loa
 printed before and after.
 
 Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
-`shardfmt._sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
+`shardfmt._synthetic.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
 of selected images, the shardfmt, shardfmt tar, raw-pixel (about 2.2 GB for the default 5000
 images) and webdataset copies; delete the directory to rebuild.
 
@@ -169,10 +169,11 @@ from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
-from shardfmt._sample import make_imagefolder
-from shardfmt.convert.fields import convert_fields
-from shardfmt.convert.run import convert
+from shardfmt import DatasetWriter
+from shardfmt._convert.fields import convert_fields
+from shardfmt._convert.run import convert
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import RandomCrop
 
 OUTPUT_SIZE = 224
@@ -799,7 +800,7 @@ def warm_page_cache(source: Source) -> None:
 
 
 def prepare_converted(source: Source, settings: Settings, *, shard_size: int | None = None) -> Path:
-    """The images converted by `shardfmt.convert`, each kept byte for byte (checked), cached."""
+    """The images converted by `shardfmt._convert`, each kept byte for byte (checked), cached."""
     out = source.derived / (CONVERTED if shard_size is None else f"{CONVERTED}-{shard_size}")
     if (out / "manifest.json").exists():  # written last: the commit point of the dataset
         return out
@@ -841,7 +842,7 @@ def prepare_raw(source: Source) -> None:
         return
     shutil.rmtree(out, ignore_errors=True)
     say(f"writing raw-pixel shards to {out}")
-    schema = shardfmt.Schema.of(image="raw", label="int64", key="str")
+    schema = shardfmt.format.Schema.of(image="raw", label="int64", key="str")
     with DatasetWriter(out, schema=schema, classes=source.classes) as writer:
         for path, label in zip(source.files, source.labels, strict=True):
             key = path.relative_to(source.root).with_suffix("").as_posix()

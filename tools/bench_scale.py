@@ -44,8 +44,9 @@ from typing import Any
 import numpy as np
 import simplejpeg
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
-from shardfmt.format.manifest import Manifest, ShardEntry
+from shardfmt import DatasetWriter
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.format._manifest import Manifest, ShardEntry
 
 MEASURE = r"""
 import json, os, sys, time

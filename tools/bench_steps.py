@@ -28,9 +28,9 @@ import simplejpeg
 import torch
 from PIL import Image, ImageEnhance
 
-from shardfmt.ops import ColorJitter, ImageDecoder, RandomGrayscale, RandomRotation, RandomVerticalFlip
-from shardfmt.ops.augment import AugmentStep, SampleTransform
-from shardfmt.ops.decode import as_target
+from shardfmt.ops import ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
+from shardfmt.ops._augment import AugmentStep, SampleTransform
+from shardfmt.ops._decode import ImageDecoder, as_target
 
 JITTER = (0.4, 0.4, 0.4, 0.1)
 DEGREES = 15.0

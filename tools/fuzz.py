@@ -77,19 +77,20 @@ from fuzz_mutations import (  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import shardfmt  # noqa: E402
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter  # noqa: E402
-from shardfmt._sample import make_image  # noqa: E402
-from shardfmt.dataset.reader import open_dataset  # noqa: E402
-from shardfmt.dataset.summary import summarise_dataset  # noqa: E402
-from shardfmt.dataset.tars import index_tars  # noqa: E402
-from shardfmt.dataset.verify import verify_dataset  # noqa: E402
-from shardfmt.errors import ShardfmtError  # noqa: E402
-from shardfmt.format.fieldtypes import IMAGE_TYPES  # noqa: E402
-from shardfmt.format.reader import ShardReader  # noqa: E402
-from shardfmt.tar.index import index_tar  # noqa: E402
-from shardfmt.tar.reader import TarShardReader  # noqa: E402
-from shardfmt.tar.scan import iter_tar_samples  # noqa: E402
-from shardfmt.tar.writer import TarShardWriter  # noqa: E402
+from shardfmt import DatasetWriter
+from shardfmt._dataset.reader import open_dataset  # noqa: E402
+from shardfmt._dataset.summary import summarise_dataset  # noqa: E402
+from shardfmt._dataset.tars import index_tars  # noqa: E402
+from shardfmt._dataset.verify import verify_dataset  # noqa: E402
+from shardfmt._errors import ShardfmtError  # noqa: E402
+from shardfmt._synthetic import make_image  # noqa: E402
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.format._fieldtypes import IMAGE_TYPES  # noqa: E402
+from shardfmt.format._reader import ShardReader  # noqa: E402
+from shardfmt.tar._index import index_tar  # noqa: E402
+from shardfmt.tar._reader import TarShardReader  # noqa: E402
+from shardfmt.tar._scan import iter_tar_samples  # noqa: E402
+from shardfmt.tar._writer import TarShardWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = os.path.dirname(shardfmt.__file__) + os.sep

@@ -33,12 +33,12 @@ from typing import Any, Literal
 import numpy as np
 from shardbytes import ShardBytes
 
-from shardfmt.checksum import checksum
-from shardfmt.errors import ShardfmtError
-from shardfmt.format.layout import FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, HEADER_SIZE
-from shardfmt.format.reader import ShardReader
-from shardfmt.format.writer import ShardWriter
-from shardfmt.tar.index import INDEX_SCHEMA
+from shardfmt._checksum import checksum
+from shardfmt._errors import ShardfmtError
+from shardfmt.format._layout import FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, HEADER_SIZE
+from shardfmt.format._reader import ShardReader
+from shardfmt.format._writer import ShardWriter
+from shardfmt.tar._index import INDEX_SCHEMA
 
 Notes = list[str]
 

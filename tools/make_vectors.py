@@ -40,9 +40,10 @@ sys.path.insert(0, str(ROOT))  # the vectors come from this checkout's shardfmt,
 
 from shardbytes import ShardBytes, build_shard  # noqa: E402
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Schema  # noqa: E402
-from shardfmt.checksum import checksum, format_checksum  # noqa: E402
-from shardfmt.format.layout import (  # noqa: E402
+from shardfmt import DatasetWriter  # noqa: E402
+from shardfmt._checksum import checksum, format_checksum  # noqa: E402
+from shardfmt.format import IMAGE_CLASSIFICATION, Schema  # noqa: E402
+from shardfmt.format._layout import (  # noqa: E402
     FOOTER_DTYPE,
     FOOTER_SIZE,
     FORMAT_VERSION,
@@ -1360,7 +1361,7 @@ window): every rank's batches are written."""
 
 
 def sampling_batches() -> dict[str, Any]:
-    from shardfmt.sampling import ORDER_STREAM, mix64, record_keys, sample_batches
+    from shardfmt._sampling.keys import ORDER_STREAM, mix64, record_keys, sample_batches
 
     cases = []
     for case in BATCH_CASES:
@@ -1437,9 +1438,9 @@ def _shard_sizes(value: Any) -> Any:
 
 
 def sampling_feistel() -> dict[str, Any]:
-    from shardfmt.orders import epoch_order
-    from shardfmt.permutation import FEISTEL_STREAM, ROUNDS, permute, round_keys
-    from shardfmt.split import RankPlan
+    from shardfmt._sampling.orders import epoch_order
+    from shardfmt._sampling.permutation import FEISTEL_STREAM, ROUNDS, permute, round_keys
+    from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in FEISTEL_CASES:
@@ -1491,8 +1492,8 @@ MIXTURE_CASES: list[dict[str, Any]] = [
 
 
 def sampling_mixture() -> dict[str, Any]:
-    from shardfmt.mixture import MixtureOrder, allocate
-    from shardfmt.split import RankPlan
+    from shardfmt._sampling.mixture import MixtureOrder, allocate
+    from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in MIXTURE_CASES:
@@ -1525,8 +1526,8 @@ ELASTIC_CASES: list[dict[str, Any]] = [
 
 
 def sampling_elastic() -> dict[str, Any]:
-    from shardfmt.orders import epoch_order
-    from shardfmt.split import RankPlan, delivered_records
+    from shardfmt._sampling.orders import epoch_order
+    from shardfmt._sampling.ranks import RankPlan, delivered_records
 
     cases = []
     for case in ELASTIC_CASES:
@@ -1636,8 +1637,8 @@ CROP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (2024, 7, 123456)]
 
 
 def sampling_crops() -> dict[str, Any]:
-    from shardfmt.ops import pipeline_from_config, scale_plan, snap_to_scale
-    from shardfmt.sampling import AUGMENT_STREAM, record_keys, uniforms
+    from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys, uniforms
+    from shardfmt.ops._crop import pipeline_from_config, scale_plan, snap_to_scale
 
     cases = []
     for case in CROP_CASES:

@@ -29,10 +29,10 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardfmt._sample import make_image  # noqa: E402
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys  # noqa: E402
+from shardfmt._synthetic import make_image  # noqa: E402
 from shardfmt.ops import CenterCrop, RandomResizedCrop  # noqa: E402
-from shardfmt.ops.decode import ImageDecoder, as_target  # noqa: E402
-from shardfmt.sampling import AUGMENT_STREAM, record_keys  # noqa: E402
+from shardfmt.ops._decode import ImageDecoder, as_target  # noqa: E402
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

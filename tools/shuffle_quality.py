@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardfmt.sampling import sample_batches
+from shardfmt._sampling.keys import sample_batches
 
 
 def measure(

@@ -1,33 +1,24 @@
-"""Decode-and-augment steps. Each states its output shape before any batch runs, so batch slots
-are allocated once. The crop pipelines draw their boxes from the record table, before decoding;
-the augmentation steps (`RandomVerticalFlip`, `RandomRotation`, `ColorJitter`,
-`RandomGrayscale`, ``Loader(augment=...)``) run on each cropped sample in the workers."""
+"""Pipelines and augmentation steps, the objects a `Loader` takes.
+
+Pipelines (``Loader(pipeline=...)``) draw one crop box per record from the record table, before
+decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentation steps
+(``Loader(augment=[...])``) run on each cropped sample in the workers: `RandomVerticalFlip`,
+`RandomRotation`, `ColorJitter`, `RandomGrayscale`. `ImageOutput` states how one image field of
+several is delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan` and `AugmentStep` are the
+types a pipeline or step of your own implements. The modules of this package are internal.
+"""
 
 from __future__ import annotations
 
-from .augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
-from .crop import (
-    CenterCrop,
-    CropPlan,
-    Pipeline,
-    RandomCrop,
-    RandomResizedCrop,
-    Resize,
-    dct_scale,
-    pipeline_from_config,
-    scale_plan,
-    snap_to_scale,
-)
-from .decode import ImageDecoder
-from .output import ImageOutput
-from .resize import Resizer
+from ._augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
+from ._crop import CenterCrop, CropPlan, Pipeline, RandomCrop, RandomResizedCrop, Resize
+from ._output import ImageOutput
 
 __all__ = [
     "AugmentStep",
     "CenterCrop",
     "ColorJitter",
     "CropPlan",
-    "ImageDecoder",
     "ImageOutput",
     "Pipeline",
     "RandomCrop",
@@ -36,9 +27,4 @@ __all__ = [
     "RandomRotation",
     "RandomVerticalFlip",
     "Resize",
-    "Resizer",
-    "dct_scale",
-    "pipeline_from_config",
-    "scale_plan",
-    "snap_to_scale",
 ]

@@ -12,11 +12,12 @@ import pytest
 import simplejpeg
 from conftest import jpeg_bytes, tree_bytes
 
-from shardfmt import ConvertError, ImageInfo, WorkerError, open_dataset
-from shardfmt._sample import make_imagefolder
-from shardfmt.convert.plan import plan_shards
-from shardfmt.convert.run import convert
-from shardfmt.format.layout import MAX_RECORDS_PER_SHARD
+from shardfmt import ConvertError, WorkerError, open_dataset
+from shardfmt._convert.plan import plan_shards
+from shardfmt._convert.run import convert
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import ImageInfo
+from shardfmt.format._layout import MAX_RECORDS_PER_SHARD
 
 EXPECTED_REJECTS = [
     ("class_000/nested/loop", "symlink-loop"),
@@ -227,28 +228,28 @@ def test_strict_finishes_the_dataset_then_names_the_first_reject(awkward_tree: P
 def test_a_failing_task_names_shard_and_input_instead_of_hanging(
     imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shardfmt.convert.records
+    import shardfmt._convert.records
 
-    real = shardfmt.convert.records.normalise_image
+    real = shardfmt._convert.records.normalise_image
 
     def failing(data: bytes, **kwargs: Any) -> Any:
         if data == (imagefolder / "class_002" / "img_00020.JPEG").read_bytes():
             raise RuntimeError("simulated bug")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(shardfmt.convert.records, "normalise_image", failing)  # inherited by forked workers
+    monkeypatch.setattr(shardfmt._convert.records, "normalise_image", failing)  # inherited by forked workers
     with pytest.raises(WorkerError, match=r"shard-\d{5}\.shard: input class_002/img_00020.JPEG: RuntimeError: simulated bug"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_a_dying_worker_is_reported_not_waited_for(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardfmt.convert.records
+    import shardfmt._convert.records
 
     def dying(data: bytes, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    monkeypatch.setattr(shardfmt.convert.records, "normalise_image", dying)
+    monkeypatch.setattr(shardfmt._convert.records, "normalise_image", dying)
     with pytest.raises(WorkerError, match="worker process died"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import tree_bytes
 from PIL import Image
 
-from shardfmt.convert.fields import convert_fields
-from shardfmt.convert.run import convert
+from shardfmt._convert.fields import convert_fields
+from shardfmt._convert.run import convert
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the 'ray' extra")
 

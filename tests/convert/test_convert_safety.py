@@ -13,15 +13,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
 
-import shardfmt.convert.records
-import shardfmt.convert.run
-import shardfmt.storage.atomic
+import shardfmt._convert.records
+import shardfmt._convert.run
+import shardfmt._storage.atomic
 from shardfmt import ConvertError, LockedError, open_dataset
-from shardfmt._sample import make_imagefolder
-from shardfmt.cli import main
-from shardfmt.convert.output import Output
-from shardfmt.convert.plan import InputFile, PlannedRecord
-from shardfmt.convert.records import (
+from shardfmt._cli import main
+from shardfmt._convert.destination import Output
+from shardfmt._convert.plan import InputFile, PlannedRecord
+from shardfmt._convert.records import (
     Chunk,
     ImageLabelBuilder,
     InputReader,
@@ -29,12 +28,13 @@ from shardfmt.convert.records import (
     build_chunk,
     unplace,
 )
-from shardfmt.convert.run import convert
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.format.fieldtypes import HeadedJpeg
-from shardfmt.format.jpeg import read_jpeg_info
-from shardfmt.storage import open_store
-from shardfmt.storage.lock import LOCK_NAME, StoreLock
+from shardfmt._convert.run import convert
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._storage import open_store
+from shardfmt._storage.lock import LOCK_NAME, StoreLock
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format._fieldtypes import HeadedJpeg
+from shardfmt.format._jpeg import read_jpeg_info
 
 FORK = multiprocessing.get_context("fork")
 
@@ -46,14 +46,14 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _hold_the_lock(src: str, out: str, locked: Any, tried: Any, results: Any, resume: bool) -> None:
     """Convert, pausing once the output is locked until the other run has tried."""
-    real = shardfmt.convert.run.scan_source
+    real = shardfmt._convert.run.scan_source
 
     def pausing(*args: Any, **kwargs: Any) -> Any:
         locked.set()
         tried.wait(30)
         return real(*args, **kwargs)
 
-    shardfmt.convert.run.scan_source = pausing  # type: ignore[assignment]
+    shardfmt._convert.run.scan_source = pausing  # type: ignore[assignment]
     try:
         convert(src, out, workers=1, shard_size=4000, resume=resume)
         results.put(("holder", "ok"))
@@ -133,7 +133,7 @@ def test_a_lock_object_in_a_store_is_refused_until_broken(source: Path) -> None:
 def test_the_cli_names_the_lock_in_one_line(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    from shardfmt.storage import LocalStore
+    from shardfmt._storage import LocalStore
 
     with StoreLock(LocalStore(out), purpose="converting into this output"):
         result = CliRunner().invoke(main, ["convert", str(source), str(out), "--workers", "1", "-q"])
@@ -146,7 +146,7 @@ def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finish
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    real_write = shardfmt.storage.atomic.AtomicFile.write
+    real_write = shardfmt._storage.atomic.AtomicFile.write
     written = {"bytes": 0}
 
     def filling(self: Any, data: Any) -> int:
@@ -155,7 +155,7 @@ def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finish
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, data)
 
-    monkeypatch.setattr(shardfmt.storage.atomic.AtomicFile, "write", filling)
+    monkeypatch.setattr(shardfmt._storage.atomic.AtomicFile, "write", filling)
     result = CliRunner().invoke(main, ["convert", str(source), str(out), "--workers", "2", "--shard-size", "4000", "-q"])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()

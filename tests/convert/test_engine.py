@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shardfmt.convert.engine import WorkerDied, imap_ordered
+from shardfmt._convert.engine import WorkerDied, imap_ordered
 
 
 def _square_slowly(args: dict[str, Any], item: int) -> tuple[int, int]:

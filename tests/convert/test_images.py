@@ -21,8 +21,7 @@ from conftest import (
 from PIL import Image, ImageOps
 
 from shardfmt import RejectError
-from shardfmt._sample import make_image
-from shardfmt.convert.images import (
+from shardfmt._convert.images import (
     IMAGE_KINDS,
     JPEG_MAX_SIDE,
     MAX_PIXELS,
@@ -32,7 +31,8 @@ from shardfmt.convert.images import (
     store_image,
     upright_size,
 )
-from shardfmt.format.jpeg import read_jpeg_info
+from shardfmt._synthetic import make_image
+from shardfmt.format._jpeg import read_jpeg_info
 
 
 def decodes_to_rgb(data: bytes) -> tuple[int, int]:

@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 
-import shardfmt.convert.output
-import shardfmt.convert.sources.parquet as parquet_source
+import shardfmt._convert.destination
+import shardfmt._convert.sources.parquet as parquet_source
 from shardfmt import ConvertError, open_dataset
-from shardfmt.cli import main
-from shardfmt.convert.pipeline import _chunks
-from shardfmt.convert.plan import ConversionPlan
-from shardfmt.convert.run import convert
-from shardfmt.convert.sources import ParquetColumns
+from shardfmt._cli import main
+from shardfmt._convert.loop import _chunks
+from shardfmt._convert.plan import ConversionPlan
+from shardfmt._convert.run import convert
+from shardfmt._convert.sources import ParquetColumns
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -129,7 +129,7 @@ def test_a_file_that_is_not_parquet_is_a_reject(hub: Path, tmp_path: Path) -> No
 
 def interrupted(source: str, out: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> None:
     """Run a conversion of `source` that stops before its manifest, leaving plan and shards."""
-    monkeypatch.setattr(shardfmt.convert.output.Output, "finish", _interrupt)
+    monkeypatch.setattr(shardfmt._convert.destination.Output, "finish", _interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(source, out, workers=1, **options)
     monkeypatch.undo()

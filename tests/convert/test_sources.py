@@ -18,12 +18,12 @@ from conftest import jpeg_bytes, tree_bytes
 from remote_servers import make_bucket, moto_server, s3_options, upload_tree
 
 from shardfmt import ConvertError, RemoteOptions, RetryPolicy, open_dataset
-from shardfmt.cli import main
-from shardfmt.convert.fields import convert_fields, needs_fields
-from shardfmt.convert.run import convert
-from shardfmt.convert.sources import listing_columns, scan_fields, scan_source
-from shardfmt.convert.sources.results import SourceScan
-from shardfmt.convert.sources.tars import TARS_BY_URL
+from shardfmt._cli import main
+from shardfmt._convert.fields import convert_fields, needs_fields
+from shardfmt._convert.run import convert
+from shardfmt._convert.sources import listing_columns, scan_fields, scan_source
+from shardfmt._convert.sources.results import SourceScan
+from shardfmt._convert.sources.tars import TARS_BY_URL
 
 FAST = RetryPolicy(attempts=3, first_delay=0.02, max_delay=0.1)
 TWO_COLUMNS = [("img/0.jpg", "cat"), ("img/missing.jpg", "dog"), ("img/notes.txt", "cat"), ("./img/5.jpg", "dog"), ("img", "cat")]

@@ -8,18 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    ChecksumError,
-    DatasetNotFoundError,
-    DatasetWriter,
-    FormatError,
-    ShardReader,
-)
-from shardfmt.convert.run import convert
-from shardfmt.dataset.summary import summarise_dataset
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.errors import ManifestError, ShardNotFoundError
+from shardfmt import ChecksumError, DatasetNotFoundError, DatasetWriter, FormatError
+from shardfmt._convert.run import convert
+from shardfmt._dataset.summary import summarise_dataset
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._errors import ManifestError, ShardNotFoundError
+from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader
 
 
 @pytest.fixture

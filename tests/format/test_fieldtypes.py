@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    SchemaError,
-    ShardReader,
-    ShardWriter,
-    TarShardReader,
-    TarShardWriter,
-)
-from shardfmt.format.fieldtypes import FIELD_TYPES, IMAGE_TYPES, HeadedJpeg, JpegType
-from shardfmt.format.jpeg import read_jpeg_info
-from shardfmt.format.reader import ShardReaderBase
+from shardfmt import SchemaError
+from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader, ShardWriter
+from shardfmt.format._fieldtypes import FIELD_TYPES, IMAGE_TYPES, HeadedJpeg, JpegType
+from shardfmt.format._jpeg import read_jpeg_info
+from shardfmt.format._reader import ShardReaderBase
+from shardfmt.tar import TarShardReader, TarShardWriter
 
 
 def test_the_registry_names_every_type_once() -> None:

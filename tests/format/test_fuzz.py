@@ -34,21 +34,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shardbytes import ShardBytes
 
-from shardfmt import (
-    FormatError,
-    ShardfmtError,
-    ShardNotFoundError,
-    ShardReader,
-    open_dataset,
-)
-from shardfmt.dataset.summary import summarise_dataset
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.errors import ManifestError
-from shardfmt.format.fieldtypes import IMAGE_TYPES
-from shardfmt.format.layout import FOOTER_SIZE
-from shardfmt.tar.index import INDEX_SCHEMA, index_tar
-from shardfmt.tar.reader import TarShardReader
-from shardfmt.tar.writer import TarShardWriter
+from shardfmt import FormatError, ShardfmtError, ShardNotFoundError, open_dataset
+from shardfmt._dataset.summary import summarise_dataset
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._errors import ManifestError
+from shardfmt.format import ShardReader
+from shardfmt.format._fieldtypes import IMAGE_TYPES
+from shardfmt.format._layout import FOOTER_SIZE
+from shardfmt.tar._index import INDEX_SCHEMA, index_tar
+from shardfmt.tar._reader import TarShardReader
+from shardfmt.tar._writer import TarShardWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [path.read_bytes() for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]
@@ -59,7 +54,7 @@ FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCh
 
 
 class MemorySource:
-    """A byte source over an in-memory buffer (see shardfmt.storage.ByteSource)."""
+    """A byte source over an in-memory buffer (see shardfmt._storage.ByteSource)."""
 
     zero_copy = True
 
@@ -345,7 +340,7 @@ def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(
     assert summary["kinds"]["binary"]["findings"] == 1
     [finding] = summary["findings"]
     assert finding["kind"] == "binary" and finding["count"] == 1
-    assert finding["signature"].startswith("KeyError at reader.py:")
+    assert finding["signature"].startswith("KeyError at _reader.py:")
     folder = tmp_path / "out" / "binary-00000007"
     assert finding["reproducers"] == [str(folder)]
     assert (folder / "input" / "fuzz.shard").read_bytes() == target

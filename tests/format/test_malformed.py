@@ -26,15 +26,14 @@ from shardfmt import (
     FormatError,
     LimitError,
     ManifestError,
-    Schema,
     SchemaError,
     ShardfmtError,
     ShardNotFoundError,
-    ShardReader,
     UnsupportedVersionError,
     open_dataset,
 )
-from shardfmt.format.layout import (
+from shardfmt.format import Schema, ShardReader
+from shardfmt.format._layout import (
     MAX_CLASSES,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
@@ -905,7 +904,7 @@ def test_field_cases_start_from_a_valid_shard(tmp_path: Path) -> None:
 
 def test_a_1_0_reader_refuses_the_new_types_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that knows only the six 1.0 types (as shardfmt 0.1 does) refuses raw by name."""
-    from shardfmt.format import schema
+    from shardfmt.format import _schema as schema
 
     path = tmp_path / "fields.shard"
     path.write_bytes(valid_fields_shard())

@@ -16,13 +16,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_malformed import BAD_MANIFESTS
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, ManifestError, Schema
-from shardfmt._sample import make_imagefolder
-from shardfmt.checksum import parse_checksum
-from shardfmt.convert.run import convert
-from shardfmt.dataset.tars import index_tars
-from shardfmt.format.fieldtypes import FIELD_TYPES
-from shardfmt.format.layout import (
+from shardfmt import DatasetWriter, ManifestError
+from shardfmt._checksum import parse_checksum
+from shardfmt._convert.run import convert
+from shardfmt._dataset.tars import index_tars
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION, Schema
+from shardfmt.format._fieldtypes import FIELD_TYPES
+from shardfmt.format._layout import (
     MAX_CLASSES,
     MAX_FIELD_NAME_LENGTH,
     MAX_FIELDS,
@@ -30,7 +31,7 @@ from shardfmt.format.layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from shardfmt.format.manifest import _VERSION_RE, Manifest, _unsafe_path
+from shardfmt.format._manifest import _VERSION_RE, Manifest, _unsafe_path
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -180,7 +181,7 @@ def test_checksum_pattern_is_the_reader_rule(text: str) -> None:
 
 
 def test_free_form_keys_are_free_for_both(tmp_path: Path) -> None:
-    from shardfmt.format.manifest import Manifest
+    from shardfmt.format._manifest import Manifest
 
     manifest = write(tmp_path / "ds", Schema.of(label="int64"), [{"label": 1}])
     manifest["converter"]["tool"] = {"version": [1, 2]}
@@ -192,7 +193,7 @@ def test_free_form_keys_are_free_for_both(tmp_path: Path) -> None:
 
 
 def test_a_tar_manifest_has_the_tar_schema(tmp_path: Path) -> None:
-    from shardfmt.format.manifest import Manifest
+    from shardfmt.format._manifest import Manifest
 
     manifest = write(tmp_path / "ds", IMAGE_CLASSIFICATION, [])
     manifest["shard_format"] = "tar"

@@ -15,15 +15,9 @@ from conftest import jpeg_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shardfmt.format.writer as writer_module
-from shardfmt import (
-    DatasetWriter,
-    Schema,
-    SchemaError,
-    ShardReader,
-    ShardWriter,
-    open_dataset,
-)
+import shardfmt.format._writer as writer_module
+from shardfmt import DatasetWriter, SchemaError, open_dataset
+from shardfmt.format import Schema, ShardReader, ShardWriter
 
 
 def test_dataset_reads_back_every_record(small_dataset: Path) -> None:
@@ -117,7 +111,7 @@ def test_datasets_round_trip_across_shard_rollover(values: list[dict[str, Any]],
 
 # Version 1.1: raw pixels and fixed-shape arrays, with 1.0 fields beside them.
 
-from shardfmt.format.layout import NDARRAY_DTYPES  # noqa: E402
+from shardfmt.format._layout import NDARRAY_DTYPES  # noqa: E402
 
 ARRAY_SHAPES = {
     "uint8": (3,),

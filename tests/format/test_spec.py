@@ -1,4 +1,4 @@
-"""spec/ and shardfmt/format/layout.py describe the same bytes: the tables, limits and examples of the
+"""spec/ and shardfmt/format/_layout.py describe the same bytes: the tables, limits and examples of the
 written format are checked against the code, so neither can drift from the other."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import shardfmt
-from shardfmt.checksum import checksum
-from shardfmt.format import layout
-from shardfmt.format.fieldtypes import FIELD_TYPES
-from shardfmt.format.layout import (
+from shardfmt._checksum import checksum
+from shardfmt.format import _layout as layout
+from shardfmt.format._fieldtypes import FIELD_TYPES
+from shardfmt.format._layout import (
     FOOTER_DTYPE,
     HEADER_DTYPE,
     column_name,

@@ -18,22 +18,23 @@ import pytest
 from shardbytes import ShardBytes, build_shard
 
 import shardfmt
-from shardfmt import Schema, ShardfmtError, ShardReader, open_dataset
-from shardfmt.checksum import checksum, format_checksum
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.format.fieldtypes import FIELD_TYPES
-from shardfmt.format.layout import (
+from shardfmt import ShardfmtError, open_dataset
+from shardfmt._checksum import checksum, format_checksum
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys, sample_batches, uniforms
+from shardfmt._sampling.mixture import MixtureOrder, allocate
+from shardfmt._sampling.orders import epoch_order
+from shardfmt._sampling.ranks import RankPlan
+from shardfmt.format import Schema, ShardReader
+from shardfmt.format._fieldtypes import FIELD_TYPES
+from shardfmt.format._layout import (
     FOOTER_DTYPE,
     FOOTER_SIZE,
     HEADER_DTYPE,
     NDARRAY_DTYPES,
     column_name,
 )
-from shardfmt.mixture import MixtureOrder, allocate
-from shardfmt.ops import pipeline_from_config, scale_plan, snap_to_scale
-from shardfmt.orders import epoch_order
-from shardfmt.sampling import AUGMENT_STREAM, record_keys, sample_batches, uniforms
-from shardfmt.split import RankPlan
+from shardfmt.ops._crop import pipeline_from_config, scale_plan, snap_to_scale
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "spec" / "vectors"
@@ -135,7 +136,7 @@ def test_valid_vector_reads_back(path: Path) -> None:
         assert reader.alignment == expected["header"]["alignment"]
         assert reader.header_size == expected["header"]["header_size"]
         assert reader.table_offset == expected["footer"]["table_offset"]
-        assert reader.schema == shardfmt.Schema.from_bytes(expected["schema"].encode())
+        assert reader.schema == shardfmt.format.Schema.from_bytes(expected["schema"].encode())
         assert len(reader) == expected["footer"]["num_records"] == len(expected["records"])
         for index, record in enumerate(expected["records"]):
             row = reader.table[index]
@@ -278,7 +279,7 @@ def test_valid_vector_is_canonical_writer_output(path: Path) -> None:
     vector = json.loads(path.with_suffix(".json").read_text())
     schema = Schema.from_bytes(vector["schema"].encode())
     data = build_shard(schema, record_values(schema, vector), alignment=vector["header"]["alignment"])
-    if vector["header"]["minor"] != shardfmt.FORMAT_VERSION[1]:  # a 1.0 vector: the same bytes but the version
+    if vector["header"]["minor"] != shardfmt.format.FORMAT_VERSION[1]:  # a 1.0 vector: the same bytes but the version
         shard = ShardBytes(data)
         shard.header()["minor"] = vector["header"]["minor"]
         shard.reseal_header()

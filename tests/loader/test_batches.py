@@ -16,9 +16,10 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
-from shardfmt.loader.options import LoaderOptions
-from shardfmt.loader.scheduler import KEPT_WARNING
+from shardfmt import DatasetWriter, Loader
+from shardfmt._loader.options import LoaderOptions
+from shardfmt._loader.scheduler import KEPT_WARNING
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 60
 NUM_CLASSES = 6
@@ -219,8 +220,8 @@ def test_loader_options_is_the_loaders_keywords() -> None:
 
 
 def test_the_cursor_saves_and_restores_without_processes() -> None:
-    from shardfmt.loader.cursor import Cursor, SavedState
-    from shardfmt.orders import epoch_order
+    from shardfmt._loader.cursor import Cursor, SavedState
+    from shardfmt._sampling.orders import epoch_order
 
     def order(epoch: int) -> Any:
         return epoch_order("sorted-key", num_records=20, seed=0, epoch=epoch)

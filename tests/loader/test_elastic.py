@@ -11,9 +11,10 @@ from conftest import jpeg_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
-from shardfmt.orders import epoch_order
-from shardfmt.split import RankPlan, delivered_records
+from shardfmt import DatasetWriter, Loader
+from shardfmt._sampling.orders import epoch_order
+from shardfmt._sampling.ranks import RankPlan, delivered_records
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 103
 

@@ -18,15 +18,10 @@ import torch
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    DatasetWriter,
-    Loader,
-    WorkerError,
-    open_dataset,
-)
+from shardfmt import DatasetWriter, Loader, WorkerError, open_dataset
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop, RandomResizedCrop
-from shardfmt.sampling import AUGMENT_STREAM, record_keys
 
 NUM_RECORDS = 103
 
@@ -242,7 +237,7 @@ def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> Non
 def test_local_records_are_checked_once_per_loader_by_default(
     indexed_dataset: Path, monkeypatch: pytest.MonkeyPatch, verify: object, checks_per_record: int
 ) -> None:
-    from shardfmt.format.reader import ShardReader
+    from shardfmt.format._reader import ShardReader
 
     checked: list[tuple[str, int]] = []
     original = ShardReader.verify_record
@@ -263,7 +258,7 @@ def test_local_records_are_checked_once_per_loader_by_default(
 def test_workers_share_the_checked_records(indexed_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over three epochs on two forked workers each record is checked once, by one worker or
     the other (a rare lost bit may cost one extra check)."""
-    from shardfmt.format.reader import ShardReader
+    from shardfmt.format._reader import ShardReader
 
     log = tmp_path / "checks.log"
     original = ShardReader.verify_record

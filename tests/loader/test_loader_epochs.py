@@ -14,9 +14,10 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, open_dataset
+from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt._sampling.keys import sample_batches
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop, RandomCrop
-from shardfmt.sampling import sample_batches
 
 NUM_RECORDS = 61
 

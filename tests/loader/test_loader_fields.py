@@ -13,16 +13,11 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from shardfmt import DatasetWriter, Loader, Schema, SchemaError, open_dataset
-from shardfmt.ops import (
-    CropPlan,
-    ImageOutput,
-    RandomCrop,
-    RandomResizedCrop,
-    dct_scale,
-    scale_plan,
-)
-from shardfmt.sampling import window_order
+from shardfmt import DatasetWriter, Loader, SchemaError, open_dataset
+from shardfmt._sampling.keys import window_order
+from shardfmt.format import Schema
+from shardfmt.ops import CropPlan, ImageOutput, RandomCrop, RandomResizedCrop
+from shardfmt.ops._crop import dct_scale, scale_plan
 
 SCALE = 4
 NUM = 24
@@ -226,9 +221,9 @@ def test_shared_memory_holds_every_field(pairs: Path) -> None:
 
 
 def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
-    from shardfmt.loader.fields import _RawFiller
-    from shardfmt.loader.shm import SlotRing
-    from shardfmt.loader.worker import ChunkProcessor
+    from shardfmt._loader.outputs import _RawFiller
+    from shardfmt._loader.shm import SlotRing
+    from shardfmt._loader.worker import ChunkProcessor
 
     with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
         layout = loader.layout_spec
@@ -326,9 +321,9 @@ def chunk_boxes(
 ) -> tuple[Any, dict[str, list[CropPlan]], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """The boxes a worker draws for every record in a few epochs, per image field, and each
     field's stored sizes."""
-    from shardfmt.format.layout import column_name
-    from shardfmt.loader.shm import SlotRing
-    from shardfmt.loader.worker import ChunkProcessor
+    from shardfmt._loader.shm import SlotRing
+    from shardfmt._loader.worker import ChunkProcessor
+    from shardfmt.format._layout import column_name
 
     with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=pipeline, fields=fields, layout="NHWC") as loader:
         layout = loader.layout_spec
@@ -400,8 +395,8 @@ def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
     box of the same JPEG: the strided view of the decode buffer handles 1 and 3 channels."""
     import io
 
-    from shardfmt.loader.shm import SlotRing
-    from shardfmt.loader.worker import ChunkProcessor
+    from shardfmt._loader.shm import SlotRing
+    from shardfmt._loader.worker import ChunkProcessor
 
     fields = {"lr_jpeg": ImageOutput(8), "hr_jpeg": ImageOutput(8, channels=1)}
     with Loader(

@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from remote_servers import range_server
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, Mixture, SchemaError
-from shardfmt.mixture import MixtureOrder, allocate, source_records
-from shardfmt.permutation import permute
-from shardfmt.split import RankPlan
+from shardfmt import DatasetWriter, Loader, Mixture, SchemaError
+from shardfmt._sampling.mixture import MixtureOrder, allocate, source_records
+from shardfmt._sampling.permutation import permute
+from shardfmt._sampling.ranks import RankPlan
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 SIZES = {"binary": 13, "tar": 9, "remote": 5}
 """Records of each source; a record's label is its index in the concatenation (binary, tar, remote)."""
@@ -174,7 +175,7 @@ def test_a_mixture_refuses_a_window_other_schemas_and_empty_sources(sources: dic
         Loader(mixture, batch_size=4, window=2)
     with pytest.raises(ValueError, match="feistel"):
         Loader(mixture, batch_size=4, order="sorted-key")
-    from shardfmt import Field, Schema
+    from shardfmt.format import Field, Schema
 
     with DatasetWriter(tmp_path / "other", schema=Schema((Field("image", "jpeg"), Field("label", "int64")))) as writer:
         writer.write({"image": jpeg_bytes(8, 8), "label": 0})

@@ -10,20 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    DatasetWriter,
-    Loader,
-    Manifest,
-    ManifestError,
-)
-from shardfmt._sample import make_imagefolder
-from shardfmt.convert.run import convert
-from shardfmt.loader.shm import SlotRing
-from shardfmt.loader.worker import ChunkProcessor
-from shardfmt.ops import dct_scale
-from shardfmt.ops.jpegcrop import CropDecoder
-from shardfmt.sampling import AUGMENT_STREAM, record_keys
+from shardfmt import DatasetWriter, Loader, ManifestError
+from shardfmt._convert.run import convert
+from shardfmt._loader.shm import SlotRing
+from shardfmt._loader.worker import ChunkProcessor
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION, Manifest
+from shardfmt.ops._crop import dct_scale
+from shardfmt.ops._jpegcrop import CropDecoder
 
 SIZE = 24
 

@@ -15,16 +15,9 @@ import simplejpeg
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    ChecksumError,
-    DatasetWriter,
-    DecodeError,
-    Loader,
-    WorkerError,
-    open_dataset,
-)
-from shardfmt.errors import WorkerTraceback, worker_error_class, worker_error_kind
+from shardfmt import ChecksumError, DatasetWriter, DecodeError, Loader, WorkerError, open_dataset
+from shardfmt._errors import WorkerTraceback, worker_error_class, worker_error_kind
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 24
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from shardfmt.forks import frozen_heap
-from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing, attach
+from shardfmt._forks import frozen_heap
+from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, attach
 
 
 def test_the_heap_is_frozen_only_while_forking() -> None:

@@ -25,17 +25,18 @@ import torch
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, WorkerError
+from shardfmt import DatasetWriter, Loader, WorkerError
+from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import (
     ColorJitter,
     RandomGrayscale,
     RandomRotation,
     RandomVerticalFlip,
 )
-from shardfmt.ops.augment import SampleTransform
-from shardfmt.ops.colour import ColourKernels
-from shardfmt.ops.rotate import Rotator
-from shardfmt.sampling import STEP_STREAM, record_keys, uniforms
+from shardfmt.ops._augment import SampleTransform
+from shardfmt.ops._colour import ColourKernels
+from shardfmt.ops._rotate import Rotator
 
 F32 = np.float32
 

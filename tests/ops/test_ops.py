@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from shardfmt._sample import make_image
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
+from shardfmt._synthetic import make_image
 from shardfmt.ops import CenterCrop, RandomResizedCrop, Resize
-from shardfmt.ops.crop import dct_scale
-from shardfmt.ops.decode import ImageDecoder, as_target
-from shardfmt.sampling import AUGMENT_STREAM, record_keys
+from shardfmt.ops._crop import dct_scale
+from shardfmt.ops._decode import ImageDecoder, as_target
 
 
 @settings(max_examples=60, deadline=None)

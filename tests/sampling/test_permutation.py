@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.orders import FEISTEL_FROM, epoch_order, resolve_order
-from shardfmt.permutation import (
+from shardfmt._sampling.keys import ORDER_STREAM, SHARD_STREAM, record_keys, sample_batches
+from shardfmt._sampling.orders import FEISTEL_FROM, epoch_order, resolve_order
+from shardfmt._sampling.permutation import (
     ArrayOrder,
     FeistelOrder,
     WindowedFeistelOrder,
     half_bits,
     permute,
 )
-from shardfmt.sampling import ORDER_STREAM, SHARD_STREAM, record_keys, sample_batches
-from shardfmt.split import RankPlan, delivered_records
+from shardfmt._sampling.ranks import RankPlan, delivered_records
 
 
 @settings(max_examples=300, deadline=None)

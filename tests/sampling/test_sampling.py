@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.sampling import SHARD_STREAM, check_subset, record_keys, sample_batches, window_order
+from shardfmt._sampling.keys import SHARD_STREAM, check_subset, record_keys, sample_batches, window_order
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from shardfmt import RemoteOptions, RetryPolicy
-from shardfmt.storage import LocalStore, Redactor, is_url
-from shardfmt.storage.remote import merge_windows
-from shardfmt.storage.retry import ShortReadError, call_with_retries, is_transient
-from shardfmt.storage.urls import join_url
+from shardfmt._storage import LocalStore, Redactor, is_url
+from shardfmt._storage.remote import merge_windows
+from shardfmt._storage.retry import ShortReadError, call_with_retries, is_transient
+from shardfmt._storage.urls import join_url
 
 
 def test_urls_and_local_paths() -> None:
