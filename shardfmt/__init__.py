@@ -1,6 +1,7 @@
 """shardfmt: image training data that loads at the JPEG decode limit.
 
-Convert an ImageFolder tree once (`shardfmt convert`), then read it with `open_dataset` or load
+Convert an ImageFolder tree, WebDataset tars, Parquet files, a Hugging Face dataset or records
+held in memory once (`convert`, or ``shardfmt convert``), then read it with `open_dataset` or load
 shuffled batches with `Loader`, from a local folder or from a URL (S3, GCS, HTTP, ... through
 fsspec; see `RemoteOptions`). WebDataset tars work too: written by a `DatasetWriter` with
 ``shard_format="tar"``, or indexed where they lie (`index_tars`). The converter and the reader
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import typing
 
+from ._convert.api import ConvertSummary, convert
 from ._dataset.reader import DatasetReader, open_dataset
 from ._dataset.tars import index_tars
 from ._dataset.writer import DatasetWriter
@@ -45,6 +47,7 @@ if typing.TYPE_CHECKING:  # for type checkers and documentation; at run time the
 __all__ = [
     "ChecksumError",
     "ConvertError",
+    "ConvertSummary",
     "Dataset",
     "DatasetNotFoundError",
     "DatasetReader",
@@ -66,6 +69,7 @@ __all__ = [
     "UnsupportedVersionError",
     "WorkerError",
     "__version__",
+    "convert",
     "index_tars",
     "open_dataset",
 ]

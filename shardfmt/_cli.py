@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ._convert.images import DEFAULT_QUALITY, MAX_PIXELS
-from ._errors import ConvertError, ShardfmtError
+from ._errors import ShardfmtError
 from ._version import __version__
 from .format._writer import DEFAULT_SHARD_SIZE
 
@@ -117,7 +117,8 @@ def main(debug: bool) -> None:
     """
 
 
-_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, WebDataset tars or Parquet files) into a dataset in OUT.
+_CONVERT_HELP = f"""Convert SRC (an ImageFolder tree, a .csv/.jsonl listing, WebDataset tars, Parquet or Arrow
+files, or a save_to_disk folder) into a dataset in OUT.
 
 SRC and OUT may be URLs that fsspec opens (s3://bucket/prefix, gs://..., az://...; SRC also
 http(s)://). Credentials come from the usual places (environment, ~/.aws, instance roles) or
@@ -134,18 +135,25 @@ or declares a column's kind: jpeg, raw (RGB pixels), gray, rgba, mask (1 channel
 values), int64, float64, str, label. --scale states each further image's size relative to the
 first (records that differ are rejected). --store raw keeps decoded pixels instead of JPEG.
 
-SRC may be WebDataset tars: a .tar file, a brace pattern ('shards-{{000..099}}.tar') or a folder
-holding .tar files and no sub-folders; samples are read where they lie (KEY.jpg and KEY.cls),
-nothing is extracted. --format tar writes WebDataset tars with a member index each instead of
-binary shards; webdataset and tar read them, and so does everything in shardfmt. Tar shards hold
-image classification records (a JPEG, a label, a key), so --format tar takes one SRC and none of
---store, --field, --scale or --patch.
+SRC may be WebDataset tars: a .tar, .tar.gz or .tgz file, a brace pattern
+('shards-{{000..099}}.tar') or a folder holding such files and no sub-folders; samples are read
+where they lie (compressed tars are first streamed into uncompressed copies in OUT). A sample is
+its image (KEY.jpg, .png, ...), its label if the tars have .cls members (none otherwise, as in
+img2dataset's KEY.jpg/KEY.txt/KEY.json), and every further member all samples have as a field:
+.txt as text, .json as JSON, others as bytes, or as --field NAME=str|json|bytes says; members that
+not every sample has are counted in the manifest. --format tar writes WebDataset tars with a
+member index each instead of binary shards, the fields as members; webdataset and tar read them,
+and so does everything in shardfmt. --format tar takes one SRC and none of --store, --scale or
+--patch.
 
-SRC may be Parquet files with the encoded images in a column (the Hugging Face Hub's layout):
-.parquet files or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet),
-one record per row. --image-column (binary, or a struct with 'bytes'), --label-column (integers,
-named by the files' Hugging Face ClassLabel names if any, or class names) and --key-column pick
-the columns; a null or corrupt image, a null label is a reject, never fatal.
+SRC may be Parquet files with the images in a column (the Hugging Face layouts): .parquet files
+or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet), .arrow files, or
+a folder that datasets' save_to_disk wrote; one record per row. --image-column (binary, or a
+struct with 'bytes' or a 'path', resolved against the file's folder or --image-root),
+--label-column (integers, named by the files' ClassLabel names if any, or class names) and
+--key-column pick the columns; a null or corrupt image, a missing image file, a null label is a
+reject, never fatal. A run in which every input is rejected exits with status 1 and the counts
+per reason, after writing everything (--allow-empty accepts it).
 
 \b
 Examples:
@@ -162,6 +170,9 @@ Examples:
   shardfmt convert ~/data/pets out/ --store raw --patch 256
   shardfmt convert ~/data/imagenet/train /fast/imagenet-wds --format tar
   shardfmt convert '/data/wds/train-{{000000..000146}}.tar' /fast/train-shards
+  shardfmt convert /data/laion-part /fast/laion --field json=bytes   # KEY.jpg, KEY.txt, KEY.json
+  shardfmt convert hub/train.parquet out/ --image-root ~/project     # images given by path
+  shardfmt convert ~/hf/cifar10-train out/                           # a save_to_disk folder
 """
 
 
@@ -200,7 +211,7 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--store", type=click.Choice(["jpeg", "raw", "gray", "rgba", "mask"]), default="jpeg", show_default=True,
               help="How images are stored: JPEG, or decoded pixels (raw: RGB) that load without a decode.")
 @click.option("--field", "fields", multiple=True, metavar="NAME[=KIND]",
-              help="Name a folder's field (in order), or declare a listing column's kind. Repeatable.")
+              help="Name a folder's field (in order), declare a listing column's kind, or a tar member's (str, json, bytes). Repeatable.")
 @click.option("--scale", default=None, metavar="S|S1,S2|any",
               help="Size of each further image field relative to the first, checked per record. [default: 1]")
 @click.option("--patch", type=click.IntRange(min=1), default=None,
@@ -212,7 +223,8 @@ def _parse_scale(value: str | None) -> Any:
               help="local: a process pool here; ray: one task per shard on the running Ray cluster (or a local one).")
 @click.option("--storage-options", "storage_options", default=None, metavar="JSON",
               help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.')
-@click.option("--allow-empty", is_flag=True, help="Write an empty dataset when SRC holds no image, instead of failing.")
+@click.option("--allow-empty", is_flag=True,
+              help="Write an empty dataset when SRC holds no image, or every input was rejected, instead of failing.")
 @click.option("--break-lock", is_flag=True,
               help="Remove the lock object a crashed run left in an OUT given by URL (a local lock needs no breaking).")
 @click.option("--image-column", default=None, metavar="NAME",
@@ -221,38 +233,24 @@ def _parse_scale(value: str | None) -> Any:
               help="Parquet: the label column, integers or class names. [default: label, if the files have it]")
 @click.option("--key-column", default=None, metavar="NAME",
               help="Parquet: a column of record keys. [default: the file name and row number]")
+@click.option("--image-root", default=None, metavar="DIR",
+              help="Parquet/Arrow: the folder relative image paths are resolved against. [default: each file's folder]")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
                     engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool,
-                    image_column: str | None, label_column: str | None, key_column: str | None) -> None:
-    from ._convert.fields import convert_fields, needs_fields
-    from ._convert.run import convert
-    from ._convert.sources import ParquetColumns, names_parquet
-    from ._storage import RemoteOptions
+                    image_column: str | None, label_column: str | None, key_column: str | None, image_root: str | None) -> None:
+    from ._convert.api import convert
 
-    declared = [_parse_field(value) for value in fields]
-    remote = RemoteOptions(storage_options=_parse_storage_options(storage_options))
-    common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
-                                  overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(),
-                                  engine=engine, remote=remote, allow_empty=allow_empty, break_lock=break_lock)
-    parquet = any(names_parquet(source) for source in sources)
-    if parquet:
-        if store != "jpeg" or declared or scale is not None or patch is not None:
-            raise ConvertError("a Parquet source gives image classification records (an image, a label, a key): "
-                               "it takes none of --store, --field, --scale or --patch")
-        columns = ParquetColumns(image_column or "image", label_column, key_column)
-        result = convert(list(sources) if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
-    elif image_column is not None or label_column is not None or key_column is not None:
-        raise ConvertError("--image-column, --label-column and --key-column are for Parquet sources (.parquet files)")
-    elif needs_fields(sources, store=store, fields=declared, scale=scale, patch=patch, remote=remote):
-        if shard_format == "tar":
-            raise ConvertError("--format tar writes image classification records (a JPEG, a label, a key): it takes one "
-                               "SRC and none of --store, --field, --scale or --patch, nor a listing of other columns")
-        result = convert_fields(sources, out, fields=declared, store=store, scale=_parse_scale(scale), patch=patch, **common)
-    else:
-        result = convert(sources[0], out, shard_format=shard_format, **common)
+    summary = convert(
+        list(sources), out, fields=[_parse_field(value) for value in fields], store=store, scale=_parse_scale(scale), patch=patch,
+        shard_format=shard_format, image_column=image_column, label_column=label_column, key_column=key_column,
+        image_root=image_root, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
+        overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(), engine=engine,
+        remote=_remote(storage_options), allow_empty=allow_empty, break_lock=break_lock,
+    )
+    result = summary.result
     if not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
@@ -277,28 +275,42 @@ def _parse_storage_options(text: str | None) -> dict[str, Any]:
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="The dataset folder; it must contain every tar. [default: the tars' deepest common folder]")
 @click.option("--overwrite", is_flag=True, help="Replace the manifest already in the dataset folder.")
+@click.option("--field", "fields", multiple=True, metavar="NAME=KIND",
+              help="Store member NAME (an extension) as KIND: str, json or bytes. Repeatable.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary.")
 @_reports_errors
-def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, quiet: bool) -> None:
+def index_command(sources: tuple[str, ...], out: Path | None, overwrite: bool, fields: tuple[str, ...], quiet: bool) -> None:
     """Make existing WebDataset tars a dataset, in place: index every tar and write a manifest.
 
     SOURCES are .tar files, brace patterns ('shards-{000..099}.tar') or folders (every .tar below,
-    sorted). Each tar gets its member index (NAME.tar.idx) and is read where it lies; samples
-    without a usable JPEG or .cls label are listed in rejects.jsonl with a reason. Classes are the
-    labels in decimal.
+    sorted). Each tar gets its member index (NAME.tar.idx) and is read where it lies. A sample is
+    its JPEG (KEY.jpg), its label if the tars have .cls members (classes are the labels in
+    decimal; without .cls the dataset has no labels), and every further member that all samples
+    have as a field: .txt as text, .json as JSON, anything else as bytes (or as --field says).
+    Samples without a usable JPEG (or label, where there are labels) are listed in rejects.jsonl
+    with a reason; members that not every sample has stay in the tars and are counted. Compressed
+    tars (.tar.gz, .tgz) cannot be read in place: convert them (shardfmt convert) or decompress them.
 
     \b
     Examples:
       shardfmt index /data/wds-train
+      shardfmt index /data/laion-part --field json=bytes
       shardfmt index '/data/wds/train-{000000..000146}.tar' --out /data/wds
     """
     from ._dataset.tars import index_tars
 
-    manifest = index_tars(sources, out=out, overwrite=overwrite)
+    declared = dict(_parse_field(value) for value in fields)
+    manifest = index_tars(sources, out=out, overwrite=overwrite, fields={k: v for k, v in declared.items() if v is not None})
     if not quiet:
         rejected = manifest.rejects.get("count", 0)
+        by_reason = manifest.rejects.get("by_reason") or {}
+        reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(by_reason.items()))
         click.echo(f"{manifest.num_records:,} records in {len(manifest.shards)} tars, {rejected:,} samples rejected"
-                   f"{' (see rejects.jsonl)' if rejected else ''}")
+                   f"{f' ({reasons}; see rejects.jsonl)' if rejected else ''}")
+        click.echo(f"fields: {', '.join(f'{f.name} ({f.spec})' for f in manifest.schema.fields)}")
+        not_stored = manifest.stats.get("members_not_stored") or {}
+        if not_stored:
+            click.echo("members not stored (not in every sample): " + ", ".join(f".{ext}: {n:,}" for ext, n in not_stored.items()))
 
 
 @main.command("info")
@@ -328,7 +340,8 @@ def info_command(dataset: str, as_json: bool, storage_options: str | None) -> No
     def spread(value: tuple[int, float, int] | None) -> str:
         return "-" if value is None else f"min {value[0]}, median {value[1]:g}, max {value[2]}"
 
-    classes = "none (integer labels)" if summary.classes is None else f"{len(summary.classes):,}"
+    labelled = any(name == "label" for name, _ in summary.fields)
+    classes = ("none (integer labels)" if labelled else "none (no labels)") if summary.classes is None else f"{len(summary.classes):,}"
     empty = summary.stats.get("empty_classes")
     lines = [
         ("dataset", str(summary.path)),
@@ -342,6 +355,12 @@ def info_command(dataset: str, as_json: bool, storage_options: str | None) -> No
         ("channels", ", ".join(f"{c}: {n:,}" for c, n in sorted(summary.channels.items())) or "-"),
         ("rejects", ", ".join(f"{r}: {n:,}" for r, n in sorted(summary.rejects.items())) or "none"),
     ]
+    lines.insert(1, ("fields", ", ".join(f"{name} ({kind})" for name, kind in summary.fields)))
+    not_stored = summary.stats.get("members_not_stored")
+    if isinstance(not_stored, dict) and not_stored:
+        lines.append(
+            ("not stored", ", ".join(f".{ext}: {n:,}" for ext, n in sorted(not_stored.items())) + " (members not in every sample)")
+        )
     reencoded = summary.stats.get("reencoded")
     if isinstance(reencoded, dict):
         done = ", ".join(f"{r}: {n:,}" for r, n in sorted(reencoded.items()) if n)

@@ -153,8 +153,10 @@ def loader_tiles(
     loader = Loader(dataset, batch_size=batch_size, seed=seed, num_workers=0, pipeline=pipeline, layout="NHWC", copy=True,
                     rank=0, world_size=1, remote=remote, return_indices=True)
     with loader:
-        images, labels, indices = next(iter(loader))
-    return [Tile(images[n].numpy(), int(index), _text(classes, int(labels[n]), int(index))) for n, index in enumerate(indices)]
+        batch = next(iter(loader))
+    images, labels, indices = batch if len(batch) == 3 else (batch[0], None, batch[1])  # a dataset without labels: no labels
+    return [Tile(images[n].numpy(), int(index), _text(classes, None if labels is None else int(labels[n]), int(index)))
+            for n, index in enumerate(indices)]
 
 
 def stored_tiles(dataset: str | os.PathLike[str], indices: Sequence[int], *, size: int, remote: RemoteOptions | None = None) -> list[Tile]:

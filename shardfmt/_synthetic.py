@@ -45,6 +45,7 @@ def make_imagefolder(
     jitter: float = 0.2,
     quality: int = 95,
     seed: int = 0,
+    processes: int = 1,
 ) -> Path:
     """Write an ImageFolder tree of synthetic JPEGs: root/class_NNN/img_NNNNN.JPEG.
 
@@ -54,19 +55,33 @@ def make_imagefolder(
         size: mean (height, width); each image varies by up to `jitter` of it.
         quality: JPEG quality, 4:2:0 subsampling.
         seed: the same seed writes the same bytes.
+        processes: encode in this many processes (the bytes are the same for any number).
 
     Returns:
         The root path.
     """
     root = Path(root)
     rng = np.random.default_rng(seed)
+    jobs = []
     for label in range(num_classes):
         folder = root / f"class_{label:03d}"
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             h = max(8, int(size[0] * rng.uniform(1 - jitter, 1 + jitter)))
             w = max(8, int(size[1] * rng.uniform(1 - jitter, 1 + jitter)))
-            pixels = make_image(h, w, seed=int(rng.integers(1 << 62)))
-            data = simplejpeg.encode_jpeg(pixels, quality=quality, colorsubsampling="420")
-            (folder / f"img_{label * per_class + i:05d}.JPEG").write_bytes(data)
+            jobs.append((str(folder / f"img_{label * per_class + i:05d}.JPEG"), h, w, int(rng.integers(1 << 62)), quality))
+    if processes > 1 and len(jobs) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            pool.map(_write_image, jobs, chunksize=max(1, len(jobs) // (4 * processes)))
+    else:
+        for job in jobs:
+            _write_image(job)
     return root
+
+
+def _write_image(job: tuple[str, int, int, int, int]) -> None:
+    path, height, width, seed, quality = job
+    data = simplejpeg.encode_jpeg(make_image(height, width, seed=seed), quality=quality, colorsubsampling="420")
+    Path(path).write_bytes(data)

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOP = [
     "ChecksumError",
     "ConvertError",
+    "ConvertSummary",
     "Dataset",
     "DatasetNotFoundError",
     "DatasetReader",
@@ -42,6 +43,7 @@ TOP = [
     "UnsupportedVersionError",
     "WorkerError",
     "__version__",
+    "convert",
     "index_tars",
     "open_dataset",
 ]

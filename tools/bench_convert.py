@@ -6,7 +6,7 @@ contender once per round for --repeat rounds (the best round of each is kept, so
 load on a shared machine slows every contender rather than one):
 
 - shardfmt convert with 1 and with 2 workers (pass-through, strict decode check on every image,
-  checksums, fsync, manifest): `shardfmt._convert.convert`;
+  checksums, fsync, manifest): `shardfmt._convert`;
 - webdataset.ShardWriter writing {"__key__", "jpg", "cls"} per file (read the bytes, no checks),
   and the same followed by an fsync of every tar it wrote (as durable as shardfmt's shards);
 - the checks alone: `normalise_image` (header parse and the strict decode that reads every
@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import webdataset  # noqa: E402
 
+from shardfmt import convert  # noqa: E402
 from shardfmt._convert.images import normalise_image  # noqa: E402
-from shardfmt._convert.run import convert  # noqa: E402
 from shardfmt._convert.sources import scan_source  # noqa: E402
 from shardfmt._storage.atomic import fsync_directory  # noqa: E402
 from shardfmt._synthetic import make_imagefolder  # noqa: E402

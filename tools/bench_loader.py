@@ -130,9 +130,15 @@ Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
 of selected images, the shardfmt, shardfmt tar, raw-pixel (about 2.2 GB for the default 5000
 images) and webdataset copies; delete the directory to rebuild.
 
+Scaling (``--scaling 1,2,4,8,16``): instead of the contenders, ``shardfmt fast_decode=True`` at
+each worker count, against the decode limit (one core's exact-IDCT rate, measured first) times
+the workers; target 0.85x at the largest count. Run on a machine with that many cores
+(docs/gpu.md has a 16-core run).
+
 Usage::
 
     PYTHONPATH=. python tools/bench_loader.py --work-dir /tmp/bench --json out.json --chart out.png
+    PYTHONPATH=. python tools/bench_loader.py --work-dir /tmp/bench --scaling 1,2,4,8,16 --rounds 1 --json scaling.json
 """
 
 from __future__ import annotations
@@ -169,9 +175,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
-from shardfmt import DatasetWriter
-from shardfmt._convert.fields import convert_fields
-from shardfmt._convert.run import convert
+from shardfmt import DatasetWriter, convert
 from shardfmt._synthetic import make_imagefolder
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import RandomCrop
@@ -498,14 +502,8 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
     cache = tempfile.mkdtemp(prefix="shardfmt-bench-cache-")
     remote = shardfmt.RemoteOptions(mode=mode, cache_dir=cache, storage_options=server.options())
     loader = shardfmt.Loader(
-        "s3://bench/shardfmt",
-        batch_size=settings.batch_size,
-        num_workers=settings.workers,
-        seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        layout="NCHW",
-        remote=remote,
+        "s3://bench/shardfmt", batch_size=settings.batch_size, num_workers=settings.workers, seed=0,
+        size=OUTPUT_SIZE, pipeline="train", layout="NCHW", remote=remote,
     )
 
     def close() -> None:
@@ -735,7 +733,9 @@ def generate_imagefolder(work_dir: Path, images: int) -> Path:
         return root
     shutil.rmtree(root, ignore_errors=True)
     say(f"generating {num_classes * per_class} JPEGs in {root} (cached for later runs with this --work-dir)")
-    make_imagefolder(root, num_classes=num_classes, per_class=per_class, size=GENERATED_SIZE, quality=GENERATED_QUALITY)
+    make_imagefolder(
+        root, num_classes=num_classes, per_class=per_class, size=GENERATED_SIZE, quality=GENERATED_QUALITY, processes=os.cpu_count() or 1
+    )
     marker.write_text("complete\n")
     return root
 
@@ -862,7 +862,7 @@ def prepare_patches(source: Source, settings: Settings) -> None:
             continue
         shutil.rmtree(out, ignore_errors=True)
         say(f"converting {PATCH_SIZE}x{PATCH_SIZE} patches stored as {store} to {out}")
-        result = convert_fields(listing, out, store=store, patch=PATCH_SIZE, quality=PATCH_QUALITY, workers=max(1, settings.workers))
+        result = convert(listing, out, store=store, patch=PATCH_SIZE, quality=PATCH_QUALITY, workers=max(1, settings.workers))
         if result.num_rejects:
             raise SystemExit(f"{result.num_rejects} images were rejected converting patches; see {out / 'rejects.jsonl'}")
 
@@ -1113,7 +1113,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--rounds", type=int, default=2, help="measure every contender this many times, in turn, and keep each one's best (default 2)"
     )
-    parser.add_argument("--min-seconds", type=float, default=5.0, help="add timed epochs until they last this long (default 5)")
+    parser.add_argument(
+        "--min-seconds", type=float, default=5.0, help="add timed epochs until they last this long (default 5)"
+    )
     parser.add_argument(
         "--warmup-epochs", type=int, default=1, help="untimed passes first, from a fresh start (default 1; 0 times the start-up too)"
     )
@@ -1121,9 +1123,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)"
     )
+    parser.add_argument(
+        "--scaling",
+        help="comma list of worker counts (e.g. 1,2,4,8,16): instead of the contenders, measure 'shardfmt fast_decode=True' "
+        "at each count against the exact-IDCT decode limit of one core times that count",
+    )
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--chart", type=Path, help="write a bar chart of images/s here (PNG)")
     args = parser.parse_args(argv)
+    try:
+        args.scaling = [int(value) for value in args.scaling.split(",")] if args.scaling else None
+    except ValueError:
+        parser.error(f"--scaling takes a comma list of worker counts, got {args.scaling!r}")
+    if args.scaling is not None and min(args.scaling) < 1:
+        parser.error("--scaling counts must be at least 1")
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(args.only) - set(CONTENDERS))
     if unknown or not args.only:
@@ -1213,6 +1226,90 @@ def best_of(rounds: list[list[Result]]) -> list[Result]:
     return best
 
 
+def measure_scaling(args: argparse.Namespace, source: Source, settings: Settings) -> list[dict[str, Any]]:
+    """`SHARDFMT_FAST` at each worker count of ``--scaling`` (each its best of ``--rounds``)
+    against the limit of one core's exact-IDCT decode rate times the workers, which is measured
+    first, on one thread with nothing else running."""
+    _, one_core = measure_decode(source, settings, fast=False)
+    say(f"one core decodes {one_core.images_per_second:.0f} images/s (exact IDCT)")
+    rows = []
+    for workers in args.scaling:
+        run_settings = replace(settings, workers=workers)
+        opener = functools.partial(open_shardfmt, source, run_settings, fast_decode=True)
+        rounds = [[measure_loader(f"{SHARDFMT_FAST}, {workers} workers", opener, source, run_settings)] for _ in range(args.rounds)]
+        best = best_of(rounds)[0]
+        limit = one_core.images_per_second * workers
+        rows.append(
+            {
+                "workers": workers,
+                "images_per_second": best.images_per_second,
+                "decode_limit_images_per_second": limit,
+                "ratio_to_limit": best.images_per_second / limit,
+                "cpu_seconds": best.cpu_seconds,
+                "images": best.images,
+                "seconds": best.seconds,
+                "note": best.note,
+            }
+        )
+    return [
+        {
+            "one_core_exact_images_per_second": one_core.images_per_second,
+            "one_core_images": one_core.images,
+            "one_core_seconds": one_core.seconds,
+        },
+        *rows,
+    ]
+
+
+def print_scaling(rows: list[dict[str, Any]], target: float) -> None:
+    one_core, loaders = rows[0], rows[1:]
+    print(
+        f"decode limit: one core decodes {one_core['one_core_exact_images_per_second']:.0f} images/s (exact IDCT, simplejpeg, bytes in RAM)"
+    )
+    print(f"{'workers':>7} {'images/s':>10} {'limit':>10} {'ratio':>6}  CPU ms/img")
+    for row in loaders:
+        cpu = f"{1000 * row['cpu_seconds'] / row['images']:.2f}" if row["cpu_seconds"] else "-"
+        print(
+            (
+                f"{row['workers']:>7} {row['images_per_second']:>10.0f} {row['decode_limit_images_per_second']:>10.0f} "
+                f"{row['ratio_to_limit']:>5.2f}x  {cpu}"
+            )
+        )
+    last = loaders[-1]
+    verdict = "met" if last["ratio_to_limit"] >= target else "NOT met"
+    print(f"target >= {target}x of the limit at {last['workers']} workers: {verdict} ({last['ratio_to_limit']:.2f}x)")
+
+
+SCALING_TARGET = 0.85
+
+
+def run_scaling(args: argparse.Namespace, source: Source, settings: Settings) -> int:
+    prepare_converted(source, settings)
+    warm_page_cache(source)
+    resource_tracker.ensure_running()
+    machine = machine_info()
+    load_before = os.getloadavg()
+    rows = measure_scaling(args, source, settings)
+    load_after = os.getloadavg()
+    print()
+    print_machine(machine, settings, source)
+    print(f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {machine['cpu_count']} CPUs")
+    print()
+    print_scaling(rows, SCALING_TARGET)
+    if args.json is not None:
+        document = {
+            "machine": machine,
+            "settings": asdict(settings)
+            | {"images": len(source.files), "source": str(source.root), "scaling": args.scaling, "rounds": args.rounds},
+            "load_average": {"before": load_before, "after": load_after},
+            "decode_limit_one_core": rows[0],
+            "scaling": rows[1:],
+            "target": SCALING_TARGET,
+        }
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
 def prepare_contenders(args: argparse.Namespace, source: Source, settings: Settings) -> Any:
     """Write every copy of the images that the selected contenders read; return the S3
     contenders' shards (None unless selected)."""
@@ -1238,8 +1335,10 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     else:
         images = 5000 if args.images is None else args.images
         source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
-    if len(source.files) < max(1, settings.workers):
-        raise SystemExit(f"{len(source.files)} images are fewer than {settings.workers} workers")
+    if len(source.files) < max(1, settings.workers, *(args.scaling or [])):
+        raise SystemExit(f"{len(source.files)} images are fewer than the workers")
+    if args.scaling is not None:
+        return run_scaling(args, source, settings)
     s3_shards = prepare_contenders(args, source, settings)
     warm_page_cache(source)
     resource_tracker.ensure_running()  # started now, so that it is not taken for a worker

@@ -42,13 +42,15 @@ from shardbytes import ShardBytes, build_shard  # noqa: E402
 
 from shardfmt import DatasetWriter  # noqa: E402
 from shardfmt._checksum import checksum, format_checksum  # noqa: E402
-from shardfmt.format import IMAGE_CLASSIFICATION, Schema  # noqa: E402
+from shardfmt._checksum import file_checksum as checksum_of_file  # noqa: E402
+from shardfmt.format import IMAGE_CLASSIFICATION, Field, Schema, ShardReader, ShardWriter  # noqa: E402
 from shardfmt.format._layout import (  # noqa: E402
     FOOTER_DTYPE,
     FOOTER_SIZE,
     FORMAT_VERSION,
     HEADER_DTYPE,
     HEADER_SIZE,
+    MAX_CLASSES,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
     MAX_SCHEMA_SIZE,
@@ -56,6 +58,8 @@ from shardfmt.format._layout import (  # noqa: E402
     NDARRAY_DTYPES,
     column_name,
 )
+from shardfmt.format._schema import tar_schema as tar_dataset_schema  # noqa: E402
+from shardfmt.tar._index import INDEX_SCHEMA  # noqa: E402
 
 VERSION = f"v{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"
 DEFAULT_OUT = ROOT / "spec" / "vectors" / VERSION
@@ -591,7 +595,13 @@ def too_short(s: ShardBytes) -> Invalid:
     return "FormatError", 0, None, "open"
 
 
-@invalid("tiny", "file size: at most MAX_SHARD_SIZE (2^40) bytes, checked on the size alone (the file is stated larger, see STATED_SIZE)")
+@invalid(
+    "tiny",
+    (
+        "file size: at most MAX_SHARD_SIZE (2^40) bytes, checked on the size alone (the file is stated larger: the vector's size key, "
+        "2^40 + 1)"
+    ),
+)
 def too_large(s: ShardBytes) -> Invalid:
     STATED_SIZE["too-large"] = MAX_SHARD_SIZE + 1
     return "LimitError", 0, None, "open"
@@ -1100,14 +1110,14 @@ def schema_newer_than_version(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 6, "ManifestError", message, M, None, None, "open"
 
 
-@invalid_dataset("a tar dataset has the schema of tar shards: image (jpeg), label (int64), key (str)")
+@invalid_dataset("a tar dataset has the schema of tar shards: image (jpeg), label (int64) or none, key (str), member fields")
 def tar_schema(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["shard_format"] = "tar"
     write_manifest(d, m)
     return (
         6,
         "ManifestError",
-        "schema: tar shards hold the fields image (jpeg), label (int64), key (str), not label (int64)",
+        "schema: tar shards hold image (jpeg), then label (int64) or no label, then key (str), then member fields, not label (int64)",
         M,
         None,
         None,
@@ -1311,6 +1321,221 @@ def write_invalid_datasets(out: Path) -> dict[str, str]:
     return rules
 
 
+# --- tar datasets (spec/tar.md) -------------------------------------------------------------
+# Valid tar datasets as the reference writer writes them, and copies of "labelled" (or of
+# "image-text") whose member index breaks one check of spec/tar.md section 7, rewritten as a valid
+# binary shard with the manifest's index size and checksum updated, so that only that check fails.
+
+TAR_VALID: dict[str, tuple[str, Schema, list[str] | None, list[dict[str, Any]]]] = {
+    "labelled": (
+        "image, label and key: KEY.cls and KEY.jpg per sample (one RGB and one grayscale JPEG)",
+        tar_dataset_schema(),
+        ["cat", "dog"],
+        [
+            {"image": jpeg_rgb(8, 8, seed=41), "label": 0, "key": "cat/0001"},
+            {"image": jpeg_gray(8, 16, seed=42), "label": 1, "key": "dog/0002"},
+        ],
+    ),
+    "image-text": (
+        "no labels; a caption (txt, str) and metadata (json) per sample: the layout img2dataset writes",
+        tar_dataset_schema(labelled=False, members=(("json", "json"), ("txt", "str"))),
+        None,
+        [
+            {
+                "image": jpeg_rgb(8, 8, seed=43),
+                "key": "000000000",
+                "json": {"url": "https://example.com/a.jpg", "width": 8},
+                "txt": "a red caf\u00e9",
+            },
+            {"image": jpeg_rgb(16, 8, seed=44), "key": "000000001", "json": None, "txt": ""},
+        ],
+    ),
+    "members": (
+        "labelled, with a bytes member (seg_png) and a text member (txt) per sample",
+        tar_dataset_schema(members=(("seg_png", "bytes"), ("txt", "str"))),
+        ["a"],
+        [{"image": jpeg_gray(8, 8, seed=45), "label": 0, "key": "k", "seg_png": b"\x89PNG\r\n\x1a\n", "txt": "one"}],
+    ),
+}
+
+TarCase = tuple[int | str, str, str, "int | None", "int | None", str]
+"""(the check of tar.md section 7 it breaks, error kind, message, column whose offset the error
+carries or None, record or None, when)."""
+TAR_INVALID: dict[str, tuple[str, str, Callable[[list[dict[str, Any]], int], TarCase]]] = {}
+
+
+def tar_invalid(
+    base: str, rule: str
+) -> Callable[[Callable[[list[dict[str, Any]], int], TarCase]], Callable[[list[dict[str, Any]], int], TarCase]]:
+    """Register a broken member index: the function edits the index rows of `base` (given the
+    tar's size) in place."""
+
+    def register(function: Callable[[list[dict[str, Any]], int], TarCase]) -> Callable[[list[dict[str, Any]], int], TarCase]:
+        TAR_INVALID[function.__name__.replace("_", "-")] = (base, rule, function)
+        return function
+
+    return register
+
+
+def _in_tar(message: str, size: int) -> str:
+    return f"{message} (tar shard-00000.tar, {size} bytes)"
+
+
+@tar_invalid("labelled", "check 1: image_offset is a multiple of 512 and at least 512")
+def tar_offset_unaligned(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["image_offset"] += 1
+    return 1, "FormatError", _in_tar("image data does not start on a 512-byte block after a header", size), "image_offset", 1, "read"
+
+
+@tar_invalid("labelled", "check 1: an image_offset of 0 leaves no room for a header")
+def tar_offset_zero(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["image_offset"] = 0
+    return 1, "FormatError", _in_tar("image data does not start on a 512-byte block after a header", size), "image_offset", 0, "read"
+
+
+@tar_invalid("labelled", "check 2: image_offset is not past the tar's end")
+def tar_offset_past_end(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["image_offset"] = size + 512
+    return 2, "FormatError", _in_tar("image data starts past the end of the tar", size), "image_offset", 1, "read"
+
+
+@tar_invalid("labelled", "check 2 passes for an image_offset equal to the tar's size (an empty image there); its checksum fails on read")
+def tar_offset_at_end(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["image_offset"], rows[1]["image_size"] = size, 0
+    return "checksum", "ChecksumError", f"image member [{size}, {size}) does not match its checksum: the tar is corrupt", None, 1, "read"
+
+
+@tar_invalid("labelled", "check 3: image_size is from 0 to MAX_FIELD_SIZE (it breaks check 4 too: check 3 comes first)")
+def tar_size_too_large(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["image_size"] = MAX_FIELD_SIZE + 1
+    return 3, "FormatError", _in_tar(f"image size is outside [0, {MAX_FIELD_SIZE}]", size), "image_size", 0, "read"
+
+
+@tar_invalid("labelled", "check 4: image_offset + image_size is not past the tar's end")
+def tar_image_past_end(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["image_size"] = size - rows[1]["image_offset"] + 1
+    return 4, "FormatError", _in_tar("image data runs past the end of the tar", size), "image_size", 1, "read"
+
+
+@tar_invalid("labelled", "check 5: image_height and image_width are from 1 to 65,535")
+def tar_zero_height(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["image_width"] = 0
+    return 5, "FormatError", _in_tar("image height or width is outside [1, 65535]", size), "image_height", 1, "read"
+
+
+@tar_invalid("labelled", "check 6: image_channels is 1 or 3")
+def tar_channels(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["image_channels"] = 4
+    return 6, "FormatError", _in_tar("image channels are not 1 or 3", size), "image_channels", 0, "read"
+
+
+@tar_invalid("labelled", "check 7: label is -1 or from 0 to MAX_CLASSES - 1")
+def tar_label_range(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["label"] = MAX_CLASSES
+    return 7, "FormatError", _in_tar(f"label is outside [-1, {MAX_CLASSES})", size), "label", 1, "read"
+
+
+@tar_invalid("labelled", "check 7: a labelled dataset has no label -1")
+def tar_label_missing(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["label"] = -1
+    return 7, "FormatError", _in_tar("label is -1 (no label member) in a labelled dataset", size), "label", 0, "read"
+
+
+@tar_invalid("image-text", "check 7: a dataset without labels has label -1 only")
+def tar_label_unlabelled(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["label"] = 0
+    return 7, "FormatError", _in_tar("label is not -1 in a dataset without labels", size), "label", 1, "read"
+
+
+@tar_invalid("labelled", "check 8: images do not overlap and leave room for a header; the later image in offset order is reported")
+def tar_overlap(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["image_offset"] = rows[1]["image_offset"] + 512  # record 0 now comes second in offset order
+    return (
+        8,
+        "FormatError",
+        _in_tar("image data overlaps another record's image or leaves no room for its header", size),
+        "image_offset",
+        0,
+        "read",
+    )
+
+
+@tar_invalid("image-text", "check 9: every member field has a [data offset, size] span inside the tar in members")
+def tar_member_missing(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["members"] = {ext: span for ext, span in rows[1]["members"].items() if ext != "txt"}
+    return 9, "FormatError", "members has no valid span for field 'txt' (a [data offset, size] inside the tar)", "members.offset", 1, "read"
+
+
+@tar_invalid("labelled", "the index has the schema of a member index")
+def tar_index_schema(rows: list[dict[str, Any]], size: int) -> TarCase:
+    for row in rows:
+        row["extra"] = 0
+    names = ", ".join([*INDEX_SCHEMA.names, "extra"])
+    return "schema", "FormatError", f"is not a tar member index: its fields are {names}", None, None, "read"
+
+
+def _write_tar_base(directory: Path, schema: Schema, classes: list[str] | None, records: list[dict[str, Any]]) -> None:
+    with DatasetWriter(directory, schema=schema, shard_format="tar", shard_size=1 << 30, classes=classes) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def _index_rows(path: Path) -> list[dict[str, Any]]:
+    with ShardReader(path) as index:
+        return [{name: (bytes(value) if isinstance(value, memoryview) else value) for name, value in index.record(i).items()}
+                for i in range(len(index))]
+
+
+def write_tar_datasets(out: Path) -> dict[str, str]:
+    """Write the valid and invalid tar dataset vectors into `out`; return name -> description or rule."""
+    out.mkdir()
+    described: dict[str, str] = {}
+    for name, (description, schema, classes, records) in TAR_VALID.items():
+        _write_tar_base(out / name, schema, classes, records)
+        values = []
+        for record in records:
+            values.append({key: (value.hex() if isinstance(value, bytes) else value) for key, value in record.items()})
+        rows = [{**row, "key": row["key"].hex(), "image_checksum": hex64(row["image_checksum"] % (1 << 64))}
+                for row in _index_rows(out / name / "shard-00000.tar.idx")]
+        expected = {
+            "description": description,
+            "valid": True,
+            "schema": schema.to_json(),
+            "classes": classes,
+            "records": values,
+            "index": rows,
+        }
+        (out / f"{name}.json").write_bytes(dump_json(expected))
+        described[name] = description
+    for name, (base, rule, break_rule) in TAR_INVALID.items():
+        directory = out / name
+        _write_tar_base(directory, *TAR_VALID[base][1:])
+        index_path = directory / "shard-00000.tar.idx"
+        rows = _index_rows(index_path)
+        check, error, message, column, record, when = break_rule(rows, (directory / "shard-00000.tar").stat().st_size)
+        schema = INDEX_SCHEMA if "extra" not in rows[0] else Schema((*INDEX_SCHEMA.fields, Field("extra", "int64")))
+        index_path.unlink()
+        with ShardWriter(index_path, schema=schema) as writer:
+            for row in rows:
+                writer.write(row)
+        manifest = json.loads((directory / M).read_text())
+        size, digest = checksum_of_file(index_path)
+        manifest["shards"][0]["index"].update(size=size, checksum=format_checksum(digest))
+        write_manifest(directory, manifest)
+        offset = None
+        path = "shard-00000.tar.idx"
+        if column is not None:
+            with ShardReader(index_path) as index:
+                offset = index.locate_column(record, column)[1]
+        elif check == "checksum":
+            path, offset = "shard-00000.tar", rows[record]["image_offset"]
+        expected = {"base": base, "rule": rule, "check": check, "error": error, "message": message, "path": path,
+                    "offset": offset, "record": record, "when": when}
+        (out / f"{name}.json").write_bytes(dump_json(expected))
+        described[name] = rule
+    return described
+
+
 # --- sampling --------------------------------------------------------------------------------
 
 
@@ -1403,6 +1628,8 @@ FEISTEL_CASES: list[dict[str, Any]] = [
     {"num_records": 6, "batch_size": 2, "seed": -1, "epoch": (1 << 64) - 1, "world_size": 1},
     {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "shard_sizes": [4, 0, 5, 3], "window": 2},
     {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "shard_sizes": [4, 0, 5, 3], "window": 4},
+    # windows of 2 of these shards: at least two windows hold only empty shards, and give no positions
+    {"num_records": 7, "batch_size": 2, "seed": 9, "epoch": 0, "world_size": 1, "shard_sizes": [0, 0, 0, 4, 0, 0, 3], "window": 2},
     {
         "num_records": 70_000,
         "batch_size": 8,
@@ -1520,20 +1747,30 @@ def sampling_mixture() -> dict[str, Any]:
 ELASTIC_CASES: list[dict[str, Any]] = [
     {"order": "feistel", "num_records": 103, "batch_size": 4, "seed": 5, "epoch": 1, "hops": [[4, 3], [3, 2], [8, None]]},
     {"order": "sorted-key", "num_records": 103, "batch_size": 4, "seed": 5, "epoch": 1, "hops": [[4, 6], [2, None]]},
-    {"order": "feistel", "num_records": 50, "batch_size": 3, "seed": 0, "epoch": 0, "hops": [[3, 5], [8, None]]},
+    {"order": "feistel", "num_records": 50, "batch_size": 3, "seed": 0, "epoch": 0, "hops": [[3, 5], [4, None]], "refuses": [8]},
 ]
-"""Elastic resumes: an order, and hops of [world size, batches every rank takes] (None: to the end)."""
+"""Elastic resumes: an order, and hops of [world size, batches every rank takes] (None: to the end);
+`refuses`: world sizes a loader refuses to resume the last hop on (fewer records left than ranks)."""
 
 
 def sampling_elastic() -> dict[str, Any]:
+    from shardfmt._sampling.keys import check_split
     from shardfmt._sampling.orders import epoch_order
     from shardfmt._sampling.ranks import RankPlan, delivered_records
 
     cases = []
     for case in ELASTIC_CASES:
         order = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
-        start, hops = 0, []
+        start, hops, refused = 0, [], []
         for world_size, taken in case["hops"]:
+            if taken is None:
+                for other in case.get("refuses", []):
+                    try:
+                        check_split(case["num_records"] - start, batch_size=case["batch_size"], world_size=other, drop_last=False)
+                    except ValueError:
+                        refused.append({"world_size": other, "start": start})
+                    else:
+                        raise RuntimeError(f"{other} ranks can take the rest of the epoch: not a refusal")
             plans = [
                 RankPlan(order, batch_size=case["batch_size"], rank=r, world_size=world_size, drop_last=False, start=start)
                 for r in range(world_size)
@@ -1545,7 +1782,9 @@ def sampling_elastic() -> dict[str, Any]:
             start += delivered_records(
                 case["num_records"] - start, batch_size=case["batch_size"], world_size=world_size, drop_last=False, batches=count
             )
-        cases.append({**{k: v for k, v in case.items() if k != "hops"}, "hops": hops})
+        cases.append(
+            {**{k: v for k, v in case.items() if k not in ("hops", "refuses")}, "hops": hops, **({"refuses": refused} if refused else {})}
+        )
     return {
         "description": (
             "resuming on other numbers of ranks: each hop starts at position start of the epoch order (the records every "
@@ -1719,6 +1958,7 @@ def generate(out: Path) -> None:
         index["invalid"][name] = rule
     (out / "dataset.json").write_bytes(dump_json(write_dataset(out / "dataset")))
     index["invalid_datasets"] = write_invalid_datasets(out / "invalid-datasets")
+    index["tar_datasets"] = write_tar_datasets(out / "tar-datasets")
     (out / "sampling").mkdir()
     (out / "sampling" / "sorted-keys-batches.json").write_bytes(dump_cases(sampling_batches()))
     (out / "sampling" / "crops.json").write_bytes(dump_cases(sampling_crops()))

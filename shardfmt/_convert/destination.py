@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -211,6 +211,26 @@ class Output:
             size, digest = file_checksum(self._local / name)
             return size == expected["size"] and digest == parse_checksum(expected["checksum"])
         return bool(self.store.list(name).get(name, {}).get("size") == expected["size"])
+
+    @contextlib.contextmanager
+    def scratch_folder(self, name: str) -> Iterator[Path]:
+        """A folder for inputs prepared for this conversion (decompressed tars): in the work
+        folder of a local output, kept there for a resumed run until the manifest is written
+        (and removed if the run stops before its plan is written); elsewhere a temporary folder
+        removed when the block ends."""
+        if self._local is None:
+            with tempfile.TemporaryDirectory(prefix=f"shardfmt-{name}-") as temporary:
+                yield Path(temporary)
+            return
+        folder = self._local / WORK_DIR / name
+        try:
+            yield folder
+        except BaseException:
+            if not (self._local / WORK_DIR / PLAN_NAME).exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    (self._local / WORK_DIR).rmdir()
+            raise
 
     # -- shard files --------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from .images import DEFAULT_QUALITY, IMAGE_KINDS
 from .loop import ConvertResult, run_conversion
 from .plan import from_field_scan
 from .records import builder_for
-from .run import check_not_inside, check_options, nothing_found, resolve_workers
+from .run import check_not_all_rejected, check_not_inside, check_options, nothing_found, resolve_workers
 from .sources import listing_columns, scan_fields, source_name
 
 __all__ = ["convert_fields", "needs_fields"]
@@ -118,9 +118,11 @@ def convert_fields(
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
     check_not_inside(names, os.fspath(out))
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
-        return _convert_into(output, names, fields=fields, store=store, scale=scale, patch=patch, max_side=max_side, quality=quality,
-                             shard_size=shard_size, workers=workers, strict=strict, progress=progress, engine=engine, remote=remote,
-                             allow_empty=allow_empty, started=started)
+        result = _convert_into(output, names, fields=fields, store=store, scale=scale, patch=patch, max_side=max_side, quality=quality,
+                               shard_size=shard_size, workers=workers, strict=strict, progress=progress, engine=engine, remote=remote,
+                               allow_empty=allow_empty, started=started)
+    check_not_all_rejected(result, allow_empty=allow_empty)
+    return result
 
 
 def _convert_into(output: Output, names: list[str], *, fields: Declared, store: str, scale: Any, patch: int | None,

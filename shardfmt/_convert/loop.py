@@ -39,7 +39,7 @@ from ..format._layout import MAX_CLASSES
 from ..format._manifest import IndexEntry, Manifest, ShardEntry
 from ..format._writer import ShardWriter
 from ..tar._keys import display_key, tar_key
-from ..tar._writer import TarShardInfo, TarShardWriter
+from ..tar._writer import TarShardInfo, TarShardWriter, encode_member
 from .destination import REJECTS_NAME, Output, shard_file_name
 from .engine import WorkerDied, imap_ordered
 from .images import REENCODE_REASONS
@@ -190,6 +190,7 @@ class _Sink:
         self.plan, self.output, self.index = plan, output, index
         self.name = shard_file_name(index, plan.shard_format)
         self.tar = plan.shard_format == "tar"
+        self.labelled = "label" in plan.schema.names
         self.writer: Any = None
         self.keys: set[str] = set()
         self.rejects: list[list[Any]] = []
@@ -208,7 +209,7 @@ class _Sink:
             else:
                 if key in self.keys:
                     reject = ("duplicate-key", f"key {display_key(key)!r} is already in this tar shard")
-                elif not 0 <= record.label < MAX_CLASSES:
+                elif self.labelled and not 0 <= record.label < MAX_CLASSES:
                     reject = ("bad-label", f"label {record.label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
         if reject is not None or fields is None:
             reason, detail = reject if reject is not None else ("corrupt", "no record was built")
@@ -216,9 +217,10 @@ class _Sink:
             return
         if self.writer is None:
             path = self.output.file_path(self.name)
-            self.writer = TarShardWriter(path) if self.tar else ShardWriter(path, schema=self.plan.schema)
+            self.writer = TarShardWriter(path, labelled=self.labelled) if self.tar else ShardWriter(path, schema=self.plan.schema)
         if self.tar:
-            self.writer.write(key, image=fields["image"], label=fields["label"])
+            members = {name: encode_member(kind, fields[name], f"field {name!r}") for name, kind in self.plan.columns}
+            self.writer.write(key, image=fields["image"], label=fields.get("label"), members=members)
             self.keys.add(key)  # type: ignore[arg-type]
         else:
             self.writer.write(fields)
@@ -338,6 +340,7 @@ def build_outputs(plan: ConversionPlan, sidecars: list[dict[str, Any]]) -> tuple
         "passthrough": sum(s["passthrough"] for s in sidecars),
         "reencoded": {reason: sum(s["reencoded"][reason] for s in sidecars) for reason in REENCODE_REASONS},
         "empty_classes": len(plan.classes) - len(labels) if plan.classes is not None else 0,
+        **plan.stats,
     }
     manifest = Manifest(
         schema=plan.schema,

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .._errors import ConvertError
 from ..format._layout import MAX_RECORDS_PER_SHARD
-from ..format._schema import IMAGE_CLASSIFICATION, Schema
+from ..format._schema import IMAGE_CLASSIFICATION, Schema, tar_schema
 from .sources.results import FieldScan, ScanReject, SourceScan, display_path
 
 __all__ = ["PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "plan_shards"]
@@ -108,6 +108,7 @@ class ConversionPlan:
         records: the records, in output order.
         scan_rejects: inputs refused while scanning.
         shards: [start, stop) record ranges, one per shard.
+        stats: what the scan counted for the manifest's ``stats`` (members of tars not stored).
     """
 
     record_kind: str
@@ -122,6 +123,7 @@ class ConversionPlan:
     records: tuple[PlannedRecord, ...]
     scan_rejects: tuple[ScanReject, ...]
     shards: tuple[tuple[int, int], ...]
+    stats: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def input_bytes(self) -> int:
@@ -143,6 +145,7 @@ class ConversionPlan:
             "records": [record.to_json() for record in self.records],
             "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in self.scan_rejects],
             "shards": [list(span) for span in self.shards],
+            "stats": dict(self.stats),
         }
 
     def to_bytes(self) -> bytes:
@@ -171,6 +174,7 @@ class ConversionPlan:
             records=tuple(PlannedRecord.from_json(r) for r in value["records"]),
             scan_rejects=tuple(ScanReject(*r) for r in value["scan_rejects"]),
             shards=tuple((s[0], s[1]) for s in value["shards"]),
+            stats=value.get("stats", {}),
         )
 
 
@@ -204,26 +208,30 @@ def from_scan(
 
     A file's key is its path without its last extension; a sample of a tar keeps its key (shown
     with ``\\xNN`` escapes in a binary shard, exact in a tar shard, where `tar_key` checks it), and
-    so does a row of a Parquet file.
+    so does a row of a Parquet file. A sample of a tar has one more file per member column
+    (`SourceScan.members`), and records without labels (`SourceScan.labelled`) have none.
     """
     records = []
     for item in scan.inputs:
         file = InputFile(item.path, item.size, item.mtime_ns, item.offset, item.row_group, item.file_size)
+        members = tuple(InputFile(item.path, size, item.mtime_ns, offset) for offset, size in item.members)
         key = item.sample_key if shard_format == "tar" and item.sample_key is not None else item.key
-        records.append(PlannedRecord((file,), item.label, key, sample_key=item.sample_key))
+        records.append(PlannedRecord((file, *members), item.label, key, sample_key=item.sample_key))
+    schema = IMAGE_CLASSIFICATION if scan.labelled and not scan.members else tar_schema(labelled=scan.labelled, members=scan.members)
     return ConversionPlan(
         record_kind="image-label",
         kind=scan.kind,
         source=source,
         root=root,
         shard_format=shard_format,
-        schema=IMAGE_CLASSIFICATION,
+        schema=schema,
         options=dict(options),
-        columns=(),
+        columns=scan.members,
         classes=tuple(scan.classes) if scan.classes is not None else None,
         records=tuple(records),
         scan_rejects=tuple(ScanReject(r.position, r.path, r.reason, r.detail, r.key) for r in scan.rejects),
         shards=tuple(plan_shards([r.size for r in records], shard_size=options["shard_size"])),
+        stats={"members_not_stored": dict(scan.not_stored)} if scan.kind == "webdataset" else {},
     )
 
 

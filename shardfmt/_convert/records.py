@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .._errors import RejectError, SchemaError, ShardfmtError, WorkerError
+from .._jsontext import JsonTextError, parse_json
 from .._storage import RemoteOptions, Store, open_store
 from .._storage.urls import is_url
 from ..format._fieldtypes import HeadedJpeg
@@ -105,6 +106,7 @@ class InputReader:
     root: str
     remote: RemoteOptions | None = None
     image_column: str | None = None
+    image_root: str | None = None
     _store: list[Store] = field(default_factory=list, compare=False, repr=False)
     _rows: list[RowGroupReader] = field(default_factory=list, compare=False, repr=False)
 
@@ -114,7 +116,7 @@ class InputReader:
         Raises:
             RejectError: "unreadable" (the operating system's or the store's message, or a tar
                 that ends early), "too-large" (over `MAX_INPUT_SIZE`), or for a Parquet row
-                "no-image" (its image is null).
+                "no-image" (its image is null) or "missing-file" (the file its path names is not there).
         """
         if file.size > MAX_INPUT_SIZE:
             raise RejectError(f"{file.size} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
@@ -146,14 +148,15 @@ class InputReader:
 
     def _read_row(self, file: InputFile) -> bytes:
         if not self._rows:
-            self._rows.append(RowGroupReader(self.root, self.image_column or "image", self.remote))
+            self._rows.append(RowGroupReader(self.root, self.image_column or "image", self.remote, self.image_root))
         data = self._rows[0].image(file.path, row_group=file.row_group or 0, row=file.offset or 0, file_size=file.file_size or 0)
         if len(data) > MAX_INPUT_SIZE:
             raise RejectError(f"{len(data)} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
         return data
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "remote": self.remote, "image_column": self.image_column, "_store": [], "_rows": []}
+        return {"root": self.root, "remote": self.remote, "image_column": self.image_column, "image_root": self.image_root,
+                "_store": [], "_rows": []}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -179,12 +182,16 @@ def _read_whole(fd: int, size_hint: int) -> bytes:
 class ImageLabelBuilder:
     """(image, label, key) records: the image normalised (`normalise.normalise_image`). For a tar
     shard the key must also read back as a tar key (`tar.keys.tar_key`), or the record is a
-    "bad-key" reject before its file is read."""
+    "bad-key" reject before its file is read. Records from tars may have no label
+    (`labelled`) and further members (`members`: field name and kind, one file each): text
+    must be UTF-8 and JSON strict JSON text, or the record is a "bad-member" reject."""
 
     reader: InputReader
     max_side: int | None
     quality: int
     tar_keys: bool = False
+    labelled: bool = True
+    members: tuple[tuple[str, str], ...] = ()
 
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
         key = record.key
@@ -196,7 +203,29 @@ class ImageLabelBuilder:
         data = self.reader.read(record.files[0])
         image = normalise_image(data, max_side=self.max_side, quality=self.quality)
         value = image.data if image.info is None else HeadedJpeg(image.data, image.info)  # headers parsed once
-        return {"image": value, "label": record.label, "key": key}, (image.reencoded,)
+        fields: dict[str, Any] = {"image": value, "label": record.label, "key": key} if self.labelled else {"image": value, "key": key}
+        for (name, kind), file in zip(self.members, record.files[1:], strict=True):
+            fields[name] = member_value(self.reader.read(file), kind, name)
+        return fields, (image.reencoded,)
+
+
+def member_value(data: bytes, kind: str, name: str) -> Any:
+    """The value of a member of `kind` ("str", "json" or "bytes") from its bytes.
+
+    Raises:
+        RejectError: "bad-member": text that is not UTF-8, or JSON that is not strict JSON text.
+    """
+    if kind == "str":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise RejectError(f"member {name!r} is not UTF-8 text: {err}", reason="bad-member") from err
+    if kind == "json":
+        try:
+            return parse_json(data)
+        except JsonTextError as err:
+            raise RejectError(f"member {name!r} is not JSON text: {err}", reason="bad-member") from err
+    return data
 
 
 @dataclass(frozen=True)
@@ -254,11 +283,14 @@ Builder = ImageLabelBuilder | FieldsBuilder
 
 def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builder:
     """The record builder of `plan`'s record kind, reading inputs from its root."""
-    reader = InputReader(plan.root, remote, plan.options.get("image_column"))
+    reader = InputReader(plan.root, remote, plan.options.get("image_column"), plan.options.get("image_root"))
     options = plan.options
     if plan.record_kind == "image-label":
-        return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar")
-    return FieldsBuilder(reader, plan.columns, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"])
+        return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar",
+                                 labelled="label" in plan.schema.names, members=plan.columns)
+    return FieldsBuilder(
+        reader, plan.columns, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"]
+    )
 
 
 def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = None) -> list[Built]:

@@ -78,7 +78,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,7 @@ from .plan import from_scan
 from .records import builder_for
 from .sources import ParquetColumns, scan_source, source_name
 
-__all__ = ["ConvertResult", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
+__all__ = ["ConvertResult", "check_not_all_rejected", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
 
 
 def convert(
@@ -116,6 +116,7 @@ def convert(
     allow_empty: bool = False,
     break_lock: bool = False,
     columns: ParquetColumns | None = None,
+    members: Mapping[str, str] | None = None,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
@@ -143,12 +144,14 @@ def convert(
         engine: "local" (default): a process pool on this machine; "ray": Ray tasks on the
             running Ray cluster (or a local Ray instance). The bytes written are the same.
         remote: credentials and retries for a `src` or `out` given by URL.
-        allow_empty: write an empty dataset when the source holds no input, rather than
-            raising (a wrong path would otherwise silently give nothing).
+        allow_empty: write an empty dataset when the source holds no input, or when every input
+            was rejected, rather than raising (a wrong path would otherwise silently give nothing).
         break_lock: first remove the lock object a crashed run left in an output given by URL
             (a local lock dies with its process and never needs this).
         columns: for Parquet files, the image, label and key columns (default: ``image``,
             ``label`` if present, keys from file name and row number); recorded in the manifest.
+        members: for WebDataset tars, the kind ("str", "json" or "bytes") of member fields by
+            name (default: txt text, json JSON, anything else bytes).
 
     Returns:
         A `ConvertResult`.
@@ -173,8 +176,9 @@ def convert(
     sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(src)]  # type: ignore[arg-type]
     out = os.fspath(out)
     check_not_inside(sources, out)
-    with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
-        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns)
+    with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output, \
+            output.scratch_folder("tars") as work:
+        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
         root = os.fspath(scan.root)
         if not scan.inputs and not allow_empty:
             raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=sources[0])
@@ -183,23 +187,37 @@ def convert(
             options.update((columns or ParquetColumns()).to_options())
         named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
         plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
-        return run_conversion(
-            plan,
-            output,
-            builder=builder_for(plan, remote=remote),
-            workers=resolve_workers(workers),
-            engine=engine,
-            progress=progress,
-            strict=strict,
-            started=started,
+        result = run_conversion(
+            plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
+            progress=progress, strict=strict, started=started,
         )
+    check_not_all_rejected(result, allow_empty=allow_empty)
+    return result
+
+
+def check_not_all_rejected(result: ConvertResult, *, allow_empty: bool) -> None:
+    """Refuse a finished conversion that wrote no record although inputs were rejected (unless
+    `allow_empty`): the dataset is written, but the run fails with the counts per reason.
+
+    Raises:
+        ConvertError: it wrote none.
+    """
+    if allow_empty or result.num_records or not result.num_rejects:
+        return
+    by_reason = result.manifest.rejects.get("by_reason") or {}
+    counts = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
+    raise ConvertError(
+        f"no record was written: all {result.num_rejects} inputs were rejected ({counts}; see rejects.jsonl); "
+        "pass --allow-empty to accept an empty dataset",
+        path=result.path,
+    )
 
 
 _LOOKED_FOR = {
     "imagefolder": "image files in class sub-folders (SRC/CLASS/IMAGE, as torchvision's ImageFolder)",
     "csv": "rows of path,label in the listing",
-    "jsonl": 'lines of {"path": ..., "label": ...} in the listing',
-    "webdataset": "samples with a .jpg or .jpeg member in the tars",
+    "jsonl": "lines of {\"path\": ..., \"label\": ...} in the listing",
+    "webdataset": "samples with an image member (.jpg, .png, .webp, ...) in the tars",
     "parquet": "rows in the Parquet files",
 }
 

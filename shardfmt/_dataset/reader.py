@@ -16,7 +16,7 @@ from .._errors import FormatError, ManifestError, ShardNotFoundError
 from .._storage import LocalStore, RemoteOptions
 from ..format._manifest import ShardEntry
 from ..format._reader import Record, ShardReader, ShardReaderBase
-from ..format._schema import Schema
+from ..format._schema import IMAGE_CLASSIFICATION, Schema
 from ..tar._reader import TarShardReader
 from .locate import DatasetLocation, locate_dataset
 from .tars import open_tars, tar_sources
@@ -92,7 +92,9 @@ class DatasetReader:
         if reader is None:
             entry = self.manifest.shards[shard_index]
             if not self.location.is_remote:
-                reader = open_shard(Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root), confine=self._confine)
+                reader = open_shard(
+                    Path(self.root), entry, verify=self.verify, index_root=Path(self.index_root), confine=self._confine, schema=self.schema
+                )
             else:
                 reader = self._open_remote(entry)
             try:
@@ -171,7 +173,8 @@ class DatasetReader:
 
 
 def open_shard(
-    root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None, confine: bool = True
+    root: Path, entry: ShardEntry, *, verify: bool = True, index_root: Path | None = None, confine: bool = True,
+    schema: Schema = IMAGE_CLASSIFICATION,
 ) -> ShardReaderBase:
     """Open the shard a manifest entry names, checked against the entry's sizes.
 
@@ -181,6 +184,7 @@ def open_shard(
         verify: check each record's checksum when its payload is read.
         index_root: the folder a tar shard's index path is relative to (default `root`).
         confine: refuse a shard (or index) whose path, symbolic links resolved, leaves its root.
+        schema: the manifest's schema, which a tar shard is read with (a binary shard states its own).
 
     Returns:
         A `ShardReader`, or a `tar.reader.TarShardReader` for an entry with an index.
@@ -201,6 +205,7 @@ def open_shard(
         verify=verify,
         expected_size=entry.size,
         expected_index_size=entry.index.size,
+        schema=schema,
     )
 
 
@@ -223,20 +228,15 @@ def open_located_shard(
         RemoteError: the store failed after its retries.
     """
     if not location.is_remote:
-        return open_shard(Path(location.root), entry, verify=verify)
+        return open_shard(Path(location.root), entry, verify=verify, schema=schema)
     source = location.open_shard(entry, schema, whole=whole)
     try:
         if entry.index is None:
             return ShardReader(source.path, verify=verify, expected_size=entry.size, source=source)
         index = location.open_index(entry)
         return TarShardReader(
-            source.path,
-            index=index.path,
-            verify=verify,
-            expected_size=entry.size,
-            expected_index_size=entry.index.size,
-            source=source,
-            index_source=index,
+            source.path, index=index.path, verify=verify, expected_size=entry.size,
+            expected_index_size=entry.index.size, source=source, index_source=index, schema=schema,
         )
     except BaseException:
         source.close()

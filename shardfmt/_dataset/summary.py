@@ -31,7 +31,9 @@ class DatasetSummary:
         channels: number of images per channel count.
         records_per_class: (min, median, max) records of a class, or None without classes.
         rejects: rejected inputs per reason, as the converter counted them.
-        stats: the converter's statistics from the manifest (pass-through, re-encodes, ...).
+        stats: the converter's statistics from the manifest (pass-through, re-encodes, members
+            of tars not stored, per extension, ...).
+        fields: (name, type) of each field of the schema.
     """
 
     path: Path | str
@@ -45,6 +47,7 @@ class DatasetSummary:
     records_per_class: tuple[int, float, int] | None
     rejects: dict[str, int] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> DatasetSummary:
@@ -95,6 +98,7 @@ def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | N
         records_per_class=per_class,
         rejects=dict(by_reason) if isinstance(by_reason, dict) else {},
         stats=dict(manifest.stats),
+        fields=tuple((field.name, field.spec) for field in manifest.schema.fields),
     )
 
 

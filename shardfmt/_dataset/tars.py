@@ -14,7 +14,7 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,18 +22,18 @@ from .._checksum import checksum, format_checksum, parse_checksum
 from .._errors import ConvertError, ShardNotFoundError
 from .._storage.atomic import atomic_write_bytes
 from ..format._manifest import MANIFEST_NAME, IndexEntry, Manifest, ShardEntry
-from ..format._schema import IMAGE_CLASSIFICATION
+from ..format._schema import TAR_MEMBER_TYPES, Schema, tar_schema
 from ..format._writer import ShardInfo
 from ..tar._index import TarIndexInfo, TarReject, index_tar
-from ..tar._keys import INDEX_SUFFIX, display_key
+from ..tar._keys import COMPRESSED_ADVICE, COMPRESSED_SUFFIXES, INDEX_SUFFIX, display_key, member_field, member_kind
 from .locate import Location, classify_location
 
-__all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "index_tars", "open_tars", "tar_sources"]
+__all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "index_tars", "member_fields", "open_tars", "tar_sources"]
 
 CACHE_NAME: Final = ".shardfmt-index"
 """The cache folder beside tars that are opened directly."""
 REJECTS_NAME: Final = "rejects.jsonl"
-_CACHE_VERSION: Final = 1
+_CACHE_VERSION: Final = 2
 _RANGE = re.compile(r"(-?\d+)\.\.(-?\d+)")
 _MAX_EXPANSION: Final = 1 << 20
 """Brace patterns name at most MAX_SHARDS tars."""
@@ -103,9 +103,14 @@ def tar_sources(path: Any) -> list[Path] | None:
         items = [_local(item) for item in path]
     else:
         location = classify_location(path)
+        if location.path is not None and location.path.endswith(COMPRESSED_SUFFIXES):
+            raise ValueError(f"{location.path}: {COMPRESSED_ADVICE}")
         if not location.is_tars:
             return None
         items = [_local(location)]
+    compressed = [item for item in items if item.endswith(COMPRESSED_SUFFIXES)]
+    if compressed:
+        raise ValueError(f"{compressed[0]}: {COMPRESSED_ADVICE}")
     tars = [Path(name) for item in items for name in expand_braces(item)]
     if not tars:
         raise ValueError("no tars given")
@@ -129,14 +134,19 @@ def _find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     brace pattern gives itself.
 
     Raises:
-        ValueError: a source is not local, or no tar is found.
+        ValueError: a source is not local.
+        ConvertError: no tar is found, or a source is a compressed tar (or a folder of them).
     """
     sources = list(sources)
     found: dict[str, Path] = {}
     for source in sources:
         text = _local(source)
+        if text.endswith(COMPRESSED_SUFFIXES):
+            raise ConvertError(COMPRESSED_ADVICE, path=text)
         if os.path.isdir(text):
             root = Path(text)
+            if not any(root.rglob("*.tar")) and any(p for suffix in COMPRESSED_SUFFIXES for p in root.rglob("*" + suffix)):
+                raise ConvertError(f"holds compressed tars only: {COMPRESSED_ADVICE}", path=text)
             below = sorted(
                 (path for path in root.rglob("*.tar") if not any(part.startswith(".") for part in path.relative_to(root).parts)),
                 key=lambda path: path.relative_to(root).as_posix(),
@@ -146,7 +156,7 @@ def _find_tars(sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
         for path in below:
             found.setdefault(os.path.abspath(path), path)
     if not found:
-        raise ValueError("no tars found in " + ", ".join(os.fspath(s) for s in sources))
+        raise ConvertError("no .tar files found (a folder is searched for *.tar below it)", path=", ".join(os.fspath(s) for s in sources))
     return list(found.values())
 
 
@@ -164,6 +174,7 @@ def index_tars(
     out: str | os.PathLike[str] | None = None,
     classes: Sequence[str] | None = None,
     overwrite: bool = False,
+    fields: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Index existing WebDataset tars and write a manifest: the tars become a tar dataset.
 
@@ -171,18 +182,27 @@ def index_tars(
     `out`; samples left out (see `tar.index_tar`) are listed in ``OUT/rejects.jsonl`` (path, key,
     reason, detail) and counted in the manifest, which is written last.
 
+    The dataset is labelled when any sample of any tar has a ``.cls`` member (then a sample
+    without one is a "no-label" reject); otherwise it has no label field. Every further member
+    extension that every kept sample has becomes a field (`member_fields`): ``txt`` a str,
+    ``json`` JSON, anything else bytes, unless `fields` declares its type. Members of other
+    extensions stay in the tars and are counted per extension in the manifest's
+    ``stats.members_not_stored``.
+
     Args:
         sources: tar files, brace patterns, or directories (every ``*.tar`` below, sorted).
         out: the dataset root, which must contain every tar; default their deepest common folder.
         classes: class names by label; default the labels in decimal, "0" to the largest label.
         overwrite: replace an existing manifest.json in `out`.
+        fields: field type ("str", "json" or "bytes") by field name or extension.
 
     Returns:
         The `Manifest` written.
 
     Raises:
-        ConvertError: a tar lies outside `out`, `out` already holds a manifest, or a label has
-            no name in `classes`.
+        ConvertError: a tar lies outside `out`, `out` already holds a manifest, a label has
+            no name in `classes` (or classes are given for unlabelled tars), or a declared field
+            is not a member of every kept sample.
         FormatError, LimitError, ShardNotFoundError: a tar is malformed or missing.
     """
     tars = _find_tars(sources)
@@ -199,6 +219,10 @@ def index_tars(
     if (root / MANIFEST_NAME).exists() and not overwrite:
         raise ConvertError("already holds manifest.json; pass overwrite to replace it", path=root)
     infos = [index_tar(path, index=root / (_relative(path, root) + INDEX_SUFFIX), name=_relative(path, root)) for path in tars]
+    if any(info.labelled for info in infos):  # a tar without labels among labelled ones: its samples are "no-label"
+        infos = [info if info.labelled else index_tar(path, index=root / (_relative(path, root) + INDEX_SUFFIX),
+                                                      name=_relative(path, root), labelled=True)
+                 for path, info in zip(tars, infos, strict=True)]
     rejects = [reject for info in infos for reject in info.rejects]
     if rejects:
         lines = "".join(json.dumps(r.to_json(), sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
@@ -206,11 +230,20 @@ def index_tars(
     elif (root / REJECTS_NAME).exists():
         (root / REJECTS_NAME).unlink()
     max_label = max((info.max_label for info in infos), default=-1)
+    labelled = any(info.labelled for info in infos)
+    if classes is not None and not labelled:
+        raise ConvertError("classes were given, but no sample has a .cls label member", path=root)
     if classes is not None and len(classes) <= max_label:
         raise ConvertError(f"label {max_label} has no name: {len(classes)} classes were given", path=root)
+    try:
+        schema, not_stored = member_fields(infos, declared=fields or {})
+    except ValueError as err:
+        raise ConvertError(str(err), path=root) from err
     manifest = _manifest(
         [(_relative(path, root), info) for path, info in zip(tars, infos, strict=True)],
-        classes=list(classes) if classes is not None else _decimal_classes(max_label),
+        schema=schema,
+        not_stored=not_stored,
+        classes=list(classes) if classes is not None else _decimal_classes(max_label) if labelled else None,
         rejects=[r.reason for r in rejects],
         report=REJECTS_NAME if rejects else None,
         command="index",
@@ -223,8 +256,51 @@ def _decimal_classes(max_label: int) -> list[str] | None:
     return [str(label) for label in range(max_label + 1)] if max_label >= 0 else None
 
 
+def member_fields(infos: Sequence[TarIndexInfo], *, declared: Mapping[str, str]) -> tuple[Schema, dict[str, int]]:
+    """The schema of a tar dataset from what its tars' indexes found, and the members it leaves
+    out, counted per extension (spec/tar.md, section 3).
+
+    Labelled if any tar is. A member extension becomes a field when every kept sample of every
+    tar has it and it has a field name (`tar.keys.member_field`; of two extensions with one
+    name, the first in sorted order); its type is `declared` (by field name or extension), else
+    `tar.keys.member_kind`.
+
+    Raises:
+        ValueError: a declared type is not one a member can have, or a declared field is not a
+            member of every kept sample.
+    """
+    kept = [info for info in infos if info.tar.num_records]
+    common: set[str] | None = None
+    for info in kept:
+        full = {ext for ext, count in info.member_counts if count == info.tar.num_records}
+        common = full if common is None else common & full
+    members: list[tuple[str, str]] = []
+    stored: set[str] = set()
+    for ext in sorted(common or ()):
+        name = member_field(ext)
+        if name is None or any(name == taken for taken, _ in members):
+            continue
+        kind = declared.get(name) or declared.get(ext) or member_kind(ext)
+        if kind not in TAR_MEMBER_TYPES:
+            raise ValueError(f"field {name!r}: a member of a tar is stored as {', '.join(TAR_MEMBER_TYPES)}, not {kind!r}")
+        members.append((name, kind))
+        stored.add(ext)
+    names = {name for name, _ in members}
+    missing = [name for name in declared if name not in names and member_field(name) not in names]
+    if missing:
+        raise ValueError(f"field {missing[0]!r} was declared, but not every sample has a member .{missing[0]}")
+    not_stored: Counter[str] = Counter()
+    for info in infos:
+        for ext, count in info.member_counts:
+            if ext not in stored:
+                not_stored[ext] += count
+    schema = tar_schema(labelled=any(info.labelled for info in infos), members=tuple(members))
+    return schema, dict(sorted(not_stored.items()))
+
+
 def _manifest(
-    entries: Sequence[tuple[str, TarIndexInfo]], *, classes: list[str] | None, rejects: list[str], report: str | None, command: str
+    entries: Sequence[tuple[str, TarIndexInfo]], *, schema: Schema, not_stored: dict[str, int], classes: list[str] | None,
+    rejects: list[str], report: str | None, command: str
 ) -> Manifest:
     shards = tuple(
         ShardEntry(
@@ -237,13 +313,13 @@ def _manifest(
         for path, info in entries
     )
     manifest = Manifest(
-        schema=IMAGE_CLASSIFICATION,
+        schema=schema,
         shards=shards,
         classes=classes,
         shard_format="tar",
         converter={"name": "shardfmt", "options": {"command": command}},
         rejects={"count": len(rejects), "by_reason": dict(sorted(Counter(rejects).items())), "report": report},
-        stats={"skipped_members": sum(info.skipped_members for _, info in entries)},
+        stats={"skipped_members": sum(info.skipped_members for _, info in entries), "members_not_stored": not_stored},
     )
     return Manifest.from_bytes(manifest.to_bytes())  # the same checks as any manifest read
 
@@ -277,15 +353,17 @@ def _load_entry(cache: Path, relative: str, stamp: dict[str, int]) -> TarIndexIn
         tar = ShardInfo(Path(relative), int(value["num_records"]), stamp["size"], parse_checksum(value["checksum"]))
         index = ShardInfo(index_path, int(value["num_records"]), int(value["index"]["size"]), parse_checksum(value["index"]["checksum"]))
         rejects = tuple(TarReject(relative, r["key"], r["reason"], r["detail"]) for r in value["rejects"])
-        return TarIndexInfo(tar, index, rejects, int(value["max_label"]), int(value["skipped_members"]))
+        counts = tuple((str(ext), int(count)) for ext, count in value["member_counts"])
+        return TarIndexInfo(tar, index, rejects, int(value["max_label"]), int(value["skipped_members"]), bool(value["labelled"]),
+                            counts, bool(value["has_labels"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _index_into(cache: Path, path: Path, relative: str, stamp: dict[str, int]) -> TarIndexInfo:
+def _index_into(cache: Path, path: Path, relative: str, stamp: dict[str, int], labelled: bool | None = None) -> TarIndexInfo:
     target = cache / (relative + INDEX_SUFFIX)
     target.parent.mkdir(parents=True, exist_ok=True)
-    info = index_tar(path, index=target, name=relative)
+    info = index_tar(path, index=target, name=relative, labelled=labelled)
     if info.rejects:
         counts = Counter(reject.reason for reject in info.rejects)
         warnings.warn(f"{path}: {len(info.rejects)} samples left out of the index ({dict(sorted(counts.items()))})", stacklevel=2)
@@ -297,6 +375,9 @@ def _index_into(cache: Path, path: Path, relative: str, stamp: dict[str, int]) -
         "index": {"size": info.index.size, "checksum": format_checksum(info.index.checksum)},
         "max_label": info.max_label,
         "skipped_members": info.skipped_members,
+        "labelled": info.labelled,
+        "has_labels": info.has_labels,
+        "member_counts": [list(pair) for pair in info.member_counts],
         "rejects": [{"key": display_key(r.key), "reason": r.reason, "detail": r.detail} for r in info.rejects],
     }
     atomic_write_bytes(cache / (relative + ".json"), json.dumps(entry, sort_keys=True).encode())
@@ -340,10 +421,23 @@ def open_tars(tars: Sequence[Path]) -> tuple[Manifest, Path, Path]:
         info if info is not None else _index_into(chosen, path, relative, stamp)
         for info, path, relative, stamp in zip(found, tars, relatives, stamps, strict=True)
     ]
+    if any(info.has_labels for info in infos):  # labelled: a tar without labels has "no-label" samples
+        infos = [
+            info if info.labelled else _index_into(chosen, path, relative, stamp, labelled=True)
+            for info, path, relative, stamp in zip(infos, tars, relatives, stamps, strict=True)
+        ]
+    else:  # unlabelled: a cached index made while other tars had labels is made again
+        infos = [
+            _index_into(chosen, path, relative, stamp) if info.labelled else info
+            for info, path, relative, stamp in zip(infos, tars, relatives, stamps, strict=True)
+        ]
     max_label = max((info.max_label for info in infos), default=-1)
+    schema, not_stored = member_fields(infos, declared={})
     manifest = _manifest(
         list(zip(relatives, infos, strict=True)),
-        classes=_decimal_classes(max_label),
+        schema=schema,
+        not_stored=not_stored,
+        classes=_decimal_classes(max_label) if schema.names[1] == "label" else None,
         rejects=[r.reason for info in infos for r in info.rejects],
         report=None,
         command="open",

@@ -13,9 +13,9 @@ import numpy as np
 from .._errors import SchemaError
 from .._storage.atomic import Transaction
 from ..format._manifest import IndexEntry, Manifest, ShardEntry
-from ..format._schema import IMAGE_CLASSIFICATION, Schema
+from ..format._schema import Schema, tar_schema_problem
 from ..format._writer import DEFAULT_SHARD_SIZE, ShardWriter, shard_name
-from ..tar._writer import TarShardWriter
+from ..tar._writer import TarShardWriter, encode_member
 
 __all__ = ["DatasetWriter"]
 
@@ -34,7 +34,8 @@ class DatasetWriter(Transaction):
         classes: class names in label order, stored in the manifest.
         options: free-form options recorded under "converter" in the manifest.
         shard_format: "binary" (spec/format.md) or "tar" (WebDataset tars, spec/tar.md), which
-            needs the ``IMAGE_CLASSIFICATION`` schema: ``KEY.cls`` and ``KEY.jpg`` per record.
+            needs a schema of `format.schema.tar_schema`: ``KEY.jpg``, ``KEY.cls`` if labelled,
+            and a member per further field (its name the extension) per record.
     """
 
     def __init__(
@@ -52,8 +53,9 @@ class DatasetWriter(Transaction):
             raise ValueError(f"shard_size must be positive, got {shard_size}")
         if shard_format not in ("binary", "tar"):
             raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
-        if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
-            raise SchemaError("tar shards hold the IMAGE_CLASSIFICATION schema (image, label, key) only")
+        problem = tar_schema_problem(schema) if shard_format == "tar" else None
+        if problem is not None:
+            raise SchemaError(problem)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.schema = schema
@@ -72,7 +74,7 @@ class DatasetWriter(Transaction):
         if self.shard_format == "binary":
             return ShardWriter(self.directory / shard_name(number), schema=self.schema)
 
-        return TarShardWriter(self.directory / shard_name(number, suffix=".tar"))
+        return TarShardWriter(self.directory / shard_name(number, suffix=".tar"), labelled="label" in self.schema.names)
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record (see `ShardWriter.write`, and `tar.TarShardWriter.write` for tars)."""
@@ -90,7 +92,11 @@ class DatasetWriter(Transaction):
                     raise SchemaError(
                         f"a tar record has exactly the fields {', '.join(self.schema.names)}, got {', '.join(sorted(map(str, record)))}"
                     )
-                self._current.write(record["key"], image=record["image"], label=record["label"])
+                members = {
+                    field.name: encode_member(field.type, record[field.name], f"field {field.name!r}")
+                    for field in self.schema.fields[self.schema.names.index("key") + 1 :]
+                }
+                self._current.write(record["key"], image=record["image"], label=record.get("label"), members=members)
         except BaseException:
             self.abort()
             raise

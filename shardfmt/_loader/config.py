@@ -20,8 +20,9 @@ from .._dataset.locate import classify_location
 from .._sampling.mixture import Mixture
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
+from .gpudecode import GpuDecodeStage
 from .options import LoaderOptions, index_output, pipeline_at, transform_outputs
-from .outputs import OutputSpec, resolve_outputs
+from .outputs import OutputSpec, resolve_outputs, split_values
 from .shm import SlotLayout
 from .worker import WorkerConfig
 
@@ -56,14 +57,18 @@ class Configured:
     config: WorkerConfig
 
 
-def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size: tuple[int, int] | None) -> Configured:
-    """Resolve the outputs and the workers' config: at `size`, or at the options' size."""
+def configure(
+    options: LoaderOptions, dataset: RecordSource, *, path: Any, size: tuple[int, int] | None, gpu: GpuDecodeStage | None = None
+) -> Configured:
+    """Resolve the outputs and the workers' config: at `size`, or at the options' size; with
+    `gpu` (``decode="gpu"``/``"hybrid"``), its byte arrays in every slot."""
     request = options.pipeline
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
-    fields = {"fields": options.fields, "image_field": options.image_field, "label_field": options.label_field}
+    slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
+    fields = {"fields": slotted, "image_field": options.image_field, "label_field": options.label_field}
     pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
-    here = options.device is None
+    here = options.device is None and gpu is None  # a GPU stage delivers on its device
     augment = options.augment if options.augment is not None else ()
     outputs, transform = transform_outputs(outputs, augment=augment, mean=options.mean if here else None, std=options.std if here else None)
     if options.return_indices:
@@ -77,8 +82,11 @@ def configure(options: LoaderOptions, dataset: RecordSource, *, path: Any, size:
         fast_decode=options.fast_decode,
         pipeline=pipeline,
         outputs=outputs,
-        layout=SlotLayout(options.prefetch + 1, options.batch_size, tuple(spec.slot_array() for spec in outputs)),
+        layout=SlotLayout(
+            options.prefetch + 1, options.batch_size, tuple(spec.slot_array() for spec in outputs) + (gpu.slot_arrays() if gpu else ())
+        ),
         transform=transform,
+        gpu_decode=gpu.config() if gpu is not None else None,
     )
     return Configured(pipeline, config)
 
@@ -94,11 +102,12 @@ def settings(
     rank: int,
     world_size: int,
     order: str,
+    values: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What decides a loader's stream, as its state dict saves it (values of the state's
     "settings"; a resume compares them with `cursor.SavedState.check_settings`)."""
     shape = {k: v for k, v in pipeline.to_config().items() if k != "size"}  # the state records the size itself
-    found = {
+    found: dict[str, Any] = {
         "seed": options.seed,
         "num_records": num_records,
         "subset": None if subset is None else format_checksum(checksum(subset.astype("<i8").tobytes())),
@@ -115,6 +124,8 @@ def settings(
     }
     if options.fields is not None:
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
+        if values:
+            found["values"] = list(values)
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

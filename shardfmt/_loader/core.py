@@ -52,6 +52,7 @@ from .._sampling.ranks import split_batches
 from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
+from . import gpudecode
 from .config import configure, distributed_defaults, loader_path, settings
 from .cursor import Cursor, SavedState
 from .epoch import EpochRecords, EpochSampler
@@ -60,7 +61,7 @@ from .options import (
     pipeline_at,
     size_pair,
 )
-from .outputs import FieldRequest
+from .outputs import FieldRequest, read_values, split_values
 from .pool import WorkerPool
 from .prefetch import ShardPrefetcher
 from .scheduler import Scheduler
@@ -107,7 +108,8 @@ class Loader:
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
         start_method: multiprocessing start method; default the platform's.
         timeout: seconds without progress after which a stalled worker is reported.
-        image_field, label_field: field names (label_field=None gives zero labels).
+        image_field, label_field: field names (label_field=None gives zero labels; over a dataset
+            without labels, such as image-text tars, the default "label" gives the images alone).
         remote: for a dataset given by URL, how to read it (range reads or a local shard cache,
             credentials, retries; see `RemoteOptions`). With a cache, the loader downloads the
             shards its coming batches need ahead of the workers.
@@ -126,6 +128,9 @@ class Loader:
             DCT scale snaps it to that scale, exact for whole-number ratios at proportional
             output sizes: `shardfmt.ops._crop.scale_plan`); each has its own output size, channels
             and interpolation. "ndarray", "int64" and "float64" fields arrive as stored.
+            "str", "json" and "bytes" fields (captions, metadata, keys: give None) arrive as
+            lists of one value a sample (str, the parsed JSON value, bytes), read in this
+            process for the batch's records; they need an image or number field beside them.
             ``image_field`` and ``label_field`` are then unused.
         return_indices: add each sample's record index in the dataset (int64, what
             ``open_dataset(path)[i]`` reads) to every batch: ``(images, labels, indices)``, or an
@@ -143,6 +148,13 @@ class Loader:
             numpy and `random` generators are seeded from (seed, epoch, record, step). Their
             draws are pure functions of (seed, epoch, record), like the crops. With `fields`,
             they apply to its one image field (three channels).
+        decode: where JPEGs are decoded: "cpu" (default) in the workers; "gpu" on the CUDA
+            device with nvJPEG (torchvision's batched decode), the workers still reading,
+            checking and batching the bytes into shared memory; "hybrid" the first rows of each
+            batch in the workers and the rest on the GPU, in proportion to their measured rates
+            (`gpudecode`). The crop boxes are the CPU path's; the pixels agree with it within
+            rounding (docs/gpu.md). "gpu" and "hybrid" deliver on ``device`` (default "cuda"),
+            for the (images, labels) form of a jpeg field, without ``augment``.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
@@ -208,6 +220,7 @@ class Loader:
         return_indices: bool = False,
         subset: Sequence[int] | np.ndarray | None = None,
         augment: Sequence[AugmentStep] | None = None,
+        decode: str = "cpu",
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
         self.options = options = LoaderOptions(**arguments)
@@ -250,12 +263,25 @@ class Loader:
             and remote.prefetch_shards
         ):
             prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
+        device = torch.device(options.device) if options.device is not None else None
+        self._gpu = gpudecode.open_stage(
+            options.decode,
+            device=device,
+            dataset=self._dataset,
+            field=options.image_field,
+            workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
+            fields=self._fields,
+            augment=bool(options.augment),
+        )
+        self._device = self._gpu.device if self._gpu is not None else device
         stage: Any = None
-        if options.device is not None:
+        if self._device is not None and (self._gpu is None or self._device.type == "cuda"):
             from .cuda import DeviceStage
 
-            stage = DeviceStage(options.device, mean=options.mean, std=options.std, layout=layout)  # type: ignore[arg-type]
-        self.scheduler = Scheduler(options, self._dataset, prefetcher=prefetcher, stage=stage)
+            stage = DeviceStage(self._device, mean=options.mean, std=options.std, layout=layout)
+        self._values = split_values(self._dataset.schema, fields)[1]
+        """Fields delivered as lists, read here for each batch (`fields.read_values`)."""
+        self.scheduler = Scheduler(options, self._dataset, prefetcher=prefetcher, stage=stage, gpu=self._gpu)
         self._configure(None)
         self._finalizer = self.scheduler.finalizer(self)
         self._closed = False
@@ -407,7 +433,7 @@ class Loader:
 
     def _configure(self, size: tuple[int, int] | None) -> None:
         """Resolve the outputs and the workers' config: at `size`, or as the loader was made."""
-        made = configure(self.options, self._dataset, path=self.path, size=size)
+        made = configure(self.options, self._dataset, path=self.path, size=size, gpu=self._gpu)
         self.pipeline, self.outputs, self.layout_spec = made.pipeline, made.config.outputs, made.config.layout
         self.size: tuple[int, int] = self.pipeline.size
         self.image_shape = self.outputs[0].shape if not self._fields else None
@@ -427,6 +453,7 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
             order=self.order,
+            values=self._values,
         )
 
     def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
@@ -436,6 +463,8 @@ class Loader:
             tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
         if self._fields:
             return tensors
+        if len(self.outputs) == 1:  # a dataset without labels: the images alone
+            return tensors[self.outputs[0].name]
         return tuple(tensors[spec.name] for spec in self.outputs)
 
     def _stream(self, generation: int) -> Iterator[Any]:
@@ -457,6 +486,8 @@ class Loader:
                 remaining -= 1
                 cursor.deliver(item.batch)
                 batch = self._package(scheduler.hand_out(item))
+                if self._values:
+                    batch.update(read_values(self._dataset, self._values, cursor.plan(item.epoch).batch(item.batch)))
                 yield batch
                 del batch  # only the caller's references may keep the slot
                 if generation != cursor.generation:

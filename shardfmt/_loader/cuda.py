@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import torch
@@ -9,6 +10,18 @@ import torch
 from .shm import SlotRing
 
 __all__ = ["DeviceStage"]
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error after a call whose failure was handled here
+    (torch's bindings of cudaHostRegister do not), through the libcudart this process loaded."""
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next((line.split()[-1] for line in maps if "libcudart" in line), None)
+        if path is not None:
+            ctypes.CDLL(path).cudaGetLastError()
+    except (OSError, AttributeError):
+        pass
 
 
 class DeviceStage:
@@ -24,12 +37,17 @@ class DeviceStage:
         mean, std: per-channel values on the 0-255 scale; when given, batches arrive as float32
             ``(x - mean) / std``; otherwise as uint8.
         layout: "NHWC" or "NCHW" (channels_last memory).
+        side_stream: copy on a stream of its own (the default); False copies on the consumer's
+            current stream, so that the copy and the step before it run one after the other
+            (what tools/bench_train.py compares against).
 
     Raises:
         RuntimeError: CUDA is not available.
     """
 
-    def __init__(self, device: torch.device, *, mean: tuple[float, ...] | None, std: tuple[float, ...] | None, layout: str) -> None:
+    def __init__(
+        self, device: torch.device, *, mean: tuple[float, ...] | None, std: tuple[float, ...] | None, layout: str, side_stream: bool = True
+    ) -> None:
         if device.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {device}")
         if not torch.cuda.is_available():
@@ -38,7 +56,7 @@ class DeviceStage:
             raise ValueError("give both mean and std, or neither")
         self.device = device
         self.layout = layout
-        self.stream = torch.cuda.Stream(device=device)
+        self.stream = torch.cuda.Stream(device=device) if side_stream else torch.cuda.current_stream(device)
         self._mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 1, 1, -1) if mean is not None else None
         self._std = torch.tensor(std, dtype=torch.float32, device=device).view(1, 1, 1, -1) if std is not None else None
         self._registered: list[int] = []
@@ -52,6 +70,7 @@ class DeviceStage:
                 tensor = torch.from_numpy(array)
                 code = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
                 if int(code) != 0:
+                    _clear_cuda_error()  # else the next CUDA call in torch reports this failure as its own
                     self._staging = {
                         name: torch.empty(a.shape, dtype=torch.from_numpy(a).dtype, pin_memory=True) for name, a in ring.arrays[0].items()
                     }
@@ -59,10 +78,14 @@ class DeviceStage:
                 self._registered.append(tensor.data_ptr())
 
     def unpin(self) -> None:
-        """Undo `pin` (before the ring's arrays change)."""
-        cudart: Any = torch.cuda.cudart()
-        for pointer in self._registered:
-            cudart.cudaHostUnregister(pointer)
+        """Undo `pin` (before the ring's arrays change or go): a registration left behind outlives
+        the mapping, and a later mapping at the same address then fails to register."""
+        if self._registered:
+            self.stream.synchronize()  # no copy out of the slots is in flight
+            cudart: Any = torch.cuda.cudart()
+            for pointer in self._registered:
+                if int(cudart.cudaHostUnregister(pointer)) != 0:
+                    _clear_cuda_error()
         self._registered = []
         self._staging = None
 
@@ -72,6 +95,9 @@ class DeviceStage:
         if self._staging is not None:
             staged = {}
             for name, tensor in tensors.items():
+                if tensor.device.type == "cuda":  # decoded on the device already (decode="gpu")
+                    staged[name] = tensor
+                    continue
                 staging = self._staging[name][: len(tensor)]
                 staging.copy_(tensor)
                 staged[name] = staging

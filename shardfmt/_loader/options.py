@@ -24,6 +24,7 @@ from .._sampling.keys import MAX_STEPS
 from .._storage import RemoteOptions
 from ..ops import CenterCrop, Pipeline
 from ..ops._augment import AugmentStep, as_step
+from .gpudecode import check_request
 from .outputs import FieldRequest, OutputSpec, resolve_pipeline
 from .worker import TransformSpec
 
@@ -71,6 +72,7 @@ class LoaderOptions:
     return_indices: bool = False
     subset: Sequence[int] | np.ndarray | None = None
     augment: Sequence[AugmentStep] | None = None
+    decode: str = "cpu"
 
     def __post_init__(self) -> None:
         normalised = {
@@ -112,6 +114,9 @@ class LoaderOptions:
             raise ValueError(
                 "mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself"
             )
+
+    def _check_decode(self) -> None:
+        check_request(self.decode, fields=self.fields is not None, augment=bool(self.augment))
 
     def _check_augment(self) -> None:
         """A user's step must reach the workers: pickled as it is unless they are forked."""

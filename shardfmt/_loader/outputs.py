@@ -16,6 +16,11 @@ plain config and build one filler per field with `make_filler`:
 
 A spec of type "index" (``Loader(return_indices=True)``, `options.index_output`) has no filler:
 the worker writes the chunk's dataset indices into it at once.
+
+Fields of `VALUE_TYPES` (``str``, ``json``, ``bytes``: captions, metadata, keys) have no fixed
+size and never go through shared memory: `split_values` takes them out of the request, and
+`read_values` reads them in the loader's process for the records of each batch, as lists of one
+value a sample (str, the parsed JSON value, bytes).
 """
 
 from __future__ import annotations
@@ -30,22 +35,25 @@ import numpy as np
 import torch
 
 from .._dataset.concat import RecordSource
-from .._errors import SchemaError
-from ..format._fieldtypes import IMAGE_TYPES
+from .._errors import FormatError, SchemaError
+from ..format._fieldtypes import IMAGE_TYPES, InvalidValue
 from ..format._layout import NDARRAY_DTYPES, column_name
 from ..format._reader import ShardReaderBase
 from ..ops import CenterCrop, ImageOutput, Pipeline, RandomResizedCrop, Resize
 from ..ops._decode import ImageDecoder
 from ..ops._resize import Resizer, match_channels
+from ..tar._reader import TarShardReader
 from .shm import SlotArray
 
-__all__ = ["FieldRequest", "OutputSpec", "make_filler", "resolve_outputs", "resolve_pipeline"]
+__all__ = ["VALUE_TYPES", "FieldRequest", "OutputSpec", "make_filler", "read_values", "resolve_outputs", "resolve_pipeline", "split_values"]
 
 FieldRequest = Union[Mapping[str, ImageOutput | int | tuple[int, int] | None], Sequence[str]]
 """What ``Loader(fields=...)`` takes: field name -> ImageOutput (or its size, or None for the
 defaults), or a list of names, each with the defaults."""
 
 _SCALARS = {"int64": "<i8", "float64": "<f8"}
+VALUE_TYPES = ("str", "json", "bytes")
+"""Field types a loader delivers as Python lists, read in its own process (`read_values`)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,24 @@ def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> P
     raise ValueError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline object, got {pipeline!r}")
 
 
+def _pair_request(schema: Any, image_field: str, label_field: str | None) -> tuple[dict[str, Any], str | None, bool]:
+    """The request of the (images, labels) form: the image field as 3 channels and the label
+    field, or none when the dataset is unlabelled and `label_field` the default; returns the
+    request, the label field and whether the dataset is unlabelled."""
+    kind = schema.field(image_field).type
+    if kind not in IMAGE_TYPES:
+        raise SchemaError(f"field {image_field!r} is {kind!r}, the loader needs 'jpeg' or 'raw'")
+    unlabelled = label_field == "label" and "label" not in schema.names
+    if unlabelled:
+        label_field = None
+    if label_field is not None and schema.field(label_field).type != "int64":
+        raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
+    requests: dict[str, Any] = {image_field: ImageOutput(channels=3)}
+    if label_field is not None:
+        requests[label_field] = None
+    return requests, label_field, unlabelled
+
+
 def resolve_outputs(
     dataset: RecordSource,
     *,
@@ -112,6 +138,8 @@ def resolve_outputs(
     """Resolve what a loader delivers, in order; the first image field is the reference.
 
     Without `fields`: `image_field` as 3-channel images and `label_field` (int64, or zeros).
+    A dataset without labels (an image-text tar dataset) gives images alone when `label_field`
+    is the default "label": no label field, no zeros.
 
     Raises:
         SchemaError: a field is missing, or of a type the loader cannot deliver (str, bytes,
@@ -119,15 +147,9 @@ def resolve_outputs(
         ValueError: the request is malformed, or the reference's size is not the pipeline's.
     """
     schema = dataset.schema
+    unlabelled = False
     if fields is None:
-        kind = schema.field(image_field).type
-        if kind not in IMAGE_TYPES:
-            raise SchemaError(f"field {image_field!r} is {kind!r}, the loader needs 'jpeg' or 'raw'")
-        if label_field is not None and schema.field(label_field).type != "int64":
-            raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
-        requests: dict[str, Any] = {image_field: ImageOutput(channels=3)}
-        if label_field is not None:
-            requests[label_field] = None
+        requests, label_field, unlabelled = _pair_request(schema, image_field, label_field)
     else:
         requests = _normalise_request(fields)
     images = [name for name in requests if schema.field(name).type in IMAGE_TYPES]
@@ -161,9 +183,61 @@ def resolve_outputs(
             specs.append(OutputSpec(name, field.type, (), _SCALARS[field.type]))
         else:
             raise SchemaError(f"field {name!r} is {field.type!r}: the loader delivers jpeg, raw, ndarray, int64 and float64 fields")
-    if fields is None and label_field is None:
+    if fields is None and label_field is None and not unlabelled:
         specs.append(OutputSpec(".labels", "zeros", (), "<i8"))  # not an identifier: no field has it
     return resolved, tuple(specs)
+
+
+def split_values(schema: Any, fields: FieldRequest | None) -> tuple[FieldRequest | None, tuple[str, ...]]:
+    """Take the fields of `VALUE_TYPES` out of a request: (the rest, their names in order).
+
+    Raises:
+        ValueError: such a field is given options, or nothing but such fields is asked for
+            (a batch needs one field of a fixed size: an image, or a number).
+    """
+    if fields is None:
+        return None, ()
+    requests = _normalise_request(fields)
+    values = tuple(name for name in requests if name in schema.names and schema.field(name).type in VALUE_TYPES)
+    for name in values:
+        if requests[name] is not None:
+            raise ValueError(f"field {name!r} is {schema.field(name).type!r}: it takes no options (give None)")
+    if values and len(values) == len(requests):
+        raise ValueError(f"fields {', '.join(values)} come as lists beside a field of fixed size: ask for an image or a number too")
+    return ({name: request for name, request in requests.items() if name not in values} if values else fields), values
+
+
+def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[int] | np.ndarray) -> dict[str, list[Any]]:
+    """The values of fields `names` (of `VALUE_TYPES`) of dataset records `indices`, one list per
+    field in the order of `indices`: a str, the parsed JSON value, or bytes (a copy).
+
+    They are read from the memory-mapped shards without hashing the records again: the workers
+    check each record's checksum when they read its image, and a tar's further members have no
+    checksum of their own (spec/tar.md, section 7). Text and JSON are still checked (format.md
+    steps 31 and 32).
+
+    Raises:
+        FormatError: a value is not valid for its type.
+    """
+    values: dict[str, list[Any]] = {name: [] for name in names}
+    for index in indices:
+        shard_index, local = dataset.locate(int(index))
+        shard = dataset.shard(shard_index)
+        record = shard.record(local) if isinstance(shard, TarShardReader) else None  # a tar's members are read unhashed
+        for name in names:
+            if record is not None:
+                value = record[name]
+            else:
+                field = shard.schema.field(name)
+                row = shard.table[local]
+                start = int(row[column_name(name, "offset")])
+                data = shard.source.read(start, start + int(row[column_name(name, "size")]))
+                try:
+                    value = field.kind.decode(field, shard.table, local, data)
+                except InvalidValue as err:
+                    raise FormatError(f"field {name!r} {err}", path=shard.path, offset=start, record=local) from err
+            values[name].append(bytes(value) if isinstance(value, memoryview) else value)
+    return values
 
 
 def _normalise_request(fields: FieldRequest) -> dict[str, Any]:

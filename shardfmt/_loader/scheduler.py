@@ -25,6 +25,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .._dataset.concat import RecordSource
+from .gpudecode import GpuDecodeStage
 from .options import LoaderOptions
 from .outputs import OutputSpec
 from .pool import Chunk, InlinePool, WorkerPool
@@ -92,13 +93,23 @@ class Scheduler:
         dataset: the loader's records (for the workers' error messages and the prefetcher).
         prefetcher: downloads the shards of coming batches, or None.
         stage: the `cuda.DeviceStage`, or None.
+        gpu: the `gpudecode.GpuDecodeStage` of ``decode="gpu"``/``"hybrid"``, or None.
     """
 
-    def __init__(self, options: LoaderOptions, dataset: RecordSource, *, prefetcher: ShardPrefetcher | None, stage: Any) -> None:
+    def __init__(
+        self,
+        options: LoaderOptions,
+        dataset: RecordSource,
+        *,
+        prefetcher: ShardPrefetcher | None,
+        stage: Any,
+        gpu: GpuDecodeStage | None = None,
+    ) -> None:
         self.options = options
         self.dataset = dataset
         self.prefetcher = prefetcher
         self.stage = stage
+        self.gpu = gpu
         workers = int(options.num_workers)  # type: ignore[arg-type]
         self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, workers)))))
         self.resources = _Resources()
@@ -176,6 +187,8 @@ class Scheduler:
     def close(self, finalizer: Any) -> None:
         self.pool = None
         self.out = {}
+        if self.stage is not None:
+            self.stage.unpin()  # before the slots' memory can go
         finalizer()
 
     @property
@@ -230,10 +243,15 @@ class Scheduler:
             tensor = torch.from_numpy(array)
             refs.append(StorageWeakRef(tensor.untyped_storage()))
             tensors[spec.name] = tensor[: item.count]
+        slot_done: Any = None
+        if self.gpu is not None:  # the image decoded on the device: the caller gets no view of the slot's
+            tensors, slot_done = self.gpu.decode(tensors, arrays, stream=self.stage.stream if self.stage is not None else None)
         if self.stage is not None:
             images = {spec.name for spec in self.outputs if spec.is_image}
             tensors, done = self.stage.transfer(tensors, images)
-            self.out[item.slot] = _Out([], done)
+            # after a GPU decode the slot is free once its CPU rows are copied (the labels are
+            # copies), not only after the resize: the next batch's decode need not wait for it
+            self.out[item.slot] = _Out([], done if self.gpu is None else slot_done)
         elif self.options.copy:
             tensors = {name: tensor.clone() for name, tensor in tensors.items()}
             self.free.append(item.slot)
@@ -283,6 +301,8 @@ class Scheduler:
                 self.prefetcher.schedule(epoch, plan, batch)
             slot = self.free.pop()
             serial = self.ring.serials[slot]
+            if self.gpu is not None:
+                self.gpu.assign(self.ring.arrays[slot], len(indices))
             self.queue.append(Item(epoch, batch, slot, len(indices), cursor.plan_start(epoch)))
             for row in range(0, len(indices), self.chunk):
                 self.pending.append((slot, serial, row, epoch, np.ascontiguousarray(indices[row : row + self.chunk])))

@@ -37,6 +37,12 @@ worker, and every worker decodes those records whole from then on, trusted or no
 A task names the slot's segment by its serial (`shm.SlotRing.replace` puts fresh segments in the
 ring); a worker maps a segment the first time a task names it and drops the slot's old mapping.
 
+With ``decode="gpu"``/``"hybrid"`` (the config's ``gpu_decode``), a row the loader marked for the
+GPU is read and checked as any other, but its jpeg field is not decoded: its bytes, its crop box
+and its dataset index go into the slot's byte arrays (`jpegbytes`), and such a row sets no bit
+of `checked` (nothing here decoded it). Every row's seconds are written beside it: the loader's
+measure of the CPU's rate.
+
 After the fields, a sample of the image field named by the config's "transform" (the loader's
 ``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
 chunk's draws (`ops.SampleTransform`) and written into its slot row; outputs of type "index"
@@ -49,6 +55,7 @@ import json
 import os
 import signal
 import struct
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +72,7 @@ from ..ops import CropPlan, Pipeline
 from ..ops._augment import AugmentStep, SampleTransform
 from ..ops._crop import scale_plan, snap_to_scale
 from ..ops._decode import as_target
+from .jpegbytes import ON_GPU, SECONDS, JpegBytesWriter
 from .outputs import OutputSpec, make_filler
 from .shm import SlotLayout, attach
 
@@ -103,6 +111,9 @@ class WorkerConfig:
     transform: TransformSpec | None
     ring: str = ""
     """The base name of the slots' shared-memory segments."""
+    gpu_decode: dict[str, Any] | None = None
+    """``{"field", "max_bytes"}``: the jpeg field whose rows marked for the GPU get their bytes
+    and crop box written into the slot instead of being decoded (`jpegbytes`); None: none."""
 
 
 class ChunkFailure(Exception):
@@ -146,6 +157,9 @@ class ChunkProcessor:
         self.strict = bool(self.dataset.strict_jpeg)
         self.checked = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
         self.whole_only = np.zeros(checked_bytes(len(self.dataset)), np.uint8)  # shared in worker processes
+        gpu = config.gpu_decode
+        self.jpeg_bytes = JpegBytesWriter(gpu) if gpu else None
+        self._size_columns = (column_name(gpu["field"], "height"), column_name(gpu["field"], "width")) if gpu else ("", "")
 
     def targets(self, slot: int, serial: int) -> dict[str, Any]:
         """What each filler writes into in segment `serial` of slot `slot`: for an image field one
@@ -160,6 +174,7 @@ class ChunkProcessor:
             spec.name: _row_views(as_target(arrays[spec.name])) if spec.is_image and spec.name != self.transformed else arrays[spec.name]
             for spec in self.specs
         }
+        targets.update((name, array) for name, array in arrays.items() if name not in targets)  # GPU decoding's byte arrays
         self._targets[slot] = (serial, targets)
         return targets
 
@@ -184,23 +199,25 @@ class ChunkProcessor:
         checked = self.checked.data  # a memoryview: plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
         current = self.current
+        writer = self.jpeg_bytes
+        on_gpu = targets[ON_GPU] if writer is not None else None
         for k in range(count):
             reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
             current[0] = index
             filler = None
+            began = time.perf_counter()
+            gpu_row = on_gpu is not None and bool(on_gpu[row + k])
             byte, bit = index >> 3, 1 << (index & 7)
             trusted = bool(checked[byte] & bit)
             try:
-                checked_now = reader.verify and self.reads_payload and (self.every_read or not trusted)
-                if checked_now:
-                    reader.verify_record(record)
-                # bytes fetched again from a URL are the ones decoded before only if checked
-                # again; bytes of a strictly decoded dataset that match their checksum are the
-                # converter's own
-                known = (trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)
-                same_bytes = known and not whole_only[byte] & bit
+                same_bytes = self._verify(reader, record, trusted=trusted, whole_only=bool(whole_only[byte] & bit))
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
+                    if gpu_row and filler.name == writer.field:  # type: ignore[union-attr]
+                        # the bytes as stored and the box as drawn: the training process decodes them
+                        height, width = (int(table_row[column]) for column in self._size_columns)
+                        writer.write(targets, row + k, filler.payload(reader, table_row), box[k], height=height, width=width, index=index)  # type: ignore[index, union-attr]
+                        continue
                     # a transformed image is decoded into the scratch sample, then transformed into its row
                     out, at = (self._scratch_rows, 0) if filler.name == transformed else (targets[filler.name], row + k)
                     filler.fill(reader, table_row, box[k] if box is not None else None, out, at, trusted=same_bytes)
@@ -215,16 +232,29 @@ class ChunkProcessor:
                 raise self._failure(wrapped, reader.path, record, index, start) from err
             except Exception as err:
                 raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
-            if not trusted:
+            if not trusted and not gpu_row:  # a GPU row is not decoded here: it earns no trust
                 checked[byte] |= bit
             if transform is not None and transformed is not None:
                 try:
                     transform.apply(self._scratch[0], draws, k, targets[transformed][row + k])
                 except Exception as err:  # a user's step: keep its class (see errors.worker_error_kind)
                     raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
+            if writer is not None:
+                targets[SECONDS][row + k] = time.perf_counter() - began
         for name in self.index_outputs:
             targets[name][row : row + count] = indices
         self.current[0] = -1
+
+    def _verify(self, reader: Any, record: int, *, trusted: bool, whole_only: bool) -> bool:
+        """Check a record's checksum where this read must; return whether its bytes are known to
+        decode (so only its crop box need be decoded)."""
+        checked_now = reader.verify and self.reads_payload and (self.every_read or not trusted)
+        if checked_now:
+            reader.verify_record(record)
+        # bytes fetched again from a URL are the ones decoded before only if checked again; bytes
+        # of a strictly decoded dataset that match their checksum are the converter's own
+        known = (trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)
+        return bool(known) and not whole_only
 
     def _locate(self, indices: np.ndarray) -> tuple[list[Any], list[Any], list[int]]:
         """The reader, table row and number within its shard of each record in `indices`; the

@@ -35,7 +35,7 @@ from ._layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from ._schema import IMAGE_CLASSIFICATION, Schema
+from ._schema import Schema, tar_schema_problem
 
 __all__ = ["MANIFEST_NAME", "SHARD_FORMATS", "IndexEntry", "Manifest", "ShardEntry"]
 
@@ -266,9 +266,10 @@ def _parse_schema(value: dict[str, Any], minor: int, shard_format: str, check: _
         raise UnsupportedVersionError(f"schema: {err.message}", path=check.path) from err
     except SchemaError as err:
         raise check.fail(f"schema: {err.message}") from err
-    if shard_format == "tar" and schema != IMAGE_CLASSIFICATION:
+    problem = tar_schema_problem(schema) if shard_format == "tar" else None
+    if problem is not None:
         fields = ", ".join(f"{f.name} ({f.spec})" for f in schema.fields)
-        raise check.fail(f"schema: tar shards hold the fields image (jpeg), label (int64), key (str), not {fields}")
+        raise check.fail(f"schema: {problem}, not {fields}")
     return schema
 
 

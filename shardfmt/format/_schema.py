@@ -20,7 +20,7 @@ from ._layout import (
     column_name,
 )
 
-__all__ = ["IMAGE_CLASSIFICATION", "Field", "Schema", "parse_field_type"]
+__all__ = ["IMAGE_CLASSIFICATION", "TAR_MEMBER_TYPES", "Field", "Schema", "parse_field_type", "tar_schema", "tar_schema_problem"]
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED_NAMES = frozenset(name for name, _ in BASE_COLUMNS)
@@ -213,3 +213,31 @@ class Schema:
 
 IMAGE_CLASSIFICATION = Schema.of(image="jpeg", label="int64", key="str")
 """The schema `shardfmt convert` writes for ImageFolder trees and listings."""
+
+
+TAR_MEMBER_TYPES = ("str", "json", "bytes")
+"""Types a field of a tar dataset may have besides its image, label and key: one per member."""
+
+
+def tar_schema(*, labelled: bool = True, members: tuple[tuple[str, str], ...] = ()) -> Schema:
+    """The schema of a tar dataset (spec/tar.md, section 3): ``image`` (jpeg), ``label`` (int64)
+    when the samples are labelled, ``key`` (str), then one field per further member, as (name,
+    type) pairs with a type of `TAR_MEMBER_TYPES`."""
+    fields = [Field("image", "jpeg")] + ([Field("label", "int64")] if labelled else []) + [Field("key", "str")]
+    return Schema(tuple(fields + [Field(name, kind) for name, kind in members]))
+
+
+def tar_schema_problem(schema: Schema) -> str | None:
+    """None if `schema` is one `tar_schema` makes, else what is wrong with it."""
+    names = list(schema.names)
+    head = ["image", "label", "key"] if names[1:2] == ["label"] else ["image", "key"]
+    if names[: len(head)] != head or any(
+        schema.field(name) != Field(name, {"image": "jpeg", "label": "int64", "key": "str"}[name]) for name in head
+    ):
+        return "tar shards hold image (jpeg), then label (int64) or no label, then key (str), then member fields"
+    for field in schema.fields[len(head) :]:
+        if field.type not in TAR_MEMBER_TYPES:
+            return f"field {field.name!r} is {field.spec}: a member of a tar shard is {', '.join(TAR_MEMBER_TYPES)}"
+        if field.name in ("label",):
+            return "label comes right after image"
+    return None

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Final
 
 from .._checksum import Hasher, checksum
-from .._storage import open_source
+from .._storage import ByteSource, open_source
 from ..format._fieldtypes import JpegType
 from ..format._jpeg import is_jpeg, read_jpeg_info
 from ..format._layout import MAX_CLASSES, MAX_FIELD_SIZE
 from ..format._schema import Schema
 from ..format._writer import ShardInfo, ShardWriter
 from ._keys import (
+    ANY_IMAGE_EXTENSIONS,
     IMAGE_EXTENSIONS,
     INDEX_SUFFIX,
     LABEL_EXTENSION,
@@ -36,6 +37,8 @@ INDEX_SCHEMA: Final = Schema.of(
     members="json",
 )
 """The schema of a member index: one record per sample, in the order samples first appear.
+
+`label` is -1 in a tar whose samples have no label member (an unlabelled tar).
 
 `key` holds the key's bytes as they are in the member names; `image_offset` and `image_size` the
 span of the image member's data in the tar; `image_checksum` its XXH3-64 as a two's-complement
@@ -64,13 +67,19 @@ class TarReject:
 @dataclass(frozen=True)
 class TarIndexInfo:
     """What `index_tar` found: the tar (size, whole-file XXH3-64, records), the index written,
-    the samples left out, the largest label (-1 without records) and the members skipped."""
+    the samples left out, the largest label (-1 without records), the members skipped (no key,
+    or webdataset metadata), whether the samples are labelled, and how many kept samples have a
+    member of each extension besides their image and label (the candidates for fields)."""
 
     tar: ShardInfo
     index: ShardInfo
     rejects: tuple[TarReject, ...]
     max_label: int
     skipped_members: int
+    labelled: bool = True
+    member_counts: tuple[tuple[str, int], ...] = ()
+    has_labels: bool = True
+    """Whether any sample of the tar has a label member (whatever `labelled` was asked)."""
 
 
 def _image_problem(data: memoryview) -> tuple[str, str] | tuple[int, int, int]:
@@ -112,16 +121,46 @@ def _member_problem(sample: TarSample, image_ext: str | None, image_extensions: 
     if len({display_key(ext) for ext in sample.members}) < len(sample.members):
         return "duplicate-member", "two extensions that read the same once bytes that are not UTF-8 are written as \\xNN"
     if image_ext is None:
-        return "no-image", f"no member with extension {' or '.join(image_extensions)}"
+        other = next((ext for ext in ANY_IMAGE_EXTENSIONS if ext in sample.members), None)
+        if other is None:
+            return "no-image", f"no member with extension {' or '.join(image_extensions)}"
+        return (
+            "not-a-jpeg",
+            f"the image member is .{other}: a tar read in place serves JPEGs; convert the tars (shardfmt convert) to store it",
+        )
     return None
 
 
+def _read_members(
+    source: ByteSource, roles: list[tuple[TarMember, int, str]]
+) -> tuple[dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]], dict[int, int | tuple[str, str]], Hasher]:
+    """One sequential pass over the tar: hash all of it and, on the way, read each sample's image
+    (its JPEG header or problem, and checksum) and label member."""
+    images: dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]] = {}
+    labels: dict[int, int | tuple[str, str]] = {}
+    hasher = Hasher()
+    hashed = 0
+    for member, number, role in sorted(roles, key=lambda role: role[0].data_offset):  # in file order
+        stop = member.data_offset + member.size
+        hasher.update(source.read(hashed, stop))
+        hashed = stop
+        data = source.read(member.data_offset, stop)
+        if role == "label":
+            labels[number] = parse_label(data)
+        else:
+            images[number] = (member, _image_problem(data), checksum(data))
+    hasher.update(source.read(hashed, source.size))
+    return images, labels, hasher
+
+
 def _record_problem(
-    image: tuple[str, str] | tuple[int, int, int], label: int | tuple[str, str] | None, label_extension: str
+    image: tuple[str, str] | tuple[int, int, int], label: int | tuple[str, str] | None, label_extension: str, *, labelled: bool
 ) -> tuple[str, str] | None:
     """Why a sample's image and label members cannot make a record, the image's problem first."""
     if isinstance(image[0], str):
         return str(image[0]), str(image[1])
+    if not labelled:
+        return None
     if label is None:
         return "no-label", f"no member with extension {label_extension!r}"
     if not isinstance(label, int):
@@ -136,6 +175,7 @@ def index_tar(
     name: str | None = None,
     image_extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
     label_extension: str = LABEL_EXTENSION,
+    labelled: bool | None = None,
 ) -> TarIndexInfo:
     """Build the member index of a tar (ours or anyone's), reading every byte of it once.
 
@@ -146,8 +186,10 @@ def index_tar(
     A sample is left out, as a `TarReject`, when it has two members with one extension
     ("duplicate-member"), no member with an extension of `image_extensions` ("no-image"), an
     image member that is empty, too large, not a JPEG, damaged in its headers or not storable
-    ("empty", "too-large", "not-a-jpeg", "corrupt", "unsupported-jpeg"), or no valid label
-    member ("no-label", "bad-label").
+    ("empty", "too-large", "not-a-jpeg", "corrupt", "unsupported-jpeg"; an image of another
+    format, such as ``KEY.png``, is "not-a-jpeg": convert such tars), or, in a labelled tar, no
+    valid label member ("no-label", "bad-label"). A tar is labelled when any of its samples has a
+    label member (or as `labelled` says); an unlabelled tar's index holds label -1.
 
     Args:
         path: the tar file, uncompressed.
@@ -155,6 +197,7 @@ def index_tar(
         name: how rejects name the tar (default: `path` as given).
         image_extensions: image member extensions, lower-case, in order of preference.
         label_extension: the label member's extension, lower-case.
+        labelled: whether samples must have a label; None: if any sample has a label member.
 
     Returns:
         A `TarIndexInfo`.
@@ -171,43 +214,38 @@ def index_tar(
         shown = source.path if name is None else name
         problems: dict[int, tuple[str, str]] = {}
         roles: list[tuple[TarMember, int, str]] = []
+        has_labels = any(label_extension in sample.members for sample in scan.samples)
+        if labelled is None:
+            labelled = has_labels
+        chosen: dict[int, str] = {}
         for number, sample in enumerate(scan.samples):
             image_ext = next((ext for ext in image_extensions if ext in sample.members), None)
             problem = _member_problem(sample, image_ext, image_extensions)
             if problem is not None:
                 problems[number] = problem
             elif image_ext is not None:  # always so when there is no problem
+                chosen[number] = image_ext
                 roles.append((sample.members[image_ext], number, "image"))
-                if label_extension in sample.members:
+                if labelled and label_extension in sample.members:
                     roles.append((sample.members[label_extension], number, "label"))
-        roles.sort(key=lambda role: role[0].data_offset)
-        images: dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]] = {}
-        labels: dict[int, int | tuple[str, str]] = {}
-        hasher = Hasher()
-        hashed = 0
-        for member, number, role in roles:  # in file order: one sequential pass over the tar
-            stop = member.data_offset + member.size
-            hasher.update(source.read(hashed, stop))
-            hashed = stop
-            data = source.read(member.data_offset, stop)
-            if role == "label":
-                labels[number] = parse_label(data)
-            else:
-                images[number] = (member, _image_problem(data), checksum(data))
-        hasher.update(source.read(hashed, source.size))
+        images, labels, hasher = _read_members(source, roles)
         for number, (_, found, _) in images.items():  # image problems come before label problems
-            problem = _record_problem(found, labels.get(number), label_extension)
+            problem = _record_problem(found, labels.get(number), label_extension, labelled=labelled)
             if problem is not None:
                 problems[number] = problem
         index_path = index_path_for(path) if index is None else Path(index)
         max_label = -1
+        counts: dict[str, int] = {}
         with ShardWriter(index_path, schema=INDEX_SCHEMA) as writer:
             for number, sample in enumerate(scan.samples):
                 if number in problems:
                     continue
                 image, (height, width, channels), digest = images[number]  # type: ignore[misc]
-                label = int(labels[number])  # type: ignore[arg-type]
+                label = int(labels[number]) if labelled else -1  # type: ignore[arg-type]
                 max_label = max(max_label, label)
+                for ext in sample.members:
+                    if ext != chosen[number] and not (labelled and ext == label_extension):
+                        counts[display_key(ext)] = counts.get(display_key(ext), 0) + 1
                 writer.write(
                     {
                         "key": sample.key.encode("utf-8", "surrogateescape"),
@@ -225,6 +263,6 @@ def index_tar(
             index_info = writer.close()
         tar = ShardInfo(Path(source.path), index_info.num_records, source.size, hasher.intdigest())
         rejects = tuple(TarReject(shown, scan.samples[n].key, *problems[n]) for n in sorted(problems))
-        return TarIndexInfo(tar, index_info, rejects, max_label, scan.skipped)
+        return TarIndexInfo(tar, index_info, rejects, max_label, scan.skipped, labelled, tuple(sorted(counts.items())), has_labels)
     finally:
         source.close()

@@ -13,10 +13,24 @@ BLOCK_SIZE: Final = 512
 RECORD_SIZE: Final = 20 * BLOCK_SIZE
 """The writer pads a finished tar to a multiple of this, as tar and Python's tarfile do."""
 INDEX_SUFFIX: Final = ".idx"
+COMPRESSED_SUFFIXES: Final = (".tar.gz", ".tgz")
+"""Names of gzip-compressed tars: a conversion reads them (decompressed as a stream), nothing
+reads them in place."""
+COMPRESSED_ADVICE: Final = (
+    "a compressed tar (.tar.gz, .tgz) cannot be read in place (its members are not byte ranges of the file): "
+    "convert it (shardfmt convert SRC OUT, which streams it) or decompress it first (gunzip)"
+)
 IMAGE_EXTENSIONS: Final = ("jpg", "jpeg")
 """Extensions of the image member, in order of preference, compared after lower-casing."""
+ANY_IMAGE_EXTENSIONS: Final = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pbm", "pnm")
+"""Extensions of a sample's image member when it is converted (any image Pillow reads), in order
+of preference; a tar read in place serves only `IMAGE_EXTENSIONS`."""
 LABEL_EXTENSION: Final = "cls"
 META_EXTENSION: Final = "json"
+TEXT_EXTENSIONS: Final = ("txt", "text", "caption")
+"""Members read as text (a ``str`` field) unless declared otherwise; ``json`` is JSON, the rest bytes."""
+_RESERVED_FIELDS: Final = frozenset({"image", "label", "key", "offset", "size", "checksum"})
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,63}\Z")
 MAX_LABEL_SIZE: Final = 64
 """A ``.cls`` member longer than this is not a label (an int64 needs at most 20 characters)."""
 REJECT_REASONS: Final = (
@@ -101,3 +115,23 @@ def tar_key(name: str) -> str:
     return key
 
 
+
+
+def member_field(extension: str) -> str | None:
+    """Return the field name of members with `extension` (lower-cased): the extension with each
+    "." and "-" made "_" and a leading digit prefixed with "_" (``seg.png`` -> ``seg_png``,
+    ``0.jpg`` -> ``_0_jpg``), or None if that is no identifier of 1 to 64 characters or is
+    image, label, key, offset, size or checksum (such members are counted, not stored)."""
+    name = extension.lower().replace(".", "_").replace("-", "_")
+    if name[:1].isdigit():
+        name = "_" + name
+    if not _IDENTIFIER.match(name) or name in _RESERVED_FIELDS:
+        return None
+    return name
+
+
+def member_kind(extension: str) -> str:
+    """The field type a member with `extension` is stored as unless declared: "str" for text
+    (`TEXT_EXTENSIONS`), "json" for ``json``, "bytes" for anything else."""
+    extension = extension.lower()
+    return "str" if extension in TEXT_EXTENSIONS else "json" if extension == META_EXTENSION else "bytes"

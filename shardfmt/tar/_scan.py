@@ -16,7 +16,7 @@ from ..format._layout import (
     MAX_RECORDS_PER_SHARD,
     MAX_SHARD_SIZE,
 )
-from ._keys import BLOCK_SIZE, display_key, is_meta, split_key
+from ._keys import BLOCK_SIZE, COMPRESSED_ADVICE, display_key, is_meta, split_key
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,14 @@ def scan_members(source: ByteSource) -> MemberScan:
         LimitError: the tar is over MAX_SHARD_SIZE or has over MAX_RECORDS_PER_SHARD samples.
     """
     path, size = source.path, source.size
-    view = _whole_tar(source)
+    if size > MAX_SHARD_SIZE:
+        raise LimitError(f"file is {size} bytes, over the shard limit of {MAX_SHARD_SIZE}", path=path, offset=0)
+    if size == 0:
+        raise FormatError("file is empty: not a tar (an empty tar is 1024 zero bytes)", path=path, offset=0)
+    view = source.read(0, size)
+    for magic, kind in _COMPRESSED.items():
+        if bytes(view[: len(magic)]) == magic:
+            raise FormatError(f"is {kind}-compressed: {COMPRESSED_ADVICE}", path=path, offset=0)
     samples: dict[str, TarSample] = {}
     skipped = 0
     position = 0

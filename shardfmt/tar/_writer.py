@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -31,6 +32,7 @@ from ._keys import (
     RECORD_SIZE,
     display_key,
     encode_key,
+    member_field,
 )
 
 _IMAGE: Final = IMAGE_CLASSIFICATION.field("image")
@@ -92,12 +94,58 @@ def _member_header(name: bytes, size: int) -> bytes:
     return _ustar_header(_PAX_NAME, len(records), b"x") + records + _padding(len(records)) + _ustar_header(fallback, size, b"0")
 
 
+def encode_member(kind: str, value: Any, where: str) -> bytes:
+    """Return the bytes of a member of field type `kind`: a str as UTF-8, a JSON value as
+    canonical JSON (spec/format.md, section 7; ``None`` is ``null``), bytes as they are.
+
+    Raises:
+        SchemaError: the value does not fit the type.
+    """
+    if kind == "str":
+        if not isinstance(value, str):
+            raise SchemaError(f"{where} must be a str, got {type(value).__name__}")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise SchemaError(f"{where} is not valid Unicode text: {err}") from err
+    if kind == "json":
+        try:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        except (TypeError, ValueError) as err:
+            raise SchemaError(f"{where} is not JSON-serialisable: {err}") from err
+    if kind == "bytes" and isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise SchemaError(f"{where} must be bytes for a member of type {kind!r}, got {type(value).__name__}")
+
+
 @dataclass(frozen=True)
 class TarShardInfo:
     """A finished tar shard: the tar (its `checksum` is of the whole file) and its member index."""
 
     tar: ShardInfo
     index: ShardInfo
+
+
+def _sample_members(
+    data: bytes | bytearray | memoryview,
+    label: int | None,
+    meta: Any,
+    members: Mapping[str, bytes | bytearray | memoryview] | None,
+    where: str,
+) -> dict[str, bytes | bytearray | memoryview]:
+    """Every member of one sample by extension: the JPEG, the label, the metadata, the rest."""
+    members_out: dict[str, bytes | bytearray | memoryview] = {"jpg": data}
+    if label is not None:
+        members_out[LABEL_EXTENSION] = str(int(label)).encode("ascii")
+    if meta is not None:
+        members_out[META_EXTENSION] = encode_member("json", meta, f"{where}: meta")
+    for extension, value in (members or {}).items():
+        if extension in members_out or extension == LABEL_EXTENSION or member_field(extension) != extension:
+            raise SchemaError(
+                f"{where}: {extension!r} cannot be a member extension here (a lower-case identifier, not cls, jpg, or json beside meta)"
+            )
+        members_out[extension] = value
+    return members_out
 
 
 class TarShardWriter(Transaction):
@@ -107,12 +155,16 @@ class TarShardWriter(Transaction):
         path: the tar's final path; bytes go to a hidden temporary name until `close()`.
         index: the member index's path; default ``NAME.tar.idx`` beside the tar.
 
-    Each sample becomes ``KEY.cls``, ``KEY.jpg`` and, with `meta`, ``KEY.json``, in that (sorted)
-    order, with mtime 0, uid and gid 0, empty user and group names and mode 0644. Use as a context
-    manager: leaving the block normally commits both files, an exception removes them.
+        labelled: whether samples have a label (``KEY.cls``); without, the index holds label -1.
+
+    Each sample becomes ``KEY.cls`` (if labelled), ``KEY.jpg``, ``KEY.json`` with `meta` and one
+    member per entry of `members`, in sorted order of extension, with mtime 0, uid and gid 0,
+    empty user and group names and mode 0644. Use as a context manager: leaving the block
+    normally commits both files, an exception removes them.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, index: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, index: str | os.PathLike[str] | None = None, labelled: bool = True) -> None:
+        self.labelled = labelled
         self._file = AtomicFile(path, sync_every=SYNC_EVERY, direct=True)
         try:
             self._index = ShardWriter(index_path_for(path) if index is None else index, schema=INDEX_SCHEMA)
@@ -140,22 +192,43 @@ class TarShardWriter(Transaction):
         """Bytes the tar would have if closed now (members, end-of-archive blocks, padding)."""
         return _round_up(self._file.tell() + 2 * BLOCK_SIZE, RECORD_SIZE)
 
-    def _emit(self, data: bytes | memoryview) -> None:
+    def _emit(self, data: bytes | bytearray | memoryview) -> None:
         self._file.write(data)
         self._hasher.update(data)
 
-    def write(self, key: str, *, image: bytes | bytearray | memoryview, label: int, meta: Any = None) -> int:
+    def _check_label(self, label: int | None, where: str) -> None:
+        """A labelled writer takes an int label in range; an unlabelled one takes None only."""
+        if not self.labelled:
+            if label is not None:
+                raise SchemaError(f"{where}: this tar has no labels, got label {label!r}")
+        elif isinstance(label, (bool, np.bool_)) or not isinstance(label, (int, np.integer)) or not 0 <= label < MAX_CLASSES:
+            raise SchemaError(f"{where}: label must be an int in [0, {MAX_CLASSES}), got {label!r}")
+
+    def write(
+        self,
+        key: str,
+        *,
+        image: bytes | bytearray | memoryview,
+        label: int | None = None,
+        meta: Any = None,
+        members: Mapping[str, bytes | bytearray | memoryview] | None = None,
+    ) -> int:
         """Append one sample and return its record index.
 
         Args:
             key: the sample's key: a relative '/'-separated path whose last part has no dot.
             image: the JPEG bytes (8-bit, 1 or 3 channels, not lossless), stored unchanged.
-            label: the class, 0 <= label < MAX_CLASSES, stored as ASCII decimal in ``KEY.cls``.
+            label: the class, 0 <= label < MAX_CLASSES, stored as ASCII decimal in ``KEY.cls``;
+                None (and only None) in a writer that is not `labelled`.
             meta: if not None, a JSON-serialisable value stored canonically in ``KEY.json``.
+            members: further members by extension, their bytes as given (`encode_member`); an
+                extension must be its own field name (`keys.member_field`), not ``cls``,
+                ``jpg``, nor ``json`` with `meta`.
 
         Raises:
             SchemaError: a bad or repeated key, an image that is not a storable JPEG, a label out
-                of range, `meta` that is not JSON, or the shard would exceed MAX_SHARD_SIZE or
+                of range or given to an unlabelled writer, `meta` that is not JSON, a member
+                extension that cannot be, or the shard would exceed MAX_SHARD_SIZE or
                 MAX_RECORDS_PER_SHARD.
         """
         if self.closed:
@@ -167,23 +240,15 @@ class TarShardWriter(Transaction):
             raise SchemaError(f"{where}: the key was written before; its members would merge into one sample")
         if index >= MAX_RECORDS_PER_SHARD:
             raise SchemaError(f"a shard holds at most {MAX_RECORDS_PER_SHARD} records")
-        if isinstance(label, (bool, np.bool_)) or not isinstance(label, (int, np.integer)) or not 0 <= label < MAX_CLASSES:
-            raise SchemaError(f"{where}: label must be an int in [0, {MAX_CLASSES}), got {label!r}")
+        self._check_label(label, where)
         data, (height, width, channels, _) = _JPEG.encode(_IMAGE, image, f"{where}: image")
-        members: dict[str, bytes | memoryview] = {LABEL_EXTENSION: str(int(label)).encode("ascii"), "jpg": data}
-        if meta is not None:
-            try:
-                members[META_EXTENSION] = json.dumps(
-                    meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-                ).encode()
-            except (TypeError, ValueError) as err:
-                raise SchemaError(f"{where}: meta is not JSON-serialisable: {err}") from err
-        pieces: list[tuple[str, bytes, bytes | memoryview]] = []
+        members_out = _sample_members(data, label, meta, members, where)
+        pieces: list[tuple[str, bytes, bytes | bytearray | memoryview]] = []
         grown = self._file.tell()
-        for extension in sorted(members):
-            header = _member_header(name + b"." + extension.encode("ascii"), len(members[extension]))
-            pieces.append((extension, header, members[extension]))
-            grown += len(header) + align_up(len(members[extension]), BLOCK_SIZE)
+        for extension in sorted(members_out):
+            header = _member_header(name + b"." + extension.encode("ascii"), len(members_out[extension]))
+            pieces.append((extension, header, members_out[extension]))
+            grown += len(header) + align_up(len(members_out[extension]), BLOCK_SIZE)
         if _round_up(grown + 2 * BLOCK_SIZE, RECORD_SIZE) > MAX_SHARD_SIZE:
             raise SchemaError(f"{where} would grow the tar past the limit of {MAX_SHARD_SIZE} bytes")
         spans: dict[str, list[int]] = {}
@@ -203,7 +268,7 @@ class TarShardWriter(Transaction):
                 "image_width": width,
                 "image_channels": channels,
                 "image_checksum": digest - (1 << 64) if digest >= 1 << 63 else digest,
-                "label": int(label),
+                "label": int(label) if label is not None else -1,
                 "members": spans,
             }
         )

@@ -228,28 +228,28 @@ def test_strict_finishes_the_dataset_then_names_the_first_reject(awkward_tree: P
 def test_a_failing_task_names_shard_and_input_instead_of_hanging(
     imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shardfmt._convert.records
+    from shardfmt._convert import records as convert_records
 
-    real = shardfmt._convert.records.normalise_image
+    real = convert_records.normalise_image
 
     def failing(data: bytes, **kwargs: Any) -> Any:
         if data == (imagefolder / "class_002" / "img_00020.JPEG").read_bytes():
             raise RuntimeError("simulated bug")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(shardfmt._convert.records, "normalise_image", failing)  # inherited by forked workers
+    monkeypatch.setattr(convert_records, "normalise_image", failing)  # inherited by forked workers
     with pytest.raises(WorkerError, match=r"shard-\d{5}\.shard: input class_002/img_00020.JPEG: RuntimeError: simulated bug"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_a_dying_worker_is_reported_not_waited_for(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shardfmt._convert.records
+    from shardfmt._convert import records as convert_records
 
     def dying(data: bytes, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    monkeypatch.setattr(shardfmt._convert.records, "normalise_image", dying)
+    monkeypatch.setattr(convert_records, "normalise_image", dying)
     with pytest.raises(WorkerError, match="worker process died"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
 

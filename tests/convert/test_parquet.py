@@ -5,6 +5,7 @@ workers, on Parquet files written here."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 
-import shardfmt._convert.destination
-import shardfmt._convert.sources.parquet as parquet_source
 from shardfmt import ConvertError, open_dataset
 from shardfmt._cli import main
+from shardfmt._convert import destination as convert_output
 from shardfmt._convert.loop import _chunks
 from shardfmt._convert.plan import ConversionPlan
 from shardfmt._convert.run import convert
 from shardfmt._convert.sources import ParquetColumns
+from shardfmt._convert.sources import parquet as parquet_source
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -73,7 +74,7 @@ def test_a_glob_of_hub_files_with_string_labels_nulls_and_a_corrupt_image(hub: P
         ("train-00000-of-00002.parquet", "train-00000-of-00002/3", "corrupt"),
         ("train-00000-of-00002.parquet", "train-00000-of-00002/4", "no-label"),
     ]
-    assert rejects[0]["detail"] == "row 2 (row group 0): the image is null"
+    assert rejects[0]["detail"] == "row 2 (row group 0): the image is null (neither bytes nor a path)"
     assert rejects[2]["detail"] == "row 4 (row group 1): the label is null"
 
 
@@ -129,7 +130,7 @@ def test_a_file_that_is_not_parquet_is_a_reject(hub: Path, tmp_path: Path) -> No
 
 def interrupted(source: str, out: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> None:
     """Run a conversion of `source` that stops before its manifest, leaving plan and shards."""
-    monkeypatch.setattr(shardfmt._convert.destination.Output, "finish", _interrupt)
+    monkeypatch.setattr(convert_output.Output, "finish", _interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(source, out, workers=1, **options)
     monkeypatch.undo()
@@ -200,6 +201,7 @@ def test_the_command_takes_files_a_shell_expanded_and_the_column_options(hub: Pa
 
 def test_without_pyarrow_the_error_says_what_to_install(hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parquet_source, "pq", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # an import of it fails, as when not installed
     with pytest.raises(ConvertError) as info:
         convert(hub / "train-00001-of-00002.parquet", tmp_path / "out", workers=1)
     assert str(info.value) == "reading Parquet files needs pyarrow: pip install 'shardfmt[parquet]'"

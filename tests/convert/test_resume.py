@@ -16,9 +16,9 @@ import pytest
 from conftest import pillow_bytes, tree_bytes
 from PIL import Image
 
-import shardfmt._convert.destination
-import shardfmt._convert.records
 from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_dataset
+from shardfmt._convert import destination as convert_output
+from shardfmt._convert import records as convert_records
 from shardfmt._convert.run import convert
 from shardfmt._synthetic import make_image
 
@@ -131,7 +131,7 @@ def test_resume_after_a_failed_task_keeps_finished_shards(
     slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    real = shardfmt._convert.records.normalise_image
+    real = convert_records.normalise_image
     calls = {"n": 0}
 
     def fail_on_tenth(data: bytes, **kwargs: Any) -> Any:
@@ -140,11 +140,11 @@ def test_resume_after_a_failed_task_keeps_finished_shards(
             raise OSError(28, "No space left on device")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(shardfmt._convert.records, "normalise_image", fail_on_tenth)
+    monkeypatch.setattr(convert_records, "normalise_image", fail_on_tenth)
     with pytest.raises(WorkerError, match="No space left on device"):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     assert not any(name.startswith(".shard-") for name in os.listdir(out)), "the failed shard's temporary file remains"
-    monkeypatch.setattr(shardfmt._convert.records, "normalise_image", real)
+    monkeypatch.setattr(convert_records, "normalise_image", real)
     finished = done_sidecars(out)
     assert finished == 9  # one input a shard; the tenth input failed, after the nine before it were written
     result = convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)
@@ -156,7 +156,7 @@ def test_resume_redoes_a_shard_that_no_longer_matches_its_sidecar(
     slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt._convert.destination.Output, "finish", _raise_interrupt)
+    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     monkeypatch.undo()
@@ -177,7 +177,7 @@ def test_resume_after_the_manifest_but_before_cleanup(
     slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt._convert.destination.shutil, "rmtree", _raise_interrupt)
+    monkeypatch.setattr(convert_output.shutil, "rmtree", _raise_interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     monkeypatch.undo()
@@ -188,7 +188,7 @@ def test_resume_after_the_manifest_but_before_cleanup(
 
 def test_resume_refuses_changed_options_or_inputs(slow_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt._convert.destination.Output, "finish", _raise_interrupt)
+    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     monkeypatch.undo()

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 from PIL import Image
 
-import shardfmt._convert.destination
 from shardfmt import ConvertError, Loader, open_dataset
 from shardfmt._cli import main
+from shardfmt._convert import destination as convert_output
 from shardfmt._convert.fields import convert_fields
 from shardfmt._convert.run import convert
 from shardfmt._dataset.verify import verify_dataset
@@ -134,7 +134,7 @@ def test_tar_to_tar_keeps_keys_that_are_not_utf8(tmp_path: Path) -> None:
 
 def test_resume_and_overwrite_know_tar_shards(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(shardfmt._convert.destination.Output, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(convert_output.Output, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         convert(imagefolder, out, workers=1, shard_size=12_000, shard_format="tar")
     monkeypatch.undo()

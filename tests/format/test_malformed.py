@@ -150,7 +150,7 @@ BAD_MANIFESTS = {
     "converter-name": (set_key("converter", "name", value=None), ManifestError, '"converter.name" must be a string'),
     "converter-options": (set_key("converter", "options", value=[]), ManifestError, '"converter.options" must be an object'),
     "stats-type": (set_key("stats", value=[]), ManifestError, '"stats" must be an object'),
-    "tar-schema": (set_key("shard_format", value="tar"), ManifestError, "schema: tar shards hold the fields"),
+    "tar-schema": (set_key("shard_format", value="tar"), ManifestError, "schema: tar shards hold image"),
     "newer-type": (
         lambda m: (m.update(format_version="1.0"), m["schema"]["fields"].append({"name": "px", "type": "raw"})),
         ManifestError,

@@ -203,7 +203,7 @@ def test_a_tar_manifest_has_the_tar_schema(tmp_path: Path) -> None:
     Manifest.from_bytes(json.dumps(manifest).encode())
     manifest["schema"]["fields"][2]["type"] = "bytes"
     assert not VALIDATOR.is_valid(manifest)
-    with pytest.raises(ManifestError, match="tar shards hold the fields"):
+    with pytest.raises(ManifestError, match="tar shards hold image"):
         Manifest.from_bytes(json.dumps(manifest).encode())
 
 

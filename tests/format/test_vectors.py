@@ -21,7 +21,7 @@ import shardfmt
 from shardfmt import ShardfmtError, open_dataset
 from shardfmt._checksum import checksum, format_checksum
 from shardfmt._dataset.verify import verify_dataset
-from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys, sample_batches, uniforms
+from shardfmt._sampling.keys import AUGMENT_STREAM, check_split, record_keys, sample_batches, uniforms
 from shardfmt._sampling.mixture import MixtureOrder, allocate
 from shardfmt._sampling.orders import epoch_order
 from shardfmt._sampling.ranks import RankPlan
@@ -42,6 +42,7 @@ VALID = sorted(VECTORS.glob("v*/valid/*.shard"))
 INVALID = sorted(VECTORS.glob("v*/invalid/*.shard"))
 DATASETS = sorted(VECTORS.glob("v*/dataset"))
 INVALID_DATASETS = sorted(VECTORS.glob("v*/invalid-datasets/*.json"))
+TAR_DATASETS = sorted(VECTORS.glob("v*/tar-datasets/*.json"))
 
 
 def vector_id(path: Path) -> str:
@@ -63,7 +64,8 @@ def test_every_version_has_vectors() -> None:
         assert index["format_version"] == version.name[1:]
         assert sorted(index["valid"]) == sorted(p.stem for p in version.glob("valid/*.shard"))
         assert sorted(index["invalid"]) == sorted(p.stem for p in version.glob("invalid/*.shard"))
-        assert sum(p.stat().st_size for p in version.rglob("*") if p.is_file()) < 256 * 1024
+        # 1.1's tar datasets are 10 KiB a tar at least (a tar is padded to 10,240 bytes)
+        assert sum(p.stat().st_size for p in version.rglob("*") if p.is_file()) < 512 * 1024
 
 
 RELEASED = {"v1.0": "xxh3_64:084edbc861925c74"}
@@ -245,6 +247,40 @@ def test_invalid_dataset_vector_fails_as_stated(expected_path: Path) -> None:
     assert (err.offset, err.record) == (expected["offset"], expected["record"]), str(err)
 
 
+def _tar_value(field: str, value: Any) -> Any:
+    return bytes(value).hex() if isinstance(value, memoryview) else value
+
+
+@pytest.mark.parametrize("expected_path", TAR_DATASETS, ids=lambda p: f"{p.parts[-3]}/{p.stem}")
+def test_tar_dataset_vector_reads_or_fails_as_stated(expected_path: Path) -> None:
+    expected = json.loads(expected_path.read_text())
+    directory = expected_path.with_suffix("")
+    if expected.get("valid"):
+        with open_dataset(directory) as reader:
+            assert reader.manifest.schema == Schema.from_json(expected["schema"]) and reader.manifest.classes == expected["classes"]
+            assert [{name: _tar_value(name, value) for name, value in record.items()} for record in reader] == expected["records"]
+            index = reader.shard(0).index  # type: ignore[attr-defined]
+            rows = [dict(index.record(i)) for i in range(len(index))]
+        assert [
+            {**row, "key": bytes(row["key"]).hex(), "image_checksum": f"0x{row['image_checksum'] % (1 << 64):016x}"} for row in rows
+        ] == expected["index"]
+        return
+    with pytest.raises(ShardfmtError) as info:
+        with open_dataset(directory) as reader:
+            for record in reader:
+                dict(record)
+    err = info.value
+    assert type(err) is getattr(shardfmt, expected["error"]), str(err)
+    assert err.message == expected["message"]
+    assert err.path == os.path.normpath(directory / expected["path"])
+    assert (err.offset, err.record) == (expected["offset"], expected["record"]), str(err)
+
+
+def test_every_tar_reading_check_has_an_invalid_vector() -> None:
+    checks = {json.loads(path.read_text()).get("check") for path in TAR_DATASETS}
+    assert set(range(1, 10)) | {"schema", "checksum"} <= checks
+
+
 def test_every_manifest_step_has_an_invalid_dataset() -> None:
     steps = {json.loads(path.read_text())["step"] for path in INVALID_DATASETS}
     assert steps == set(range(1, 14))
@@ -394,7 +430,7 @@ def test_feistel_vectors_follow_the_written_rule() -> None:
             )
             plan = RankPlan(order, batch_size=case["batch_size"], rank=int(rank), world_size=case["world_size"], drop_last=False)
             assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
-    assert len(vector["cases"]) == 8
+    assert len(vector["cases"]) == 9
 
 
 def test_mixture_and_elastic_vectors_give_the_batches() -> None:
@@ -419,3 +455,8 @@ def test_mixture_and_elastic_vectors_give_the_batches() -> None:
                 assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
                 seen += [i for batch in batches for i in batch]
         assert sorted(seen) == list(range(case["num_records"])), "the hops cover the epoch exactly once"
+        for refused in case.get("refuses", []):  # fewer records left than ranks: the loader refuses the state
+            with pytest.raises(ValueError, match="cannot be split"):
+                check_split(
+                    case["num_records"] - refused["start"], batch_size=case["batch_size"], world_size=refused["world_size"], drop_last=False
+                )

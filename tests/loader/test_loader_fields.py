@@ -271,11 +271,16 @@ def test_bad_requests_are_refused(pairs: Path, fields: Any, error: type[Exceptio
         Loader(pairs, batch_size=4, num_workers=0, fields=fields)
 
 
-def test_a_text_field_cannot_be_delivered(tmp_path: Path) -> None:
-    with DatasetWriter(tmp_path / "ds", schema=Schema.of(image="raw", key="str")) as writer:
-        writer.write({"image": np.zeros((4, 4, 3), np.uint8), "key": "a"})
-    with pytest.raises(SchemaError, match="'key' is 'str'"):
-        Loader(tmp_path / "ds", batch_size=1, num_workers=0, fields=["image", "key"])
+def test_a_text_field_comes_as_a_list_beside_the_images(tmp_path: Path) -> None:
+    with DatasetWriter(tmp_path / "ds", schema=Schema.of(image="raw", key="str", blob="bytes")) as writer:
+        writer.write({"image": np.zeros((4, 4, 3), np.uint8), "key": "a", "blob": b"\x00\x01"})
+    with Loader(tmp_path / "ds", batch_size=1, num_workers=0, fields=["image", "key", "blob"], shuffle=False) as loader:
+        (batch,) = list(loader)
+    assert batch["key"] == ["a"] and batch["blob"] == [b"\x00\x01"] and batch["image"].shape == (1, 3, 224, 224)
+    with pytest.raises(ValueError, match="'key' is 'str': it takes no options"):
+        Loader(tmp_path / "ds", batch_size=1, num_workers=0, fields={"image": None, "key": 4})
+    with pytest.raises(ValueError, match="ask for an image or a number too"):
+        Loader(tmp_path / "ds", batch_size=1, num_workers=0, fields=["key"])
 
 
 def test_the_reference_size_must_be_the_pipelines(pairs: Path) -> None:
@@ -303,7 +308,7 @@ def test_cuda_delivery_of_every_field(pairs: Path) -> None:
             for name, tensor in want.items():
                 assert batch[name].device.type == "cuda" and batch[name].shape == tensor.shape
                 assert torch.equal(batch[name].cpu(), tensor)
-    with pytest.raises(ValueError, match="normalise on the device yourself"):
+    with pytest.raises(ValueError, match="with fields=..., normalise the fields yourself"):
         Loader(pairs, **settings, device="cuda", mean=(0.0,) * 3, std=(1.0,) * 3)
 
 

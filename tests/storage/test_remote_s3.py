@@ -32,9 +32,9 @@ from remote_servers import (
     upload_tree,
 )
 
-import shardfmt._convert.loop
 from shardfmt import ChecksumError, ConvertError, DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy, open_dataset
 from shardfmt._cli import main
+from shardfmt._convert import loop as convert_pipeline
 from shardfmt._convert.fields import convert_fields
 from shardfmt._convert.run import convert
 from shardfmt.format import IMAGE_CLASSIFICATION
@@ -109,7 +109,7 @@ def test_an_interrupted_conversion_to_s3_resumes(
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shardfmt._convert.loop, "build_outputs", interrupt)
+    monkeypatch.setattr(convert_pipeline, "build_outputs", interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(imagefolder, "s3://data/resumed", workers=1, shard_size=6000, remote=options(endpoint))
     monkeypatch.undo()
@@ -186,7 +186,7 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shardfmt._convert.loop, "build_outputs", interrupt)
+    monkeypatch.setattr(convert_pipeline, "build_outputs", interrupt)
     with pytest.raises(KeyboardInterrupt):
         convert(imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", remote=options(endpoint))
     monkeypatch.undo()

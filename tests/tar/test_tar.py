@@ -221,7 +221,7 @@ def test_rejects_name_the_tar_the_key_and_the_reason(tmp_path: Path) -> None:
         [
             ("ok.jpg", good), ("ok.cls", b"4"),
             ("dup.jpg", good), ("dup.JPG", good), ("dup.cls", b"0"),
-            ("noimage.png", b"\x89PNG"), ("noimage.cls", b"0"),
+            ("noimage.txt", b"a caption"), ("noimage.cls", b"0"),
             ("empty.jpg", b""), ("empty.cls", b"0"),
             ("png.jpg", b"\x89PNG\r\n"), ("png.cls", b"0"),
             ("cut.jpg", good[:8]), ("cut.cls", b"0"),

@@ -26,7 +26,7 @@ record; their key and report path show each undecodable byte as ``\\xNN``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..._dataset.locate import classify_location
@@ -41,6 +41,7 @@ from .parquet import (
     has_pattern,
     local_parquet,
     names_parquet,
+    saved_dataset_files,
     scan_parquet,
     store_parquet_names,
 )
@@ -55,13 +56,31 @@ from .results import (
 from .tars import TARS_BY_URL, local_tars, names_tars, scan_tars, tars_in_folder
 from .trees import LocalTree, StoreTree, Tree
 
-__all__ = ["ParquetColumns", "listing_columns", "names_parquet", "scan_fields", "scan_source", "source_name"]
+__all__ = [
+    "SOURCE_KINDS",
+    "ParquetColumns",
+    "is_tar_source",
+    "listing_columns",
+    "names_parquet",
+    "scan_fields",
+    "scan_source",
+    "source_name",
+]
 
 Location = str | os.PathLike[str]
 
+SOURCE_KINDS = (
+    "an ImageFolder folder; a .csv or .jsonl listing; WebDataset tars (.tar, .tar.gz or .tgz files, a brace pattern, "
+    "or a folder of them); Parquet files (.parquet, or a glob pattern); Arrow files (.arrow) or a folder that "
+    "datasets' save_to_disk wrote; several folders of one image field each; from Python also a datasets.Dataset "
+    "or an iterable of records"
+)
+"""Every kind of source, as messages list them."""
+
 
 def scan_source(
-    location: Location | Sequence[Location], *, remote: RemoteOptions | None = None, columns: ParquetColumns | None = None
+    location: Location | Sequence[Location], *, remote: RemoteOptions | None = None, columns: ParquetColumns | None = None,
+    members: Mapping[str, str] | None = None, work: Path | None = None,
 ) -> SourceScan:
     """Find the inputs of a conversion of images and labels.
 
@@ -72,6 +91,8 @@ def scan_source(
             a folder (a store prefix), a listing or Parquet files (one URL) may be a URL.
         remote: credentials and retries for a URL.
         columns: for Parquet files, which columns make a record (default `ParquetColumns()`).
+        members: for tars, the kind ("str", "json" or "bytes") of member fields by name.
+        work: where compressed tars are decompressed to (streamed, in parallel across files).
 
     Returns:
         The inputs in conversion order, the classes, and the rejects found while scanning.
@@ -86,8 +107,11 @@ def scan_source(
     texts = [os.fspath(item) for item in location] if isinstance(location, (list, tuple)) else [os.fspath(location)]  # type: ignore[arg-type]
     if any(names_parquet(text) for text in texts):
         return _scan_parquet(texts, columns or ParquetColumns(), remote)
+    saved = saved_dataset_files(Path(texts[0])) if len(texts) == 1 and not classify_location(texts[0]).is_remote else None
+    if saved is not None:
+        return scan_parquet(LocalTree(Path(texts[0])), saved, columns=columns or ParquetColumns())
     if columns is not None:
-        raise ConvertError("the image, label and key columns are options of a Parquet source (.parquet files)", path=texts[0])
+        raise ConvertError("the image, label and key columns and the image root are options of Parquet and Arrow sources", path=texts[0])
     if len(texts) != 1:
         raise ConvertError("several sources are Parquet files, or folders of one image field each (convert_fields)", path=texts[0])
     text = texts[0]
@@ -101,19 +125,28 @@ def scan_source(
         if tars_in_folder(tree):
             raise ConvertError(TARS_BY_URL, path=tree.store.root)
         return scan_imagefolder(tree)
+    return _scan_local(text, members=members, work=work)
+
+
+def _scan_local(text: str, *, members: Mapping[str, str] | None, work: Path | None) -> SourceScan:
+    """A local source that is neither a listing nor Parquet: tars, a folder of tars, or an
+    ImageFolder tree."""
     tars = local_tars(text)
     if tars is not None:
-        return scan_tars(tars)
+        return scan_tars(tars, declared=members, work=work)
     path = Path(text)
     if path.is_dir():
         local = LocalTree(path)
         names = tars_in_folder(local)
-        return scan_tars([path / name for name in names]) if names else scan_imagefolder(local)
+        if names:
+            return scan_tars([path / name for name in names], declared=members, work=work)
+    if members:
+        raise ConvertError("--field NAME=KIND names a member of WebDataset tars here, and the source holds none", path=text)
+    if path.is_dir():
+        return scan_imagefolder(local)
     if not path.exists():
         raise ConvertError("the source does not exist", path=path)
-    raise ConvertError(
-        f"the source is neither a folder (ImageFolder) nor a listing ({', '.join(LISTING_SUFFIXES)})", path=path
-    )
+    raise ConvertError(f"the source is none of the kinds a conversion reads: {SOURCE_KINDS}", path=path)
 
 
 def scan_fields(
@@ -176,6 +209,18 @@ def scan_fields(
     inputs = tuple(FieldInput((item,), (item.label,), item.key) for item in scan.inputs)
     columns = (FieldColumn("image", kind), FieldColumn("label", "label"))
     return FieldScan(scan.root, scan.kind, columns, scan.classes, inputs, scan.rejects)
+
+
+def is_tar_source(location: Location) -> bool:
+    """True if `location` names local WebDataset tars: a ``.tar`` file or brace pattern, or a
+    folder of ``.tar`` files only."""
+    text = os.fspath(location)
+    if classify_location(text).is_remote:
+        return False
+    if classify_location(text).is_tars:
+        return True
+    path = Path(text)
+    return path.is_dir() and bool(tars_in_folder(LocalTree(path)))
 
 
 def listing_columns(location: Location, *, remote: RemoteOptions | None = None) -> list[str] | None:

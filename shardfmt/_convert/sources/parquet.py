@@ -46,13 +46,13 @@ from ..._storage.urls import is_url, local_path
 from .results import ScanReject, SourceFile, SourceScan, display_path, record_key
 from .trees import Entry, LocalTree, StoreTree, Tree
 
-try:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-except ImportError:  # an optional dependency: refused with NO_PYARROW when a Parquet file is met
-    pa = pq = None
+pa: Any = None
+pq: Any = None
+"""pyarrow and pyarrow.parquet, imported by `require_pyarrow` when a Parquet or Arrow file is met
+(an optional dependency, and a slow import that ``import shardfmt`` does not pay)."""
 
 __all__ = [
+    "ARROW_SUFFIX",
     "NO_PYARROW",
     "PARQUET_SUFFIX",
     "ParquetColumns",
@@ -60,11 +60,14 @@ __all__ = [
     "has_pattern",
     "local_parquet",
     "names_parquet",
+    "saved_dataset_files",
     "scan_parquet",
     "store_parquet_names",
 ]
 
 PARQUET_SUFFIX: Final = ".parquet"
+ARROW_SUFFIX: Final = ".arrow"
+"""An Arrow IPC file, as ``datasets``' ``save_to_disk`` writes them (``data-00000-of-00001.arrow``)."""
 NO_PYARROW: Final = "reading Parquet files needs pyarrow: pip install 'shardfmt[parquet]'"
 _PATTERN_CHARACTERS: Final = "*?["
 
@@ -77,20 +80,49 @@ class ParquetColumns:
         image: the encoded image: binary, or a struct with a binary ``bytes`` field.
         label: an integer or string column; None: ``label`` if the files have it, else none.
         key: a column whose values are the record keys; None: file name and row number.
+        image_root: the folder that relative image paths are resolved against (a row whose
+            image is a ``path`` without ``bytes``); None: the folder of the row's file.
     """
 
     image: str = "image"
     label: str | None = None
     key: str | None = None
+    image_root: str | None = None
 
     def to_options(self) -> dict[str, str | None]:
-        """How the manifest's ``converter.options`` records the columns."""
-        return {"image_column": self.image, "label_column": self.label, "key_column": self.key}
+        """How the manifest's ``converter.options`` records the columns (and the image root, if given)."""
+        options = {"image_column": self.image, "label_column": self.label, "key_column": self.key}
+        if self.image_root is not None:
+            options["image_root"] = self.image_root
+        return options
 
 
 def names_parquet(location: str | os.PathLike[str]) -> bool:
-    """True if `location` (a path, a pattern or a URL) names Parquet files: it ends in ``.parquet``."""
-    return os.fspath(location).partition("?")[0].rstrip("/").lower().endswith(PARQUET_SUFFIX)
+    """True if `location` (a path, a pattern or a URL) names Parquet or Arrow files: it ends in
+    ``.parquet`` or ``.arrow``."""
+    return os.fspath(location).partition("?")[0].rstrip("/").lower().endswith((PARQUET_SUFFIX, ARROW_SUFFIX))
+
+
+def saved_dataset_files(folder: Path) -> list[str] | None:
+    """The Arrow files of a folder that ``datasets``' ``save_to_disk`` wrote (``state.json``,
+    ``dataset_info.json`` and ``data-NNNNN-of-NNNNN.arrow``), in the order ``state.json`` lists
+    them; None if `folder` is not such a folder.
+
+    Raises:
+        ConvertError: the folder holds a saved ``DatasetDict`` (one sub-folder per split), or
+            its ``state.json`` cannot be read.
+    """
+    if (folder / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
+        raise ConvertError(f"a saved DatasetDict: convert one split's folder ({', '.join(splits) or 'none found'})", path=folder)
+    if not ((folder / "state.json").is_file() and (folder / "dataset_info.json").is_file()):
+        return None
+    try:
+        state = json.loads((folder / "state.json").read_bytes())
+        files = [str(item["filename"]) for item in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConvertError(f"state.json of a saved dataset cannot be read: {err}", path=folder) from err
+    return files
 
 
 def has_pattern(name: str) -> bool:
@@ -138,9 +170,17 @@ def store_parquet_names(tree: StoreTree, name: str) -> list[str]:
 
 
 def require_pyarrow() -> None:
-    """Raises ConvertError (`NO_PYARROW`) when pyarrow is not installed."""
-    if pq is None:
-        raise ConvertError(NO_PYARROW)
+    """Import pyarrow; raise ConvertError (`NO_PYARROW`) when it is not installed."""
+    global pa, pq
+    if pq is not None:
+        return
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError as err:
+        raise ConvertError(NO_PYARROW) from err
+    pa, pq = pyarrow, pyarrow.parquet
 
 
 def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan:
@@ -307,7 +347,9 @@ def _class_names(schema: Any, column: str) -> tuple[str, ...] | None:
 def _row_sizes(group: Any, image: str, count: int) -> list[int]:
     """Each row's share of the image column's bytes in row group `group` (from metadata only)."""
     total = 0
-    for n in range(group.num_columns):
+    if isinstance(group, _ArrowBatch):
+        total = group.image_bytes(image)
+    for n in range(0 if isinstance(group, _ArrowBatch) else group.num_columns):
         chunk = group.column(n)
         if chunk.path_in_schema in (image, f"{image}.bytes"):
             total += int(chunk.total_uncompressed_size)
@@ -316,10 +358,54 @@ def _row_sizes(group: Any, image: str, count: int) -> list[int]:
 
 
 def _open(tree: Tree, entry: Entry) -> Any:
-    """A `pyarrow.parquet.ParquetFile` of `entry`: memory-mapped if local, range reads if stored."""
+    """A `pyarrow.parquet.ParquetFile` of `entry`: memory-mapped if local, range reads if stored;
+    for an Arrow file an `_ArrowFile`, which reads like one."""
     if isinstance(tree, StoreTree):
-        return pq.ParquetFile(_SourceFile(tree.store.open(entry.path.replace(os.sep, "/"), size=entry.size)))
-    return pq.ParquetFile(os.path.join(os.fspath(tree.root), entry.path), memory_map=True)
+        source = tree.store.open(entry.path.replace(os.sep, "/"), size=entry.size)
+        return (
+            _ArrowFile(pa.py_buffer(source.read(0, source.size)))
+            if entry.path.endswith(ARROW_SUFFIX)
+            else pq.ParquetFile(_SourceFile(source))
+        )
+    path = os.path.join(os.fspath(tree.root), entry.path)
+    return _ArrowFile(pa.memory_map(path)) if path.endswith(ARROW_SUFFIX) else pq.ParquetFile(path, memory_map=True)
+
+
+class _ArrowBatch:
+    """One record batch of an Arrow file, seen as a Parquet row group's metadata."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+        self.num_rows = batch.num_rows
+
+    def image_bytes(self, column: str) -> int:
+        return int(self.batch.column(column).nbytes)
+
+
+class _ArrowFile:
+    """An Arrow IPC file (stream or file format, as ``save_to_disk`` writes it) read like a
+    `pyarrow.parquet.ParquetFile`: each record batch is a row group. Reading is zero-copy from
+    a memory map."""
+
+    def __init__(self, source: Any) -> None:
+        try:
+            table = pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            table = pa.ipc.open_file(source).read_all()
+        self.schema_arrow = table.schema
+        self._batches = table.to_batches()
+        self.metadata = self
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self._batches)
+
+    def row_group(self, group: int) -> _ArrowBatch:
+        return _ArrowBatch(self._batches[group])
+
+    def read_row_group(self, group: int, columns: Sequence[str] | None = None) -> Any:
+        table = pa.Table.from_batches([self._batches[group]])
+        return table.select(list(columns)) if columns is not None else table
 
 
 class _SourceFile(io.RawIOBase):
@@ -359,6 +445,10 @@ class _SourceFile(io.RawIOBase):
         super().close()
 
 
+class _ImagePath(str):
+    """An image that a row names by path instead of holding its bytes."""
+
+
 class RowGroupReader:
     """The images of Parquet rows, one row group at a time (in a conversion's worker).
 
@@ -366,12 +456,15 @@ class RowGroupReader:
         root: what the rows' file paths are relative to: a local folder, or a URL.
         column: the image column.
         remote: credentials and retries for a URL.
+        image_root: the folder relative image paths are resolved against; None: the folder of
+            the row's file. An image given by path (a struct with a null ``bytes``) is read
+            from that file; only local files are read so.
     """
 
-    def __init__(self, root: str, column: str, remote: RemoteOptions | None) -> None:
-        self.root, self.column, self.remote = root, column, remote
+    def __init__(self, root: str, column: str, remote: RemoteOptions | None, image_root: str | None = None) -> None:
+        self.root, self.column, self.remote, self.image_root = root, column, remote, image_root
         self._group: tuple[str, int] | None = None
-        self._images: list[bytes | None] | RejectError = []
+        self._images: list[bytes | _ImagePath | None] | RejectError = []
         self._first_row = 0
 
     def image(self, path: str, *, row_group: int, row: int, file_size: int) -> bytes:
@@ -388,17 +481,40 @@ class RowGroupReader:
         if row >= len(self._images):
             raise RejectError(f"row group {row_group} has {len(self._images)} rows, not {row + 1}: the file changed", reason="unreadable")
         data = self._images[row]
+        where = f"row {self._first_row + row} (row group {row_group})"
+        if isinstance(data, _ImagePath):
+            return self._read_path(data, path, where)
         if data is None:
-            raise RejectError(f"row {self._first_row + row} (row group {row_group}): the image is null", reason="no-image")
+            raise RejectError(f"{where}: the image is null (neither bytes nor a path)", reason="no-image")
         return data
 
-    def _load(self, path: str, row_group: int, file_size: int) -> tuple[list[bytes | None] | RejectError, int]:
+    def _read_path(self, name: str, parquet_path: str, where: str) -> bytes:
+        """The bytes of the image file a row names by path."""
+        if is_url(self.root) and self.image_root is None and not os.path.isabs(name):
+            raise RejectError(f"{where}: the image is a path ({name}), and paths are read from local files only: pass --image-root",
+                              reason="missing-file")
+        base = self.image_root if self.image_root is not None else os.path.dirname(os.path.join(self.root, parquet_path))
+        full = os.path.join(local_path(base), name)
+        try:
+            with open(full, "rb") as file:
+                return file.read()
+        except FileNotFoundError as err:
+            against = "--image-root" if self.image_root is not None else "the folder of its Parquet file; --image-root sets another"
+            raise RejectError(f"{where}: the image file {full} does not exist (a relative path is resolved against {against})",
+                              reason="missing-file") from err
+        except OSError as err:
+            raise RejectError(f"{where}: the image file {full}: {err.strerror or err}", reason="unreadable") from err
+
+    def _load(self, path: str, row_group: int, file_size: int) -> tuple[list[bytes | _ImagePath | None] | RejectError, int]:
         """The images of a row group (or why they cannot be read), and the file's row number of its first row."""
         require_pyarrow()
         try:
             if is_url(self.root):
                 source = open_store(self.root, remote=self.remote).open(path.replace(os.sep, "/"), size=file_size)
-                parquet = pq.ParquetFile(_SourceFile(source))
+                parquet = (_ArrowFile(pa.py_buffer(source.read(0, source.size))) if path.endswith(ARROW_SUFFIX)
+                           else pq.ParquetFile(_SourceFile(source)))
+            elif path.endswith(ARROW_SUFFIX):
+                parquet = _ArrowFile(pa.memory_map(os.path.join(self.root, path)))
             else:
                 parquet = pq.ParquetFile(os.path.join(self.root, path), memory_map=True)
             first = sum(parquet.metadata.row_group(n).num_rows for n in range(row_group))
@@ -407,6 +523,10 @@ class RowGroupReader:
             return RejectError(f"row group {row_group} cannot be read: {getattr(err, 'message', err)}", reason="unreadable"), 0
         if pa.types.is_struct(array.type):
             present = array.is_valid().to_pylist()
-            return [data if valid else None for data, valid in zip(array.field("bytes").to_pylist(), present, strict=True)], first
-        values: list[bytes | None] = array.to_pylist()
+            names = array.field("path").to_pylist() if array.type.get_field_index("path") >= 0 else [None] * len(array)
+            return [
+                data if data is not None or not valid or name is None else _ImagePath(name)
+                for data, name, valid in zip(array.field("bytes").to_pylist(), names, present, strict=True)
+            ], first
+        values: list[bytes | _ImagePath | None] = array.to_pylist()
         return values, first

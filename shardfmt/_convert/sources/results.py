@@ -53,6 +53,8 @@ class SourceFile:
             group `row_group`, and its key.
         row_group, file_size: for a row of a Parquet file: its row group and the file's size
             (`size` is then the row's share of its row group's image bytes); None otherwise.
+        members: for a sample of a tar, (data offset, size) of its member for each member
+            column of the scan (`SourceScan.members`), in that order.
     """
 
     path: str
@@ -63,6 +65,7 @@ class SourceFile:
     sample_key: str | None = None
     row_group: int | None = None
     file_size: int | None = None
+    members: tuple[tuple[int, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -98,6 +101,9 @@ class SourceScan:
         classes: class names in label order, or None for a listing with integer labels.
         inputs: the candidates in conversion order.
         rejects: what was set aside while scanning, in the same order.
+        labelled: whether records have a label (tars without ``.cls`` members have none).
+        members: for tars, (field name, kind: "str", "json" or "bytes") of each member column.
+        not_stored: for tars, members that are no column, counted per extension.
     """
 
     root: Path | str
@@ -105,6 +111,9 @@ class SourceScan:
     classes: tuple[str, ...] | None
     inputs: tuple[SourceFile, ...]
     rejects: tuple[ScanReject, ...]
+    labelled: bool = True
+    members: tuple[tuple[str, str], ...] = ()
+    not_stored: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
