@@ -203,8 +203,8 @@ def _parse_scale(value: str | None) -> Any:
               help="Shrink images whose longer side exceeds this many pixels (aspect kept).")
 @click.option("--quality", type=click.IntRange(1, 100), default=DEFAULT_QUALITY, show_default=True,
               help="JPEG quality of re-encoded images.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Processes converting shards in parallel; 1 runs in this process. [default: one per CPU]")
+@click.option("--workers", type=click.IntRange(min=1, max=4 * (os.cpu_count() or 1)), default=None,
+              help="Processes converting shards in parallel (at most 4 per core); 1 runs in this process. [default: one per CPU]")
 @click.option("--resume", is_flag=True, help="Finish an interrupted conversion into OUT (same inputs and options).")
 @click.option("--overwrite", is_flag=True, help="Remove shardfmt's files from OUT first (nothing else is touched).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any input was rejected (after writing everything).")
@@ -251,7 +251,11 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         remote=_remote(storage_options), allow_empty=allow_empty, break_lock=break_lock,
     )
     result = summary.result
-    if not quiet:
+    if result.already_finished:
+        if not quiet:
+            click.echo(f"nothing to resume: {result.path} holds a finished dataset ({result.num_records:,} records in "
+                       f"{len(result.manifest.shards)} shards), left as it was")
+    elif not quiet:
         kept = f", {result.reused_shards} finished shards kept" if result.reused_shards else ""
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
                    f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
@@ -430,7 +434,9 @@ def _parse_records(text: str | None) -> list[int] | None:
               help="The Loader's pipeline: train (RandomResizedCrop + flip), eval (center crop) or resize.")
 @click.option("--augment", multiple=True, metavar="NAME=VALUE",
               help="The train pipeline's RandomResizedCrop, as the Loader's: scale=LOW,HIGH ratio=LOW,HIGH flip=P. Repeatable.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The Loader's seed: which records, which crops.")
+@click.option(
+    "--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True, help="The Loader's seed: which records, which crops."
+)
 @click.option("--size", type=click.IntRange(8, 1024), default=160, show_default=True, help="Pipeline output and tile side, in pixels.")
 @click.option("--rows", type=click.IntRange(1, 64), default=4, show_default=True, help="Rows of tiles.")
 @click.option("--cols", type=click.IntRange(1, 64), default=8, show_default=True, help="Columns of tiles.")

@@ -7,15 +7,27 @@ page faults and 100 ms before a loader worker was ready, measured here. `gc.free
 parent just before the fork moves its objects out of the collector's sight (in the child too), so
 the child touches only what it uses: 2,400 faults and 50 ms. The parent unfreezes once its
 children are started, so that its own garbage is collected as before.
+
+A child must not outlive the process that started it (a killed training job must not leave its
+workers running): `Lifeline` arms Linux's parent-death signal and `parent_alive` is the check an
+idle child makes everywhere else.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import multiprocessing
+import os
+import signal
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["frozen_heap"]
+__all__ = ["Lifeline", "frozen_heap", "parent_alive"]
 
 
 @contextmanager
@@ -30,3 +42,53 @@ def frozen_heap(start_method: str | None) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+PR_SET_PDEATHSIG: Final = 1
+"""Linux's prctl option: the signal a process gets when the thread that started it ends."""
+WATCH_SECONDS: Final = 0.5
+"""How often an idle child checks that its parent is still there."""
+
+
+@dataclass(frozen=True)
+class Lifeline:
+    """What a child needs to know to die with the process that started it.
+
+    Attributes:
+        parent: the pid the child must have as its parent (None where another process, such as
+            a forkserver, starts it).
+        deathsig: ask Linux to kill the child when its parent ends (``prctl(PR_SET_PDEATHSIG)``).
+            Set only when the parent starts it from its main thread: the kernel sends the signal
+            when the starting *thread* ends, which for another thread may be long before the
+            process does.
+    """
+
+    parent: int | None
+    deathsig: bool
+
+    @classmethod
+    def here(cls, start_method: str) -> Lifeline:
+        """The lifeline of a child that this process starts now with `start_method`."""
+        return cls(os.getpid() if start_method in ("fork", "spawn") else None, threading.current_thread() is threading.main_thread())
+
+    def hold(self) -> int:
+        """In the child: arm the death signal, and exit at once if the parent is already gone.
+        Returns the parent pid to watch with `parent_alive`."""
+        if self.deathsig and sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            except (OSError, AttributeError):  # no libc to call: the liveness check still serves
+                pass
+        parent = os.getppid()
+        if self.parent is not None and parent != self.parent:  # it ended before the signal was armed
+            os._exit(0)
+        return parent
+
+
+def parent_alive(parent: int) -> bool:
+    """In a child: False once the process that started it (pid `parent`) has ended."""
+    if os.getppid() != parent:  # reparented: the parent is gone
+        return False
+    process = multiprocessing.parent_process()
+    return process is None or process.is_alive()

@@ -170,13 +170,18 @@ def range_server(root: Path) -> Iterator[RangeServer]:
 
 class DroppingProxy:
     """A TCP proxy on 127.0.0.1 to `upstream` that cuts one connection once it has relayed
-    `drop_after` bytes of responses (when armed): a connection dropped mid-response."""
+    `drop_after` bytes of responses (when armed): a connection dropped mid-response. While `down`
+    is set (`take_down`) it is an outage instead: every connection is closed at once, and counted
+    in `turned_away`."""
 
     def __init__(self, upstream: tuple[str, int], *, drop_after: int) -> None:
         self.upstream = upstream
         self.drop_after = drop_after
         self.armed = False
         self.drops = 0
+        self.down = False
+        self.turned_away = 0
+        self._open: set[socket.socket] = set()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
         self._stop = threading.Event()
@@ -196,7 +201,13 @@ class DroppingProxy:
                 continue
             except OSError:
                 return
+            if self.down:
+                self.turned_away += 1
+                client.close()
+                continue
             upstream = socket.create_connection(self.upstream)
+            with self._lock:
+                self._open |= {client, upstream}
             threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
 
@@ -222,6 +233,16 @@ class DroppingProxy:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+                with self._lock:
+                    self._open.discard(sock)
+
+    def take_down(self) -> None:
+        """Start an outage: cut every relayed connection and turn new ones away."""
+        self.down = True
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._stop.set()

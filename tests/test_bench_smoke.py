@@ -5,6 +5,7 @@ Timings are not asserted: only that every contender ran, delivered its images an
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -78,6 +79,11 @@ def test_every_contender_with_chart(tmp_path: Path) -> None:
         "decode limit, exact IDCT",
     ):
         assert name in done.stdout
+    if importlib.util.find_spec("albumentations") is not None:  # the recipe contender runs by default where it can
+        assert (
+            "shardfmt + TrivialAugmentWide + RandomErasing" in done.stdout
+            and "Albumentations DataLoader + TrivialAugmentWide" in done.stdout
+        )
     assert not any("n/a" in line for line in ratio_lines(done.stdout))
     assert chart.read_bytes().startswith(b"\x89PNG")
 
@@ -164,7 +170,12 @@ def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
         "shardfmt fast_decode=True, 1st epoch / its later epochs" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines
     )
     document = json.loads((tmp_path / "out.json").read_text())
-    assert len(document["steps"]) == 11
+    steps = {step["step"].strip(): step for step in document["steps"]}
+    assert len(document["steps"]) == 33  # 11 steps and rows of before, the recipe's 4, its 14 operations, 4 resizes
+    for name in ("TrivialAugmentWide()", "RandAugment(2, 9)", "AutoAugment(imagenet)", "RandomErasing(p=1.0)", "ShearX (wide range)"):
+        assert steps[name]["shardfmt_us"] > 0
+        if importlib.util.find_spec("albumentations") is not None:
+            assert steps[name]["albumentations_us"] > 0  # its equivalent, timed in the same run
     results = {r["name"]: r for r in document["results"]}
     assert results["shardfmt + ColorJitter + RandomRotation"]["images"] == 40
     # the shardfmt contenders read the converter's copy: every JPEG kept byte for byte, strictly decoded

@@ -12,7 +12,9 @@ from pathlib import Path
 import fsspec
 import pytest
 from click.testing import CliRunner
+from conftest import tree_bytes
 
+import shardfmt
 import shardfmt._cli
 import shardfmt._dataset.verify
 from shardfmt import ConvertError, open_dataset
@@ -59,7 +61,6 @@ def test_quiet_convert_prints_nothing(imagefolder: Path, tmp_path: Path) -> None
     [
         (["convert", "{src}", "{out}"], "--resume to finish an interrupted conversion, or --overwrite"),
         (["convert", "{tmp}/nowhere", "{tmp}/x"], "the source does not exist"),
-        (["convert", "{src}", "{out}", "--resume"], "finished dataset: nothing to resume"),
         (["info", "{tmp}"], "no manifest.json"),
         (["verify", "{src}"], "no manifest.json"),
     ],
@@ -71,6 +72,19 @@ def test_user_mistakes_exit_1_with_one_line_and_no_traceback(imagefolder: Path, 
     assert code == 1
     assert len(output.strip().splitlines()) == 1 and output.startswith("Error: ") and message in output
     assert "Traceback" not in output
+
+
+def test_resume_of_a_finished_output_exits_0_and_says_so(imagefolder: Path, tmp_path: Path) -> None:
+    """A kill that lands after the manifest leaves a finished dataset: the retry has nothing to do
+    (before: exit 1, "nothing to resume", so a retry wrapper failed)."""
+    out = tmp_path / "out"
+    assert run("convert", imagefolder, out, "--workers", "1", "--quiet")[0] == 0
+    before = tree_bytes(out)
+    code, output = run("convert", imagefolder, out, "--workers", "1", "--resume")
+    assert code == 0
+    assert output.startswith(f"nothing to resume: {out} holds a finished dataset (") and output.rstrip().endswith("left as it was")
+    assert tree_bytes(out) == before
+    assert run("convert", imagefolder, out, "--workers", "1", "--resume", "--quiet") == (0, "")
 
 
 def test_bad_option_values_are_usage_errors(imagefolder: Path, tmp_path: Path) -> None:
@@ -212,3 +226,15 @@ def test_verify_shows_a_progress_bar_on_a_terminal_for_a_large_dataset(
     result = CliRunner().invoke(main, ["verify", str(out)])
     assert result.exit_code == 0 and result.stdout.startswith("ok: 1 shards, 24 records")
     assert "verify: 100%" in result.stderr and f"{size / 1000:.1f}k/{size / 1000:.1f}k" in result.stderr
+
+
+def test_convert_workers_are_checked_at_the_door_with_their_range(imagefolder: Path, tmp_path: Path) -> None:
+    limit = 4 * (os.cpu_count() or 1)
+    result = CliRunner().invoke(main, ["convert", str(imagefolder), str(tmp_path / "out"), "--workers", str(limit + 1)])
+    assert result.exit_code == 2
+    assert f"1<=x<={limit}" in result.output
+    assert not (tmp_path / "out").exists()
+    for workers, error in [(0, ValueError), (limit + 1, ValueError), (10**5, ValueError), (2.5, TypeError), (True, TypeError)]:
+        with pytest.raises(error, match=rf"workers must be an int in \[1, {limit}\]"):
+            shardfmt.convert(imagefolder, tmp_path / "api-out", workers=workers)
+        assert not (tmp_path / "api-out").exists()

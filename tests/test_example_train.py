@@ -95,3 +95,25 @@ def test_torchrun_trains_two_processes_with_gloo(demo: Path, tmp_path: Path) -> 
         (0, 2, 1, 1),
         (1, 2, 1, 1),
     ]
+
+
+RECIPE = ["--auto-augment", "ta_wide", "--random-erase", "0.5", "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0", "--ra-reps", "2",
+          "--interpolation", "bicubic", "--val-resize-size", "40", "--val-crop-size", "32"]
+
+
+def test_the_reference_recipe_runs_and_resumes_mid_epoch_with_the_same_batches(demo: Path, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.jsonl"
+    train(demo, *SHORT, *RECIPE, "--max-steps", "8", "--step-log", whole)
+    straight = read_log(whole)
+    steps = [line for line in straight if "step" in line]
+    assert [line["epoch"] for line in steps] == [0] * 8  # 60 images, 2 copies each: 15 steps an epoch
+    assert all(len(line["labels"]) == 8 and len(line["labels"][0]) == 10 for line in steps)  # soft labels of 10 classes
+    assert any(0 < value < 1 for line in steps for row in line["labels"] for value in row)  # MixUp or CutMix mixed them
+    checkpoint, log = tmp_path / "run.pt", tmp_path / "resumed.jsonl"
+    train(demo, *SHORT, *RECIPE, "--max-steps", "8", "--checkpoint", checkpoint, "--save-every", "3", "--stop-at", "3", "--step-log", log)
+    assert torch.load(checkpoint, weights_only=False)["loaders"][0]["position"] == 3  # mid-epoch
+    train(demo, *SHORT, *RECIPE, "--max-steps", "8", "--checkpoint", checkpoint, "--resume", "--step-log", log)
+    resumed = [line for line in read_log(log) if "step" in line]
+    assert [line["step"] for line in resumed] == list(range(1, 9))
+    assert [(s["labels"], s["pixels"], s["loss"]) for s in resumed] == [(s["labels"], s["pixels"], s["loss"]) for s in steps]
+    assert read_log(log)[-1]["weights"] == straight[-1]["weights"]

@@ -106,3 +106,7 @@ def test_the_command(small_dataset: Path, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "the eval pipeline has no random draws" in result.output
     result = CliRunner().invoke(main, ["preview", str(small_dataset), "-o", str(out), "--augment", "zoom=2"])
     assert result.exit_code == 2 and "is none of scale=LOW,HIGH" in result.output
+    result = CliRunner().invoke(
+        main, ["preview", str(small_dataset), "-o", str(out), "--seed", "-1"]
+    )  # the Loader's range, said by the CLI
+    assert result.exit_code == 2 and "-1 is not in the range 0<=x<=18446744073709551615" in result.output

@@ -49,17 +49,26 @@ TOP = [
 ]
 OPS = [
     "AugmentStep",
+    "AutoAugment",
+    "BatchStep",
     "CenterCrop",
     "ColorJitter",
     "CropPlan",
+    "CutMix",
     "ImageOutput",
+    "MixUp",
     "Pipeline",
+    "RandAugment",
+    "RandomChoice",
     "RandomCrop",
+    "RandomErasing",
     "RandomGrayscale",
     "RandomResizedCrop",
     "RandomRotation",
     "RandomVerticalFlip",
     "Resize",
+    "TrivialAugmentWide",
+    "apply_batch_steps",
 ]
 FORMAT = [
     "FORMAT_VERSION",

@@ -31,6 +31,18 @@ as the dataset holds it.
                   in its workers) against the PIL DataLoader above with the same steps as
                   torchvision runs them on PIL images (`bench_steps`). Target: shardfmt at 2.5x.
                   It also prints the cost of each step per image (`bench_steps.measure_steps`).
+  recipe          ``--only recipe``: today's training recipe in the workers, RandomResizedCrop(224) +
+                  flip, then TrivialAugmentWide and RandomErasing(p=0.25, value="mean") with the
+                  ImageNet normalisation (float32 batches): ``shardfmt.Loader(augment=[...],
+                  mean=, std=)`` against a DataLoader whose Dataset decodes with simplejpeg (fast
+                  IDCT, as the Loader's default) and augments with Albumentations (OpenCV):
+                  ``RandomResizedCrop`` (OpenCV's bilinear, not antialiased), ``HorizontalFlip``,
+                  a ``OneOf`` over its transforms of TrivialAugmentWide's operations and ranges
+                  (`bench_steps.albumentations_equivalents`; it has no TrivialAugmentWide),
+                  ``Normalize``, ``Erasing(p=0.25)``, with OpenCV on one thread a worker.
+                  torchvision's v2 transforms are not installable here (no CPU wheel), so that
+                  contender of the recipe is not run. Target: shardfmt at 1.5x the
+                  Albumentations DataLoader. Needs the bench extra (albumentations).
   webdataset      the webdataset library over the same JPEG bytes in its own tar shards (written
                   in a shuffled order with ``ShardWriter``, ``jpg`` + ``cls``, at least two shards
                   per worker and split across workers by webdataset), ``.shuffle(1000)``,
@@ -170,7 +182,7 @@ import psutil
 import simplejpeg
 import torch
 import webdataset as wds
-from bench_steps import StepCost, measure_steps, pil_augment, print_steps, shardfmt_steps
+from bench_steps import StepCost, albumentations_equivalents, measure_steps, pil_augment, print_steps, shardfmt_steps
 from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
@@ -178,12 +190,12 @@ import shardfmt
 from shardfmt import DatasetWriter, convert
 from shardfmt._synthetic import make_imagefolder
 from shardfmt.format import IMAGE_CLASSIFICATION
-from shardfmt.ops import RandomCrop
+from shardfmt.ops import RandomCrop, RandomErasing, TrivialAugmentWide
 
 OUTPUT_SIZE = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "augment", "webdataset", "decode", "s3")
+CONTENDERS = ("shardfmt", "tar", "raw", "patches", "pil", "augment", "recipe", "webdataset", "decode", "s3")
 SAMPLE_INTERVAL = 1.0  # reading smaps_rollup of 3 processes costs ~45 ms of CPU: every 50 ms it took a core
 WDS_SHUFFLE_BUFFER = 1000
 GENERATED_SIZE = (362, 416)
@@ -203,6 +215,11 @@ S3_CACHE = "shardfmt over S3, shard cache"
 PIL_LOADER = "PIL DataLoader"
 AUGMENT_SHARDFMT = "shardfmt + ColorJitter + RandomRotation"
 AUGMENT_PIL = "PIL DataLoader + ColorJitter + RandomRotation"
+RECIPE_SHARDFMT = "shardfmt + TrivialAugmentWide + RandomErasing"
+RECIPE_ALBUMENTATIONS = "Albumentations DataLoader + TrivialAugmentWide + RandomErasing"
+MEAN = (123.675, 116.28, 103.53)
+STD = (58.395, 57.12, 57.375)
+ERASE_P = 0.25
 WEBDATASET = "webdataset"
 LIMIT_EXACT = "decode limit, exact IDCT"
 LIMIT_FAST = "decode limit, fast IDCT"
@@ -418,7 +435,10 @@ CONVERTED = "shardfmt-converted"
 """The folder of the converted copy (the one the shardfmt contenders read)."""
 
 
-def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, folder: str = CONVERTED, augment: bool = False) -> Stream:
+def open_shardfmt(
+    source: Source, settings: Settings, *, fast_decode: bool, folder: str = CONVERTED, augment: bool = False, recipe: bool = False
+) -> Stream:
+    steps = shardfmt_steps() if augment else [TrivialAugmentWide(), RandomErasing(p=ERASE_P, value="mean")] if recipe else None
     loader = shardfmt.Loader(
         source.derived / folder,
         batch_size=settings.batch_size,
@@ -428,7 +448,9 @@ def open_shardfmt(source: Source, settings: Settings, *, fast_decode: bool, fold
         pipeline="train",
         fast_decode=fast_decode,
         layout="NCHW",
-        augment=shardfmt_steps() if augment else None,
+        augment=steps,
+        mean=MEAN if recipe else None,
+        std=STD if recipe else None,
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -521,6 +543,54 @@ def open_pil_dataloader(source: Source, settings: Settings, *, augment: bool = F
         shuffle=True,
         num_workers=settings.workers,
         persistent_workers=settings.workers > 0,
+    )
+    return Stream(epoch=lambda: iter(loader), close=lambda: shutdown_dataloader(loader))
+
+
+class AlbumentationsDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """The recipe as an Albumentations user writes it: simplejpeg decode, then Albumentations'
+    RandomResizedCrop, HorizontalFlip, TrivialAugmentWide's operations, Normalize, Erasing."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
+        import albumentations as A
+
+        self.samples = list(samples)
+        self.transform = A.Compose(
+            [
+                A.RandomResizedCrop(size=(OUTPUT_SIZE, OUTPUT_SIZE), scale=SCALE, ratio=RATIO, p=1.0),
+                A.HorizontalFlip(p=0.5),
+                albumentations_equivalents()["TrivialAugmentWide()"],
+                A.Normalize(mean=tuple(m / 255 for m in MEAN), std=tuple(s / 255 for s in STD), p=1.0),
+                A.Erasing(scale=(0.02, 0.33), ratio=(0.3, 3.3), fill=0, p=ERASE_P),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.samples[index]
+        with open(path, "rb") as file:
+            pixels = simplejpeg.decode_jpeg(file.read(), colorspace="RGB", fastdct=True, fastupsample=True)
+        image = self.transform(image=pixels)["image"]
+        return torch.from_numpy(image).permute(2, 0, 1), label
+
+
+def _one_opencv_thread(worker: int) -> None:
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
+def open_albumentations_dataloader(source: Source, settings: Settings) -> Stream:
+    dataset = AlbumentationsDataset([(str(path), label) for path, label in zip(source.files, source.labels, strict=True)])
+    loader = DataLoader(
+        dataset,
+        batch_size=settings.batch_size,
+        shuffle=True,
+        num_workers=settings.workers,
+        persistent_workers=settings.workers > 0,
+        worker_init_fn=_one_opencv_thread,
     )
     return Stream(epoch=lambda: iter(loader), close=lambda: shutdown_dataloader(loader))
 
@@ -629,8 +699,11 @@ def check_batch(name: str, images: torch.Tensor, labels: torch.Tensor, batch_siz
     count = len(labels)
     if not 1 <= count <= batch_size:
         raise BenchError(f"{name}: a batch of {count} labels, expected 1 to {batch_size}")
-    if tuple(images.shape) != (count, 3, OUTPUT_SIZE, OUTPUT_SIZE) or images.dtype != torch.uint8:
-        raise BenchError(f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) uint8")
+    dtype = torch.float32 if name in (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS) else torch.uint8  # the recipe normalises
+    if tuple(images.shape) != (count, 3, OUTPUT_SIZE, OUTPUT_SIZE) or images.dtype != dtype:
+        raise BenchError(
+            f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) {dtype}"
+        )
     if labels.dtype != torch.int64:
         raise BenchError(f"{name}: labels are {labels.dtype}, expected int64")
 
@@ -980,6 +1053,7 @@ def print_table(results: list[Result]) -> None:
 SPEED_RATIOS = (
     (SHARDFMT_FAST, PIL_LOADER, 2.4),
     (AUGMENT_SHARDFMT, AUGMENT_PIL, 2.5),
+    (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS, 1.5),
     (RAW_PATCHES, JPEG_PATCHES, 5.0),
     (SHARDFMT_RAW, SHARDFMT_FAST, None),
     (RAW_PATCHES, SHARDFMT_FAST, None),
@@ -998,10 +1072,12 @@ FIRST_EPOCH_RATIOS = (
     (SHARDFMT_FAST, 0.9),
     (SHARDFMT_TAR, None),
     (AUGMENT_SHARDFMT, None),
+    (RECIPE_SHARDFMT, None),
     (PIL_LOADER, None),
 )
 CPU_RATIOS = (
     (AUGMENT_SHARDFMT, AUGMENT_PIL),
+    (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS),
     (RAW_PATCHES, JPEG_PATCHES),
     (SHARDFMT_RAW, SHARDFMT_FAST),
     (SHARDFMT_FAST, PIL_LOADER),
@@ -1102,6 +1178,14 @@ def write_chart(path: Path, results: list[Result], machine: dict[str, Any], sett
 # -- main -------------------------------------------------------------------------------------
 
 
+def _default_contenders() -> list[str]:
+    try:
+        import albumentations  # noqa: F401
+    except ImportError:
+        return [name for name in CONTENDERS if name != "recipe"]
+    return list(CONTENDERS)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--images", type=int, default=None, help="images to use (default 5000; with --src, all of them)")
@@ -1119,7 +1203,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--warmup-epochs", type=int, default=1, help="untimed passes first, from a fresh start (default 1; 0 times the start-up too)"
     )
-    parser.add_argument("--only", default=",".join(CONTENDERS), help=f"comma list of contenders out of {','.join(CONTENDERS)}")
+    parser.add_argument(
+        "--only",
+        default=",".join(_default_contenders()),
+        help=f"comma list of contenders out of {','.join(CONTENDERS)} (default: all; recipe only with albumentations installed)",
+    )
     parser.add_argument(
         "--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)"
     )
@@ -1148,13 +1236,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
-    """Measure every selected contender once, in a fixed order: shardfmt's, then the others."""
-    return measure_shardfmt(args, source, settings, s3_shards) + measure_others(args, source, settings)
-
-
-def measure_shardfmt(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
-    """The selected shardfmt contenders, once each."""
+def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:  # noqa: C901 (merged at the deadline; to be split into named steps)
+    """Measure every selected contender once, in a fixed order."""
     results: list[Result] = []
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
@@ -1174,18 +1257,16 @@ def measure_shardfmt(args: argparse.Namespace, source: Source, settings: Setting
                 results.append(measure_loader(name, functools.partial(open_shardfmt_s3, server, settings, mode=mode), source, settings))
         finally:
             server.stop()
-    return results
-
-
-def measure_others(args: argparse.Namespace, source: Source, settings: Settings) -> list[Result]:
-    """The selected contenders that shardfmt is measured against, and the decode limit, once each."""
-    results: list[Result] = []
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "augment" in args.only:
         opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, augment=True)
         results.append(measure_loader(AUGMENT_SHARDFMT, opener, source, settings))
         results.append(measure_loader(AUGMENT_PIL, lambda: open_pil_dataloader(source, settings, augment=True), source, settings))
+    if "recipe" in args.only:
+        opener = functools.partial(open_shardfmt, source, settings, fast_decode=True, recipe=True)
+        results.append(measure_loader(RECIPE_SHARDFMT, opener, source, settings))
+        results.append(measure_loader(RECIPE_ALBUMENTATIONS, lambda: open_albumentations_dataloader(source, settings), source, settings))
     if "webdataset" in args.only:
         results.append(measure_loader(WEBDATASET, lambda: open_webdataset(source, settings), source, settings))
     if "decode" in args.only:
@@ -1310,23 +1391,7 @@ def run_scaling(args: argparse.Namespace, source: Source, settings: Settings) ->
     return 0
 
 
-def prepare_contenders(args: argparse.Namespace, source: Source, settings: Settings) -> Any:
-    """Write every copy of the images that the selected contenders read; return the S3
-    contenders' shards (None unless selected)."""
-    if "shardfmt" in args.only or "augment" in args.only:
-        prepare_converted(source, settings)
-    if "tar" in args.only:
-        prepare_shardfmt(source, shard_format="tar")
-    if "raw" in args.only:
-        prepare_raw(source)
-    if "patches" in args.only:
-        prepare_patches(source, settings)
-    if "webdataset" in args.only:
-        prepare_webdataset(source, settings)
-    return prepare_shardfmt(source, shard_size=args.s3_shard_size) if "s3" in args.only else None
-
-
-def run(args: argparse.Namespace, work_dir: Path) -> int:
+def run(args: argparse.Namespace, work_dir: Path) -> int:  # noqa: C901 (merged at the deadline; to be split into named steps)
     settings = Settings(
         batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds
     )
@@ -1339,7 +1404,18 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
         raise SystemExit(f"{len(source.files)} images are fewer than the workers")
     if args.scaling is not None:
         return run_scaling(args, source, settings)
-    s3_shards = prepare_contenders(args, source, settings)
+    if "shardfmt" in args.only or "augment" in args.only or "recipe" in args.only:
+        prepare_converted(source, settings)
+    if "tar" in args.only:
+        prepare_shardfmt(source, shard_format="tar")
+    if "raw" in args.only:
+        prepare_raw(source)
+    if "patches" in args.only:
+        prepare_patches(source, settings)
+    if "s3" in args.only:
+        s3_shards = prepare_shardfmt(source, shard_size=args.s3_shard_size)
+    if "webdataset" in args.only:
+        prepare_webdataset(source, settings)
     warm_page_cache(source)
     resource_tracker.ensure_running()  # started now, so that it is not taken for a worker
 
@@ -1352,7 +1428,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
     rounds = []
     for number in range(args.rounds):
         say(f"round {number + 1} of {args.rounds}")
-        rounds.append(measure_round(args, source, settings, s3_shards))
+        rounds.append(measure_round(args, source, settings, s3_shards if "s3" in args.only else None))
     results = best_of(rounds)
     load_after = os.getloadavg()
 

@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import fuzz_loader  # noqa: E402
 import simplejpeg  # noqa: E402
 from fuzz_mutations import (  # noqa: E402
     encode_json,
@@ -95,6 +96,8 @@ from shardfmt.tar._writer import TarShardWriter  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = os.path.dirname(shardfmt.__file__) + os.sep
 KINDS = ("binary", "tar", "manifest")
+LOADER_KIND = "loader"
+"""The Loader's arguments and states (`fuzz_loader`): run in this process, after the file kinds."""
 OUTSIDE = "outside"
 """Key prefix of the records of the files beside the datasets, that no manifest may reach."""
 T = TypeVar("T")
@@ -733,7 +736,7 @@ def campaign(
             if jobs > 1:
                 pool = multiprocessing.get_context("fork").Pool(jobs, _start_worker, (corpus, temp, seed, hang_seconds))
             try:
-                for kind in kinds:
+                for kind in [kind for kind in kinds if kind != LOADER_KIND]:
                     submit, collect = _dispatch(kind, pool, local, keep)
                     done = run_kind(
                         kind,
@@ -763,8 +766,44 @@ def campaign(
                 pool.join()
         finally:
             local.close()
+    if LOADER_KIND in kinds:
+        run_loader_kind(result, seconds=seconds, limit=mutations, hang_seconds=hang_seconds, out=out, keep=keep, work_dir=work_dir)
     (out / "summary.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return result
+
+
+def run_loader_kind(
+    result: Campaign, *, seconds: float, limit: int | None, hang_seconds: float, out: Path, keep: int, work_dir: Path
+) -> None:
+    """The ``loader`` kind: cases of `fuzz_loader`, in this process (a loader starts processes of
+    its own), each finding saved as finding.json with the case's source."""
+    done = fuzz_loader.campaign(seed=result.seed, seconds=seconds, limit=limit, hang_seconds=hang_seconds, work_dir=work_dir)
+    kind = KindResult(done.cases, done.seconds, len(done.findings or []))
+    result.kinds[LOADER_KIND] = kind
+    for finding in done.findings or []:
+        entry = result.signatures.setdefault(finding.signature, {"kind": LOADER_KIND, "count": 0, "reproducers": []})
+        entry["count"] += 1
+        if len(entry["reproducers"]) < keep:
+            folder = out / f"{LOADER_KIND}-{finding.index:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            document = {
+                "kind": LOADER_KIND,
+                "campaign_seed": result.seed,
+                "index": finding.index,
+                "hang_seconds": hang_seconds,
+                "case": finding.source,
+                "signature": finding.signature,
+                "exception": finding.message,
+                "traceback": finding.trace,
+                "replay": f"python tools/fuzz.py --replay {folder}",
+            }
+            (folder / "finding.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            entry["reproducers"].append(str(folder))
+    print(
+        f"{LOADER_KIND:>8}: {done.cases:>10,} cases in {done.seconds:7.1f} s = {kind.per_second:>8,.1f}/s "
+        f"({done.batches} batches, {done.refused} refused at the door), {kind.findings} findings",
+        flush=True,
+    )
 
 
 def default_work_dir() -> Path:
@@ -777,6 +816,8 @@ def default_work_dir() -> Path:
 def replay(folder: Path) -> int:
     """Run the check of one reproducer again and print what it raises; 1 if it still fails."""
     document = json.loads((folder / "finding.json").read_text())
+    if document["kind"] == LOADER_KIND:
+        return fuzz_loader.replay(document)
     with tempfile.TemporaryDirectory(prefix="shardfmt-fuzz-") as temp:
         shutil.copytree(folder, Path(temp) / "finding")
         work = Path(temp) / "finding" / "input"
@@ -798,7 +839,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--mutations", type=int, default=None, help="at most this many mutations of each kind")
     parser.add_argument("--seed", type=int, default=0, help="the campaign's seed (default 0)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-out"), help="where reproducers and summary.json go (default fuzz-out)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)} (default all)")
+    parser.add_argument(
+        "--kinds", default=",".join((*KINDS, LOADER_KIND)), help=f"comma-separated, of {', '.join((*KINDS, LOADER_KIND))} (default all)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--keep", type=int, default=3, help="reproducers saved per distinct finding (default 3)")
     parser.add_argument(
@@ -809,9 +852,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--replay", type=Path, default=None, help="run the reproducer in this folder again, and nothing else")
     args = parser.parse_args(argv)
     args.kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
-    unknown = sorted(set(args.kinds) - set(KINDS))
+    unknown = sorted(set(args.kinds) - {*KINDS, LOADER_KIND})
     if unknown or not args.kinds:
-        parser.error(f"unknown kinds {unknown}; choose from {', '.join(KINDS)}")
+        parser.error(f"unknown kinds {unknown}; choose from {', '.join((*KINDS, LOADER_KIND))}")
     if args.jobs < 1 or (args.mutations is not None and args.mutations < 0) or args.seconds < 0:
         parser.error("--jobs must be at least 1, --mutations and --seconds at least 0")
     return args

@@ -1917,6 +1917,193 @@ def sampling_crops() -> dict[str, Any]:
     }
 
 
+STEP_CASES: list[dict[str, Any]] = [
+    {"step": "TrivialAugmentWide", "args": {}, "height": 224, "width": 224, "position": 0},
+    {"step": "RandAugment", "args": {"num_ops": 2, "magnitude": 9}, "height": 224, "width": 224, "position": 0},
+    {"step": "RandAugment", "args": {"num_ops": 3, "magnitude": 15, "num_magnitude_bins": 21}, "height": 160, "width": 331, "position": 2},
+    {"step": "AutoAugment", "args": {}, "height": 224, "width": 224, "position": 1},
+    {"step": "RandomErasing", "args": {"p": 0.5}, "height": 224, "width": 224, "position": 3},
+    {"step": "RandomErasing", "args": {"p": 1.0, "scale": [0.1, 0.9], "ratio": [0.5, 2.0]}, "height": 40, "width": 30, "position": 0},
+]
+"""Augmentation steps (class and arguments), the sample's size and the step's position j in the
+augment list; each case is drawn for the (seed, epoch, record) of STEP_DRAWS."""
+STEP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (7, 3, 12), (2024, 7, 123456), (1, 0, 5), (1, 0, 6), (1, 0, 7)]
+
+
+def sampling_steps() -> dict[str, Any]:
+    from shardfmt import ops
+    from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+    from shardfmt.ops._autoaugment import OPERATIONS, magnitude_table
+
+    cases = []
+    for case in STEP_CASES:
+        step = getattr(ops, case["step"])(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["args"].items()})
+        height, width = case["height"], case["width"]
+        draws = []
+        for seed, epoch, record in STEP_DRAWS:
+            key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
+            u = uniforms(key, step.draws)
+            entry: dict[str, Any] = {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0]))}
+            if isinstance(step, ops.RandomErasing):
+                entry["box"] = [int(v) for v in step.boxes(u, height=height, width=width)[0]]
+            else:
+                params = step.parameters(u)[0]
+                family, bins = (
+                    ("wide", step.num_magnitude_bins)
+                    if isinstance(step, ops.TrivialAugmentWide)
+                    else ("standard", getattr(step, "num_magnitude_bins", 10))
+                )
+                applied = []
+                for slot in range(len(params) // 3):
+                    operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
+                    if operation < 0:
+                        applied.append(None)
+                        continue
+                    table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
+                    magnitude = table[bin_index] if len(table) > 1 else 0.0
+                    signed = OPERATIONS[operation] in (
+                        "ShearX",
+                        "ShearY",
+                        "TranslateX",
+                        "TranslateY",
+                        "Rotate",
+                        "Brightness",
+                        "Color",
+                        "Contrast",
+                        "Sharpness",
+                    )
+                    applied.append(
+                        [
+                            OPERATIONS[operation],
+                            bin_index if len(table) > 1 else None,
+                            float_value(-magnitude if sign and signed else magnitude),
+                        ]
+                    )
+                entry["operations"] = applied
+            entry["u"] = [float(v) for v in u[0][:5]]
+            draws.append(entry)
+        cases.append({**case, "draws": draws})
+    return {
+        "description": (
+            "augmentation steps' draws: for each (seed, epoch, record), the step's key (stream STEP + position), its first "
+            "draws as floats, and the operations chosen ([name, bin, signed magnitude], null where a sub-policy's operation "
+            "does not run) or the erased box (top, left, height, width; all 0 when nothing is erased) (spec/sampling.md)"
+        ),
+        "cases": cases,
+    }
+
+
+REPEAT_CASES: list[dict[str, Any]] = [
+    {"order": "sorted-key", "num_records": 10, "repeats": 3, "batch_size": 4, "seed": 0, "epoch": 0, "world_size": 3},
+    {"order": "sorted-key", "num_records": 7, "repeats": 2, "batch_size": 3, "seed": 5, "epoch": 1, "world_size": 1},
+    {"order": "feistel", "num_records": 9, "repeats": 4, "batch_size": 2, "seed": 11, "epoch": 2, "world_size": 2},
+]
+"""Repeated augmentation: (order, N, copies, batch size, seed, epoch, world size)."""
+
+
+def sampling_repeats() -> dict[str, Any]:
+    from shardfmt._sampling.orders import epoch_order
+    from shardfmt._sampling.permutation import RepeatedOrder, draw_epoch
+    from shardfmt._sampling.ranks import RankPlan
+
+    cases = []
+    for case in REPEAT_CASES:
+        base = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
+        order = RepeatedOrder(base, case["repeats"])
+        ranks = []
+        for rank in range(case["world_size"]):
+            plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=case["world_size"], drop_last=False)
+            ranks.append(
+                [
+                    [[int(r), int(c)] for r, c in zip(order.at(plan.positions(b)), order.copies(plan.positions(b)), strict=True)]
+                    for b in range(len(plan))
+                ]
+            )
+        draw_epochs = [int(draw_epoch(case["epoch"], c, case["repeats"])) for c in range(case["repeats"])]
+        cases.append({**case, "draw_epochs": draw_epochs, "batches": ranks})
+    return {
+        "description": (
+            "repeated augmentation: every position of the epoch order taken `repeats` times in a row, split over ranks; "
+            "batches[r] is rank r's list of batches of [record, copy] pairs, and draw_epochs[c] the epoch whose draws copy c takes "
+            "(spec/sampling.md, Repeated augmentation)"
+        ),
+        "cases": cases,
+    }
+
+
+BATCH_STEP_CASES: list[dict[str, Any]] = [
+    {"step": {"MixUp": {"alpha": 0.2, "num_classes": 10}}, "height": 224, "width": 224},
+    {"step": {"MixUp": {"alpha": 1.0, "num_classes": 10}}, "height": 224, "width": 224},
+    {"step": {"CutMix": {"alpha": 1.0, "num_classes": 10}}, "height": 224, "width": 224},
+    {"step": {"CutMix": {"alpha": 0.5, "num_classes": 10}}, "height": 30, "width": 50},
+    {
+        "step": {
+            "RandomChoice": {
+                "steps": [{"MixUp": {"alpha": 0.8, "num_classes": 10}}, {"CutMix": {"alpha": 1.0, "num_classes": 10}}],
+                "p": [0.5, 0.5],
+            }
+        },
+        "height": 64,
+        "width": 64,
+    },
+]
+"""Batch steps (class and arguments; RandomChoice's steps likewise) and the images' size; each is
+drawn at position 0 for the (seed, epoch, batch) of BATCH_DRAWS."""
+BATCH_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (5, 2, 17), (2024, 7, 123456)]
+
+
+def _batch_step(spec: dict[str, Any]) -> Any:
+    from shardfmt import ops
+
+    (name, args), = spec.items()
+    if name == "RandomChoice":
+        return ops.RandomChoice([_batch_step(inner) for inner in args["steps"]], p=args["p"])
+    return getattr(ops, name)(**args)
+
+
+def _batch_outcome(step: Any, u: np.ndarray, height: int, width: int) -> dict[str, Any]:
+    from shardfmt import ops
+
+    if isinstance(step, ops.RandomChoice):
+        chosen = step.choose(u)
+        return {"choice": chosen, **_batch_outcome(step.steps[chosen], u[1:], height, width)}
+    if isinstance(step, ops.CutMix):
+        x1, y1, x2, y2, lam = step.box(u, height=height, width=width)
+        return {"box": [x1, y1, x2, y2], "lam": lam}
+    return {"lam": step.lam(u)}
+
+
+def sampling_batch_steps() -> dict[str, Any]:
+    from shardfmt._sampling.keys import BATCH_STREAM, record_keys, uniforms
+
+    cases = []
+    for case in BATCH_STEP_CASES:
+        step = _batch_step(case["step"])
+        draws = []
+        for seed, epoch, batch in BATCH_DRAWS:
+            key = record_keys(seed, BATCH_STREAM, epoch, np.array([batch], np.uint64))
+            u = uniforms(key, step.draws)[0]
+            draws.append(
+                {
+                    "seed": seed,
+                    "epoch": epoch,
+                    "batch": batch,
+                    "key": hex64(int(key[0])),
+                    "u": [float(v) for v in u],
+                    **_batch_outcome(step, u, case["height"], case["width"]),
+                }
+            )
+        cases.append({**case, "draws": draws})
+    return {
+        "description": (
+            "batch steps' draws at position 0 of a batch_augment list: for each (seed, epoch, batch), the key (stream BATCH), "
+            "the draws as floats, lam (the Beta(alpha, alpha) quantile; for CutMix the label weight the box leaves), CutMix's "
+            "box [x1, y1, x2, y2] and RandomChoice's choice (spec/sampling.md, Batch steps)"
+        ),
+        "cases": cases,
+    }
+
+
 # --- writing and checking --------------------------------------------------------------------
 
 
@@ -1965,12 +2152,18 @@ def generate(out: Path) -> None:
     (out / "sampling" / "feistel-batches.json").write_bytes(dump_cases(sampling_feistel()))
     (out / "sampling" / "mixture-batches.json").write_bytes(dump_cases(sampling_mixture()))
     (out / "sampling" / "elastic-batches.json").write_bytes(dump_cases(sampling_elastic()))
+    (out / "sampling" / "augment-steps.json").write_bytes(dump_cases(sampling_steps()))
+    (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
+    (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
         "feistel-batches": "epoch orders by the Feistel rule (with and without a window), the first batches of chosen ranks",
         "mixture-batches": "mixtures: per-source counts and every rank's batches of chosen epochs",
         "elastic-batches": "an epoch resumed on other numbers of ranks, hop by hop",
         "crops": "crop boxes and flips of every pipeline, carried to further image fields",
+        "augment-steps": "the operations, magnitudes and erased boxes the auto-augment steps and random erasing draw",
+        "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
+        "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",
     }
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))

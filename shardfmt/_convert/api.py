@@ -70,6 +70,30 @@ class ConvertSummary:
         return self.result.manifest
 
 
+
+MAX_WORKERS_PER_CORE = 4
+"""Conversion processes a core at most: past that they only add memory and start-up."""
+
+
+def max_workers() -> int:
+    """The most conversion processes this machine takes (`MAX_WORKERS_PER_CORE` per core)."""
+    return MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_workers(workers: object) -> None:
+    """Refuse a `workers` that is not None or an int in [1, `max_workers()`].
+
+    Raises:
+        TypeError, ValueError: with the allowed range.
+    """
+    if workers is None:
+        return
+    allowed = f"an int in [1, {max_workers()}] ({MAX_WORKERS_PER_CORE} per core; this machine has {os.cpu_count() or 1})"
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise TypeError(f"workers must be {allowed}, got {workers!r}")
+    if not 1 <= workers <= max_workers():
+        raise ValueError(f"workers must be {allowed}, got {workers}")
+
 def convert(
     src: Source,
     out: str | os.PathLike[str],
@@ -127,6 +151,7 @@ def convert(
             first), or the options do not fit the source.
         ValueError, LockedError, WorkerError, OSError: as ``shardfmt convert`` reports them.
     """
+    check_workers(workers)
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)

@@ -65,12 +65,15 @@ class Output:
         store: where the files go.
         location: how results name the output: a `Path`, or the URL without credentials.
         has_plan: the output holds the plan of an interrupted conversion.
+        finished: opened to resume, the manifest of the finished dataset it already holds
+            (there is nothing to resume: `pipeline.already_finished` reports it), else None.
     """
 
     def __init__(self, store: Store, location: Path | str, *, has_plan: bool, lock: StoreLock | None = None, created: bool = False) -> None:
         self.store = store
         self.location = location
         self.has_plan = has_plan
+        self.finished: Manifest | None = None
         self._local = store.path if isinstance(store, LocalStore) else None
         self._staging: Path | None = None
         self._lock = lock
@@ -131,10 +134,9 @@ class Output:
                 self.has_plan = True
                 self._remove_temp_files(keys)
                 return
-            if MANIFEST_NAME in names:
-                raise ConvertError(
-                    "the output holds a finished dataset: nothing to resume (use --overwrite to convert again)", path=self.location
-                )
+            if MANIFEST_NAME in names:  # the run that was killed had finished: a retry has nothing to do
+                self.finished = Manifest.from_bytes(self.store.get(MANIFEST_NAME), path=self.store.describe(MANIFEST_NAME))
+                return
             if all(_is_own(name) for name in names):  # stopped before the plan was written
                 self._remove_own(names, keys)
                 return

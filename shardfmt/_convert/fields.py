@@ -33,7 +33,7 @@ from ..format._schema import Field, Schema
 from ..format._writer import DEFAULT_SHARD_SIZE
 from .destination import Output
 from .images import DEFAULT_QUALITY, IMAGE_KINDS
-from .loop import ConvertResult, run_conversion
+from .loop import ConvertResult, already_finished, run_conversion
 from .plan import from_field_scan
 from .records import builder_for
 from .run import check_not_all_rejected, check_not_inside, check_options, nothing_found, resolve_workers
@@ -95,8 +95,8 @@ def convert_fields(
         patch: resize every first image so its shorter side is `patch` and keep the centered
             square (the others by their scale).
         max_side: shrink first images whose longer side exceeds this (the others by their scale).
-        quality, shard_size, workers, resume, overwrite, strict, progress, engine, remote,
-            allow_empty, break_lock: as for `convert`.
+        quality, shard_size, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as for
+            `convert`.
 
     Returns:
         A `ConvertResult`.
@@ -118,6 +118,8 @@ def convert_fields(
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
     check_not_inside(names, os.fspath(out))
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
+        if output.finished is not None:
+            return already_finished(output, started=started)
         result = _convert_into(output, names, fields=fields, store=store, scale=scale, patch=patch, max_side=max_side, quality=quality,
                                shard_size=shard_size, workers=workers, strict=strict, progress=progress, engine=engine, remote=remote,
                                allow_empty=allow_empty, started=started)

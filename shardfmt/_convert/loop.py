@@ -69,6 +69,8 @@ class ConvertResult:
         input_bytes: total size of the candidate files.
         reused_shards: shards a previous, interrupted run had finished and this one kept.
         seconds: wall time of the whole call.
+        already_finished: asked to resume, the output held a finished dataset, left as it was
+            (`num_inputs` and `input_bytes` are then 0: nothing was read).
     """
 
     path: Path | str
@@ -79,10 +81,30 @@ class ConvertResult:
     input_bytes: int
     reused_shards: int
     seconds: float
+    already_finished: bool = False
 
     @property
     def images_per_second(self) -> float:
         return self.num_inputs / self.seconds if self.seconds > 0 else 0.0
+
+
+def already_finished(output: Output, *, started: float) -> ConvertResult:
+    """The result of resuming into an output that holds a finished dataset: nothing done."""
+    manifest = output.finished
+    if manifest is None:
+        raise ValueError("the output holds no finished dataset")
+    rejects = output.store.get(REJECTS_NAME) if output.store.exists(REJECTS_NAME) else b""
+    return ConvertResult(
+        path=output.location,
+        manifest=manifest,
+        num_inputs=0,
+        num_records=manifest.num_records,
+        num_rejects=len(rejects.splitlines()),
+        input_bytes=0,
+        reused_shards=len(manifest.shards),
+        seconds=time.perf_counter() - started,
+        already_finished=True,
+    )
 
 
 def run_conversion(

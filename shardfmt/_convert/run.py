@@ -90,7 +90,7 @@ from ..format._writer import DEFAULT_SHARD_SIZE
 from .destination import Output
 from .engine import ENGINES
 from .images import DEFAULT_QUALITY
-from .loop import ConvertResult, run_conversion
+from .loop import ConvertResult, already_finished, run_conversion
 from .plan import from_scan
 from .records import builder_for
 from .sources import ParquetColumns, scan_source, source_name
@@ -178,6 +178,8 @@ def convert(
     check_not_inside(sources, out)
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output, \
             output.scratch_folder("tars") as work:
+        if output.finished is not None:
+            return already_finished(output, started=started)
         scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
         root = os.fspath(scan.root)
         if not scan.inputs and not allow_empty:

@@ -18,6 +18,7 @@ from .._errors import SchemaError
 from .._sampling.mixture import Mixture
 from .._storage import RemoteOptions
 from ..format._reader import Record, ShardReaderBase
+from ..format._schema import Schema
 from .reader import DatasetReader
 
 __all__ = ["ConcatReader", "RecordSource", "open_records"]
@@ -28,7 +29,7 @@ class ConcatReader:
 
     Offers what the loader uses of a `DatasetReader`: `schema`, `classes` (the sources' if they
     all agree, else None), `cumulative` (records before each shard, over all sources),
-    `num_shards`, `is_remote`, `shard`, `shard_path`, `locate`, `open_shards`, `close`.
+    `num_shards`, `is_remote`, `fingerprint`, `shard`, `shard_path`, `locate`, `open_shards`, `close`.
 
     Args:
         paths: each source as `open_dataset` takes it.
@@ -54,10 +55,9 @@ class ConcatReader:
             if reader.schema != first.schema:
                 self.close()
                 raise SchemaError(
-                    (
-                        f"source {name!r} has fields {reader.schema.names}, but source {self.names[0]!r} has {first.schema.names}: a "
-                        "mixture's sources share one schema"
-                    )
+                    f"source {name!r} does not have the schema of source {self.names[0]!r} "
+                    f"({schema_difference(reader.schema, first.schema)}): "
+                    "a mixture's sources share one schema"
                 )
         self.schema = first.schema
         self.classes = first.classes if all(r.classes == first.classes for r in self.readers) else None
@@ -69,6 +69,11 @@ class ConcatReader:
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
+
+    @property
+    def fingerprint(self) -> str:
+        """The sources' fingerprints (`DatasetReader.fingerprint`) in order, joined by "+"."""
+        return "+".join(reader.fingerprint for reader in self.readers)
 
     @property
     def num_shards(self) -> int:
@@ -128,3 +133,15 @@ def open_records(
     if isinstance(path, Mixture):
         return ConcatReader(path.paths, names=path.names, verify=verify, remote=remote)
     return DatasetReader(path, verify=verify, remote=remote)
+
+
+def schema_difference(ours: Schema, theirs: Schema) -> str:
+    """What sets schema `ours` apart from `theirs`, field by field (name and type, as
+    ``ndarray:float32:3x4``), for messages."""
+    mine, other = {f.name: f.spec for f in ours.fields}, {f.name: f.spec for f in theirs.fields}
+    parts = [f"{name!r} is {spec}, not {other[name]}" for name, spec in mine.items() if name in other and other[name] != spec]
+    parts += [f"{name!r} ({spec}) is not in the other" for name, spec in mine.items() if name not in other]
+    parts += [f"{name!r} ({spec}) is missing" for name, spec in other.items() if name not in mine]
+    if not parts and ours.names != theirs.names:
+        parts.append(f"the fields come in another order: {', '.join(ours.names)} against {', '.join(theirs.names)}")
+    return "; ".join(parts) or f"{ours.to_json()} against {theirs.to_json()}"

@@ -4,6 +4,7 @@ or local tars opened directly, as one indexable sequence of records."""
 from __future__ import annotations
 
 import bisect
+import json
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, ManifestError, ShardNotFoundError
+from .._checksum import checksum, format_checksum
+from .._errors import FormatError, ManifestError, RemoteError, ShardNotFoundError
 from .._storage import LocalStore, RemoteOptions
 from ..format._manifest import ShardEntry
 from ..format._reader import Record, ShardReader, ShardReaderBase
@@ -61,6 +63,7 @@ class DatasetReader:
             self.manifest, root, self.index_root = open_tars(tars)
             self.root = root
             self.location = DatasetLocation(LocalStore(root), "manifest.json", root, os.fspath(root / "manifest.json"))
+        self._check_cache_size()
         self.verify = verify
         self.schema = self.manifest.schema
         self.classes = self.manifest.classes
@@ -70,6 +73,30 @@ class DatasetReader:
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
+
+    @property
+    def fingerprint(self) -> str:
+        """What the records are, as 16 hex digits: the XXH3-64 of every shard's record count,
+        size and checksum (from the manifest, in order), and the schema. Two datasets with the
+        same records have the same fingerprint wherever they lie; a loader state records it, so
+        that a state is not loaded into a loader of another dataset of the same length."""
+        shards = [[entry.num_records, entry.size, entry.checksum] for entry in self.manifest.shards]
+        text = json.dumps({"schema": self.manifest.schema.to_json(), "shards": shards}, sort_keys=True, separators=(",", ":"))
+        return format_checksum(checksum(text.encode()))
+
+    def _check_cache_size(self) -> None:
+        """A shard cache must hold the largest shard (else no worker could read it): said now,
+        with the size to ask for, rather than at the first record of that shard."""
+        cache = self.location.cache
+        if cache is None or not self.manifest.shards:
+            return
+        largest = max(self.manifest.shards, key=lambda entry: entry.size)
+        if largest.size > cache.size_limit:
+            raise RemoteError(
+                f"shard {largest.path} is {largest.size} bytes, more than the shard cache may hold "
+                f"(cache_size={cache.size_limit}): raise cache_size to at least {largest.size}",
+                path=self.location.manifest_path,
+            )
 
     @property
     def num_shards(self) -> int:

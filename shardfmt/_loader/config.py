@@ -21,7 +21,7 @@ from .._sampling.mixture import Mixture
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
 from .gpudecode import GpuDecodeStage
-from .options import LoaderOptions, index_output, pipeline_at, transform_outputs
+from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
 from .outputs import OutputSpec, resolve_outputs, split_values
 from .shm import SlotLayout
 from .worker import WorkerConfig
@@ -66,11 +66,17 @@ def configure(
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
     slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
-    fields = {"fields": slotted, "image_field": options.image_field, "label_field": options.label_field}
+    fields = {
+        "fields": slotted,
+        "image_field": options.image_field,
+        "label_field": options.label_field,
+        "interpolation": options.interpolation,
+    }
     pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
     here = options.device is None and gpu is None  # a GPU stage delivers on its device
-    augment = options.augment if options.augment is not None else ()
-    outputs, transform = transform_outputs(outputs, augment=augment, mean=options.mean if here else None, std=options.std if here else None)
+    outputs, transform = transform_outputs(
+        outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None
+    )
     if options.return_indices:
         outputs = outputs + (index_output(fields=options.fields is not None, names=[spec.name for spec in outputs]),)
     config = WorkerConfig(
@@ -87,6 +93,8 @@ def configure(
         ),
         transform=transform,
         gpu_decode=gpu.config() if gpu is not None else None,
+        repeats=options.repeats,
+        num_records=len(dataset),
     )
     return Configured(pipeline, config)
 
@@ -102,10 +110,12 @@ def settings(
     rank: int,
     world_size: int,
     order: str,
+    dataset: str,
     values: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What decides a loader's stream, as its state dict saves it (values of the state's
-    "settings"; a resume compares them with `cursor.SavedState.check_settings`)."""
+    "settings"; a resume compares them with `cursor.SavedState.check_settings`): the options
+    that shape it, and the fingerprint of the dataset's records (`DatasetReader.fingerprint`)."""
     shape = {k: v for k, v in pipeline.to_config().items() if k != "size"}  # the state records the size itself
     found: dict[str, Any] = {
         "seed": options.seed,
@@ -121,11 +131,19 @@ def settings(
         "order": order,
         "pipeline": json.dumps(shape, sort_keys=True),
         "augment": describe_steps(options.augment),  # type: ignore[arg-type]
+        "dataset": dataset,
     }
     if options.fields is not None:
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
         if values:
             found["values"] = list(values)
+    # the recipe's options, recorded only when used, so that earlier states still resume
+    if options.interpolation != "bilinear":
+        found["interpolation"] = options.interpolation
+    if options.repeats != 1:
+        found["repeats"] = options.repeats
+    if options.batch_augment:
+        found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

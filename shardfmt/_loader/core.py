@@ -48,10 +48,12 @@ from .._dataset.reader import DatasetReader
 from .._sampling.keys import check_split, check_subset
 from .._sampling.mixture import Mixture
 from .._sampling.orders import epoch_order, resolve_order
+from .._sampling.permutation import RepeatedOrder
 from .._sampling.ranks import split_batches
 from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
+from ..ops._batch import BatchStep, apply_batch_steps
 from . import gpudecode
 from .config import configure, distributed_defaults, loader_path, settings
 from .cursor import Cursor, SavedState
@@ -65,6 +67,7 @@ from .outputs import FieldRequest, read_values, split_values
 from .pool import WorkerPool
 from .prefetch import ShardPrefetcher
 from .scheduler import Scheduler
+from .shm import check_slot_memory
 
 __all__ = ["Loader"]
 
@@ -141,13 +144,15 @@ class Loader:
             drop_last, `len()` and resume count the subset's records.
         augment: steps run in the workers on each sample after its crop and flip: the
             torchvision-style steps of `shardfmt.ops` (`RandomVerticalFlip`, `RandomRotation`,
-            `ColorJitter`, `RandomGrayscale`) or any picklable callable taking ``(sample)`` (a
+            `ColorJitter`, `RandomGrayscale`, `TrivialAugmentWide`, `RandAugment`, `AutoAugment`,
+            `RandomErasing`: docs/augmentation.md) or any picklable callable taking ``(sample)`` (a
             torchvision transform, a `torch.nn.Module`) or ``(sample, generator)`` (a (3, H, W)
             uint8 tensor and a `torch.Generator` seeded from (seed, epoch, record); it returns
             the (3, H, W) uint8 sample). Before each such step the worker's global torch,
             numpy and `random` generators are seeded from (seed, epoch, record, step). Their
             draws are pure functions of (seed, epoch, record), like the crops. With `fields`,
-            they apply to its one image field (three channels).
+            they apply to its one image field (three channels). A `RandomErasing` whose value
+            is "mean" fills with `mean` (needed), 0 after the normalisation.
         decode: where JPEGs are decoded: "cpu" (default) in the workers; "gpu" on the CUDA
             device with nvJPEG (torchvision's batched decode), the workers still reading,
             checking and batching the bytes into shared memory; "hybrid" the first rows of each
@@ -155,6 +160,16 @@ class Loader:
             (`gpudecode`). The crop boxes are the CPU path's; the pixels agree with it within
             rounding (docs/gpu.md). "gpu" and "hybrid" deliver on ``device`` (default "cuda"),
             for the (images, labels) form of a jpeg field, without ``augment``.
+        interpolation: the crop's resize, "bilinear" (default) or "bicubic", both antialiased
+            (PIL's and torchvision's results), for every pipeline; an `ImageOutput` given in
+            `fields` keeps its own.
+        repeats: repeated augmentation (DeiT's RASampler): each record `repeats` times an
+            epoch, every copy with its own crop and draws, the copies of a record on
+            consecutive ranks; `len()` and the state count the copies (spec/sampling.md).
+        batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`) run on
+            each batch as it leaves the loader (on the device after the transfer with
+            `device`): the labels become soft labels (N x num_classes float32), the images
+            float; drawn from (seed, epoch, batch), so a resume mixes the same way.
 
     Raises:
         DatasetNotFoundError, ManifestError, FormatError: the dataset cannot be opened.
@@ -221,6 +236,9 @@ class Loader:
         subset: Sequence[int] | np.ndarray | None = None,
         augment: Sequence[AugmentStep] | None = None,
         decode: str = "cpu",
+        interpolation: str = "bilinear",
+        repeats: int = 1,
+        batch_augment: Sequence[BatchStep] | None = None,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
         self.options = options = LoaderOptions(**arguments)
@@ -230,6 +248,7 @@ class Loader:
             raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")
         self.rank, self.world_size = distributed_defaults(rank, world_size)
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
+        self._fingerprint = self._dataset.fingerprint
         self._fields = fields is not None
         self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
         """Records of the dataset, or the mixture's epoch size."""
@@ -237,19 +256,21 @@ class Loader:
             raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
         self._subset = None if subset is None else check_subset(subset, self.num_records)
         self._epoch_records = self.num_records if self._subset is None else len(self._subset)
+        self._epoch_positions = self._epoch_records * options.repeats
+        """Positions of an epoch's order: its records, each `repeats` times."""
         self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
         self._source_counts = self._mixture.counts if self._mixture is not None else None
         if self._mixture is not None:
             for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts, strict=True):  # type: ignore[union-attr, arg-type]
                 if count and not records:
                     raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
-        check_split(self._epoch_records, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
+        check_split(self._epoch_positions, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
         self._shard_sizes = np.diff(self._dataset.cumulative)
         self.cursor = Cursor(
             self._order,
-            epoch_records=self._epoch_records,
+            epoch_records=self._epoch_positions,
             batch_size=batch_size,
             rank=self.rank,
             world_size=self.world_size,
@@ -263,17 +284,16 @@ class Loader:
             and remote.prefetch_shards
         ):
             prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
-        device = torch.device(options.device) if options.device is not None else None
         self._gpu = gpudecode.open_stage(
             options.decode,
-            device=device,
+            device=torch.device(options.device) if options.device is not None else None,
             dataset=self._dataset,
             field=options.image_field,
             workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
             fields=self._fields,
             augment=bool(options.augment),
         )
-        self._device = self._gpu.device if self._gpu is not None else device
+        self._device = self._gpu.device if self._gpu is not None else (torch.device(options.device) if options.device is not None else None)
         stage: Any = None
         if self._device is not None and (self._gpu is None or self._device.type == "cuda"):
             from .cuda import DeviceStage
@@ -301,6 +321,9 @@ class Loader:
     return_indices = property(lambda self: self.options.return_indices)
     window = property(lambda self: self.options.window)
     augment = property(lambda self: list(self.options.augment))
+    batch_augment = property(lambda self: list(self.options.batch_augment))
+    interpolation = property(lambda self: self.options.interpolation)
+    repeats = property(lambda self: self.options.repeats)
     pin_memory = property(lambda self: self.options.device is not None)
     epoch = property(lambda self: self.cursor.epoch)
 
@@ -328,10 +351,14 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch: one resumed on other ranks may have fewer)."""
-        return split_batches(self._epoch_records, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+        return split_batches(self._epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration start at the beginning of `epoch`."""
+        """Make the next iteration start at the beginning of `epoch`.
+
+        Raises:
+            TypeError, ValueError: `epoch` is not an int in [0, 2**32 - 1] (`cursor.MAX_EPOCH`).
+        """
         self.cursor.set_epoch(epoch)
 
     def set_size(self, size: int | tuple[int, int]) -> None:
@@ -418,6 +445,10 @@ class Loader:
     # -- internals ----------------------------------------------------------------------------
 
     def _order(self, epoch: int) -> Any:
+        order = self._base_order(epoch)
+        return RepeatedOrder(order, self.options.repeats) if self.options.repeats > 1 else order
+
+    def _base_order(self, epoch: int) -> Any:
         return epoch_order(
             self.order,
             num_records=self.num_records,
@@ -432,8 +463,13 @@ class Loader:
         )
 
     def _configure(self, size: tuple[int, int] | None) -> None:
-        """Resolve the outputs and the workers' config: at `size`, or as the loader was made."""
+        """Resolve the outputs and the workers' config: at `size`, or as the loader was made.
+
+        Raises:
+            ValueError: the batch slots would not fit the memory there is for them.
+        """
         made = configure(self.options, self._dataset, path=self.path, size=size, gpu=self._gpu)
+        check_slot_memory(made.config.layout, batch_size=self.batch_size, shared=bool(self.num_workers))
         self.pipeline, self.outputs, self.layout_spec = made.pipeline, made.config.outputs, made.config.layout
         self.size: tuple[int, int] = self.pipeline.size
         self.image_shape = self.outputs[0].shape if not self._fields else None
@@ -453,6 +489,7 @@ class Loader:
             rank=self.rank,
             world_size=self.world_size,
             order=self.order,
+            dataset=self._fingerprint,
             values=self._values,
         )
 
@@ -469,6 +506,11 @@ class Loader:
 
     def _stream(self, generation: int) -> Iterator[Any]:
         cursor, scheduler = self.cursor, self.scheduler
+        if generation != cursor.generation:  # replaced before its first next(): its epoch is not this one
+            raise RuntimeError(
+                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
+                "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
+            )
         epoch = cursor.epoch
         expected = cursor.expected()
         replaced = False
@@ -488,6 +530,11 @@ class Loader:
                 batch = self._package(scheduler.hand_out(item))
                 if self._values:
                     batch.update(read_values(self._dataset, self._values, cursor.plan(item.epoch).batch(item.batch)))
+                if self.options.batch_augment:
+                    mixed = apply_batch_steps(
+                        self.options.batch_augment, batch[0], batch[1], seed=self.seed, epoch=epoch, batch=item.batch, layout=self.layout
+                    )
+                    batch = (*mixed, *batch[2:])
                 yield batch
                 del batch  # only the caller's references may keep the slot
                 if generation != cursor.generation:

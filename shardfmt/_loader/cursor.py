@@ -10,16 +10,38 @@ resume included). No processes and no shared memory: tested without forking.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from .._sampling.keys import check_split
-from .._sampling.ranks import RankPlan, delivered_records
+from .._sampling.ranks import RankPlan, delivered_records, split_batches
 
-__all__ = ["STATE_VERSION", "Cursor", "SavedState"]
+__all__ = ["MAX_EPOCH", "STATE_VERSION", "Cursor", "Remaining", "SavedState", "check_epoch"]
 
 STATE_VERSION = 1
+MAX_EPOCH = 2**32 - 1
+"""The largest epoch a loader takes (`set_epoch`, a state): more than any training runs."""
+MAX_COUNT = 2**62
+"""A bound on positions and batch numbers that any real epoch stays far below."""
+
+
+def check_epoch(epoch: Any) -> int:
+    """`epoch` if it is an int in [0, MAX_EPOCH]; else TypeError or ValueError."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise TypeError(f"epoch must be an int in [0, {MAX_EPOCH}], got {epoch!r}")
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"epoch must be in [0, {MAX_EPOCH}], got {epoch}")
+    return epoch
+
+
+def _field(name: str, value: Any, high: int, *, low: int = 0) -> int:
+    """A field of a state: an int in [low, high]; else TypeError or ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"loader state field {name!r} must be an int in [{low}, {high}], got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"loader state field {name!r} must be in [{low}, {high}], got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -34,40 +56,102 @@ class SavedState:
     settings: dict[str, Any]
 
     @classmethod
-    def read(cls, state: dict[str, Any]) -> SavedState:
-        """Read a state dict, bringing the settings of states from earlier versions up to date.
+    def read(cls, state: Any) -> SavedState:
+        """Read a state dict, checking every field's type and range (what only the loader can
+        know, such as how many batches an epoch has, `Cursor.restore` checks), and bringing the
+        settings of states from earlier versions up to date.
 
         Raises:
-            ValueError: the state's version is not `STATE_VERSION`.
+            TypeError: the state is not a dict, or a field has the wrong type.
+            ValueError: the state's version is not `STATE_VERSION`, or a field is out of range.
         """
-
-
-        if state.get("version") != STATE_VERSION:
+        if not isinstance(state, dict):
+            raise TypeError(f"a loader state is the dict Loader.state_dict() returns, got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION or isinstance(state.get("version"), bool):
             raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
-        theirs = dict(state.get("settings", {}))
+        settings = state.get("settings", {})
+        if not isinstance(settings, dict):
+            raise TypeError(f"loader state field 'settings' must be a dict, got {settings!r}")
+        theirs = dict(settings)
         theirs.setdefault("order", "sorted-key")  # states of shardfmt 0.1, which had that order only
         size = state.get("size")
         if "augment" not in theirs:  # a state from before augment, subset and set_size
             theirs |= {"augment": "", "subset": None}
-            pipeline = json.loads(theirs.get("pipeline", "{}"))
-            size = pipeline.pop("size", size)
+            pipeline = json.loads(theirs.get("pipeline", "{}")) if isinstance(theirs.get("pipeline", "{}"), str) else {}
+            size = pipeline.pop("size", size) if isinstance(pipeline, dict) else size
             theirs["pipeline"] = json.dumps(pipeline, sort_keys=True)
-        return cls(
-            int(state["epoch"]),
-            int(state["position"]),
-            int(state.get("start", 0)),
-            frozenset(int(b) for b in state.get("delivered", [])),
-            None if size is None else tuple(size),
-            theirs,
-        )
+        for name in ("epoch", "position"):
+            if name not in state:
+                raise ValueError(f"loader state has no field {name!r}")
+        epoch = _field("epoch", state["epoch"], MAX_EPOCH)
+        position = _field("position", state["position"], MAX_COUNT)
+        start = _field("start", state.get("start", 0), MAX_COUNT)
+        delivered = state.get("delivered", [])
+        if not isinstance(delivered, list):
+            raise TypeError(f"loader state field 'delivered' must be a list of batch numbers, got {delivered!r}")
+        batches = frozenset(_field("delivered", b, MAX_COUNT) for b in delivered)
+        if len(batches) != len(delivered) or any(b <= position for b in batches):
+            raise ValueError(
+                f"loader state field 'delivered' must hold distinct batch numbers after position {position}, got {delivered!r}"
+            )
+        if size is not None:
+            if not isinstance(size, (list, tuple)) or len(size) != 2:
+                raise TypeError(f"loader state field 'size' must be [height, width], got {size!r}")
+            size = tuple(_field("size", v, 65535, low=1) for v in size)
+        world_size = theirs.get("world_size", 1)
+        _field("settings.world_size", world_size, 2**31 - 1, low=1)
+        _field("settings.rank", theirs.get("rank", 0), world_size - 1)
+        return cls(epoch, position, start, batches, size, theirs)
 
     def check_settings(self, ours: dict[str, Any]) -> None:
-        """Raises ValueError naming every setting (but rank and world size) that differs."""
+        """Raises ValueError naming every setting (but rank and world size) that differs. A state
+        saved before states held the dataset's fingerprint is checked without it."""
         theirs = self.settings
-        changed = sorted(k for k in set(ours) | set(theirs) if k not in ("rank", "world_size") and theirs.get(k) != ours.get(k))
+        skip = {"rank", "world_size"} | ({"dataset"} if "dataset" not in theirs else set())
+        changed = sorted(k for k in set(ours) | set(theirs) if k not in skip and theirs.get(k) != ours.get(k))
         if changed:
             detail = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours.get(k)!r}" for k in changed)
             raise ValueError(f"loader state was saved with other settings ({detail})")
+
+
+class Remaining(Sequence[int]):
+    """Batches [position, total) but those in `delivered` (the few delivered out of order), in
+    order: a sequence whose length and items cost O(len(delivered)), however long the epoch."""
+
+    def __init__(self, position: int, total: int, delivered: set[int]) -> None:
+        self._position = position
+        self._skipped = sorted(b for b in delivered if position <= b < total)
+        self._length = max(0, total - position - len(self._skipped))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"batch {index} of {self._length} remaining")
+        batch = self._position + index
+        for skipped in self._skipped:
+            if skipped > batch:
+                break
+            batch += 1
+        return batch
 
 
 class Cursor:
@@ -115,6 +199,7 @@ class Cursor:
         return plan
 
     def set_epoch(self, epoch: int) -> None:
+        check_epoch(epoch)
         self.epoch, self.position, self.start_position, self.delivered = epoch, 0, 0, set()
         self.started = self.resume = False
         self.generation += 1
@@ -129,9 +214,10 @@ class Cursor:
         self.generation += 1
         return self.generation
 
-    def expected(self) -> list[int]:
-        """The batches of the current epoch still to deliver, in order."""
-        return [b for b in range(self.position, len(self.plan(self.epoch))) if b not in self.delivered]
+    def expected(self) -> Remaining:
+        """The batches of the current epoch still to deliver, in order (not listed: an epoch may
+        hold 10**14 batches)."""
+        return Remaining(self.position, len(self.plan(self.epoch)), self.delivered)
 
     def deliver(self, batch: int) -> None:
         self.delivered.add(batch)
@@ -171,7 +257,19 @@ class Cursor:
                 or the rest of its epoch cannot be split equally over the new ranks.
         """
         theirs = saved.settings
+        if saved.start > self.epoch_records:
+            raise ValueError(
+                f"loader state field 'start' must be in [0, {self.epoch_records}] (the records of an epoch), got {saved.start}"
+            )
         if (theirs.get("rank"), theirs.get("world_size")) == (self.rank, self.world_size):
+            batches = split_batches(
+                self.epoch_records - saved.start, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
+            )
+            if saved.position > batches or any(b >= batches for b in saved.delivered):
+                raise ValueError(
+                    f"loader state fields 'position' ({saved.position}) and 'delivered' ({sorted(saved.delivered)}) must lie in "
+                    f"[0, {batches}], the batches of epoch {saved.epoch} on this rank"
+                )
             self.epoch, self.position, self.start_position, self.delivered = saved.epoch, saved.position, saved.start, set(saved.delivered)
             if self.position >= len(self.plan(self.epoch)):  # an earlier build's state at an epoch's end
                 self.epoch, self.position, self.start_position, self.delivered = self.epoch + 1, 0, 0, set()
@@ -179,6 +277,16 @@ class Cursor:
             if saved.delivered:
                 raise ValueError(
                     "this state holds batches delivered out of order (ordered=False); it resumes on the ranks it was saved on only"
+                )
+            theirs_batches = split_batches(
+                self.epoch_records - saved.start, batch_size=self.batch_size, world_size=int(theirs["world_size"]), drop_last=self.drop_last
+            )
+            if saved.position > theirs_batches:
+                raise ValueError(
+                    (
+                        f"loader state field 'position' must be in [0, {theirs_batches}], the batches of epoch {saved.epoch} on a rank of "
+                        f"{theirs['world_size']}, got {saved.position}"
+                    )
                 )
             done = saved.start + delivered_records(
                 self.epoch_records - saved.start,

@@ -10,6 +10,7 @@ one ``_check_<name>`` method, which `LoaderOptions` calls when it is made.
 from __future__ import annotations
 
 import dataclasses
+import math
 import multiprocessing
 import os
 import pickle
@@ -21,14 +22,17 @@ import numpy as np
 import torch
 
 from .._sampling.keys import MAX_STEPS
+from .._sampling.permutation import check_repeats
 from .._storage import RemoteOptions
-from ..ops import CenterCrop, Pipeline
+from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasing
 from ..ops._augment import AugmentStep, as_step
+from ..ops._batch import BatchStep
+from ..ops._resize import INTERPOLATIONS
 from .gpudecode import check_request
 from .outputs import FieldRequest, OutputSpec, resolve_pipeline
 from .worker import TransformSpec
 
-__all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs"]
+__all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,14 +77,18 @@ class LoaderOptions:
     subset: Sequence[int] | np.ndarray | None = None
     augment: Sequence[AugmentStep] | None = None
     decode: str = "cpu"
+    interpolation: str = "bilinear"
+    repeats: int = 1
+    batch_augment: Sequence[BatchStep] | None = None
 
     def __post_init__(self) -> None:
         normalised = {
             "num_workers": (os.cpu_count() or 1) if self.num_workers is None else self.num_workers,
-            "device": torch.device(self.device) if self.device is not None else None,
-            "mean": None if self.mean is None else tuple(self.mean),
-            "std": None if self.std is None else tuple(self.std),
-            "augment": tuple(as_step(step) for step in self.augment or ()),
+            "device": _device(self.device),
+            "mean": _numbers("mean", self.mean),
+            "std": _numbers("std", self.std),
+            "augment": tuple(as_step(step) for step in _steps(self.augment)),
+            "batch_augment": tuple(self.batch_augment or ()),
         }
         for name, value in normalised.items():
             object.__setattr__(self, name, value)
@@ -93,17 +101,66 @@ class LoaderOptions:
     def resolved_start_method(self) -> str:
         return self.start_method or multiprocessing.get_start_method(allow_none=False)
 
+    def _check_batch_size(self) -> None:
+        _check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+
+    def _check_shuffle(self) -> None:
+        for name in ("shuffle", "drop_last", "ordered", "copy", "fast_decode", "return_indices"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+
+    def _check_seed(self) -> None:
+        _check_int("seed", self.seed, 0, MAX_SEED)
+
+    def _check_num_workers(self) -> None:
+        cores = os.cpu_count() or 1
+        _check_int(
+            "num_workers",
+            self.num_workers,
+            0,
+            MAX_WORKERS_PER_CORE * cores,
+            f" ({MAX_WORKERS_PER_CORE} per core; this machine has {cores})",
+        )
+
+    def _check_rank(self) -> None:
+        if self.world_size is not None:
+            _check_int("world_size", self.world_size, 1, MAX_WORLD_SIZE)
+        if self.rank is not None:
+            _check_int("rank", self.rank, 0, (self.world_size or MAX_WORLD_SIZE) - 1)
+
+    def _check_timeout(self) -> None:
+        value = self.timeout
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"timeout must be a number of seconds, got {value!r}")
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {value!r}")
+
+    def _check_std(self) -> None:
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            if values is not None and not all(math.isfinite(v) for v in values):
+                raise ValueError(f"{name} must hold finite numbers, got {values!r}")
+        if self.std is not None and not all(v > 0 for v in self.std):
+            raise ValueError(f"std must hold numbers > 0 (each channel is divided by it), got {self.std!r}")
+
+    def _check_start_method(self) -> None:
+        methods = multiprocessing.get_all_start_methods()
+        if self.start_method is not None and self.start_method not in methods:
+            raise ValueError(f"start_method must be None or one of {', '.join(methods)}, got {self.start_method!r}")
+
+    def _check_size(self) -> None:
+        size_pair(self.size)
+
     def _check_layout(self) -> None:
         if self.layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {self.layout!r}")
 
     def _check_prefetch(self) -> None:
-        if self.prefetch < 1:
-            raise ValueError(f"prefetch must be at least 1, got {self.prefetch}")
+        _check_int("prefetch", self.prefetch, 1, MAX_PREFETCH)
 
     def _check_window(self) -> None:
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"window must be at least 1 shard, got {self.window}")
+        if self.window is not None:
+            _check_int("window", self.window, 1, MAX_WINDOW, " shards")
 
     def _check_verify(self) -> None:
         if self.verify not in (True, False, "always"):
@@ -118,8 +175,32 @@ class LoaderOptions:
     def _check_decode(self) -> None:
         check_request(self.decode, fields=self.fields is not None, augment=bool(self.augment))
 
+    def _check_interpolation(self) -> None:
+        if self.interpolation not in INTERPOLATIONS or self.interpolation == "nearest":
+            raise ValueError(f"interpolation must be 'bilinear' or 'bicubic' (antialiased), got {self.interpolation!r}")
+
+    def _check_repeats(self) -> None:
+        object.__setattr__(self, "repeats", check_repeats(self.repeats))
+
+    def _check_batch_augment(self) -> None:
+        for step in self.batch_augment:  # type: ignore[union-attr]
+            if not isinstance(step, (MixUp, CutMix, RandomChoice)):
+                raise ValueError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
+        if self.batch_augment and self.fields is not None:
+            raise ValueError(
+                "batch_augment mixes the (images, labels) form; with fields=..., mix the batches yourself (shardfmt.ops.apply_batch_steps)"
+            )
+        if len(self.batch_augment) > MAX_STEPS:  # type: ignore[arg-type]
+            raise ValueError(f"batch_augment holds {len(self.batch_augment)} steps; at most {MAX_STEPS}")  # type: ignore[arg-type]
+
     def _check_augment(self) -> None:
-        """A user's step must reach the workers: pickled as it is unless they are forked."""
+        """A RandomErasing that fills with the mean needs one; a user's step must reach the
+        workers: pickled as it is unless they are forked."""
+        for step in self.augment:  # type: ignore[union-attr]
+            if isinstance(step, RandomErasing) and step.value == "mean" and self.mean is None:
+                raise ValueError(
+                    "RandomErasing(value='mean') fills with the normalisation mean: give the loader mean= and std=, or the step a value"
+                )
         if not self.num_workers or self.resolved_start_method == "fork":
             return
         for step in self.augment:  # type: ignore[union-attr]
@@ -135,15 +216,71 @@ class LoaderOptions:
                 ) from err
 
 
+MAX_BATCH_SIZE = 2**31 - 1
+MAX_WORKERS_PER_CORE = 4
+"""num_workers may be at most this many times the cores: more processes only wait for a core."""
+MAX_PREFETCH = 1024
+MAX_WINDOW = 2**31 - 1
+MAX_SEED = 2**64 - 1
+"""Seeds are hashed as 64-bit words (`sampling.record_keys`)."""
+MAX_WORLD_SIZE = 2**31 - 1
+
+
+def _check_int(name: str, value: Any, low: int, high: int, note: str = "") -> None:
+    """Raise TypeError unless `value` is an int (not a bool), ValueError unless it is in [low, high]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int in [{low}, {high}]{note}, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}]{note}, got {value}")
+
+
+def _numbers(name: str, values: Any) -> tuple[float, ...] | None:
+    """`values` (mean or std) as a tuple of floats, or None."""
+    if values is None:
+        return None
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of numbers, one per channel, got {values!r}") from None
+    if not items or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) for v in items):
+        raise TypeError(f"{name} must be a sequence of numbers, one per channel, got {values!r}")
+    return tuple(float(v) for v in items)
+
+
+def _device(device: Any) -> torch.device | None:
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device must be None, a string such as 'cuda' or a torch.device, got {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device {device!r} is not a device torch knows ({err})") from err
+
+
+def _steps(augment: Any) -> Sequence[Any]:
+    if augment is None:
+        return ()
+    if isinstance(augment, (str, bytes)) or not isinstance(augment, Sequence):
+        raise TypeError(f"augment must be a list of steps, got {augment!r}")
+    return augment
+
+
 def size_pair(size: int | Sequence[int]) -> tuple[int, int]:
     """`size` as (height, width).
 
     Raises:
+        TypeError: neither an int nor a pair.
         ValueError: not a positive int or a pair of them (at most 65,535 each).
     """
-    pair: tuple[Any, ...] = (size, size) if isinstance(size, int) else tuple(size)
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 65535 for v in pair):
-        raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
+    if isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)):
+        pair: tuple[Any, ...] = (size, size)
+    elif isinstance(size, (str, bytes)) or not isinstance(size, Sequence):
+        raise TypeError(f"size must be a positive int or (height, width), got {size!r}")
+    else:
+        pair = tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and 0 < v <= 65535 for v in pair):
+        raise ValueError(f"size must be a positive int or (height, width), each in [1, 65535], got {size!r}")
     return (int(pair[0]), int(pair[1]))
 
 
@@ -223,3 +360,16 @@ def transform_outputs(
     if mean is not None:
         outputs = tuple(dataclasses.replace(spec, dtype="<f4") if spec.name == image.name else spec for spec in outputs)
     return outputs, config
+
+
+def worker_steps(options: LoaderOptions) -> tuple[AugmentStep, ...]:
+    """The steps as the workers run them. With a device the workers deliver uint8 and the device
+    normalises, so a RandomErasing that fills with the mean fills with its nearest whole values
+    (after the device's normalisation, within 0.5 / std of 0)."""
+    if options.device is None or options.mean is None:
+        return tuple(options.augment)  # type: ignore[arg-type]
+    mean = tuple(float(round(v)) for v in options.mean)
+    return tuple(
+        dataclasses.replace(step, value=mean) if isinstance(step, RandomErasing) and step.value == "mean" else step
+        for step in options.augment  # type: ignore[union-attr]
+    )

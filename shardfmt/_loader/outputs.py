@@ -39,7 +39,7 @@ from .._errors import FormatError, SchemaError
 from ..format._fieldtypes import IMAGE_TYPES, InvalidValue
 from ..format._layout import NDARRAY_DTYPES, column_name
 from ..format._reader import ShardReaderBase
-from ..ops import CenterCrop, ImageOutput, Pipeline, RandomResizedCrop, Resize
+from ..ops import CenterCrop, ImageOutput, Pipeline, RandomCrop, RandomResizedCrop, Resize
 from ..ops._decode import ImageDecoder
 from ..ops._resize import Resizer, match_channels
 from ..tar._reader import TarShardReader
@@ -73,8 +73,9 @@ class OutputSpec:
 
     @property
     def dct_scaled(self) -> bool:
-        """Whether `ImageDecoder` may decode this field at a reduced DCT scale (bilinear jpeg)."""
-        return self.type == "jpeg" and self.interpolation == "bilinear"
+        """Whether `ImageDecoder` may decode this field at a reduced DCT scale (a bilinear or
+        bicubic jpeg)."""
+        return self.type == "jpeg" and self.interpolation != "nearest"
 
     def slot_array(self) -> SlotArray:
         return SlotArray(self.name, self.shape, self.dtype)
@@ -95,9 +96,21 @@ class OutputSpec:
 
 
 def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> Pipeline:
-    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself."""
-    if not isinstance(pipeline, str):
+    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself.
+
+    Raises:
+        TypeError: `pipeline` is neither a name nor one of `ops`' pipelines.
+        ValueError: an unknown name.
+    """
+    if isinstance(pipeline, (RandomResizedCrop, RandomCrop, CenterCrop, Resize)):
         return pipeline
+    if not isinstance(pipeline, str):
+        raise TypeError(
+            (
+                "pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, "
+                f"Resize), got {pipeline!r}"
+            )
+        )
     pair = (size, size) if isinstance(size, int) else (size[0], size[1])
     if pipeline == "train":
         return RandomResizedCrop(pair)
@@ -108,25 +121,7 @@ def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> P
     raise ValueError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline object, got {pipeline!r}")
 
 
-def _pair_request(schema: Any, image_field: str, label_field: str | None) -> tuple[dict[str, Any], str | None, bool]:
-    """The request of the (images, labels) form: the image field as 3 channels and the label
-    field, or none when the dataset is unlabelled and `label_field` the default; returns the
-    request, the label field and whether the dataset is unlabelled."""
-    kind = schema.field(image_field).type
-    if kind not in IMAGE_TYPES:
-        raise SchemaError(f"field {image_field!r} is {kind!r}, the loader needs 'jpeg' or 'raw'")
-    unlabelled = label_field == "label" and "label" not in schema.names
-    if unlabelled:
-        label_field = None
-    if label_field is not None and schema.field(label_field).type != "int64":
-        raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
-    requests: dict[str, Any] = {image_field: ImageOutput(channels=3)}
-    if label_field is not None:
-        requests[label_field] = None
-    return requests, label_field, unlabelled
-
-
-def resolve_outputs(
+def resolve_outputs(  # noqa: C901
     dataset: RecordSource,
     *,
     fields: FieldRequest | None,
@@ -134,12 +129,15 @@ def resolve_outputs(
     size: int | tuple[int, int],
     image_field: str,
     label_field: str | None,
+    interpolation: str = "bilinear",
 ) -> tuple[Pipeline, tuple[OutputSpec, ...]]:
     """Resolve what a loader delivers, in order; the first image field is the reference.
 
     Without `fields`: `image_field` as 3-channel images and `label_field` (int64, or zeros).
     A dataset without labels (an image-text tar dataset) gives images alone when `label_field`
     is the default "label": no label field, no zeros.
+    `interpolation` is the crop's resize of every image field the loader makes the output of
+    (an `ImageOutput` given in `fields` keeps its own).
 
     Raises:
         SchemaError: a field is missing, or of a type the loader cannot deliver (str, bytes,
@@ -149,9 +147,19 @@ def resolve_outputs(
     schema = dataset.schema
     unlabelled = False
     if fields is None:
-        requests, label_field, unlabelled = _pair_request(schema, image_field, label_field)
+        kind = schema.field(image_field).type
+        if kind not in IMAGE_TYPES:
+            raise SchemaError(f"field {image_field!r} is {kind!r}, the loader needs 'jpeg' or 'raw'")
+        unlabelled = label_field == "label" and "label" not in schema.names
+        if unlabelled:
+            label_field = None
+        if label_field is not None and schema.field(label_field).type != "int64":
+            raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
+        requests: dict[str, Any] = {image_field: ImageOutput(channels=3, interpolation=interpolation)}
+        if label_field is not None:
+            requests[label_field] = None
     else:
-        requests = _normalise_request(fields)
+        requests = _normalise_request(fields, interpolation)
     images = [name for name in requests if schema.field(name).type in IMAGE_TYPES]
     reference_size = requests[images[0]].size if images and requests[images[0]] is not None else None
     if isinstance(pipeline, str) and reference_size is not None:
@@ -174,7 +182,16 @@ def resolve_outputs(
     for name, request in requests.items():
         field = schema.field(name)
         if field.type in IMAGE_TYPES:
-            specs.append(_image_spec(name, field.type, request, stats, reference, resolved.size))
+            specs.append(
+                _image_spec(
+                    name,
+                    field.type,
+                    request if request is not None else ImageOutput(interpolation=interpolation),
+                    stats,
+                    reference,
+                    resolved.size,
+                )
+            )
         elif field.type == "ndarray":
             _no_options(name, field.type, request)
             specs.append(OutputSpec(name, "ndarray", tuple(field.shape or ()), NDARRAY_DTYPES[field.dtype or ""]))
@@ -240,7 +257,7 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
     return values
 
 
-def _normalise_request(fields: FieldRequest) -> dict[str, Any]:
+def _normalise_request(fields: FieldRequest, interpolation: str = "bilinear") -> dict[str, Any]:
     if isinstance(fields, str):
         raise ValueError("fields is a mapping of field names or a list of them, not one string")
     items = fields.items() if isinstance(fields, Mapping) else ((name, None) for name in fields)
@@ -249,7 +266,7 @@ def _normalise_request(fields: FieldRequest) -> dict[str, Any]:
         if name in requests:
             raise ValueError(f"field {name!r} is asked for twice")
         if isinstance(value, (int, tuple)) and not isinstance(value, bool):
-            value = ImageOutput(size=value)
+            value = ImageOutput(size=value, interpolation=interpolation)
         if value is not None and not isinstance(value, ImageOutput):
             raise ValueError(f"fields[{name!r}] must be an ImageOutput, a size or None, got {value!r}")
         requests[name] = value
@@ -379,7 +396,8 @@ class _JpegFiller(_Filler):
     def fill(
         self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
     ) -> None:
-        assert box is not None
+        if box is None:
+            raise ValueError(f"image field {self.name!r} is filled without a crop box")
         top, left, box_height, box_width, flip = box
         height, width = int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")])
         if height > self.capacity[0] or width > self.capacity[1]:
@@ -410,7 +428,8 @@ class _RawFiller(_Filler):
     def fill(
         self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
     ) -> None:
-        assert box is not None
+        if box is None:
+            raise ValueError(f"image field {self.name!r} is filled without a crop box")
         top, left, box_height, box_width, flip = box
         values, names = row.item(), row.dtype.names  # one tuple of the row: cheaper than four reads by name
         offset, height, width, channels = (values[names.index(column)] for column in self._columns)

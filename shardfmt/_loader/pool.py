@@ -7,37 +7,48 @@ worker never holds back more than that, and chunks go to the least-loaded worker
 Failures never hang: a worker's ERROR message, its death (its process sentinel fires) or no
 progress for `timeout` seconds raise `WorkerError` naming the shard and record. An ERROR keeps
 the class the worker raised: the error is an instance of it too (`errors.worker_error_class`),
-with the worker's traceback as its cause. One death is
+with the worker's traceback as its cause; a death is reported with the signal that ended the
+worker, from whichever end of the pipe finds it first (a send, a receive, the sentinel). One death is
 survived: a worker that ends inside libjpeg's partial decoder (libjpeg reports a fatal error by
 ``exit()``) is replaced, the chunks it held go to its replacement, and the record is decoded whole
 by every worker from then on, with one warning naming it. A second death on that record is a
 `WorkerError`.
+
+Workers never outlive the loader's process: each closes the loader's pipe ends it inherited,
+arms Linux's parent-death signal and checks its parent while idle (`forks.Lifeline`), and maps
+each slot's segment through a file descriptor the loader sends over its pipe before the first
+task that names it (SEGMENT), no segment having a name in /dev/shm (`shm`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import multiprocessing
 import random
+import signal
 import time
 import warnings
 from collections import deque
-from multiprocessing import connection
+from collections.abc import Iterator
+from multiprocessing import connection, reduction
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
 from .._dataset.concat import RecordSource
 from .._errors import WorkerError, WorkerTraceback, worker_error_class
-from .._forks import frozen_heap
+from .._forks import Lifeline, frozen_heap
 from .shm import SlotRing
 from .worker import (
     DONE,
     ERROR,
     HEADER,
     READY,
+    SEGMENT,
     TASK,
     ChunkFailure,
     ChunkProcessor,
@@ -93,20 +104,36 @@ class WorkerPool:
         self.partial = context.RawArray("B", num_workers)
         self.whole_only = context.RawArray("B", checked_bytes(len(dataset)))
         self._config = dataclasses.replace(config, ring=ring.name)
-        for worker_id in range(num_workers):
-            self._start_worker(worker_id)
-        ready = 0
-        deadline = time.monotonic() + timeout
-        while ready < num_workers:
-            ready += sum(1 for op in self._poll(deadline) if op == READY)
+        self._starting: set[int] = set()  # workers not READY yet
+        self._sent: list[set[int]] = [set() for _ in range(num_workers)]  # the segments each worker was sent
+        try:
+            for worker_id in range(num_workers):
+                self._start_worker(worker_id)
+            ready = 0
+            deadline = time.monotonic() + timeout
+            while ready < num_workers:
+                ready += sum(1 for op in self._poll(deadline, starting=True) if op == READY)
+        except BaseException:
+            self.shutdown()  # no worker outlives a pool that failed to start
+            raise
 
     def _start_worker(self, worker_id: int) -> None:
         parent_end, child_end = self._context.Pipe(duplex=True)
         shared = (self.current, self.checked, self.partial, self.whole_only)
+        method = self._context.get_start_method()
+        # a forked worker inherits every pipe end of the loader: it closes them, or it would hold
+        # its own pipe open and never see the loader go
+        inherited = tuple(conn for conn in [*self.conns, parent_end] if not conn.closed) if method == "fork" else ()
         process = self._context.Process(
-            target=worker_main, args=(worker_id, child_end, self._config, *shared), name=f"shardfmt-worker-{worker_id}", daemon=True
+            target=worker_main,
+            args=(worker_id, child_end, self._config, *shared),
+            kwargs={"lifeline": Lifeline.here(method), "inherited": inherited},
+            name=f"shardfmt-worker-{worker_id}",
+            daemon=True,
         )
-        with frozen_heap(self._context.get_start_method()):  # a forked worker ready in half the time
+        self._starting.add(worker_id)
+        self._sent[worker_id] = set()
+        with frozen_heap(method), opencv_threads(1):  # a forked worker ready in half the time
             process.start()
         child_end.close()
         if worker_id < len(self.processes):
@@ -120,19 +147,33 @@ class WorkerPool:
         return {slot for slot, _row in self.outstanding}
 
     def feed(self, pending: deque[Chunk]) -> None:
-        """Send chunks from the front of `pending` while some worker has room."""
+        """Send chunks from the front of `pending` while some worker has room.
+
+        Raises:
+            WorkerError: a worker died (see `_worker_died`).
+        """
         while pending:
             worker_id = min(range(self.num_workers), key=self.load.__getitem__)
             if self.load[worker_id] >= DEPTH:
                 return
             chunk = pending.popleft()
-            self._send(worker_id, chunk)
             self.outstanding[(chunk[0], chunk[2])] = worker_id
             self.chunks[(chunk[0], chunk[2])] = chunk
+            self._send(worker_id, chunk)
 
     def _send(self, worker_id: int, chunk: Chunk) -> None:
         slot, serial, row, epoch, indices = chunk
-        self.conns[worker_id].send_bytes(HEADER.pack(TASK, slot, serial, row, epoch, len(indices)) + indices.tobytes())
+        conn = self.conns[worker_id]
+        try:
+            handle = self.ring.slots[slot].handle if self.ring.serials[slot] == serial else None
+            if handle is not None and serial not in self._sent[worker_id]:  # POSIX: the segment has no name
+                conn.send_bytes(HEADER.pack(SEGMENT, slot, serial, 0, 0, 0))
+                reduction.send_handle(conn, handle, self.processes[worker_id].pid)
+                self._sent[worker_id].add(serial)
+            conn.send_bytes(HEADER.pack(TASK, slot, serial, row, epoch, len(indices)) + indices.tobytes())
+        except OSError:  # the worker is gone: replaced with this chunk resent, or reported
+            self._worker_died(worker_id)
+            return
         self.load[worker_id] += 1
 
     def wait(self) -> None:
@@ -144,7 +185,7 @@ class WorkerPool:
         while self.outstanding:
             self.wait()
 
-    def _poll(self, deadline: float) -> list[int]:
+    def _poll(self, deadline: float, *, starting: bool = False) -> list[int]:
         while True:
             # made afresh each time round: a worker may have been replaced
             sentinels = {process.sentinel: i for i, process in enumerate(self.processes)}
@@ -163,8 +204,27 @@ class WorkerPool:
             if ops:
                 return ops
             if time.monotonic() > deadline:
-                busy = [int(i) for i in self.current[:]]
-                raise WorkerError(f"no progress for {self.timeout:.0f} s; workers are on dataset records {busy}")
+                if starting:
+                    raise WorkerError(
+                        f"the workers were not ready within timeout={self.timeout:g} s (they import torch and open the dataset)"
+                    )
+                raise WorkerError(f"no progress for {self.timeout:g} s (the timeout); {self._whereabouts()}")
+
+    def _whereabouts(self) -> str:
+        """Where each worker is, for a stall report: the shard and record, or idle."""
+        places = []
+        for worker_id in range(len(self.processes)):
+            index = int(self.current[worker_id])
+            if index < 0:
+                places.append(f"worker {worker_id} is between records")
+            else:
+                shard, record = self._locate(index)
+                places.append(f"worker {worker_id} is on {shard} record {record} (dataset record {index})")
+        return "; ".join(places)
+
+    def _locate(self, index: int) -> tuple[str, int]:
+        shard_index, record = self.dataset.locate(index)
+        return self.dataset.shard_path(shard_index), record
 
     def _handle(self, worker_id: int, conn: Any) -> int | None:
         """Take one message from a worker; None when the worker was dead and has been replaced."""
@@ -173,30 +233,42 @@ class WorkerPool:
         except (EOFError, OSError):
             self._worker_died(worker_id)
             return None
+        if len(message) < HEADER.size:
+            raise WorkerError(f"worker {worker_id} sent a message of {len(message)} bytes, shorter than any the protocol has")
         op, slot, _serial, row, _epoch, _count = HEADER.unpack_from(message)
         if op == ERROR:
-            raise failure_error(json.loads(message[HEADER.size :].decode()), f"worker {worker_id}")
-        if op == DONE:
+            try:
+                info = json.loads(message[HEADER.size :].decode())
+            except ValueError as err:
+                raise WorkerError(f"worker {worker_id} reported a failure that does not parse: {err}") from err
+            raise failure_error(info, f"worker {worker_id}")
+        if op == READY:
+            self._starting.discard(worker_id)
+        elif op == DONE:
             self.load[worker_id] -= 1
-            del self.outstanding[(slot, row)]
-            del self.chunks[(slot, row)]
+            self.outstanding.pop((slot, row), None)
+            self.chunks.pop((slot, row), None)
         return int(op)
 
     def _worker_died(self, worker_id: int) -> None:
         """Replace a worker that ended inside a partial decode of a record not yet marked to be
         decoded whole (see the module docstring); else raise WorkerError naming the record."""
         process = self.processes[worker_id]
-        process.join(0.1)
-        code = process.exitcode
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        process.join(5.0)  # its pipe or sentinel says it is ending: wait for its exit status
+        if process.is_alive():  # its pipe closed first: make sure it is gone
+            process.kill()
+            process.join(1.0)
+        how = _exit_description(process.exitcode)
         index = int(self.current[worker_id])
         shard = record = None
         if index >= 0:
-            shard_index, record = self.dataset.locate(index)
-            shard = self.dataset.shard_path(shard_index)
+            shard, record = self._locate(index)
         byte, bit = index >> 3, 1 << (index & 7)
         if index < 0 or not self.partial[worker_id] or self.whole_only[byte] & bit:
-            where = f" while decoding dataset record {index}" if index >= 0 else ""
+            if index >= 0:
+                where = f" while decoding record {record} of {shard} (dataset record {index})"
+            else:
+                where = " while starting" if worker_id in self._starting else " between records"
             raise WorkerError(f"worker {worker_id} (pid {process.pid}) {how}{where}", path=shard, record=record)
         self.whole_only[byte] |= bit
         warnings.warn(
@@ -205,13 +277,10 @@ class WorkerPool:
             RuntimeWarning,
             stacklevel=2,
         )
-        if process.is_alive():  # its pipe closed first: make sure it is gone before its successor starts
-            process.kill()
-            process.join(1.0)
         self.conns[worker_id].close()
         self.current[worker_id], self.partial[worker_id], self.load[worker_id] = -1, 0, 0
         self._start_worker(worker_id)
-        for key, owner in self.outstanding.items():
+        for key, owner in list(self.outstanding.items()):
             if owner == worker_id:
                 self._send(worker_id, self.chunks[key])
 
@@ -251,6 +320,8 @@ class InlinePool:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         states = (torch.get_rng_state(), np.random.get_state(), random.getstate()) if self._user_steps else None
+        opencv = cv2.getNumThreads()
+        cv2.setNumThreads(1)  # no fork follows here, so the pool may change
         try:
             while pending:
                 slot, serial, row, epoch, indices = pending.popleft()
@@ -259,6 +330,7 @@ class InlinePool:
                 except ChunkFailure as failure:
                     raise failure_error(failure.fields, "decoding") from (failure.__cause__ or failure)
         finally:
+            cv2.setNumThreads(opencv)
             torch.set_num_threads(threads)
             if states is not None:
                 torch.set_rng_state(states[0])
@@ -279,11 +351,41 @@ def failure_error(info: dict[str, Any], who: str) -> WorkerError:
     """Build the error for a failure report from a worker (or the inline processor): an instance
     of `WorkerError` and of the class the worker raised, named by `info["kind"]` (see
     `errors.worker_error_class`), with the worker's traceback as its ``__cause__``."""
-    error = worker_error_class(str(info["kind"]))(
-        f"{who} failed on dataset record {info['index']}: {info['message']}",
+    index = info.get("index")
+    where = f"on dataset record {index}" if isinstance(index, int) and index >= 0 else "before its first record"
+    error = worker_error_class(str(info.get("kind")))(
+        f"{who} failed {where}: {info.get('message')}",
         path=info.get("shard"),
         offset=info.get("offset"),
         record=info.get("record"),
     )
-    error.__cause__ = WorkerTraceback(str(info["trace"]))
+    error.__cause__ = WorkerTraceback(str(info.get("trace")))
     return error
+
+
+@contextlib.contextmanager
+def opencv_threads(count: int) -> Iterator[None]:
+    """OpenCV's thread count set to `count` for the block, then restored: around a fork, so that
+    a forked worker inherits a pool of one thread (setting it in a child forked from a process
+    whose pool has run hangs), and around decoding in the caller's process."""
+    before = cv2.getNumThreads()
+    if before != count:
+        cv2.setNumThreads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            cv2.setNumThreads(before)
+
+
+def _exit_description(code: int | None) -> str:
+    """How a worker ended, from its exit status: "was killed by signal 9 (SIGKILL)", ..."""
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = f" ({signal.Signals(-code).name})"
+        except ValueError:
+            name = ""
+        return f"was killed by signal {-code}{name}"
+    return f"exited with code {code}"

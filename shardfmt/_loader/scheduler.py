@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from .outputs import OutputSpec
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
-from .worker import WorkerConfig
+from .worker import WorkerConfig, encode_copies
 
 __all__ = ["KEPT_WARNING", "Item", "Scheduler"]
 
@@ -135,14 +136,16 @@ class Scheduler:
 
     @property
     def layout(self) -> SlotLayout:
-        assert self.config is not None
+        if self.config is None:
+            raise RuntimeError("the loader's workers are not configured")
         return self.config.layout
 
     def start(self) -> None:
         """Start the workers (and make or reuse the ring) unless they run."""
         if self.pool is not None:
             return
-        assert self.config is not None
+        if self.config is None:
+            raise RuntimeError("the loader's workers are not configured")
         layout = self.layout
         shared = bool(self.options.num_workers)
         if self.ring is not None and self.ring.shared == shared and self.ring.fits(layout):
@@ -214,7 +217,8 @@ class Scheduler:
             self.free.append(slot)
 
     def _set_aside(self, slot: int, out: _Out) -> None:
-        assert self.ring is not None
+        if self.ring is None:
+            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
         self.ring.replace(slot)
         self.kept = [(refs, size) for refs, size in self.kept if any(not ref.expired() for ref in refs)]
         self.kept.append((out.refs, self.layout.slot_bytes))
@@ -232,7 +236,8 @@ class Scheduler:
     def hand_out(self, item: Item) -> dict[str, torch.Tensor]:
         """The batch in `item`'s slot as the caller gets it: fresh tensors over the slot for
         images and arrays, copies for fields of one number a sample (labels, indices, ...)."""
-        assert self.ring is not None
+        if self.ring is None:
+            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
         arrays = self.ring.arrays[item.slot]
         tensors, refs = {}, []
         for spec in self.outputs:
@@ -261,7 +266,7 @@ class Scheduler:
 
     # -- scheduling ---------------------------------------------------------------------------
 
-    def reconcile(self, epoch: int, start: int, expected: list[int]) -> tuple[int, int]:
+    def reconcile(self, epoch: int, start: int, expected: Sequence[int]) -> tuple[int, int]:
         """Keep batches already scheduled if they are exactly what comes next (the start of this
         epoch's remaining batches, then the start of the next epoch); else discard them.
         Returns the scheduling cursor (epoch, index into that epoch's list)."""
@@ -281,10 +286,11 @@ class Scheduler:
             return epoch, 0
         return (epoch + 1, len(ahead)) if ahead else (epoch, len(ours))
 
-    def schedule(self, cursor: Any, position: tuple[int, int], expected: list[int]) -> tuple[int, int]:
+    def schedule(self, cursor: Any, position: tuple[int, int], expected: Sequence[int]) -> tuple[int, int]:
         """Fill free slots with the next batches of `cursor`'s plans, running on into the next epoch."""
         epoch, index = position
-        assert self.ring is not None
+        if self.ring is None:
+            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
         while self.free:
             if epoch == cursor.epoch:
                 if index >= len(expected):
@@ -297,6 +303,8 @@ class Scheduler:
                 batch = index
             plan = cursor.plan(epoch)
             indices = plan.batch(batch)
+            if self.options.repeats > 1:  # the copy numbers travel inside the indices (worker.encode_copies)
+                indices = encode_copies(indices, plan.order.copies(plan.positions(batch)), len(self.dataset))
             if self.prefetcher is not None:
                 self.prefetcher.schedule(epoch, plan, batch)
             slot = self.free.pop()

@@ -14,10 +14,15 @@ which for the single-image form is
 A ring made for one layout serves a smaller one too (`SlotRing.with_layout`): after a change of
 output size the loader keeps its segments unless the new slots need more bytes than they have.
 
-The loader unlinks a slot's segment when it sets the slot aside for the caller, and every other
-one on close, so /dev/shm holds nothing afterwards; memory that a caller still references stays
-mapped until it is garbage-collected. If the loader process is
-killed, multiprocessing's resource tracker unlinks the segment when it notices.
+On POSIX a segment's name is removed from /dev/shm the moment the loader has opened it: the
+loader keeps a file descriptor, maps the memory through it, and sends a copy of it to each worker
+over the worker's pipe before the first task that names it (`map_segment`). So nothing is ever
+left in /dev/shm, whatever process is killed and when: the kernel frees a segment once the last
+process that maps it or holds its descriptor is gone. A segment still counts against /dev/shm's
+size while it lives (a container's ``--shm-size``), and the loader checks the free space before
+it makes one (`shared_memory_free`). Memory that a caller still references stays mapped until
+it is garbage-collected. Elsewhere named `multiprocessing.shared_memory` segments serve, each
+unlinked when its slot is set aside for the caller or on close.
 """
 
 from __future__ import annotations
@@ -31,7 +36,18 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-__all__ = ["Slot", "SlotArray", "SlotLayout", "SlotRing", "attach", "segment_name", "slot_arrays"]
+__all__ = [
+    "Slot",
+    "SlotArray",
+    "SlotLayout",
+    "SlotRing",
+    "attach",
+    "check_slot_memory",
+    "map_segment",
+    "segment_name",
+    "shared_memory_free",
+    "slot_arrays",
+]
 
 _PAGE = 4096
 
@@ -75,10 +91,11 @@ class SlotLayout:
 
 class Slot:
     """One slot's memory: a shared-memory segment (or a bytearray in the loader's own process)
-    and the numpy views of its arrays."""
+    and the numpy views of its arrays. `owner` keeps the segment: its file descriptor (POSIX),
+    the `SharedMemory` object (elsewhere), or None."""
 
     def __init__(
-        self, name: str | None, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: shared_memory.SharedMemory | None
+        self, name: str | None, layout: SlotLayout, buffer: mmap.mmap | memoryview, owner: int | shared_memory.SharedMemory | None
     ) -> None:
         self.name = name
         self._owner = owner
@@ -94,15 +111,24 @@ class Slot:
         self._owner = None
         return slot
 
+    @property
+    def handle(self) -> int | None:
+        """The segment's file descriptor, which a worker maps (`map_segment`); None where the
+        segment is attached by name (`attach`) or there is none."""
+        return self._owner if isinstance(self._owner, int) else None
+
     def unlink(self) -> None:
-        """Remove the segment's name; mappings (in workers, in tensors a caller holds) stay valid
-        until their last user goes, and then the memory is released."""
-        if self._owner is not None:
+        """Give up the segment: close its descriptor (POSIX) or remove its name. Mappings (in
+        workers, in tensors a caller holds) stay valid until their last user goes, and then the
+        memory is released. Idempotent."""
+        owner, self._owner = self._owner, None
+        if isinstance(owner, int):
+            os.close(owner)
+        elif owner is not None:
             try:
-                self._owner.unlink()
+                owner.unlink()
             except FileNotFoundError:
                 pass
-            self._owner = None
 
 
 def slot_arrays(buffer: mmap.mmap | memoryview, layout: SlotLayout) -> dict[str, np.ndarray]:
@@ -179,19 +205,29 @@ class SlotRing:
         if not self.shared:
             return serial, Slot(None, layout, memoryview(bytearray(max(size, 1))), None)
         name = segment_name(self.name, serial)
-        owner = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
+        free = shared_memory_free()
+        if free is not None and size > free:  # said before anything is allocated
+            raise MemoryError(
+                f"a batch slot needs {size} bytes of shared memory, but /dev/shm has {free} bytes free. "
+                "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
+            )
+        if os.name != "posix":
+            segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
+            if segment.buf is None:
+                raise MemoryError(f"shared-memory segment {name} could not be mapped")
+            return serial, Slot(name, layout, segment.buf, segment)
+        import _posixshmem  # the module multiprocessing.shared_memory itself uses
+
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
         try:
-            if os.name == "posix":
-                _reserve(owner.name, size)
-            buffer = _map(owner.name, size) if os.name == "posix" else owner.buf
+            _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
+            os.ftruncate(fd, max(size, 1))
+            _reserve(fd, size)
+            buffer = mmap.mmap(fd, max(size, 1))
         except BaseException:
-            owner.close()
-            owner.unlink()
+            os.close(fd)
             raise
-        if os.name == "posix":
-            owner.close()  # our own mapping stays; the owner object is kept only to unlink
-        assert buffer is not None  # a segment just made is mapped
-        return serial, Slot(name, layout, buffer, owner)
+        return serial, Slot(name, layout, buffer, fd)
 
     def replace(self, index: int) -> None:
         """Put a fresh slot in place of slot `index`, whose memory is left to those who still
@@ -228,17 +264,61 @@ class SlotRing:
             slot.unlink()
 
 
+def map_segment(fd: int, layout: SlotLayout) -> mmap.mmap:
+    """Map a segment whose file descriptor a worker received from the loader (POSIX); the caller
+    may close the descriptor afterwards."""
+    buffer = mmap.mmap(fd, max(layout.slot_bytes, 1))
+    _populate(buffer)
+    return buffer
+
+
 def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:
-    """Map segment `serial` of the ring `base` in a worker, without registering it with a
-    resource tracker (the loader owns its lifetime), and return the slot's arrays."""
-    name = segment_name(base, serial)
-    if os.name == "posix":
-        buffer = _map(name, layout.slot_bytes)
-        _populate(buffer)
-        return slot_arrays(buffer, layout)
-    segment = shared_memory.SharedMemory(name=name)
-    assert segment.buf is not None  # an attached segment is mapped
+    """Map segment `serial` of the ring `base` by name in a worker (where segments have names:
+    not POSIX), without registering it with a resource tracker (the loader owns its lifetime),
+    and return the slot's arrays."""
+    segment = shared_memory.SharedMemory(name=segment_name(base, serial))
+    if segment.buf is None:
+        raise MemoryError(f"shared-memory segment {segment_name(base, serial)} could not be mapped")
     return slot_arrays(segment.buf, layout)
+
+
+def check_slot_memory(layout: SlotLayout, *, batch_size: int, shared: bool) -> None:
+    """Refuse, before anything is allocated, slots that cannot fit: in /dev/shm's free space
+    (`shared`: the slots of worker processes) or in this machine's memory (in-process slots).
+
+    Raises:
+        ValueError: saying the bytes needed, the bytes there are, and the largest batch_size that fits.
+    """
+    if shared:
+        room, where = shared_memory_free(), "/dev/shm has {room} bytes free"
+    else:
+        room, where = _physical_memory(), "this machine has {room} bytes of memory"
+    need = layout.total_bytes
+    if room is None or need <= room:
+        return
+    per_sample = sum(array.sample_bytes for array in layout.arrays)
+    overhead = layout.num_slots * _PAGE * len(layout.arrays)  # each array rounds up to a page
+    largest = max(0, (room - overhead) // max(1, layout.num_slots * per_sample))
+    raise ValueError(
+        f"batch_size={batch_size} needs {need} bytes for its {layout.num_slots} batch slots (prefetch + 1), but "
+        f"{where.format(room=room)}: batch_size must be at most {largest} here; lower it or prefetch"
+        + (", or give the container more shared memory (docker run --shm-size=...)" if shared else "")
+    )
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def shared_memory_free() -> int | None:
+    """Bytes free in /dev/shm, or None where there is no such folder to ask."""
+    if not os.path.isdir("/dev/shm"):
+        return None
+    stats = os.statvfs("/dev/shm")
+    return stats.f_bavail * stats.f_frsize
 
 
 _POPULATE_WRITE = 23
@@ -257,31 +337,14 @@ def _populate(buffer: mmap.mmap) -> None:
             pass
 
 
-def _map(name: str, size: int) -> mmap.mmap:
-    import _posixshmem  # the module multiprocessing.shared_memory itself uses
-
-    fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
-    try:
-        return mmap.mmap(fd, max(size, 1))
-    finally:
-        os.close(fd)
-
-
-def _reserve(name: str, size: int) -> None:
-    import _posixshmem
-
-    fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
+def _reserve(fd: int, size: int) -> None:
     try:
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(fd, 0, max(size, 1))
     except OSError as err:
-        free = ""
-        if os.path.isdir("/dev/shm"):
-            stats = os.statvfs("/dev/shm")
-            free = f"; /dev/shm has {stats.f_bavail * stats.f_frsize} bytes free"
+        free = shared_memory_free()
         raise MemoryError(
-            f"cannot reserve {size} bytes of shared memory for the batch slots ({err.strerror}){free}. "
+            f"cannot reserve {size} bytes of shared memory for a batch slot ({err.strerror})"
+            f"{'' if free is None else f'; /dev/shm has {free} bytes free'}. "
             "Lower batch_size or prefetch, or give the container more (docker run --shm-size=...)"
         ) from err
-    finally:
-        os.close(fd)

@@ -10,7 +10,8 @@ the steps as the objects the caller gave, the slot layout), pickled as it is und
 never with the dataset object, so it works under spawn as well as fork. Messages are fixed
 structs sent with `send_bytes` (no pickling):
 
-    loader -> worker   TASK  (slot, serial, row, epoch, count) + count int64 record indices
+    loader -> worker   SEGMENT (serial) then the segment's file descriptor (POSIX)
+                       TASK  (slot, serial, row, epoch, count) + count int64 record indices
                        STOP
     worker -> loader   READY | DONE (slot, row, count) | ERROR + UTF-8 JSON
 
@@ -36,6 +37,8 @@ worker, and every worker decodes those records whole from then on, trusted or no
 
 A task names the slot's segment by its serial (`shm.SlotRing.replace` puts fresh segments in the
 ring); a worker maps a segment the first time a task names it and drops the slot's old mapping.
+On POSIX the segments have no names: the loader sends each one's file descriptor (SEGMENT)
+before the first task that names it.
 
 With ``decode="gpu"``/``"hybrid"`` (the config's ``gpu_decode``), a row the loader marked for the
 GPU is read and checked as any other, but its jpeg field is not decoded: its bytes, its crop box
@@ -59,13 +62,16 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import reduction
 from typing import Any
 
 import numpy as np
 
 from .._dataset.concat import open_records
 from .._errors import ChecksumError, DecodeError, ShardfmtError, worker_error_kind
-from .._sampling.keys import AUGMENT_STREAM, record_keys
+from .._forks import WATCH_SECONDS, Lifeline, parent_alive
+from .._sampling.keys import AUGMENT_STREAM, keys_by_epoch
+from .._sampling.permutation import draw_epoch as _draw_epochs
 from .._storage import RemoteOptions
 from ..format._layout import column_name
 from ..ops import CropPlan, Pipeline
@@ -74,11 +80,11 @@ from ..ops._crop import scale_plan, snap_to_scale
 from ..ops._decode import as_target
 from .jpegbytes import ON_GPU, SECONDS, JpegBytesWriter
 from .outputs import OutputSpec, make_filler
-from .shm import SlotLayout, attach
+from .shm import SlotLayout, attach, map_segment, slot_arrays
 
-__all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "worker_main"]
+__all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "encode_copies", "worker_main"]
 
-TASK, STOP, READY, DONE, ERROR = 1, 2, 3, 4, 5
+TASK, STOP, READY, DONE, ERROR, SEGMENT = 1, 2, 3, 4, 5, 6
 HEADER = struct.Struct("<qqqqqq")  # op, slot, serial, row, epoch, count
 
 SlotArrays = Callable[[int, int], dict[str, np.ndarray]]
@@ -114,6 +120,11 @@ class WorkerConfig:
     gpu_decode: dict[str, Any] | None = None
     """``{"field", "max_bytes"}``: the jpeg field whose rows marked for the GPU get their bytes
     and crop box written into the slot instead of being decoded (`jpegbytes`); None: none."""
+    repeats: int = 1
+    """Copies of each record an epoch (repeated augmentation): a task's index then holds
+    ``copy * num_records + record`` (`encode_copies`), and copy c draws as epoch
+    ``repeats * epoch + c``."""
+    num_records: int = 0
 
 
 class ChunkFailure(Exception):
@@ -178,23 +189,36 @@ class ChunkProcessor:
         self._targets[slot] = (serial, targets)
         return targets
 
-    def process(self, slot: int, serial: int, row: int, epoch: int, indices: np.ndarray) -> None:
+    def process(self, slot: int, serial: int, row: int, epoch: int, indices: np.ndarray) -> None:  # noqa: C901 (merged at the deadline; to be split into named steps)
         """Fill rows [row, row + len(indices)) of slot `slot` (segment `serial`) with records `indices`.
 
         Raises:
             ChunkFailure: naming the shard, record and byte offset of the record that failed.
         """
+        draw_epoch: int | np.ndarray = epoch
+        if self.config.repeats > 1:
+            copies, indices = np.divmod(indices, self.config.num_records)
+            draw_epoch = _draw_epochs(epoch, copies, self.config.repeats)
         count = len(indices)
-        readers, rows, local = self._locate(indices)
-        numbers = indices.tolist()
+        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
+        local = (indices - self.dataset.cumulative[shard_array]).tolist()
+        shards, numbers = shard_array.tolist(), indices.tolist()
+        readers = []
+        rows = []
+        for k in range(count):
+            reader = self.dataset.shard(shards[k])
+            readers.append(reader)
+            rows.append(reader.table[local[k]])
+        if self.reads_payload:
+            _prefetch_spans(readers, rows)
         boxes = {
             name: list(
                 zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist(), strict=True)
             )
-            for name, plan in self._boxes(rows, epoch, indices).items()
+            for name, plan in self._boxes(rows, draw_epoch, indices).items()
         }
         transform, transformed = self.transform, self.transformed
-        draws = transform.draw(self.seed, epoch, indices) if transform is not None else []
+        draws = transform.draw(self.seed, draw_epoch, indices) if transform is not None else []
         targets = self.targets(slot, serial)
         checked = self.checked.data  # a memoryview: plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
@@ -210,7 +234,15 @@ class ChunkProcessor:
             byte, bit = index >> 3, 1 << (index & 7)
             trusted = bool(checked[byte] & bit)
             try:
-                same_bytes = self._verify(reader, record, trusted=trusted, whole_only=bool(whole_only[byte] & bit))
+                checked_now = reader.verify and self.reads_payload and (self.every_read or not trusted)
+                if checked_now:
+                    reader.verify_record(record)
+                # bytes fetched again from a URL are the ones decoded before only if checked
+                # again; bytes of a strictly decoded dataset that match their checksum are the
+                # converter's own
+                same_bytes = ((trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)) and not whole_only[
+                    byte
+                ] & bit
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
                     if gpu_row and filler.name == writer.field:  # type: ignore[union-attr]
@@ -224,7 +256,8 @@ class ChunkProcessor:
             except ChecksumError as err:
                 raise self._failure(err, reader.path, record, index, err.offset) from err
             except (ShardfmtError, ValueError) as err:
-                assert filler is not None  # verify_record raises only ChecksumError
+                if filler is None:  # the record's bytes could not be had (a remote read, the shard cache)
+                    raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
                 start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
                 wrapped = DecodeError(
                     f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record
@@ -245,29 +278,7 @@ class ChunkProcessor:
             targets[name][row : row + count] = indices
         self.current[0] = -1
 
-    def _verify(self, reader: Any, record: int, *, trusted: bool, whole_only: bool) -> bool:
-        """Check a record's checksum where this read must; return whether its bytes are known to
-        decode (so only its crop box need be decoded)."""
-        checked_now = reader.verify and self.reads_payload and (self.every_read or not trusted)
-        if checked_now:
-            reader.verify_record(record)
-        # bytes fetched again from a URL are the ones decoded before only if checked again; bytes
-        # of a strictly decoded dataset that match their checksum are the converter's own
-        known = (trusted and (reader.verify or not self.remote)) or (self.strict and checked_now)
-        return bool(known) and not whole_only
-
-    def _locate(self, indices: np.ndarray) -> tuple[list[Any], list[Any], list[int]]:
-        """The reader, table row and number within its shard of each record in `indices`; the
-        spans of their payloads asked for ahead where records are read by URL."""
-        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
-        local: list[int] = (indices - self.dataset.cumulative[shard_array]).tolist()
-        readers = [self.dataset.shard(shard) for shard in shard_array.tolist()]
-        rows = [reader.table[number] for reader, number in zip(readers, local, strict=True)]
-        if self.reads_payload:
-            _prefetch_spans(readers, rows)
-        return readers, rows, local
-
-    def _boxes(self, rows: list[Any], epoch: int, indices: np.ndarray) -> dict[str, CropPlan]:
+    def _boxes(self, rows: list[Any], epoch: int | np.ndarray, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
         field, snapped by the pipeline to its DCT scale), carried to the others by their size
         ratios and snapped again where a field is decoded at a reduced DCT scale, that scale
@@ -281,7 +292,7 @@ class ChunkProcessor:
 
         reference = self.images[0]
         ref_h, ref_w = sizes(reference.name)
-        plan = self.pipeline.plan(ref_h, ref_w, record_keys(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
+        plan = self.pipeline.plan(ref_h, ref_w, keys_by_epoch(self.seed, AUGMENT_STREAM, epoch, indices.astype(np.uint64)))
         boxes = {reference.name: plan}
         for spec in self.images[1:]:
             heights, widths = sizes(spec.name)
@@ -343,18 +354,50 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
             pass
 
 
-def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, checked: Any, partial: Any, whole_only: Any) -> None:
+def worker_main(  # noqa: C901
+    worker_id: int,
+    conn: Any,
+    config: WorkerConfig,
+    current: Any,
+    checked: Any,
+    partial: Any,
+    whole_only: Any,
+    *,
+    lifeline: Lifeline,
+    inherited: tuple[Any, ...] = (),
+) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
 
     `current`, `checked`, `partial` and `whole_only` are the pool's shared arrays: the record each
     worker is on, the checked records, the byte per worker set during a partial decode, and the
-    records to decode whole."""
+    records to decode whole. `lifeline` ties the worker to the loader's process (it exits when
+    that ends, `forks.Lifeline`); `inherited` are the loader's ends of the workers' pipes, which a
+    forked worker holds copies of and closes, so that its own pipe reports the loader's end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    parent = lifeline.hold()
+    for end in inherited:
+        end.close()
+    import cv2
     import torch
 
     torch.set_num_threads(1)
+    if cv2.getNumThreads() != 1:
+        # OpenCV's own pool would compete with the other workers for the cores. A forked worker
+        # has it at 1 already (set around the fork: calling this in a child forked from a process
+        # whose pool ran hangs); a spawned one starts fresh.
+        cv2.setNumThreads(1)
+    segments: dict[int, Any] = {}  # serial -> a mapping received and not yet taken by a task
+
+    def slot_arrays_of(slot: int, serial: int) -> dict[str, np.ndarray]:
+        if os.name != "posix":
+            return attach(config.ring, serial, config.layout)
+        buffer = segments.pop(serial, None)
+        if buffer is None:
+            raise RuntimeError(f"no segment {serial} was sent before the task that names it")
+        return slot_arrays(buffer, config.layout)
+
     try:
-        processor = ChunkProcessor(config, lambda slot, serial: attach(config.ring, serial, config.layout), in_worker=True)
+        processor = ChunkProcessor(config, slot_arrays_of, in_worker=True)
         processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
         processor.whole_only = np.frombuffer(whole_only, np.uint8)
@@ -362,13 +405,24 @@ def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, c
     except BaseException as err:  # report start-up failures instead of dying silently
         _send_error(conn, err, None, None, -1, None)
         return
-    conn.send_bytes(HEADER.pack(READY, 0, 0, 0, 0, 0))
+    _reply(conn, HEADER.pack(READY, 0, 0, 0, 0, 0))
     while True:
         try:
+            if not conn.poll(WATCH_SECONDS):
+                if not parent_alive(parent):
+                    return
+                continue
             message = conn.recv_bytes()
+            op, slot, serial, row, epoch, count = HEADER.unpack_from(message)
+            if op == SEGMENT:
+                handle = reduction.recv_handle(conn)
+                try:
+                    segments[serial] = map_segment(handle, config.layout)
+                finally:
+                    os.close(handle)
+                continue
         except (EOFError, OSError):
             return  # the loader is gone
-        op, slot, serial, row, epoch, count = HEADER.unpack_from(message)
         if op == STOP:
             processor.close()
             return
@@ -379,9 +433,9 @@ def worker_main(worker_id: int, conn: Any, config: WorkerConfig, current: Any, c
             _send(conn, ERROR, failure.fields)
             continue
         except BaseException as err:
-            _send_error(conn, err, None, None, -1, None)
+            _send_error(conn, err, None, None, int(processor.current[0]), None)
             continue
-        conn.send_bytes(HEADER.pack(DONE, slot, serial, row, epoch, count))
+        _reply(conn, HEADER.pack(DONE, slot, serial, row, epoch, count))
 
 
 def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | None, index: int, offset: int | None) -> None:
@@ -401,7 +455,18 @@ def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | 
 
 
 def _send(conn: Any, op: int, payload: dict[str, Any]) -> None:
+    _reply(conn, HEADER.pack(op, 0, 0, 0, 0, 0) + json.dumps(payload).encode())
+
+
+def _reply(conn: Any, message: bytes) -> None:
+    """Send to the loader; a worker whose loader is gone has nobody to work for and ends."""
     try:
-        conn.send_bytes(HEADER.pack(op, 0, 0, 0, 0, 0) + json.dumps(payload).encode())
-    except (BrokenPipeError, OSError):
-        os._exit(1)
+        conn.send_bytes(message)
+    except OSError:
+        os._exit(0)
+
+
+def encode_copies(records: np.ndarray, copies: np.ndarray, num_records: int) -> np.ndarray:
+    """The indices of a task under repeated augmentation: ``copy * num_records + record``
+    (`ChunkProcessor.process` divides them back)."""
+    return np.asarray(copies, np.int64) * num_records + np.asarray(records, np.int64)

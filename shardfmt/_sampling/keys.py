@@ -10,7 +10,8 @@ from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's 
   `window` shards, and shuffles records within each window only (`window_order`);
 - the augmentation draws of record ``r`` are ``hash(seed, AUGMENT, epoch, r) + k`` for draw ``k``,
   so a record is cropped the same way whichever rank, worker or batch handles it; step ``j`` of a
-  loader's ``augment=`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise;
+  loader's ``augment=`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise, and batch
+  step ``j`` of its ``batch_augment=`` list from ``hash(seed, BATCH + j, epoch, b)`` for batch b;
 - an epoch over a subset of the records (`sample_batches(subset=...)`) is the full epoch order
   with the other records left out, then split over ranks and batches like a full epoch.
 """
@@ -24,12 +25,14 @@ import numpy as np
 
 __all__ = [
     "AUGMENT_STREAM",
+    "BATCH_STREAM",
     "ORDER_STREAM",
     "RNG_STREAM",
     "SHARD_STREAM",
     "STEP_STREAM",
     "EpochPlan",
     "check_subset",
+    "keys_by_epoch",
     "mix64",
     "record_keys",
     "sample_batches",
@@ -48,6 +51,9 @@ RNG_STREAM = 0x524E47530000
 process's global torch, numpy and `random` generators from key(seed, RNG_STREAM + j, epoch,
 record); like STEP_STREAM + j it meets no other stream for j below 2^16."""
 MAX_STEPS = 1 << 16
+BATCH_STREAM = 0x4241544348530000
+""""BATCHS" shifted left by 16 bits: batch step j (MixUp, CutMix, ...) of a loader's
+batch_augment list uses stream BATCH_STREAM + j, indexed by the batch's number."""
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -69,6 +75,19 @@ def record_keys(seed: int, stream: int, epoch: int, indices: np.ndarray) -> np.n
         base = mix64(base ^ np.uint64(stream))
         base = mix64(base ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF))
         return mix64(base ^ np.asarray(indices, dtype=np.uint64))
+
+
+def keys_by_epoch(seed: int, stream: int, epochs: np.ndarray | int, indices: np.ndarray) -> np.ndarray:
+    """`record_keys` with one epoch per index (an array as long as `indices`, or one int for all):
+    the keys of repeated augmentation, where each copy of a record draws as its own epoch."""
+    if isinstance(epochs, (int, np.integer)):
+        return record_keys(seed, stream, int(epochs), indices)
+    epochs = np.asarray(epochs, dtype=np.uint64)
+    keys = np.empty(len(indices), np.uint64)
+    for epoch in np.unique(epochs).tolist():
+        chosen = epochs == epoch
+        keys[chosen] = record_keys(seed, stream, int(epoch), np.asarray(indices)[chosen])
+    return keys
 
 
 def uniforms(keys: np.ndarray, count: int) -> np.ndarray:

@@ -11,6 +11,10 @@ state only, so an epoch of 10^9 records costs nothing before its first batch:
 - `WindowedFeistelOrder` is the block shuffle: shards ordered by their SHARD keys and cut into
   windows of `window` shards (as `sampling.window_order`), then each window's records permuted
   by its own bijection. One window is exactly `FeistelOrder`.
+- `RepeatedOrder` is repeated augmentation: any of these orders with each position taken `k`
+  times in a row, so each record comes k times an epoch and consecutive copies fall on
+  consecutive ranks (DeiT's RASampler); copy c of a record draws its augmentation as in epoch
+  ``draw_epoch(epoch, c, k) = k epoch + c``.
 
 spec/sampling.md states the same rules for other implementations.
 """
@@ -31,7 +35,9 @@ __all__ = [
     "EpochOrder",
     "FeistelOrder",
     "IdentityOrder",
+    "RepeatedOrder",
     "WindowedFeistelOrder",
+    "draw_epoch",
     "half_bits",
     "permute",
 ]
@@ -192,3 +198,53 @@ class WindowedFeistelOrder:
         shards = self._members[members]
         records: np.ndarray = self._dataset_start[shards] + (within - self._member_start[members])
         return records
+
+
+MAX_REPEATS = 1 << 16
+"""The most copies of a record an epoch may hold."""
+
+
+class RepeatedOrder:
+    """Repeated augmentation: `base` with every position taken `repeats` times in a row.
+
+    Position p holds record ``base.at(p // k)`` as its copy ``p mod k`` (k = `repeats`), so an
+    epoch of N records has k N positions and each record exactly k times; the split over ranks
+    (rank r takes positions r, r + W, ...) puts the k copies of a record on k consecutive ranks,
+    as DeiT's and torchvision's RASampler do (on one rank, in one batch, as Hoffer et al.'s
+    batch augmentation). Every rule that works on positions (batches, resume, elastic resume)
+    applies unchanged. With k = 1 this is `base`, position for position.
+
+    Raises:
+        ValueError: `repeats` is not an integer in [1, `MAX_REPEATS`].
+    """
+
+    def __init__(self, base: EpochOrder, repeats: int) -> None:
+        self.base = base
+        self.repeats = check_repeats(repeats)
+        self.size = base.size * self.repeats
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        return self.base.at(np.asarray(positions, dtype=np.int64) // self.repeats)
+
+    def copies(self, positions: np.ndarray) -> np.ndarray:
+        """The copy number (0 to k - 1) at each of `positions`."""
+        return np.asarray(positions, dtype=np.int64) % self.repeats
+
+
+def check_repeats(repeats: object) -> int:
+    """Return `repeats` if it is an integer in [1, `MAX_REPEATS`].
+
+    Raises:
+        ValueError: it is not.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or not 1 <= int(repeats) <= MAX_REPEATS:
+        raise ValueError(f"repeats must be an integer from 1 to {MAX_REPEATS}, got {repeats!r}")
+    return int(repeats)
+
+
+def draw_epoch(epoch: int, copy: np.ndarray | int, repeats: int) -> np.ndarray:
+    """The epoch whose draws copy `copy` of a record takes in epoch `epoch` with `repeats`
+    copies: ``repeats * epoch + copy`` modulo 2^64 (uint64). Distinct (epoch, copy) pairs give
+    distinct values for a fixed `repeats`, and with one copy it is the epoch itself."""
+    with np.errstate(over="ignore"):
+        return np.uint64(epoch & 0xFFFFFFFFFFFFFFFF) * np.uint64(repeats) + np.asarray(copy, dtype=np.uint64)

@@ -90,7 +90,7 @@ class ShardCache:
             return dest
         if size > self.size_limit:
             raise RemoteError(
-                f"the shard is {size} bytes, more than the cache's size limit of {self.size_limit}; raise cache_size",
+                f"the shard is {size} bytes, more than the cache's size limit of {self.size_limit}: raise cache_size to at least {size}",
                 path=store.describe(key),
             )
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from .._errors import RemoteError, ShardNotFoundError
 from .retry import RetryPolicy, ShortReadError, call_with_retries
 from .urls import Redactor, join_url
 
-__all__ = ["FsspecStore", "RemoteFile"]
+__all__ = ["FsspecStore", "RemoteFile", "single_attempt_options"]
 
 T = TypeVar("T")
 MERGE_GAP = 256 * 1024
@@ -47,9 +47,13 @@ class FsspecStore:
         self.retry = retry if retry is not None else RetryPolicy()
         self._url = url.rstrip("/")
         try:
-            self.fs, self._base = fsspec.core.url_to_fs(self._url, **dict(storage_options or {}))
+            self.fs, self._base = fsspec.core.url_to_fs(self._url, **single_attempt_options(self._url, storage_options or {}))
         except (ImportError, ValueError) as err:
             raise RemoteError(f"cannot open this URL: {self.redact(str(err))}", path=self.root) from None
+        if type(self.fs).__module__.startswith("s3fs"):
+            # s3fs retries each call 5 times (times botocore's 5): up to 250 connections, 217 s, for
+            # one attempt of ours against a server that closes every connection, measured here
+            self.fs.retries = 1
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self.supports_writes = self.supports_listing = not protocols & _READ_ONLY_PROTOCOLS
         self.requests = 0
@@ -214,6 +218,20 @@ class RemoteFile:
 
     def close(self) -> None:
         self._blocks, self._last, self._prefetched = [], None, []
+
+
+def single_attempt_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """`storage_options` with the backend's own retrying turned off where shardfmt knows how, so
+    that `RetryPolicy` is the one retry layer and an outage surfaces within its budget: for S3,
+    botocore's retries (``config_kwargs["retries"]``); s3fs's own loop is a class attribute, set
+    by `FsspecStore` on its filesystem. A value the caller set is kept."""
+    options = dict(storage_options)
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("retries", {"mode": "standard", "total_max_attempts": 1})  # botocore: tries in all
+        options["config_kwargs"] = config
+    return options
 
 
 def merge_windows(windows: tuple[tuple[int, int], ...], *, size: int) -> list[tuple[int, int]]:

@@ -3,28 +3,43 @@
 Pipelines (``Loader(pipeline=...)``) draw one crop box per record from the record table, before
 decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentation steps
 (``Loader(augment=[...])``) run on each cropped sample in the workers: `RandomVerticalFlip`,
-`RandomRotation`, `ColorJitter`, `RandomGrayscale`. `ImageOutput` states how one image field of
-several is delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan` and `AugmentStep` are the
-types a pipeline or step of your own implements. The modules of this package are internal.
+`RandomRotation`, `ColorJitter`, `RandomGrayscale`, `TrivialAugmentWide`, `RandAugment`,
+`AutoAugment`, `RandomErasing`. Batch steps (``Loader(batch_augment=[...])``) run on each batch:
+`MixUp`, `CutMix`, `RandomChoice` (`apply_batch_steps` applies them to batches of your own).
+`ImageOutput` states how one image field of several is
+delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan`, `AugmentStep` and `BatchStep` are
+the types a pipeline or step of your own implements. The modules of this package are internal.
 """
 
 from __future__ import annotations
 
 from ._augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
+from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from ._batch import BatchStep, CutMix, MixUp, RandomChoice, apply_batch_steps
 from ._crop import CenterCrop, CropPlan, Pipeline, RandomCrop, RandomResizedCrop, Resize
+from ._erasing import RandomErasing
 from ._output import ImageOutput
 
 __all__ = [
     "AugmentStep",
+    "AutoAugment",
+    "BatchStep",
     "CenterCrop",
     "ColorJitter",
     "CropPlan",
+    "CutMix",
     "ImageOutput",
+    "MixUp",
     "Pipeline",
+    "RandAugment",
+    "RandomChoice",
     "RandomCrop",
+    "RandomErasing",
     "RandomGrayscale",
     "RandomResizedCrop",
     "RandomRotation",
     "RandomVerticalFlip",
     "Resize",
+    "TrivialAugmentWide",
+    "apply_batch_steps",
 ]

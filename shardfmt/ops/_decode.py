@@ -42,7 +42,7 @@ class ImageDecoder:
         fast: use libjpeg-turbo's fast integer IDCT and upsampling (a few % faster; crops stay
             within about 44 dB PSNR of an exact decode).
         channels: C of the outputs: 3 (RGB), 1 (grayscale) or 4 (RGBA, alpha 255).
-        interpolation: "bilinear" (antialiased) or "nearest".
+        interpolation: "bilinear" or "bicubic" (antialiased), or "nearest".
         partial: decode only the box of records the caller trusts (`decode_box(trusted=True)`)
             with libjpeg-turbo's partial decoding (`jpegcrop.CropDecoder`), where it is
             available and the output is fast-decoded RGB at full scale; the pixels are the same.
@@ -78,7 +78,7 @@ class ImageDecoder:
         self._buffer = np.empty(max(1, max_height * max_width * channels), np.uint8)
         self._buffer_tensor = torch.from_numpy(self._buffer)
         self._resizer = Resizer(output_size=output_size, channels=channels, interpolation=interpolation)
-        self._dct_scaling = interpolation == "bilinear"
+        self._dct_scaling = interpolation != "nearest"
         self._crop: CropDecoder | None = None
         self.in_partial_decode: Any = memoryview(bytearray(1))
         if partial and fast and channels == 3 and CropDecoder.available():

@@ -26,7 +26,7 @@ class ImageOutput:
             ratio is the same for every record and gives whole pixels, else the pipeline's size.
         channels: 1 (grayscale), 3 (RGB) or 4 (RGBA; alpha 255 where none is stored). None: 3
             for jpeg; for raw, the stored count if every record has the same, else 3.
-        interpolation: "bilinear" (antialiased, for images) or "nearest" (for masks and label
+        interpolation: "bilinear" or "bicubic" (antialiased, for images) or "nearest" (for masks and label
             maps: every output pixel is one stored pixel, so no new label values appear).
     """
 

@@ -92,6 +92,25 @@ def test_class_names_come_from_the_hugging_face_features(tmp_path: Path) -> None
     ]
 
 
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ("{not json", "is not JSON"),
+        (json.dumps({"info": {"features": {"label": {"_type": "ClassLabel", "names": 5}}}}), "has names 5, not a list"),
+        (json.dumps({"info": {"features": {"label": {"_type": "ClassLabel", "names": ["a", 3, None]}}}}), r"has names \['a', 3, None\]"),
+        (json.dumps({"info": {"features": {"label": {"_type": "ClassLabel", "names": ["a", "a"]}}}}), "distinct"),
+        (json.dumps({"info": "features"}), "no mapping of features"),
+    ],
+)
+def test_malformed_class_label_metadata_is_a_convert_error(tmp_path: Path, metadata: str, message: str) -> None:
+    """Before, such metadata was ignored without a word, and a label of 7 among 3 classes was kept."""
+    table = pa.table({"image": pa.array([jpeg_bytes(seed=i) for i in range(2)], pa.binary()), "label": pa.array([0, 7], pa.int64())})
+    pq.write_table(table.replace_schema_metadata({"huggingface": metadata}), tmp_path / "fruit.parquet")
+    with pytest.raises(ConvertError, match=message) as info:
+        convert(tmp_path / "fruit.parquet", tmp_path / "out", workers=1)
+    assert "Hugging Face" in str(info.value) and str(info.value.path).endswith("fruit.parquet")
+
+
 def test_integer_labels_without_names_and_a_key_column(tmp_path: Path) -> None:
     table = pa.table({"jpg": [jpeg_bytes(seed=i) for i in range(3)], "fine": pa.array([7, 3, 7], pa.int32()), "id": ["a7", None, "c9"]})
     pq.write_table(table, tmp_path / "x.parquet")

@@ -205,8 +205,14 @@ def test_resume_refuses_changed_options_or_inputs(slow_source: Path, tmp_path: P
     plan = json.loads((out / ".shardfmt-work" / "plan.json").read_text())
     assert "workers" not in plan["options"]
     convert(slow_source, out, workers=2, shard_size=SHARD_SIZE, resume=True)  # workers may change
-    with pytest.raises(ConvertError, match="finished dataset: nothing to resume"):
-        convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)
+    finished = tree_bytes(out)
+    again = convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)  # a finished output: nothing to do
+    assert (
+        again.already_finished
+        and again.num_inputs == 0
+        and again.num_records == json.loads((out / "manifest.json").read_text())["num_records"]
+    )
+    assert tree_bytes(out) == finished
 
 
 def test_resume_into_an_empty_or_missing_folder_starts_afresh(slow_source: Path, clean: dict[str, bytes], tmp_path: Path) -> None:

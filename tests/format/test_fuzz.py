@@ -308,11 +308,17 @@ def campaign(out: Path, *options: str) -> tuple[int, dict[str, Any]]:
 def test_a_short_campaign_of_every_kind_finds_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, summary = campaign(tmp_path / "out", "--seconds", "3", "--seed", "1")
     assert code == 0
-    assert list(summary["kinds"]) == ["binary", "tar", "manifest"]
+    assert list(summary["kinds"]) == ["binary", "tar", "manifest", "loader"]
     assert summary["findings"] == []
-    assert [kind["findings"] for kind in summary["kinds"].values()] == [0, 0, 0]
+    assert [kind["findings"] for kind in summary["kinds"].values()] == [0, 0, 0, 0]
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0].strip() for line in lines if " mutations in " in line] == ["binary", "tar", "manifest", "total"]
+    assert [line.split(":")[0].strip() for line in lines if " mutations in " in line or " cases in " in line] == [
+        "binary",
+        "tar",
+        "manifest",
+        "loader",
+        "total",
+    ]
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["summary.json"]
 
 

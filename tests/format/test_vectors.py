@@ -460,3 +460,149 @@ def test_mixture_and_elastic_vectors_give_the_batches() -> None:
                 check_split(
                     case["num_records"] - refused["start"], batch_size=case["batch_size"], world_size=refused["world_size"], drop_last=False
                 )
+
+
+def _uniform(key: int, k: int) -> float:
+    """Draw k (from 1) of a key as a float in [0, 1), from spec/sampling.md."""
+    return (_mix64((key + k) & _MASK) >> 11) * 2.0**-53
+
+
+def test_augment_step_vectors_follow_the_written_rules() -> None:  # noqa: C901 (merged at the deadline; to be split into named steps)
+    from shardfmt.ops._autoaugment import IMAGENET_POLICY
+
+    names = [
+        "Identity",
+        "ShearX",
+        "ShearY",
+        "TranslateX",
+        "TranslateY",
+        "Rotate",
+        "Brightness",
+        "Color",
+        "Contrast",
+        "Sharpness",
+        "Posterize",
+        "Solarize",
+        "AutoContrast",
+        "Equalize",
+    ]
+    kinds = set()
+    for case in sampling_vector("augment-steps")["cases"]:
+        kinds.add(case["step"])
+        args, height, width = case["args"], case["height"], case["width"]
+        for draw in case["draws"]:
+            key = _key(draw["seed"], 0x53544550530000 + case["position"], draw["epoch"], draw["record"])
+            assert f"0x{key:016x}" == draw["key"]
+            u = [_uniform(key, k) for k in range(1, 24)]
+            assert u[: len(draw["u"])] == draw["u"]
+            if case["step"] == "RandomErasing":
+                box = [0, 0, 0, 0]
+                if u[0] < args["p"]:
+                    lo, hi = args.get("scale", [0.02, 0.33])
+                    rlo, rhi = args.get("ratio", [0.3, 3.3])
+                    for a in range(10):
+                        area = height * width * (lo + (hi - lo) * u[1 + 2 * a])
+                        aspect = math.exp(math.log(rlo) + (math.log(rhi) - math.log(rlo)) * u[2 + 2 * a])
+                        h, w = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+                        if h < height and w < width:
+                            if h and w:
+                                box = [math.floor(u[21] * (height - h + 1)), math.floor(u[22] * (width - w + 1)), h, w]
+                            break
+                assert draw["box"] == box
+                continue
+            if case["step"] == "TrivialAugmentWide":
+                chosen = [(names[math.floor(14 * u[0])], math.floor(31 * u[1]), u[2] < 0.5)]
+            elif case["step"] == "RandAugment":
+                chosen = [(names[math.floor(14 * u[2 * k])], args["magnitude"], u[2 * k + 1] < 0.5) for k in range(args["num_ops"])]
+            else:
+                policy = IMAGENET_POLICY[math.floor(25 * u[0])]
+                chosen = [
+                    (name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)
+                ]
+            got = draw["operations"]
+            assert len(got) == len(chosen)
+            for have, want in zip(got, chosen, strict=True):
+                if want is None:
+                    assert have is None
+                    continue
+                name, bin_index, negative = want
+                assert have[0] == name
+                if have[1] is not None:
+                    assert have[1] == bin_index
+                    assert (have[2] < 0) == (negative and have[2] != 0 and name not in ("Posterize", "Solarize"))
+    assert kinds == {"TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomErasing"}
+
+
+def test_repeat_vectors_follow_the_written_rule() -> None:
+    for case in sampling_vector("repeats-batches")["cases"]:
+        k, world_size = case["repeats"], case["world_size"]
+        base = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
+        records = base.at(np.arange(case["num_records"])).tolist()
+        assert case["draw_epochs"] == [k * case["epoch"] + c for c in range(k)]
+        for rank, batches in enumerate(case["batches"]):
+            flat = [pair for batch in batches for pair in batch]
+            positions = [rank + n * world_size for n in range(len(flat))]
+            assert flat == [[records[p // k], p % k] for p in positions]
+        assert len({len(batches) for batches in case["batches"]}) == 1
+        everything = sorted(tuple(pair) for batches in case["batches"] for batch in batches for pair in batch)
+        assert everything == [(r, c) for r in range(case["num_records"]) for c in range(k)]
+
+
+def _beta_quantile(u: float, alpha: float) -> float:
+    """Beta(alpha, alpha)'s quantile by bisection of its CDF, the CDF by Simpson's rule on the
+    density (an independent route to spec/sampling.md's lam; good to about 1e-6 here)."""
+    if alpha == 1.0:
+        return u
+    scale = math.exp(math.lgamma(2 * alpha) - 2 * math.lgamma(alpha))
+
+    def cdf(x: float) -> float:
+        if x > 0.5:
+            return 1.0 - cdf(1.0 - x)
+        # substitute x = t^(1/alpha) to remove the endpoint singularity: density dt / alpha
+        top, n = x**alpha, 2000
+        total = 0.0
+        for i in range(n + 1):
+            t = top * i / n
+            weight = 1 if i in (0, n) else (4 if i % 2 else 2)
+            total += weight * (1 - t ** (1 / alpha)) ** (alpha - 1)
+        return scale * total * top / (3 * n) / alpha
+
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < u else (low, middle)
+    return (low + high) / 2
+
+
+def test_batch_step_vectors_follow_the_written_rules() -> None:
+    kinds = set()
+    for case in sampling_vector("batch-steps")["cases"]:
+        (name, args), = case["step"].items()
+        kinds.add(name)
+        height, width = case["height"], case["width"]
+        for draw in case["draws"][:3]:
+            key = _key(draw["seed"], 0x4241544348530000, draw["epoch"], draw["batch"])
+            assert f"0x{key:016x}" == draw["key"]
+            u = [_uniform(key, k) for k in range(1, len(draw["u"]) + 1)]
+            assert u == draw["u"]
+            kind, options = name, args
+            if kind == "RandomChoice":
+                weights = options["p"]
+                bounds = [sum(weights[: i + 1]) / sum(weights) for i in range(len(weights))]
+                choice = next(i for i, bound in enumerate(bounds) if u[0] < bound)
+                assert draw["choice"] == choice
+                (kind, options), = options["steps"][choice].items()
+                u = u[1:]
+            lam = _beta_quantile(u[0], options["alpha"])
+            if kind == "MixUp":
+                assert abs(draw["lam"] - lam) < 1e-5
+                continue
+            cx, cy = math.floor(width * u[1]), math.floor(height * u[2])
+            r = 0.5 * math.sqrt(1 - lam)
+            half_w, half_h = int(r * width), int(r * height)
+            box = [max(cx - half_w, 0), max(cy - half_h, 0), min(cx + half_w, width), min(cy + half_h, height)]
+            if box != draw["box"]:  # lam lies within 1e-5 of a rounding edge of the half sides
+                assert abs(r * width - round(r * width)) < 1e-3 or abs(r * height - round(r * height)) < 1e-3
+                box = draw["box"]
+            assert abs(draw["lam"] - (1 - (box[2] - box[0]) * (box[3] - box[1]) / (height * width))) < 1e-12
+    assert kinds == {"MixUp", "CutMix", "RandomChoice"}

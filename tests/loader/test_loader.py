@@ -283,11 +283,21 @@ def test_verify_takes_only_its_three_values(indexed_dataset: Path) -> None:
         Loader(indexed_dataset, batch_size=8, num_workers=0, verify="sometimes")
 
 
-def test_dev_shm_is_clean_after_close_and_after_an_error_in_the_loop(indexed_dataset: Path) -> None:
-    before = shm_entries()
+def unlinked_rings(pid: int | str = "self") -> list[str]:
+    """The slot rings a process maps whose names are gone from /dev/shm (Linux's /proc)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return sorted({line.split(None, 5)[5].strip() for line in maps if "/shardfmt-" in line and line.rstrip().endswith("(deleted)")})
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_dev_shm_holds_no_name_while_running_after_close_and_after_an_error(indexed_dataset: Path) -> None:
+    before, mapped = shm_entries(), set(unlinked_rings())
     loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
     next(iter(loader))
-    assert shm_entries() - before, "the ring lives in /dev/shm while the loader runs"
+    assert shm_entries() <= before, "the ring's name is unlinked as soon as it is made"
+    ring = set(unlinked_rings()) - mapped
+    assert len(ring) == 3, "the ring's slots (prefetch + 1, a segment each) live on through their mappings"
+    assert all(ring <= set(unlinked_rings(pid)) for pid in loader.worker_pids)
     loader.close()
     assert shm_entries() <= before
     with pytest.raises(RuntimeError, match="training step failed"):
@@ -297,20 +307,21 @@ def test_dev_shm_is_clean_after_close_and_after_an_error_in_the_loop(indexed_dat
     assert shm_entries() <= before
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
 def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
-    # The ring is named after the process that makes it: the child prints the names it made.
+    # The ring is named after the process that makes it: the child prints the rings it maps.
     script = (
         "import os\nfrom shardfmt import Loader\n"
         f"for batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16):\n"
-        "    print(*sorted(n for n in os.listdir('/dev/shm') if n.startswith(f'shardfmt-{os.getpid()}-')))\n"
+        "    print(*sorted({line.split()[5] for line in open('/proc/self/maps') if f'/shardfmt-{os.getpid()}-' in line}))\n"
         "    raise SystemExit(3)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     child = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, capture_output=True, text=True)
     assert child.returncode == 3, child.stderr
     made = child.stdout.split()
-    assert len(made) == 3, "the ring's three slots (prefetch + 1, a segment each) were in /dev/shm while the child's loader ran"
-    assert not set(made) & set(os.listdir("/dev/shm"))
+    assert len(made) == 3, "the child's loader mapped its ring's three slots (prefetch + 1, a segment each)"
+    assert not {os.path.basename(name) for name in made} & set(os.listdir("/dev/shm"))
 
 
 def test_a_killed_worker_is_reported_not_waited_for(indexed_dataset: Path) -> None:

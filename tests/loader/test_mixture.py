@@ -184,6 +184,13 @@ def test_a_mixture_refuses_a_window_other_schemas_and_empty_sources(sources: dic
             Mixture({"binary": sources["binary"], "other": tmp_path / "other"}, weights={"binary": 1, "other": 1}, epoch_size=4),
             batch_size=2,
         )
+    with DatasetWriter(tmp_path / "typed", schema=Schema.of(image="jpeg", label="str", key="str")) as writer:
+        writer.write({"image": jpeg_bytes(8, 8), "label": "cat", "key": "k"})
+    with pytest.raises(SchemaError, match=r"source 'typed' does not have the schema of source 'binary' \('label' is str, not int64\)"):
+        Loader(
+            Mixture({"binary": sources["binary"], "typed": tmp_path / "typed"}, weights={"binary": 1, "typed": 1}, epoch_size=4),
+            batch_size=2,
+        )
     with DatasetWriter(tmp_path / "empty", schema=IMAGE_CLASSIFICATION):
         pass
     with pytest.raises(ValueError, match="holds no records"):

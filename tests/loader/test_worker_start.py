@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from shardfmt._forks import frozen_heap
-from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, attach
+from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, map_segment, slot_arrays
 
 
 def test_the_heap_is_frozen_only_while_forking() -> None:
@@ -34,7 +34,7 @@ def test_an_attached_ring_is_mapped_before_its_first_write() -> None:
     layout = SlotLayout(2, 64, (SlotArray("image", (64, 64, 3), "|u1"),))  # 1.5 MiB
     ring = SlotRing.create(layout)
     try:
-        attached = [attach(ring.name, serial, layout) for serial in ring.serials]
+        attached = [slot_arrays(map_segment(slot.handle, layout), layout) for slot in ring.slots]  # type: ignore[arg-type]
         pages = layout.total_bytes // 4096
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for slot in attached:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -189,7 +190,10 @@ def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpe
     monkeypatch.setattr(_JpegFiller, "fill", dying)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(WorkerError, match=f"exited with code 1 while decoding dataset record {target}$") as info:
+        with pytest.raises(
+            WorkerError,
+            match=re.escape(f"exited with code 1 while decoding record {record} of {shard_path} (dataset record {target})") + "$",
+        ) as info:
             with Loader(small_jpegs, num_workers=2, start_method="fork", **partial_settings()) as loader:
                 for _ in range(2):
                     for _batch in loader:

@@ -138,6 +138,40 @@ def test_loader_from_s3_survives_a_connection_cut_mid_shard(indexed: tuple[Path,
         proxy.close()
 
 
+def test_an_outage_surfaces_after_shardfmts_own_attempts(
+    indexed: tuple[Path, str], endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RetryPolicy is the one retry layer: botocore and s3fs try each call once, so an outage
+    costs `attempts` tries (before: 5 x 5 x 2 connections per try, minutes of waiting)."""
+    host, port = endpoint.removeprefix("http://").split(":")
+    proxy = DroppingProxy((host, int(port)), drop_after=1 << 40)
+    try:
+        policy = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
+        reader = open_dataset(indexed[1], remote=RemoteOptions(storage_options=s3_options(proxy.endpoint), retry=policy))
+        proxy.take_down()
+        with caplog.at_level("WARNING", logger="shardfmt._storage"), pytest.raises(RemoteError, match="failed after 3 attempts"):
+            reader[0]["image"]
+        assert len([r for r in caplog.records if "retrying in" in r.getMessage()]) == 2
+        # per try, one connection, and one more that the HTTP client opens when the first is dropped
+        assert proxy.turned_away <= 2 * policy.attempts
+    finally:
+        proxy.close()
+
+
+def test_a_cache_smaller_than_a_shard_says_what_to_raise_it_to(indexed: tuple[Path, str], endpoint: str, tmp_path: Path) -> None:
+    largest = max(path.stat().st_size for path in indexed[0].glob("*.shard"))
+    remote = options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest - 1)
+    with pytest.raises(RemoteError, match=f"raise cache_size to at least {largest}"):
+        Loader(indexed[1], batch_size=8, num_workers=1, size=16, remote=remote)
+    Loader(
+        indexed[1],
+        batch_size=8,
+        num_workers=0,
+        size=16,
+        remote=options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest),
+    ).close()
+
+
 def test_a_corrupt_s3_object_is_named(indexed: tuple[Path, str], endpoint: str, s3: Any, tmp_path: Path) -> None:
     upload_tree(s3, indexed[0], "data/corrupt")
     data = bytearray(s3.cat_file("data/corrupt/shard-00001.shard"))

@@ -12,8 +12,9 @@ row number in the file (``train-00000-of-00002/17``), or the value of a key colu
 
 Labels: an integer column gives the labels as they are; its class names come from the Hugging
 Face features stored in the schema metadata (``huggingface``: a ``ClassLabel`` with ``names``)
-where present, and a label outside them is "bad-label". Without such names the dataset has no
-class names. A string column gives class names, sorted as plain strings, label = index.
+where present, and a label outside them is "bad-label"; metadata that is there but malformed is
+a `ConvertError` (its names cannot be told). Without such names the dataset has no class names.
+A string column gives class names, sorted as plain strings, label = index.
 
 Found while scanning and reported as rejects, never fatal: "no-label" (a null label),
 "bad-label" (an empty class name, or an integer that names no class), "bad-key" (a null or
@@ -218,7 +219,7 @@ def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -
             if label_kind is not None and kind != label_kind[0]:
                 raise ConvertError(f"column {label!r} holds {kind} labels here, {label_kind[0]} labels in {label_kind[1]}", path=where)
             label_kind = (kind, where)
-            hf_names = _class_names(schema, label)
+            hf_names = _class_names(schema, label, where)
             if hf_names is not None:
                 if names_found is not None and hf_names != names_found[0]:
                     raise ConvertError(f"the class names of column {label!r} differ from those of {names_found[1]}", path=where)
@@ -331,17 +332,40 @@ def _label_kind(kind: Any, column: str, where: str) -> str:
     raise ConvertError(f"label column {column!r} holds {kind}; a label column holds integers or strings (class names)", path=where)
 
 
-def _class_names(schema: Any, column: str) -> tuple[str, ...] | None:
-    """The class names the Hugging Face features in the schema metadata give `column`, if any."""
+def _class_names(schema: Any, column: str, where: str) -> tuple[str, ...] | None:
+    """The class names the Hugging Face features in the schema metadata give `column`, if any.
+
+    Raises:
+        ConvertError: the metadata is there but malformed (not JSON, or a ``ClassLabel`` whose
+            ``names`` are not a list of distinct non-empty strings): without its names, labels
+            outside them would be taken as they are.
+    """
     raw = (schema.metadata or {}).get(b"huggingface")
-    try:
-        feature = json.loads(raw)["info"]["features"][column] if raw is not None else None
-    except (ValueError, KeyError, TypeError):
+    if raw is None:
         return None
-    names = feature.get("names") if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" else None
-    if isinstance(names, list) and names and all(isinstance(name, str) for name in names):
-        return tuple(names)
-    return None
+    fix = "fix the metadata, or write the files without it to take the labels as plain integers"
+    try:
+        info = json.loads(raw)
+    except ValueError as err:
+        raise ConvertError(f"the Hugging Face metadata (schema metadata 'huggingface') is not JSON ({err}): {fix}", path=where) from None
+    features = info.get("info", {}).get("features", {}) if isinstance(info, dict) and isinstance(info.get("info", {}), dict) else None
+    if not isinstance(features, dict):
+        raise ConvertError(f"the Hugging Face metadata holds no mapping of features: {fix}", path=where)
+    feature = features.get(column)
+    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
+        return None
+    names = feature.get("names")
+    if (
+        not isinstance(names, list)
+        or not names
+        or not all(isinstance(name, str) and name for name in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ConvertError(
+            f"the Hugging Face ClassLabel of column {column!r} has names {names!r}, not a list of distinct non-empty strings: {fix}",
+            path=where,
+        )
+    return tuple(names)
 
 
 def _row_sizes(group: Any, image: str, count: int) -> list[int]:

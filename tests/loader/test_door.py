@@ -1,0 +1,219 @@
+"""Arguments and states are checked at the door: a `Loader` refuses a malformed argument when it is
+made, and `load_state_dict` a malformed state when it is loaded, each with one message that says
+the allowed range; what it takes, it runs. An epoch's size costs nothing before the first batch,
+and an iterator replaced before its first `next()` raises as documented.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import fuzz_loader
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+
+from shardfmt import DatasetWriter, Loader, Mixture
+from shardfmt.format import IMAGE_CLASSIFICATION
+
+BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
+CORES = os.cpu_count() or 1
+
+
+def write(path: Path, shift: int) -> Path:
+    with DatasetWriter(path, schema=IMAGE_CLASSIFICATION, shard_size=4_000) as writer:
+        for i in range(24):
+            pixels = np.full((12, 16, 3), (7 * i + shift) % 256, np.uint8)
+            writer.write({"image": simplejpeg.encode_jpeg(pixels, quality=90), "label": i % 3, "key": f"r{i}"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two datasets of 24 records each, with other images."""
+    root = tmp_path_factory.mktemp("door")
+    return write(root / "ds", 0), write(root / "other", 100)
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        (
+            {"num_workers": 10**5},
+            ValueError,
+            rf"num_workers must be in \[0, {4 * CORES}\] \(4 per core; this machine has {CORES}\), got 100000",
+        ),
+        ({"num_workers": -1}, ValueError, r"num_workers must be in \[0, "),
+        ({"num_workers": 2.5}, TypeError, r"num_workers must be an int in \[0, "),
+        ({"batch_size": 2.5}, TypeError, r"batch_size must be an int in \[1, 2147483647\], got 2.5"),
+        ({"batch_size": 0}, ValueError, r"batch_size must be in \[1, 2147483647\], got 0"),
+        ({"batch_size": 10**12}, ValueError, r"batch_size must be in \[1, 2147483647\]"),
+        ({"batch_size": True}, TypeError, r"batch_size must be an int"),
+        ({"timeout": 0}, ValueError, r"timeout must be a finite number of seconds > 0, got 0"),
+        ({"timeout": -1.0}, ValueError, r"timeout must be a finite number of seconds > 0"),
+        ({"timeout": math.nan}, ValueError, r"timeout must be a finite number of seconds > 0, got nan"),
+        ({"mean": (120.0, 110.0, 100.0), "std": (math.nan, 1.0, 1.0)}, ValueError, r"std must hold finite numbers"),
+        ({"mean": (math.inf, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}, ValueError, r"mean must hold finite numbers"),
+        ({"mean": (1.0, 1.0, 1.0), "std": (0.0, 1.0, 1.0)}, ValueError, r"std must hold numbers > 0"),
+        ({"mean": 5, "std": 5}, TypeError, r"mean must be a sequence of numbers"),
+        ({"seed": -1}, ValueError, r"seed must be in \[0, 18446744073709551615\], got -1"),
+        ({"prefetch": 0}, ValueError, r"prefetch must be in \[1, 1024\], got 0"),
+        ({"size": (0, 4)}, ValueError, r"size must be a positive int or \(height, width\), each in \[1, 65535\]"),
+        ({"size": None}, TypeError, r"size must be a positive int or \(height, width\)"),
+        ({"world_size": 0}, ValueError, r"world_size must be in \[1, "),
+        ({"rank": 5, "world_size": 2}, ValueError, r"rank must be in \[0, 1\], got 5"),
+        ({"shuffle": "no"}, TypeError, r"shuffle must be True or False, got 'no'"),
+        ({"start_method": "threads"}, ValueError, r"start_method must be None or one of"),
+        ({"device": "nope"}, ValueError, r"device 'nope' is not a device torch knows"),
+        ({"pipeline": 5}, TypeError, r"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops"),
+        ({"augment": "flip"}, TypeError, r"augment must be a list of steps"),
+    ],
+)
+def test_arguments_are_checked_at_the_door(datasets: tuple[Path, Path], changes: dict[str, Any], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        Loader(datasets[0], **(BASE | changes))
+
+
+def test_a_batch_too_large_for_dev_shm_says_the_largest_that_fits(datasets: tuple[Path, Path]) -> None:
+    """Before: batch_size=10**12 gave OSError ENOMEM and a resource_tracker traceback."""
+    with pytest.raises(
+        ValueError, match=r"batch_size=1073741824 needs \d+ bytes for its 3 batch slots \(prefetch \+ 1\), but /dev/shm has \d+ bytes free"
+    ) as info:
+        Loader(datasets[0], **(BASE | {"batch_size": 2**30, "num_workers": 1}))
+    largest = int(re.search(r"batch_size must be at most (\d+)", str(info.value)).group(1))  # type: ignore[union-attr]
+    Loader(datasets[0], **(BASE | {"batch_size": largest, "num_workers": 1, "drop_last": False})).close()  # made, not allocated
+
+
+def not_picklable(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return sample
+
+
+def test_a_step_that_cannot_reach_spawned_workers_is_refused(datasets: tuple[Path, Path]) -> None:
+    step = lambda sample, generator: sample  # noqa: E731
+    with pytest.raises(TypeError, match="cannot be pickled, which the 'spawn' start method needs"):
+        Loader(datasets[0], **(BASE | {"num_workers": 1, "start_method": "spawn", "augment": [step]}))
+    Loader(datasets[0], **(BASE | {"num_workers": 1, "start_method": "fork", "augment": [step]})).close()  # forked: no pickling
+    pickle.dumps(not_picklable)  # a module-level function is fine under spawn
+
+
+def saved_after_two_batches(path: Path, **changes: Any) -> dict[str, Any]:
+    with Loader(path, **(BASE | changes)) as loader:
+        iterator = iter(loader)
+        next(iterator)
+        next(iterator)
+        return loader.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error", "message"),
+    [
+        ("epoch", -1, ValueError, r"loader state field 'epoch' must be in \[0, 4294967295\], got -1"),
+        ("epoch", 10**30, ValueError, r"loader state field 'epoch' must be in \[0, 4294967295\]"),
+        ("epoch", "1", TypeError, r"loader state field 'epoch' must be an int"),
+        ("position", 2.7, TypeError, r"loader state field 'position' must be an int"),
+        ("position", -1, ValueError, r"loader state field 'position' must be in \[0, "),
+        ("position", 10**9, ValueError, r"'position' \(1000000000\) and 'delivered' \(\[\]\) must lie in \[0, 6\], the batches of epoch 0"),
+        ("delivered", [-1, 10**9], ValueError, r"loader state field 'delivered' must be in \[0, "),
+        ("delivered", [4, 10**9], ValueError, r"must lie in \[0, 6\]"),
+        ("delivered", [1], ValueError, r"'delivered' must hold distinct batch numbers after position 2"),
+        ("delivered", "x", TypeError, r"'delivered' must be a list of batch numbers"),
+        ("start", 25, ValueError, r"loader state field 'start' must be in \[0, 24\]"),
+        ("size", [0, 8], ValueError, r"loader state field 'size' must be in \[1, 65535\], got 0"),
+        ("version", 2, ValueError, r"loader state version 2 is not 1"),
+        ("settings", None, TypeError, r"loader state field 'settings' must be a dict"),
+    ],
+)
+def test_states_are_checked_before_use(datasets: tuple[Path, Path], field: str, value: Any, error: type, message: str) -> None:
+    """Before: negative or huge epochs and positions, 2.7, delivered=[-1, 10**9] were taken."""
+    state = saved_after_two_batches(datasets[0]) | {field: value}
+    with Loader(datasets[0], **BASE) as loader:
+        with pytest.raises(error, match=message):
+            loader.load_state_dict(state)
+        assert len(next(iter(loader))[0]) == 4  # a refused state changes nothing
+
+
+def test_a_state_of_another_dataset_of_the_same_length_is_refused(datasets: tuple[Path, Path]) -> None:
+    theirs = saved_after_two_batches(datasets[1])
+    with Loader(datasets[0], **BASE) as loader:
+        with pytest.raises(
+            ValueError, match=r"loader state was saved with other settings \(dataset: 'xxh3_64:[0-9a-f]{16}' -> 'xxh3_64:[0-9a-f]{16}'\)"
+        ):
+            loader.load_state_dict(theirs)
+        loader.load_state_dict(saved_after_two_batches(datasets[0]))  # its own dataset's, even moved, is taken
+
+
+@pytest.mark.parametrize(("state", "error"), [(None, TypeError), ([], TypeError), ("state", TypeError), ({"version": 1}, ValueError)])
+def test_what_is_not_a_state_is_refused(datasets: tuple[Path, Path], state: Any, error: type) -> None:
+    """Before: a non-dict gave AttributeError."""
+    with Loader(datasets[0], **BASE) as loader, pytest.raises(error, match="loader state"):
+        loader.load_state_dict(state)
+
+
+def test_a_state_of_other_ranks_is_checked(datasets: tuple[Path, Path]) -> None:
+    state = saved_after_two_batches(datasets[0], world_size=2, rank=1)
+    with Loader(datasets[0], **BASE) as loader:
+        for settings, message in (
+            ({"world_size": 0}, r"'settings.world_size' must be in \[1, "),
+            ({"rank": 2}, r"'settings.rank' must be in \[0, 1\]"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                loader.load_state_dict(state | {"settings": state["settings"] | settings})
+
+
+@pytest.mark.parametrize(("epoch", "error"), [(-5, ValueError), (2**32, ValueError), (2.5, TypeError), ("3", TypeError), (True, TypeError)])
+def test_set_epoch_takes_a_non_negative_int(datasets: tuple[Path, Path], epoch: Any, error: type) -> None:
+    with Loader(datasets[0], **BASE) as loader:
+        with pytest.raises(error, match=r"epoch must be (an int )?in \[0, 4294967295\]"):
+            loader.set_epoch(epoch)
+        loader.set_epoch(4294967295)
+        assert len(next(iter(loader))[0]) == 4
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("epoch_size", [10**3, 10**15])
+def test_an_epoch_of_10_15_records_starts_and_resumes_like_one_of_10_3(datasets: tuple[Path, Path], epoch_size: int) -> None:
+    """Nothing is listed per batch before the first one (before: 10**15 hung building a list of
+    every batch number, and 10**8 took 720 MB); a hang fails the timeout, not a timed assertion."""
+    mixture = Mixture({"a": datasets[0], "b": datasets[1]}, weights={"a": 1, "b": 3}, epoch_size=epoch_size)
+    with Loader(mixture, **BASE) as loader:
+        assert len(loader) == epoch_size // 4
+        iterator = iter(loader)
+        next(iterator)
+        next(iterator)
+        state = loader.state_dict()
+        expected = next(iterator)[1].tolist()
+    assert (state["epoch"], state["position"]) == (0, 2)
+    with Loader(mixture, **BASE) as resumed:
+        resumed.load_state_dict(state)
+        assert next(iter(resumed))[1].tolist() == expected
+
+
+def test_an_iterator_replaced_before_its_first_next_raises(datasets: tuple[Path, Path]) -> None:
+    """Before: it1 gave epoch 1's batch 0 and it2 epoch 1's batch 1; epoch 0 was never delivered
+    and nothing said so."""
+    with Loader(datasets[0], **BASE, return_indices=True) as reference:
+        reference.set_epoch(1)
+        epoch_one = [batch[2].tolist() for batch in reference]
+    with Loader(datasets[0], **BASE, return_indices=True) as loader:
+        first = iter(loader)
+        second = iter(loader)
+        with pytest.raises(RuntimeError, match="replaced by a newer iter"):
+            next(first)
+        assert [batch[2].tolist() for batch in second] == epoch_one  # the newer iterator has its epoch whole
+        with pytest.raises(StopIteration):
+            next(second)
+
+
+def test_the_campaign_over_arguments_and_states_finds_nothing() -> None:
+    """tools/fuzz.py's loader kind, 200 cases: each a batch, or a refusal at the door; every case
+    made of valid values gives a batch."""
+    result = fuzz_loader.campaign(seed=0, seconds=600, limit=200, hang_seconds=30)
+    assert result.findings == [], [finding.message for finding in result.findings or []]
+    assert result.cases == 200 and result.batches + result.refused == 200
+    assert result.batches >= 40 and result.refused >= 100
