@@ -254,7 +254,16 @@ def close_all(log: IO[str] | None, *loaders: shardfmt.Loader, world_size: int) -
         dist.destroy_process_group()
 
 
-def main() -> None:  # noqa: C901 (merged at the deadline; to be split into named steps)
+def log_step(log: IO[str] | None, *, step: int, epoch: int, loss: torch.Tensor, labels: torch.Tensor, images: torch.Tensor) -> None:
+    """One line of --step-log: the step's loss, labels and a checksum of its pixels."""
+    if log is None:
+        return
+    pixels = int(images.sum()) if images.dtype == torch.uint8 else round(float(images.double().sum()), 3)
+    line = {"step": step, "epoch": epoch, "loss": loss.item(), "labels": labels.tolist(), "pixels": pixels}
+    log.write(json.dumps(line) + "\n")
+
+
+def main() -> None:
     args = parse_args()
     rank, world_size, device = setup()
     torch.manual_seed(args.seed)
@@ -306,10 +315,7 @@ def main() -> None:  # noqa: C901 (merged at the deadline; to be split into name
                 seen += len(labels) * world_size
                 bar.update(len(labels) * world_size)
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.4f}")
-                if log is not None:
-                    pixels = int(images.sum()) if images.dtype == torch.uint8 else round(float(images.double().sum()), 3)
-                    line = {"step": step, "epoch": epoch, "loss": loss.item(), "labels": labels.tolist(), "pixels": pixels}
-                    log.write(json.dumps(line) + "\n")
+                log_step(log, step=step, epoch=epoch, loss=loss, labels=labels, images=images)
                 if args.checkpoint is not None and args.save_every and step % args.save_every == 0:
                     save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, loader=train_loader,
                                     step=step, rank=rank, world_size=world_size)
