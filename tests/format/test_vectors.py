@@ -467,7 +467,24 @@ def _uniform(key: int, k: int) -> float:
     return (_mix64((key + k) & _MASK) >> 11) * 2.0**-53
 
 
-def test_augment_step_vectors_follow_the_written_rules() -> None:  # noqa: C901 (merged at the deadline; to be split into named steps)
+def _erasing_box(u: list[float], args: dict[str, Any], height: int, width: int) -> list[int]:
+    """RandomErasing's box by the written rule: [top, left, height, width], all 0 when it does not erase."""
+    box = [0, 0, 0, 0]
+    if u[0] < args["p"]:
+        lo, hi = args.get("scale", [0.02, 0.33])
+        rlo, rhi = args.get("ratio", [0.3, 3.3])
+        for a in range(10):
+            area = height * width * (lo + (hi - lo) * u[1 + 2 * a])
+            aspect = math.exp(math.log(rlo) + (math.log(rhi) - math.log(rlo)) * u[2 + 2 * a])
+            h, w = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+            if h < height and w < width:
+                if h and w:
+                    box = [math.floor(u[21] * (height - h + 1)), math.floor(u[22] * (width - w + 1)), h, w]
+                break
+    return box
+
+
+def test_augment_step_vectors_follow_the_written_rules() -> None:
     from shardfmt.ops._autoaugment import IMAGENET_POLICY
 
     names = [
@@ -496,19 +513,7 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:  # noqa: C901 
             u = [_uniform(key, k) for k in range(1, 24)]
             assert u[: len(draw["u"])] == draw["u"]
             if case["step"] == "RandomErasing":
-                box = [0, 0, 0, 0]
-                if u[0] < args["p"]:
-                    lo, hi = args.get("scale", [0.02, 0.33])
-                    rlo, rhi = args.get("ratio", [0.3, 3.3])
-                    for a in range(10):
-                        area = height * width * (lo + (hi - lo) * u[1 + 2 * a])
-                        aspect = math.exp(math.log(rlo) + (math.log(rhi) - math.log(rlo)) * u[2 + 2 * a])
-                        h, w = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
-                        if h < height and w < width:
-                            if h and w:
-                                box = [math.floor(u[21] * (height - h + 1)), math.floor(u[22] * (width - w + 1)), h, w]
-                            break
-                assert draw["box"] == box
+                assert draw["box"] == _erasing_box(u, args, height, width)
                 continue
             if case["step"] == "TrivialAugmentWide":
                 chosen = [(names[math.floor(14 * u[0])], math.floor(31 * u[1]), u[2] < 0.5)]
