@@ -120,7 +120,7 @@ class Case:
         return "\n".join(lines)
 
 
-def make_case(seed: int, index: int) -> Case:  # noqa: C901 (merged at the deadline; to be split into named steps)
+def make_case(seed: int, index: int) -> Case:
     """Case number `index` of the campaign of `seed`."""
     rng = random.Random(f"loader-{seed}-{index}")
     kwargs = dict(BASE)
@@ -140,22 +140,24 @@ def make_case(seed: int, index: int) -> Case:  # noqa: C901 (merged at the deadl
         for name in rng.sample(sorted(HOSTILE), rng.randint(1, 3)):
             kwargs[name] = rng.choice(HOSTILE[name])
         return Case(index, kwargs)
-    changes: list[tuple[str, Any]] = []
-    for _ in range(rng.randint(1, 3)):
-        what = rng.random()
-        if what < 0.1:
-            changes.append(("<replace>", rng.choice([None, [], "state", 5, {"version": 1}])))
-        elif what < 0.2:
-            changes.append(("<other dataset>", None))
-        elif what < 0.3:
-            changes.append(("<delete>", rng.choice(sorted(STATE_FIELDS))))
-        elif what < 0.4:
-            setting = rng.choice(["seed", "num_records", "batch_size", "world_size", "rank", "shuffle", "dataset"])
-            changes.append((f"settings.{setting}", rng.choice([None, -1, 10**9, "x", 2.5])))
-        else:
-            name = rng.choice(sorted(STATE_FIELDS))
-            changes.append((name, rng.choice(STATE_FIELDS[name])))
+    changes = [_state_change(rng) for _ in range(rng.randint(1, 3))]
     return Case(index, kwargs, tuple(changes))
+
+
+def _state_change(rng: random.Random) -> tuple[str, Any]:
+    """One change to a saved state: replace it, swap its dataset, delete, set a setting or a field."""
+    what = rng.random()
+    if what < 0.1:
+        return "<replace>", rng.choice([None, [], "state", 5, {"version": 1}])
+    if what < 0.2:
+        return "<other dataset>", None
+    if what < 0.3:
+        return "<delete>", rng.choice(sorted(STATE_FIELDS))
+    if what < 0.4:
+        setting = rng.choice(["seed", "num_records", "batch_size", "world_size", "rank", "shuffle", "dataset"])
+        return f"settings.{setting}", rng.choice([None, -1, 10**9, "x", 2.5])
+    name = rng.choice(sorted(STATE_FIELDS))
+    return name, rng.choice(STATE_FIELDS[name])
 
 
 def make_datasets(folder: Path) -> tuple[Path, Path]:
