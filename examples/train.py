@@ -32,7 +32,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -109,10 +109,14 @@ def parse_args() -> argparse.Namespace:
                         help="TrivialAugmentWide, RandAugment(2, 9) or AutoAugment's ImageNet policy, after the crop")
     parser.add_argument("--random-erase", type=float, default=0.0, help="RandomErasing's probability (the box takes the mean colour)")
     parser.add_argument("--mixup-alpha", type=float, default=0.0, help="MixUp on each batch with Beta(alpha, alpha) (0: off)")
-    parser.add_argument("--cutmix-alpha", type=float, default=0.0, help="CutMix on each batch (0: off); with MixUp, one of the two each batch")
+    parser.add_argument(
+        "--cutmix-alpha", type=float, default=0.0, help="CutMix on each batch (0: off); with MixUp, one of the two each batch"
+    )
     parser.add_argument("--ra-reps", type=int, default=1, help="repeated augmentation: each record this many times an epoch")
     parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), default="bilinear", help="the crop's resize")
-    parser.add_argument("--val-resize-size", type=int, default=None, help="validation: shorter side resized to this [default: size / 0.875]")
+    parser.add_argument(
+        "--val-resize-size", type=int, default=None, help="validation: shorter side resized to this [default: size / 0.875]"
+    )
     parser.add_argument("--val-crop-size", type=int, default=None, help="validation: centred crop of this side [default: --size]")
     return parser.parse_args()
 
@@ -201,6 +205,64 @@ def validate(model: nn.Module, loader: shardfmt.Loader, device: torch.device, *,
     return float(counts[0] / counts[1]) if counts[1] else 0.0
 
 
+def build_model(num_classes: int, device: torch.device, world_size: int) -> nn.Module:
+    """The ResNet in channels_last on `device`, wrapped for DistributedDataParallel on several processes."""
+    model: nn.Module = ResNet(num_classes).to(device).to(memory_format=torch.channels_last)
+    if world_size > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return model
+
+
+def planned_steps(args: argparse.Namespace, batches_per_epoch: int) -> tuple[int, int]:
+    """The steps the schedule spans (--epochs, at most --max-steps) and the step this run stops at (--stop-at)."""
+    total_steps = args.epochs * batches_per_epoch
+    if args.max_steps is not None:
+        total_steps = min(total_steps, args.max_steps)
+    return total_steps, total_steps if args.stop_at is None else min(total_steps, args.stop_at)
+
+
+def resume(checkpoint_path: Path | None, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+           loader: shardfmt.Loader, rank: int, world_size: int) -> int:
+    """Load a checkpoint written by `save_checkpoint` into everything that trains; return its step."""
+    if checkpoint_path is None or not checkpoint_path.exists():
+        raise SystemExit(f"--resume: no checkpoint at {checkpoint_path}")
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    if checkpoint["world_size"] != world_size:
+        raise SystemExit(f"the checkpoint was written by {checkpoint['world_size']} processes, not {world_size}")
+    (model.module if world_size > 1 else model).load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    loader.load_state_dict(checkpoint["loaders"][rank])  # the same batches come next, mid-epoch too
+    return int(checkpoint["step"])
+
+
+def open_step_log(path: Path | None, *, rank: int, world_size: int) -> IO[str] | None:
+    """The file each step is logged to (one per rank), or None without --step-log."""
+    if path is None:
+        return None
+    name = path if world_size == 1 else path.with_name(f"{path.stem}-rank{rank}{path.suffix}")
+    return open(name, "a")  # noqa: SIM115 (closed in main's finally)
+
+
+def close_all(log: IO[str] | None, *loaders: shardfmt.Loader, world_size: int) -> None:
+    """Close the step log and the loaders, and leave the process group."""
+    if log is not None:
+        log.close()
+    for loader in loaders:
+        loader.close()
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+def log_step(log: IO[str] | None, *, step: int, epoch: int, loss: torch.Tensor, labels: torch.Tensor, images: torch.Tensor) -> None:
+    """One line of --step-log: the step's loss, labels and a checksum of its pixels."""
+    if log is None:
+        return
+    pixels = int(images.sum()) if images.dtype == torch.uint8 else round(float(images.double().sum()), 3)
+    line = {"step": step, "epoch": epoch, "loss": loss.item(), "labels": labels.tolist(), "pixels": pixels}
+    log.write(json.dumps(line) + "\n")
+
+
 def main() -> None:
     args = parse_args()
     rank, world_size, device = setup()
@@ -225,34 +287,17 @@ def main() -> None:
                                  num_workers=args.workers, pipeline=val_pipeline, size=val_size, interpolation=args.interpolation)
     if len(train_loader) == 0:
         raise SystemExit(f"no full batch of {args.batch_size} per process in the training dataset: lower --batch-size")
-    model: nn.Module = ResNet(len(classes)).to(device).to(memory_format=torch.channels_last)
-    if world_size > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    model = build_model(len(classes), device, world_size)
     lr = args.lr * args.batch_size * world_size / 256
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
-    total_steps = args.epochs * len(train_loader)
-    if args.max_steps is not None:
-        total_steps = min(total_steps, args.max_steps)
+    total_steps, stop = planned_steps(args, len(train_loader))
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total_steps))
 
     step = 0
-    stop = total_steps if args.stop_at is None else min(total_steps, args.stop_at)
     if args.resume:
-        if args.checkpoint is None or not args.checkpoint.exists():
-            raise SystemExit(f"--resume: no checkpoint at {args.checkpoint}")
-        checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-        if checkpoint["world_size"] != world_size:
-            raise SystemExit(f"the checkpoint was written by {checkpoint['world_size']} processes, not {world_size}")
-        (model.module if world_size > 1 else model).load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        train_loader.load_state_dict(checkpoint["loaders"][rank])  # the same batches come next, mid-epoch too
-        step = checkpoint["step"]
-
-    log = None
-    if args.step_log is not None:
-        name = args.step_log if world_size == 1 else args.step_log.with_name(f"{args.step_log.stem}-rank{rank}{args.step_log.suffix}")
-        log = open(name, "a")  # noqa: SIM115 (closed in the finally below)
+        step = resume(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, loader=train_loader, rank=rank,
+                      world_size=world_size)
+    log = open_step_log(args.step_log, rank=rank, world_size=world_size)
     bar = tqdm(total=total_steps * args.batch_size * world_size, initial=step * args.batch_size * world_size, unit="img",
                unit_scale=True, desc="train", disable=rank != 0, smoothing=0.3)
     started, seen = time.perf_counter(), 0
@@ -270,10 +315,7 @@ def main() -> None:
                 seen += len(labels) * world_size
                 bar.update(len(labels) * world_size)
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.4f}")
-                if log is not None:
-                    pixels = int(images.sum()) if images.dtype == torch.uint8 else round(float(images.double().sum()), 3)
-                    line = {"step": step, "epoch": epoch, "loss": loss.item(), "labels": labels.tolist(), "pixels": pixels}
-                    log.write(json.dumps(line) + "\n")
+                log_step(log, step=step, epoch=epoch, loss=loss, labels=labels, images=images)
                 if args.checkpoint is not None and args.save_every and step % args.save_every == 0:
                     save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, loader=train_loader,
                                     step=step, rank=rank, world_size=world_size)
@@ -293,12 +335,7 @@ def main() -> None:
             print(f"{step} steps, {seen} images in {seconds:.1f} s ({rate:,.0f} images/s over {world_size} process"
                   f"{'es' if world_size > 1 else ''}); validation accuracy {accuracy:.3f}")
     finally:
-        if log is not None:
-            log.close()
-        train_loader.close()
-        val_loader.close()
-        if world_size > 1:
-            dist.destroy_process_group()
+        close_all(log, train_loader, val_loader, world_size=world_size)
 
 
 if __name__ == "__main__":

@@ -3,21 +3,24 @@
 Convert an ImageFolder tree, WebDataset tars, Parquet files, a Hugging Face dataset or records
 held in memory once (`convert`, or ``shardfmt convert``), then read it with `open_dataset` or load
 shuffled batches with `Loader`, from a local folder or from a URL (S3, GCS, HTTP, ... through
-fsspec; see `RemoteOptions`). WebDataset tars work too: written by `TarShardWriter` or by a
-`DatasetWriter` with ``shard_format="tar"``, or indexed where they lie (`index_tars`). The
-converter and the reader work without torch; `Loader` and `Dataset` import it when first used.
+fsspec; see `RemoteOptions`). WebDataset tars work too: written by a `DatasetWriter` with
+``shard_format="tar"``, or indexed where they lie (`index_tars`). The converter and the reader
+work without torch; `Loader` and `Dataset` import it when first used.
+
+The public API is this package's `__all__`, `shardfmt.ops` (pipelines and augmentation steps),
+and, for those who implement or inspect the format, `shardfmt.format` and `shardfmt.tar`. Every
+module whose name starts with an underscore is internal and may change in any release.
 """
 
 from __future__ import annotations
 
 import typing
 
-from ._version import __version__
-from .convert.api import ConvertSummary, convert
-from .dataset.reader import DatasetReader, open_dataset
-from .dataset.tars import index_tars
-from .dataset.writer import DatasetWriter
-from .errors import (
+from ._convert.api import ConvertSummary, convert
+from ._dataset.reader import DatasetReader, open_dataset
+from ._dataset.tars import index_tars
+from ._dataset.writer import DatasetWriter
+from ._errors import (
     ChecksumError,
     ConvertError,
     DatasetNotFoundError,
@@ -34,21 +37,14 @@ from .errors import (
     UnsupportedVersionError,
     WorkerError,
 )
-from .format.layout import FORMAT_VERSION
-from .format.manifest import Manifest, ShardEntry
-from .format.reader import ImageInfo, Record, ShardReader
-from .format.schema import IMAGE_CLASSIFICATION, Field, Schema
-from .format.writer import ShardInfo, ShardWriter
-from .mixture import Mixture
-from .storage import RemoteOptions, RetryPolicy
-from .tar.index import index_tar
-from .tar.reader import TarShardReader
-from .tar.scan import iter_tar_samples
-from .tar.writer import TarShardWriter
+from ._sampling.mixture import Mixture
+from ._storage import RemoteOptions, RetryPolicy
+from ._version import __version__
+
+if typing.TYPE_CHECKING:  # for type checkers and documentation; at run time they load lazily
+    from ._loader import Dataset, Loader
 
 __all__ = [
-    "FORMAT_VERSION",
-    "IMAGE_CLASSIFICATION",
     "ChecksumError",
     "ConvertError",
     "ConvertSummary",
@@ -57,37 +53,24 @@ __all__ = [
     "DatasetReader",
     "DatasetWriter",
     "DecodeError",
-    "Field",
     "FormatError",
-    "ImageInfo",
     "LimitError",
     "Loader",
     "LockedError",
-    "Manifest",
     "ManifestError",
     "Mixture",
-    "Record",
     "RejectError",
     "RemoteError",
     "RemoteOptions",
     "RetryPolicy",
-    "Schema",
     "SchemaError",
-    "ShardEntry",
-    "ShardInfo",
     "ShardNotFoundError",
-    "ShardReader",
-    "ShardWriter",
     "ShardfmtError",
-    "TarShardReader",
-    "TarShardWriter",
     "UnsupportedVersionError",
     "WorkerError",
     "__version__",
     "convert",
-    "index_tar",
     "index_tars",
-    "iter_tar_samples",
     "open_dataset",
 ]
 
@@ -99,7 +82,7 @@ _LAZY = ("Dataset", "Loader")
 def __getattr__(name: str) -> typing.Any:
     # The torch-facing names load torch only when asked for.
     if name in _LAZY:
-        from . import loader
+        from . import _loader
 
-        return getattr(loader, name)
+        return getattr(_loader, name)
     raise AttributeError(f"module 'shardfmt' has no attribute {name!r}")

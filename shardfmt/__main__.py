@@ -1,6 +1,6 @@
 """``python -m shardfmt``: the same command as the ``shardfmt`` console script."""
 
-from .cli import main
+from ._cli import main
 
 if __name__ == "__main__":
     main(prog_name="shardfmt")

@@ -12,10 +12,10 @@ from typing import Any
 
 import simplejpeg
 
-from ._sample import make_imagefolder
-from .convert.run import ConvertResult, convert
-from .dataset.reader import open_dataset
-from .errors import ConvertError
+from ._convert.run import ConvertResult, convert
+from ._dataset.reader import open_dataset
+from ._errors import ConvertError
+from ._synthetic import make_imagefolder
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -91,9 +91,11 @@ def run_demo(
     read_seconds = time.perf_counter() - start
 
     try:
-        from .loader import Loader
+        from ._loader import Loader
     except ImportError as err:
-        return DemoResult(source, output, generated, converted, read, read_seconds, None, None, f"shardfmt.loader is not available ({err})")
+        return DemoResult(
+            source, output, generated, converted, read, read_seconds, None, None, f"shardfmt._loader is not available ({err})"
+        )
     start = time.perf_counter()
     loaded = 0
     for batch in Loader(output, batch_size=batch_size):

@@ -14,8 +14,9 @@ import pytest
 import simplejpeg
 from PIL import Image
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
-from shardfmt._sample import make_image, make_imagefolder
+from shardfmt import DatasetWriter
+from shardfmt._synthetic import make_image, make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 # tools/ holds the vector generator and the byte-level shard builder the format tests share.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

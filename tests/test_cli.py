@@ -15,11 +15,12 @@ from click.testing import CliRunner
 from conftest import tree_bytes
 
 import shardfmt
-import shardfmt.cli
-import shardfmt.dataset.verify
-from shardfmt import ConvertError, ShardReader, open_dataset
-from shardfmt.cli import CLOSED_PIPE_STATUS, ByteSize, main
-from shardfmt.convert.run import convert
+import shardfmt._cli
+import shardfmt._dataset.verify
+from shardfmt import ConvertError, open_dataset
+from shardfmt._cli import CLOSED_PIPE_STATUS, ByteSize, main
+from shardfmt._convert.run import convert
+from shardfmt.format import ShardReader
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,7 +150,9 @@ def closed_pipe_run(*args: str) -> subprocess.CompletedProcess[bytes]:
     os.close(read_end)
     try:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        return subprocess.run([sys.executable, "-m", "shardfmt", *args], stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "shardfmt", *args], stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=60, check=False
+        )
     finally:
         os.close(write_end)
 
@@ -183,7 +186,10 @@ def test_info_and_verify_take_a_url(memory_dataset: str, imagefolder: Path, tmp_
     shards = len(list((tmp_path / "local").glob("*.shard")))
     size = sum(p.stat().st_size for p in (tmp_path / "local").glob("*.shard"))
     records = sum(1 for _ in open_dataset(tmp_path / "local"))
-    assert (code, output) == (0, f"ok: {shards} shards, 24 records (structure and checksums, {size + _payload(tmp_path / 'local'):,} bytes hashed)\n")
+    assert (code, output) == (
+        0,
+        f"ok: {shards} shards, 24 records (structure and checksums, {size + _payload(tmp_path / 'local'):,} bytes hashed)\n",
+    )
     assert records == 24
     assert run("verify", memory_dataset, "--quick") == (0, f"ok: {shards} shards, 24 records (manifest and record tables)\n")
 
@@ -205,16 +211,18 @@ def test_verify_names_a_damaged_shard_of_a_url(memory_dataset: str) -> None:
     assert result.stderr.splitlines()[0].startswith(f"error: memory://cli-remote/ds/shard-00001.shard: byte {start}: record 0: payload")
 
 
-def test_verify_shows_a_progress_bar_on_a_terminal_for_a_large_dataset(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_shows_a_progress_bar_on_a_terminal_for_a_large_dataset(
+    imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     convert(imagefolder, out, workers=1)
     size = sum(p.stat().st_size for p in out.glob("*.shard"))
     result = CliRunner().invoke(main, ["verify", str(out)])  # not a terminal: no bar
     assert result.exit_code == 0 and result.stderr == ""
-    monkeypatch.setattr(shardfmt.cli, "_on_terminal", lambda: True)
+    monkeypatch.setattr(shardfmt._cli, "_on_terminal", lambda: True)
     result = CliRunner().invoke(main, ["verify", str(out)])  # a terminal, but a small dataset: no bar
     assert result.exit_code == 0 and result.stderr == ""
-    monkeypatch.setattr(shardfmt.dataset.verify, "PROGRESS_MIN_BYTES", size)
+    monkeypatch.setattr(shardfmt._dataset.verify, "PROGRESS_MIN_BYTES", size)
     result = CliRunner().invoke(main, ["verify", str(out)])
     assert result.exit_code == 0 and result.stdout.startswith("ok: 1 shards, 24 records")
     assert "verify: 100%" in result.stderr and f"{size / 1000:.1f}k/{size / 1000:.1f}k" in result.stderr

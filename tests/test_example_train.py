@@ -51,7 +51,9 @@ def plain(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subproc
     return done, read_log(log)
 
 
-def test_one_process_trains_across_an_epoch_with_a_progress_bar(plain: tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]) -> None:
+def test_one_process_trains_across_an_epoch_with_a_progress_bar(
+    plain: tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]],
+) -> None:
     done, log = plain
     assert done.stdout.startswith("9 steps, 72 images in ") and "images/s over 1 process); validation accuracy " in done.stdout
     assert "train: 100%" in done.stderr and "img/s" in done.stderr
@@ -89,7 +91,10 @@ def test_torchrun_trains_two_processes_with_gloo(demo: Path, tmp_path: Path) -> 
         assert [line["epoch"] for line in lines[:-1]] == [0, 0, 0, 1]
     assert ranks[0][-1]["weights"] == ranks[1][-1]["weights"]  # DistributedDataParallel kept them equal
     saved = torch.load(checkpoint, weights_only=False)
-    assert [(s["settings"]["rank"], s["settings"]["world_size"], s["epoch"], s["position"]) for s in saved["loaders"]] == [(0, 2, 1, 1), (1, 2, 1, 1)]
+    assert [(s["settings"]["rank"], s["settings"]["world_size"], s["epoch"], s["position"]) for s in saved["loaders"]] == [
+        (0, 2, 1, 1),
+        (1, 2, 1, 1),
+    ]
 
 
 RECIPE = ["--auto-augment", "ta_wide", "--random-erase", "0.5", "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0", "--ra-reps", "2",

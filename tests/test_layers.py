@@ -3,10 +3,10 @@ sideways within its own layer, and no set of modules imports itself in a circle.
 
 The layers, lowest first::
 
-    base (errors, checksum, forks, jsontext, sampling, permutation, orders, split, mixture, _version, _sample)
-    < storage < format < tar < dataset < {convert, ops}
-    ops < loader
-    cli, _demo, preview, __main__ and the top package's __init__ over everything
+    base (_errors, _checksum, _forks, _jsontext, _sampling/, _version, _synthetic)
+    < _storage < format < tar < _dataset < {_convert, ops}
+    ops < _loader
+    _cli, _demo, _preview, __main__ and the top package's __init__ over everything
 
 convert and ops are separate branches over dataset: neither imports the other, and convert and
 loader never import each other. The imports are read with `ast` from the source files, so an
@@ -23,17 +23,18 @@ PACKAGE = "shardfmt"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 LAYER_OF_PACKAGE = {
-    "storage": "storage",
+    "_sampling": "base",
+    "_storage": "storage",
     "format": "format",
     "tar": "tar",
-    "dataset": "dataset",
-    "convert": "convert",
+    "_dataset": "dataset",
+    "_convert": "convert",
     "ops": "ops",
-    "loader": "loader",
+    "_loader": "loader",
 }
 """Subpackage -> layer; every module of a subpackage lies in that subpackage's layer."""
-BASE_MODULES = frozenset({"errors", "checksum", "forks", "jsontext", "sampling", "permutation", "orders", "split", "mixture", "_version", "_sample"})
-TOP_MODULES = frozenset({"", "cli", "_demo", "preview", "__main__"})
+BASE_MODULES = frozenset({"_errors", "_checksum", "_forks", "_jsontext", "_version", "_synthetic"})
+TOP_MODULES = frozenset({"", "_cli", "_demo", "_preview", "__main__"})
 """Modules directly in the package that may import any layer ("" is the package itself)."""
 
 MAY_IMPORT = {
@@ -51,7 +52,7 @@ MAY_IMPORT = {
 
 
 def module_name(path: Path) -> str:
-    """Return the dotted name of the module in `path` ("shardfmt.format.reader")."""
+    """Return the dotted name of the module in `path` ("shardfmt.format._reader")."""
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -161,15 +162,15 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 def test_every_module_lies_in_a_layer() -> None:
     assert {module: layer(module) for module in MODULES}  # raises, naming a module outside the layers
-    assert layer("shardfmt.format.reader") == "format" and layer("shardfmt") == "top"
+    assert layer("shardfmt.format._reader") == "format" and layer("shardfmt") == "top"
 
 
 def test_the_walk_sees_imports_inside_functions_and_relative_ones() -> None:
     # storage/__init__.py imports FsspecStore inside `open_store`; tar/reader.py imports relatively
     # from two levels up; the top package imports the loader inside `__getattr__`.
-    assert "shardfmt.storage.remote" in GRAPH["shardfmt.storage"]
-    assert "shardfmt.format.reader" in GRAPH["shardfmt.tar.reader"]
-    assert "shardfmt.loader" in GRAPH["shardfmt"]
+    assert "shardfmt._storage.remote" in GRAPH["shardfmt._storage"]
+    assert "shardfmt.format._reader" in GRAPH["shardfmt.tar._reader"]
+    assert "shardfmt._loader" in GRAPH["shardfmt"]
 
 
 def test_no_import_from_a_higher_layer() -> None:

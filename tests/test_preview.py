@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from PIL import Image
 
 from shardfmt import Loader, open_dataset
-from shardfmt.cli import main
+from shardfmt._cli import main
+from shardfmt._preview import SheetLayout, draw_label, preview
+from shardfmt._sampling.keys import sample_batches
 from shardfmt.ops import CenterCrop, RandomResizedCrop
-from shardfmt.preview import SheetLayout, draw_label, preview
-from shardfmt.sampling import sample_batches
 
 
 def tile(sheet: Image.Image, layout: SheetLayout, number: int) -> np.ndarray:
@@ -39,7 +39,9 @@ def test_layout_places_tiles_row_by_row() -> None:
     ("eval", None, CenterCrop((32, 32))),
     ("train", {"scale": (0.5, 1.0), "flip": 1.0}, RandomResizedCrop((32, 32), scale=(0.5, 1.0), flip=1.0)),
 ])
-def test_a_sheet_holds_the_loaders_first_batch(small_dataset: Path, tmp_path: Path, pipeline: str, augment: dict | None, made: object) -> None:
+def test_a_sheet_holds_the_loaders_first_batch(
+    small_dataset: Path, tmp_path: Path, pipeline: str, augment: dict | None, made: object
+) -> None:
     result = preview(small_dataset, tmp_path / "grid.png", rows=2, cols=3, pipeline=pipeline, size=32, seed=5, augment=augment)
     sheet = Image.open(tmp_path / "grid.png")
     assert sheet.size == (112, 104) and sheet.mode == "RGB"
@@ -74,8 +76,27 @@ def test_stored_records_are_shown_as_they_are(small_dataset: Path, tmp_path: Pat
 
 def test_the_command(small_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "grid.png"
-    result = CliRunner().invoke(main, ["preview", str(small_dataset), "-o", str(out), "--rows", "2", "--cols", "2", "--size", "48",
-                                       "--augment", "scale=0.25,1", "--augment", "flip=0", "--seed", "3"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "preview",
+            str(small_dataset),
+            "-o",
+            str(out),
+            "--rows",
+            "2",
+            "--cols",
+            "2",
+            "--size",
+            "48",
+            "--augment",
+            "scale=0.25,1",
+            "--augment",
+            "flip=0",
+            "--seed",
+            "3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == f"4 records of the first train batch (seed 3) in 108x136 px: {out}\n"
     assert Image.open(out).size == (2 * 48 + 3 * 4, 2 * (48 + 14) + 3 * 4) == (108, 136)
@@ -85,5 +106,7 @@ def test_the_command(small_dataset: Path, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "the eval pipeline has no random draws" in result.output
     result = CliRunner().invoke(main, ["preview", str(small_dataset), "-o", str(out), "--augment", "zoom=2"])
     assert result.exit_code == 2 and "is none of scale=LOW,HIGH" in result.output
-    result = CliRunner().invoke(main, ["preview", str(small_dataset), "-o", str(out), "--seed", "-1"])  # the Loader's range, said by the CLI
+    result = CliRunner().invoke(
+        main, ["preview", str(small_dataset), "-o", str(out), "--seed", "-1"]
+    )  # the Loader's range, said by the CLI
     assert result.exit_code == 2 and "-1 is not in the range 0<=x<=18446744073709551615" in result.output

@@ -6,7 +6,7 @@ contender once per round for --repeat rounds (the best round of each is kept, so
 load on a shared machine slows every contender rather than one):
 
 - shardfmt convert with 1 and with 2 workers (pass-through, strict decode check on every image,
-  checksums, fsync, manifest): `shardfmt.convert`;
+  checksums, fsync, manifest): `shardfmt._convert`;
 - webdataset.ShardWriter writing {"__key__", "jpg", "cls"} per file (read the bytes, no checks),
   and the same followed by an fsync of every tar it wrote (as durable as shardfmt's shards);
 - the checks alone: `normalise_image` (header parse and the strict decode that reads every
@@ -49,11 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import webdataset  # noqa: E402
 
-from shardfmt._sample import make_imagefolder  # noqa: E402
-from shardfmt.convert.images import normalise_image  # noqa: E402
 from shardfmt import convert  # noqa: E402
-from shardfmt.convert.sources import scan_source  # noqa: E402
-from shardfmt.storage.atomic import fsync_directory  # noqa: E402
+from shardfmt._convert.images import normalise_image  # noqa: E402
+from shardfmt._convert.sources import scan_source  # noqa: E402
+from shardfmt._storage.atomic import fsync_directory  # noqa: E402
+from shardfmt._synthetic import make_imagefolder  # noqa: E402
 
 TARGET = 2500
 """images/s with 2 workers that the converter aims at (2 cores, ImageNet-like 90 KB JPEGs)."""
@@ -161,7 +161,7 @@ def one_shard(temp: Path, images: int, *, repeat: int) -> list[str]:
     times = {}
     for workers in (1, 2):
         out = temp / f"one-shard-{workers}"
-        times[workers] = timed(lambda: convert(src, out, workers=workers), clear=out, repeat=repeat)
+        times[workers] = timed(functools.partial(convert, src, out, workers=workers), clear=out, repeat=repeat)
     shards = len(list((temp / "one-shard-2").glob("shard-*.shard")))
     speedup = times[1] / times[2]
     verdict = "met" if speedup >= TARGET_ONE_SHARD else "NOT met"
@@ -170,6 +170,29 @@ def one_shard(temp: Path, images: int, *, repeat: int) -> list[str]:
         f"2 workers {count / times[2]:,.0f} images/s",
         f"target >= {TARGET_ONE_SHARD}x from 1 to 2 workers inside one shard: {speedup:.2f}x, {verdict}",
     ]
+
+
+def source_folder(args: argparse.Namespace, temp: Path) -> Path:
+    """The ImageFolder to convert: --src, or generated into --keep or a temporary folder."""
+    if args.src is not None:
+        return Path(args.src)
+    src = Path(args.keep) if args.keep is not None else temp / "src"
+    if not src.exists():
+        print(f"generating {args.images} JPEGs in {src} ...", file=sys.stderr)
+        per_class = -(-args.images // 10)
+        make_imagefolder(src, num_classes=10, per_class=per_class, size=(362, 416), quality=95)
+    return src
+
+
+def print_profile(src: Path, out: Path, *, shard_size: int) -> None:
+    """Print the 15 costliest functions of a 1-worker conversion."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    convert(src, out, workers=1, shard_size=shard_size, overwrite=True)
+    profiler.disable()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(15)
+    print(stream.getvalue())
 
 
 def main() -> None:
@@ -186,13 +209,7 @@ def main() -> None:
 
     temp = Path(tempfile.mkdtemp(prefix="bench-convert-"))
     try:
-        src = args.src
-        if src is None:
-            src = args.keep if args.keep is not None else temp / "src"
-            if not src.exists():
-                print(f"generating {args.images} JPEGs in {src} ...", file=sys.stderr)
-                per_class = -(-args.images // 10)
-                make_imagefolder(src, num_classes=10, per_class=per_class, size=(362, 416), quality=95)
+        src = source_folder(args, temp)
         inputs = scan_source(src).inputs
         total_bytes = sum(item.size for item in inputs)
         for item in inputs:  # warm the page cache so every run reads from memory
@@ -207,13 +224,7 @@ def main() -> None:
         one_shard_lines = one_shard(temp, args.one_shard, repeat=args.repeat) if args.one_shard else []
 
         if args.profile:
-            profiler = cProfile.Profile()
-            profiler.enable()
-            convert(src, temp / "profile", workers=1, shard_size=args.shard_size, overwrite=True)
-            profiler.disable()
-            stream = io.StringIO()
-            pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(15)
-            print(stream.getvalue())
+            print_profile(src, temp / "profile", shard_size=args.shard_size)
 
         # Every contender runs once per round, the rounds one after another, and each keeps its
         # best round: a shared machine that slows down for a while then slows every contender.
@@ -228,10 +239,14 @@ def main() -> None:
         for workers in args.workers:
             out = temp / f"shardfmt-{workers}"
             run = functools.partial(convert, src, out, workers=workers, shard_size=args.shard_size)
-            contenders.append((f"shardfmt convert, {workers} worker{'s' if workers > 1 else ''}", functools.partial(timed, run, clear=out, repeat=1)))
+            contenders.append(
+                (f"shardfmt convert, {workers} worker{'s' if workers > 1 else ''}", functools.partial(timed, run, clear=out, repeat=1))
+            )
         wds = functools.partial(write_webdataset, src, temp / "wds", shard_size=args.shard_size)
         contenders.append(("webdataset.ShardWriter (no checks)", functools.partial(timed, wds, clear=temp / "wds", repeat=1)))
-        contenders.append(("webdataset.ShardWriter, then fsync", functools.partial(timed, durable_webdataset, clear=temp / "wds", repeat=1)))
+        contenders.append(
+            ("webdataset.ShardWriter, then fsync", functools.partial(timed, durable_webdataset, clear=temp / "wds", repeat=1))
+        )
         contenders.append((f"the checks alone, 1 core x {cores}", lambda: checks_alone(src, paths) / cores))
         if cores > 1 and hasattr(os, "fork"):
             contenders.append((f"the checks alone, on {cores} cores at once", lambda: checks_on_cores(src, paths, cores=cores)))
@@ -247,15 +262,18 @@ def main() -> None:
         print()
         print(f"{'writer':<40} {'seconds':>8} {'images/s':>10} {'MB/s':>8} {'vs webdataset':>14}")
         for name, seconds in rows:
-            print(f"{name:<40} {seconds:8.2f} {len(inputs) / seconds:10,.0f} {total_bytes / seconds / 1e6:8,.1f} "
-                  f"{reference / seconds:13.2f}x")
+            print(
+                f"{name:<40} {seconds:8.2f} {len(inputs) / seconds:10,.0f} {total_bytes / seconds / 1e6:8,.1f} {reference / seconds:13.2f}x"
+            )
         print()
         if len(args.workers) > 1:
             first, last = rows[0][1], rows[len(args.workers) - 1][1]
             print(f"speed-up from {args.workers[0]} to {args.workers[-1]} workers: {first / last:.2f}x")
         fastest = min(seconds for _, seconds in rows[: len(args.workers)])
-        print(f"shardfmt convert at its fastest: {ceiling / fastest:.2f}x of the checks alone on {cores} cores at once "
-              f"({len(inputs) / fastest:,.0f} of {len(inputs) / ceiling:,.0f} images/s), {one_core / fastest:.2f}x of 1 core x {cores}")
+        print(
+            f"shardfmt convert at its fastest: {ceiling / fastest:.2f}x of the checks alone on {cores} cores at once "
+            f"({len(inputs) / fastest:,.0f} of {len(inputs) / ceiling:,.0f} images/s), {one_core / fastest:.2f}x of 1 core x {cores}"
+        )
         if 2 in args.workers:
             two = rows[args.workers.index(2)][1]
             verdict = "met" if len(inputs) / two >= TARGET else "NOT met"

@@ -70,7 +70,9 @@ def gpu_missing() -> str | None:
     return None
 
 
-def make_loader(path: Path, *, workers: int, batch_size: int, decode: str, fast_decode: bool = True, shuffle: bool = True) -> shardfmt.Loader:
+def make_loader(
+    path: Path, *, workers: int, batch_size: int, decode: str, fast_decode: bool = True, shuffle: bool = True
+) -> shardfmt.Loader:
     return shardfmt.Loader(
         path,
         batch_size=batch_size,
@@ -154,7 +156,7 @@ def compare_pixels(path: Path, *, workers: int, batch_size: int, batches: int) -
     try:
         total = squared = 0.0
         largest, count, worst_psnr = 0, 0, math.inf
-        for (a, labels_a), (b, labels_b), _ in zip(cpu, gpu, range(batches)):
+        for (a, labels_a), (b, labels_b), _ in zip(cpu, gpu, range(batches), strict=False):  # the first `batches` of two epochs
             if not torch.equal(labels_a, labels_b):
                 raise SystemExit("decode='gpu' delivered other labels than the CPU path")
             difference = (a.float() - b.float()).abs()
@@ -204,14 +206,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     num_records = len(source.files)
     common = {"workers": args.workers, "batch_size": args.batch_size}
     results = [
-        measure(f"cpu, {args.workers} workers", lambda: make_loader(converted, decode="cpu", **common), num_records=num_records, min_seconds=args.min_seconds),
-        measure(f"gpu, {args.workers} workers", lambda: make_loader(converted, decode="gpu", **common), num_records=num_records, min_seconds=args.min_seconds),
-        measure(f"hybrid, {args.workers} workers", lambda: make_loader(converted, decode="hybrid", **common), num_records=num_records, min_seconds=args.min_seconds),
+        measure(
+            f"cpu, {args.workers} workers",
+            lambda: make_loader(converted, decode="cpu", **common),
+            num_records=num_records,
+            min_seconds=args.min_seconds,
+        ),
+        measure(
+            f"gpu, {args.workers} workers",
+            lambda: make_loader(converted, decode="gpu", **common),
+            num_records=num_records,
+            min_seconds=args.min_seconds,
+        ),
+        measure(
+            f"hybrid, {args.workers} workers",
+            lambda: make_loader(converted, decode="hybrid", **common),
+            num_records=num_records,
+            min_seconds=args.min_seconds,
+        ),
     ]
     if args.workers > 1:  # the training process decodes too: one worker fewer leaves it a core
         fewer = common | {"workers": args.workers - 1}
         results.append(
-            measure(f"hybrid, {args.workers - 1} workers", lambda: make_loader(converted, decode="hybrid", **fewer), num_records=num_records, min_seconds=args.min_seconds)
+            measure(
+                f"hybrid, {args.workers - 1} workers",
+                lambda: make_loader(converted, decode="hybrid", **fewer),
+                num_records=num_records,
+                min_seconds=args.min_seconds,
+            )
         )
     say("nvJPEG alone")
     nvjpeg = measure_nvjpeg(source.files, batch_size=args.batch_size, batches=max(1, min(10, num_records // args.batch_size - 1)))
@@ -227,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'nvjpeg alone':<22} {nvjpeg['images_per_second']:>10.0f}")
     print(f"hybrid / cpu: {ratio:.2f}x (target >= {HYBRID_TARGET}x: {'met' if ratio >= HYBRID_TARGET else 'NOT met'})")
     print(
-        f"pixels, decode='gpu' vs the exact-IDCT CPU path over {pixels['batches']} batches: mean |diff| {pixels['mean_abs_difference']:.2f}, "
+        f"pixels, decode='gpu' vs the exact-IDCT CPU path over {pixels['batches']} batches: mean |diff| "
+        f"{pixels['mean_abs_difference']:.2f}, "
         f"max {pixels['max_abs_difference']}, PSNR {pixels['psnr_db']:.1f} dB (worst image {pixels['worst_image_psnr_db']:.1f} dB)"
     )
     if args.json is not None:

@@ -8,7 +8,7 @@ bench checks the shape of every batch and that each epoch delivers every label e
 as the dataset holds it.
 
   shardfmt        ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the images converted by
-                  `shardfmt.convert` (from a listing of them), which keeps every one of these
+                  `shardfmt._convert` (from a listing of them), which keeps every one of these
                   baseline JPEGs byte for byte (checked: every record is a pass-through), so that
                   every contender decodes byte-identical files; its manifest says the converter
                   strictly decoded every JPEG (``strict_jpeg``), so the loader decodes only the
@@ -138,7 +138,7 @@ cost of loading, not the disk. Timings are only as quiet as the machine: the loa
 printed before and after.
 
 Data preparation is cached under ``--work-dir``: the generated ImageFolder (from
-`shardfmt._sample.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
+`shardfmt._synthetic.make_imagefolder`: ImageNet-like, about 416x362 and 90 KB per JPEG) and, per set
 of selected images, the shardfmt, shardfmt tar, raw-pixel (about 2.2 GB for the default 5000
 images) and webdataset copies; delete the directory to rebuild.
 
@@ -182,13 +182,14 @@ import psutil
 import simplejpeg
 import torch
 import webdataset as wds
+from bench_steps import StepCost, albumentations_equivalents, measure_steps, pil_augment, print_steps, shardfmt_steps
 from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 
 import shardfmt
-from bench_steps import StepCost, albumentations_equivalents, measure_steps, pil_augment, print_steps, shardfmt_steps
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, convert
-from shardfmt._sample import make_imagefolder
+from shardfmt import DatasetWriter, convert
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import RandomCrop, RandomErasing, TrivialAugmentWide
 
 OUTPUT_SIZE = 224
@@ -502,7 +503,9 @@ class S3Server:
         server.start()
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1")
+        client = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1"
+        )
         client.create_bucket(Bucket="bench")
         say(f"uploading the shardfmt shards to moto's S3 server at {endpoint}")
         for path in sorted(folder.iterdir()):
@@ -533,7 +536,7 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
 
 
 def open_pil_dataloader(source: Source, settings: Settings, *, augment: bool = False) -> Stream:
-    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels)], augment=augment)
+    dataset = FolderDataset([(str(path), label) for path, label in zip(source.files, source.labels, strict=True)], augment=augment)
     loader = DataLoader(
         dataset,
         batch_size=settings.batch_size,
@@ -580,7 +583,7 @@ def _one_opencv_thread(worker: int) -> None:
 
 
 def open_albumentations_dataloader(source: Source, settings: Settings) -> Stream:
-    dataset = AlbumentationsDataset([(str(path), label) for path, label in zip(source.files, source.labels)])
+    dataset = AlbumentationsDataset([(str(path), label) for path, label in zip(source.files, source.labels, strict=True)])
     loader = DataLoader(
         dataset,
         batch_size=settings.batch_size,
@@ -698,7 +701,9 @@ def check_batch(name: str, images: torch.Tensor, labels: torch.Tensor, batch_siz
         raise BenchError(f"{name}: a batch of {count} labels, expected 1 to {batch_size}")
     dtype = torch.float32 if name in (RECIPE_SHARDFMT, RECIPE_ALBUMENTATIONS) else torch.uint8  # the recipe normalises
     if tuple(images.shape) != (count, 3, OUTPUT_SIZE, OUTPUT_SIZE) or images.dtype != dtype:
-        raise BenchError(f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) {dtype}")
+        raise BenchError(
+            f"{name}: images {tuple(images.shape)} {images.dtype}, expected ({count}, 3, {OUTPUT_SIZE}, {OUTPUT_SIZE}) {dtype}"
+        )
     if labels.dtype != torch.int64:
         raise BenchError(f"{name}: labels are {labels.dtype}, expected int64")
 
@@ -715,7 +720,9 @@ def consume(name: str, stream: Stream, source: Source, settings: Settings, *, ep
             counts += torch.bincount(labels, minlength=len(expected))[: len(expected)]
             total += len(labels)
         if not torch.equal(counts, expected):
-            raise BenchError(f"{name}: epoch {epoch} delivered {int(counts.sum())} images with other labels than the dataset's {len(source.files)}")
+            raise BenchError(
+                f"{name}: epoch {epoch} delivered {int(counts.sum())} images with other labels than the dataset's {len(source.files)}"
+            )
     return total
 
 
@@ -799,7 +806,9 @@ def generate_imagefolder(work_dir: Path, images: int) -> Path:
         return root
     shutil.rmtree(root, ignore_errors=True)
     say(f"generating {num_classes * per_class} JPEGs in {root} (cached for later runs with this --work-dir)")
-    make_imagefolder(root, num_classes=num_classes, per_class=per_class, size=GENERATED_SIZE, quality=GENERATED_QUALITY, processes=os.cpu_count() or 1)
+    make_imagefolder(
+        root, num_classes=num_classes, per_class=per_class, size=GENERATED_SIZE, quality=GENERATED_QUALITY, processes=os.cpu_count() or 1
+    )
     marker.write_text("complete\n")
     return root
 
@@ -842,7 +851,7 @@ def write_listing(source: Source) -> Path:
     if not listing.exists():
         shutil.rmtree(links, ignore_errors=True)
         lines = ["path,label"]
-        for path, label in zip(source.files, source.labels):
+        for path, label in zip(source.files, source.labels, strict=True):
             rel = path.relative_to(source.root)
             (links / rel).parent.mkdir(parents=True, exist_ok=True)
             (links / rel).symlink_to(path.resolve())
@@ -864,7 +873,7 @@ def warm_page_cache(source: Source) -> None:
 
 
 def prepare_converted(source: Source, settings: Settings, *, shard_size: int | None = None) -> Path:
-    """The images converted by `shardfmt.convert`, each kept byte for byte (checked), cached."""
+    """The images converted by `shardfmt._convert`, each kept byte for byte (checked), cached."""
     out = source.derived / (CONVERTED if shard_size is None else f"{CONVERTED}-{shard_size}")
     if (out / "manifest.json").exists():  # written last: the commit point of the dataset
         return out
@@ -875,7 +884,12 @@ def prepare_converted(source: Source, settings: Settings, *, shard_size: int | N
     kept = result.manifest.stats.get("passthrough")
     if result.num_rejects or kept != len(source.files):
         shutil.rmtree(out, ignore_errors=True)
-        raise SystemExit(f"the converter kept {kept} of {len(source.files)} JPEGs byte for byte ({result.num_rejects} rejects): the contenders would not read the same bytes")
+        raise SystemExit(
+            (
+                f"the converter kept {kept} of {len(source.files)} JPEGs byte for byte ({result.num_rejects} rejects): the contenders "
+                "would not read the same bytes"
+            )
+        )
     return out
 
 
@@ -888,7 +902,7 @@ def prepare_shardfmt(source: Source, *, shard_format: str = "binary", shard_size
     say(f"writing shardfmt {shard_format} shards to {out}")
     options = {} if shard_size is None else {"shard_size": shard_size}
     with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=source.classes, shard_format=shard_format, **options) as writer:
-        for path, label in zip(source.files, source.labels):
+        for path, label in zip(source.files, source.labels, strict=True):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             writer.write({"image": path.read_bytes(), "label": label, "key": key})
     return out
@@ -901,9 +915,9 @@ def prepare_raw(source: Source) -> None:
         return
     shutil.rmtree(out, ignore_errors=True)
     say(f"writing raw-pixel shards to {out}")
-    schema = shardfmt.Schema.of(image="raw", label="int64", key="str")
+    schema = shardfmt.format.Schema.of(image="raw", label="int64", key="str")
     with DatasetWriter(out, schema=schema, classes=source.classes) as writer:
-        for path, label in zip(source.files, source.labels):
+        for path, label in zip(source.files, source.labels, strict=True):
             key = path.relative_to(source.root).with_suffix("").as_posix()
             pixels = simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB", fastdct=False, fastupsample=False)
             writer.write({"image": pixels, "label": label, "key": key})
@@ -989,7 +1003,12 @@ def machine_info() -> dict[str, Any]:
 
 
 def print_machine(machine: dict[str, Any], settings: Settings, source: Source) -> None:
-    print(f"machine: {machine['cpu_count']} CPUs ({machine['usable_cpus']} usable), {machine['cpu_model']}, {machine['memory_bytes'] / 2**30:.0f} GiB")
+    print(
+        (
+            f"machine: {machine['cpu_count']} CPUs ({machine['usable_cpus']} usable), {machine['cpu_model']}, "
+            f"{machine['memory_bytes'] / 2**30:.0f} GiB"
+        )
+    )
     print(
         f"versions: python {machine['python']}, torch {machine['torch']}, simplejpeg {machine['simplejpeg']}, "
         f"pillow {machine['pillow']}, webdataset {machine['webdataset']}, numpy {machine['numpy']}, shardfmt {machine['shardfmt']}"
@@ -1084,11 +1103,27 @@ def compute_ratios(results: list[Result]) -> list[dict[str, Any]]:
     first = {r.name: r.warmup_images_per_second or (r.images_per_second if r.first_batch_seconds is None else None) for r in results}
     for top, bottom, target in SPEED_RATIOS:
         if target is not None and first.get(top) and first.get(bottom):
-            rows.append({"measure": "first-epoch images/s", "numerator": top, "denominator": bottom, "ratio": first[top] / first[bottom], "target": target})
+            rows.append(
+                {
+                    "measure": "first-epoch images/s",
+                    "numerator": top,
+                    "denominator": bottom,
+                    "ratio": first[top] / first[bottom],
+                    "target": target,
+                }
+            )
     # Each loader's first epoch (start-up included) against its later ones.
     for name, target in FIRST_EPOCH_RATIOS:
         if first.get(name) and name in speed:
-            rows.append({"measure": "first epoch / later epochs", "numerator": f"{name}, 1st epoch", "denominator": "its later epochs", "ratio": first[name] / speed[name], "target": target})
+            rows.append(
+                {
+                    "measure": "first epoch / later epochs",
+                    "numerator": f"{name}, 1st epoch",
+                    "denominator": "its later epochs",
+                    "ratio": first[name] / speed[name],
+                    "target": target,
+                }
+            )
     return rows
 
 
@@ -1168,8 +1203,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--warmup-epochs", type=int, default=1, help="untimed passes first, from a fresh start (default 1; 0 times the start-up too)"
     )
-    parser.add_argument("--only", default=",".join(_default_contenders()), help=f"comma list of contenders out of {','.join(CONTENDERS)} (default: all; recipe only with albumentations installed)")
-    parser.add_argument("--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)")
+    parser.add_argument(
+        "--only",
+        default=",".join(_default_contenders()),
+        help=f"comma list of contenders out of {','.join(CONTENDERS)} (default: all; recipe only with albumentations installed)",
+    )
+    parser.add_argument(
+        "--s3-shard-size", type=int, default=16 << 20, help="shard size of the copy the s3 contenders read (default 16 MiB)"
+    )
     parser.add_argument(
         "--scaling",
         help="comma list of worker counts (e.g. 1,2,4,8,16): instead of the contenders, measure 'shardfmt fast_decode=True' "
@@ -1195,7 +1236,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
+def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:  # noqa: C901 (merged at the deadline; to be split into named steps)
     """Measure every selected contender once, in a fixed order."""
     results: list[Result] = []
     if "shardfmt" in args.only:
@@ -1291,16 +1332,30 @@ def measure_scaling(args: argparse.Namespace, source: Source, settings: Settings
                 "note": best.note,
             }
         )
-    return [{"one_core_exact_images_per_second": one_core.images_per_second, "one_core_images": one_core.images, "one_core_seconds": one_core.seconds}, *rows]
+    return [
+        {
+            "one_core_exact_images_per_second": one_core.images_per_second,
+            "one_core_images": one_core.images,
+            "one_core_seconds": one_core.seconds,
+        },
+        *rows,
+    ]
 
 
 def print_scaling(rows: list[dict[str, Any]], target: float) -> None:
     one_core, loaders = rows[0], rows[1:]
-    print(f"decode limit: one core decodes {one_core['one_core_exact_images_per_second']:.0f} images/s (exact IDCT, simplejpeg, bytes in RAM)")
+    print(
+        f"decode limit: one core decodes {one_core['one_core_exact_images_per_second']:.0f} images/s (exact IDCT, simplejpeg, bytes in RAM)"
+    )
     print(f"{'workers':>7} {'images/s':>10} {'limit':>10} {'ratio':>6}  CPU ms/img")
     for row in loaders:
         cpu = f"{1000 * row['cpu_seconds'] / row['images']:.2f}" if row["cpu_seconds"] else "-"
-        print(f"{row['workers']:>7} {row['images_per_second']:>10.0f} {row['decode_limit_images_per_second']:>10.0f} {row['ratio_to_limit']:>5.2f}x  {cpu}")
+        print(
+            (
+                f"{row['workers']:>7} {row['images_per_second']:>10.0f} {row['decode_limit_images_per_second']:>10.0f} "
+                f"{row['ratio_to_limit']:>5.2f}x  {cpu}"
+            )
+        )
     last = loaders[-1]
     verdict = "met" if last["ratio_to_limit"] >= target else "NOT met"
     print(f"target >= {target}x of the limit at {last['workers']} workers: {verdict} ({last['ratio_to_limit']:.2f}x)")
@@ -1325,7 +1380,8 @@ def run_scaling(args: argparse.Namespace, source: Source, settings: Settings) ->
     if args.json is not None:
         document = {
             "machine": machine,
-            "settings": asdict(settings) | {"images": len(source.files), "source": str(source.root), "scaling": args.scaling, "rounds": args.rounds},
+            "settings": asdict(settings)
+            | {"images": len(source.files), "source": str(source.root), "scaling": args.scaling, "rounds": args.rounds},
             "load_average": {"before": load_before, "after": load_after},
             "decode_limit_one_core": rows[0],
             "scaling": rows[1:],
@@ -1335,8 +1391,10 @@ def run_scaling(args: argparse.Namespace, source: Source, settings: Settings) ->
     return 0
 
 
-def run(args: argparse.Namespace, work_dir: Path) -> int:
-    settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds)
+def run(args: argparse.Namespace, work_dir: Path) -> int:  # noqa: C901 (merged at the deadline; to be split into named steps)
+    settings = Settings(
+        batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds
+    )
     if args.src is not None:
         source = load_source(args.src, work_dir, args.images)
     else:
@@ -1390,7 +1448,10 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:
             "machine": machine,
             "settings": asdict(settings) | {"images": len(source.files), "source": str(source.root), "only": args.only},
             "load_average": {"before": load_before, "after": load_after},
-            "results": [asdict(r) | {"images_per_second": r.images_per_second, "warmup_images_per_second": r.warmup_images_per_second} for r in results],
+            "results": [
+                asdict(r) | {"images_per_second": r.images_per_second, "warmup_images_per_second": r.warmup_images_per_second}
+                for r in results
+            ],
             "ratios": ratios,
             "steps": [asdict(step) for step in steps],
         }

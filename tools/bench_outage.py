@@ -33,7 +33,9 @@ def main() -> None:
         for _ in range(args.runs):
             started = time.monotonic()
             try:
-                open_dataset("s3://data/ds", remote=RemoteOptions(storage_options=s3_options(endpoint), retry=RetryPolicy(attempts=attempts)))
+                open_dataset(
+                    "s3://data/ds", remote=RemoteOptions(storage_options=s3_options(endpoint), retry=RetryPolicy(attempts=attempts))
+                )
             except Exception as err:
                 outcome = type(err).__name__
             times.append(time.monotonic() - started)

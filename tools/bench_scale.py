@@ -44,8 +44,9 @@ from typing import Any
 import numpy as np
 import simplejpeg
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
-from shardfmt.format.manifest import Manifest, ShardEntry
+from shardfmt import DatasetWriter
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.format._manifest import Manifest, ShardEntry
 
 MEASURE = r"""
 import json, os, sys, time
@@ -79,7 +80,8 @@ images, labels = next(iter(loader))
 first = time.perf_counter()
 assert images.shape == (256, 3, 8, 8), images.shape
 assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
-print(json.dumps({"init_s": built - start, "init_bytes": after - before, "first_s": first - start, "peak_bytes": peak() - before, "order": getattr(loader, "order", "sorted-key")}))
+result = {"init_s": built - start, "init_bytes": after - before, "first_s": first - start, "peak_bytes": peak() - before}
+print(json.dumps(result | {"order": getattr(loader, "order", "sorted-key")}))
 loader.close()
 """
 
@@ -117,7 +119,12 @@ def measure(path: Path, options: dict[str, Any], *, tree: Path | None = None) ->
     package_root = tree if tree is not None else Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(path), json.dumps(options)], capture_output=True, text=True, env=env, cwd=package_root, check=False
+        [sys.executable, "-c", MEASURE, str(path), json.dumps(options)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=package_root,
+        check=False,
     )
     if out.returncode:
         raise RuntimeError(out.stderr)
@@ -130,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**5, 10**6, 10**7])
     parser.add_argument("--shard-records", type=int, default=100_000)
     parser.add_argument("--keep", type=Path, default=None, help="write the datasets here and keep them (default: a temporary folder)")
-    parser.add_argument("--compare", type=Path, default=None, help="also measure the shardfmt of this source tree (e.g. an export of an older commit), default options only")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="also measure the shardfmt of this source tree (e.g. an export of an older commit), default options only",
+    )
     args = parser.parse_args(argv)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     rows = []
@@ -150,7 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     first = rows[0]
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print("| records | Loader() s | Loader() bytes/record (MB) | first batch s (order) | first batch s (window=8) | first batch s (sorted-key) | peak bytes/record (MB) |")
+    print(
+        (
+            "| records | Loader() s | Loader() bytes/record (MB) | first batch s (order) | first batch s (window=8) | first batch s "
+            "(sorted-key) | peak bytes/record (MB) |"
+        )
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for size, _written, default, windowed, sorted_key, _other in rows:
         print(

@@ -45,18 +45,17 @@ from PIL import Image, ImageEnhance
 from shardfmt.ops import (
     AutoAugment,
     ColorJitter,
-    ImageDecoder,
     RandAugment,
     RandomErasing,
     RandomGrayscale,
     RandomRotation,
     RandomVerticalFlip,
-    Resizer,
     TrivialAugmentWide,
 )
-from shardfmt.ops.augment import AugmentStep, SampleTransform
-from shardfmt.ops.autoaugment import IMAGENET_POLICY, OPERATIONS
-from shardfmt.ops.decode import as_target
+from shardfmt.ops._augment import AugmentStep, SampleTransform
+from shardfmt.ops._autoaugment import IMAGENET_POLICY, OPERATIONS
+from shardfmt.ops._decode import ImageDecoder, as_target
+from shardfmt.ops._resize import Resizer
 
 JITTER = (0.4, 0.4, 0.4, 0.1)
 DEGREES = 15.0
@@ -236,7 +235,9 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
     normalised = np.empty((SIZE, SIZE, 3), np.float32)
 
     def apply_all(steps: list[AugmentStep], *, normalise: bool = False) -> Callable[[int], None]:
-        transform = SampleTransform(steps, height=SIZE, width=SIZE, mean=(124.0, 116.0, 104.0) if normalise else None, std=(58.0, 57.0, 57.0) if normalise else None)
+        transform = SampleTransform(
+            steps, height=SIZE, width=SIZE, mean=(124.0, 116.0, 104.0) if normalise else None, std=(58.0, 57.0, 57.0) if normalise else None
+        )
         draws = transform.draw(0, 0, indices)
         target = normalised if normalise else out
         return lambda i: transform.apply(crops[i], draws, i, target)
@@ -269,8 +270,18 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
     ):
         pil = _cpu_per_item(lambda i, a=adjustment, v=values: pil_adjust(images[i], a, float(v[i])), count, repeats)  # type: ignore[misc]
         rows.append(StepCost(name, shardfmt_cost([step]), pil))
-    rows.append(StepCost("ColorJitter(0.4, 0.4, 0.4, 0.1)", shardfmt_cost([ColorJitter(*JITTER)]), _cpu_per_item(lambda i: pil_color_jitter(images[i]), count, repeats)))
-    rows.append(StepCost("RandomRotation(15)", shardfmt_cost([RandomRotation(DEGREES)]), _cpu_per_item(lambda i: pil_rotate(images[i]), count, repeats)))
+    rows.append(
+        StepCost(
+            "ColorJitter(0.4, 0.4, 0.4, 0.1)",
+            shardfmt_cost([ColorJitter(*JITTER)]),
+            _cpu_per_item(lambda i: pil_color_jitter(images[i]), count, repeats),
+        )
+    )
+    rows.append(
+        StepCost(
+            "RandomRotation(15)", shardfmt_cost([RandomRotation(DEGREES)]), _cpu_per_item(lambda i: pil_rotate(images[i]), count, repeats)
+        )
+    )
     rows.append(
         StepCost(
             "RandomVerticalFlip(1.0)",
@@ -310,9 +321,15 @@ class _FixedStep(TrivialAugmentWide):
         return params
 
 
-def _operation_rows(crops: list[np.ndarray], count: int, repeats: int, shardfmt_cost: Callable[[list[AugmentStep]], float]) -> list[StepCost]:
+def _operation_rows(
+    crops: list[np.ndarray], count: int, repeats: int, shardfmt_cost: Callable[[list[AugmentStep]], float]
+) -> list[StepCost]:
     """Each operation of the auto-augment family alone, over TrivialAugmentWide's magnitudes."""
-    return [StepCost(f"  {name} (wide range)", shardfmt_cost([_FixedStep(number)]), None) for number, name in enumerate(OPERATIONS) if number > 0]
+    return [
+        StepCost(f"  {name} (wide range)", shardfmt_cost([_FixedStep(number)]), None)
+        for number, name in enumerate(OPERATIONS)
+        if number > 0
+    ]
 
 
 def _resize_rows(crops: list[np.ndarray], repeats: int) -> list[StepCost]:
@@ -320,7 +337,9 @@ def _resize_rows(crops: list[np.ndarray], repeats: int) -> list[StepCost]:
     beside OpenCV's (Albumentations' Resize; INTER_LINEAR is not antialiased, INTER_AREA is)."""
     import cv2
 
-    boxes = [np.ascontiguousarray(np.concatenate([np.concatenate([c, c[:, ::-1]], 1), np.concatenate([c[::-1], c], 1)], 0)) for c in crops[:16]]
+    boxes = [
+        np.ascontiguousarray(np.concatenate([np.concatenate([c, c[:, ::-1]], 1), np.concatenate([c[::-1], c], 1)], 0)) for c in crops[:16]
+    ]
     out = np.empty((SIZE, SIZE, 3), np.uint8)
     target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
     sources = [torch.from_numpy(box).permute(2, 0, 1).unsqueeze(0) for box in boxes]
@@ -372,7 +391,17 @@ def _decode_and_crop(files: Sequence[Path], count: int, repeats: int) -> StepCos
 
     def shardfmt_decode(i: int) -> None:
         height, width = sizes[i]
-        decoder.decode_box(blobs[i], height=height, width=width, top=height // 4, left=width // 4, box_height=height // 2, box_width=width // 2, flip=True, out=target)
+        decoder.decode_box(
+            blobs[i],
+            height=height,
+            width=width,
+            top=height // 4,
+            left=width // 4,
+            box_height=height // 2,
+            box_width=width // 2,
+            flip=True,
+            out=target,
+        )
 
     def pil_decode(i: int) -> None:
         height, width = sizes[i]
@@ -380,11 +409,18 @@ def _decode_and_crop(files: Sequence[Path], count: int, repeats: int) -> StepCos
         box = (width // 4, height // 4, width // 4 + width // 2, height // 4 + height // 2)
         image.crop(box).resize((SIZE, SIZE), Image.Resampling.BILINEAR).transpose(Image.Transpose.FLIP_LEFT_RIGHT)
 
-    return StepCost("for scale: decode, crop a quarter, resize to 224, flip", _cpu_per_item(shardfmt_decode, len(blobs), repeats), _cpu_per_item(pil_decode, len(blobs), repeats))
+    return StepCost(
+        "for scale: decode, crop a quarter, resize to 224, flip",
+        _cpu_per_item(shardfmt_decode, len(blobs), repeats),
+        _cpu_per_item(pil_decode, len(blobs), repeats),
+    )
 
 
 def print_steps(rows: Sequence[StepCost]) -> None:
-    header = f"{'step, per 224x224 image, one core':<56} {'shardfmt us':>11} {'PIL us':>9} {'PIL / shardfmt':>14} {'Albu us':>9} {'Albu / shardfmt':>15}"
+    header = (
+        f"{'step, per 224x224 image, one core':<56} {'shardfmt us':>11} {'PIL us':>9} {'PIL / shardfmt':>14} {'Albu us':>9} "
+        f"{'Albu / shardfmt':>15}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -392,7 +428,9 @@ def print_steps(rows: Sequence[StepCost]) -> None:
         theirs = "-" if row.pil_us is None else f"{row.pil_us:.0f}"
         ratio = f"{row.pil_us / row.shardfmt_us:.1f}x" if row.pil_us and row.shardfmt_us and row.shardfmt_us > 0 else "-"
         albu = "-" if row.albumentations_us is None else f"{row.albumentations_us:.0f}"
-        albu_ratio = f"{row.albumentations_us / row.shardfmt_us:.2f}x" if row.albumentations_us and row.shardfmt_us and row.shardfmt_us > 0 else "-"
+        albu_ratio = (
+            f"{row.albumentations_us / row.shardfmt_us:.2f}x" if row.albumentations_us and row.shardfmt_us and row.shardfmt_us > 0 else "-"
+        )
         print(f"{row.step:<56} {ours:>11} {theirs:>9} {ratio:>14} {albu:>9} {albu_ratio:>15}")
 
 

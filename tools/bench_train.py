@@ -100,10 +100,20 @@ Feed = Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]
 
 def shardfmt_feed(path: Path, *, workers: int, batch_size: int, decode: str, side_stream: bool = True) -> tuple[Feed, Callable[[], None]]:
     loader = shardfmt.Loader(
-        path, batch_size=batch_size, num_workers=workers, seed=0, size=OUTPUT_SIZE, pipeline="train", layout="NCHW", device="cuda", mean=MEAN, std=STD, decode=decode
+        path,
+        batch_size=batch_size,
+        num_workers=workers,
+        seed=0,
+        size=OUTPUT_SIZE,
+        pipeline="train",
+        layout="NCHW",
+        device="cuda",
+        mean=MEAN,
+        std=STD,
+        decode=decode,
     )
     if not side_stream:
-        from shardfmt.loader.cuda import DeviceStage
+        from shardfmt._loader.cuda import DeviceStage
 
         stage = DeviceStage(torch.device("cuda"), mean=MEAN, std=STD, layout="NCHW", side_stream=False)
         scheduler = getattr(loader, "scheduler", None)  # where the loader keeps its device stage
@@ -120,7 +130,7 @@ def shardfmt_feed(path: Path, *, workers: int, batch_size: int, decode: str, sid
 
 
 def pil_feed(files: Sequence[Path], labels: Sequence[int], *, workers: int, batch_size: int) -> tuple[Feed, Callable[[], None]]:
-    dataset = FolderDataset([(str(path), label) for path, label in zip(files, labels)])
+    dataset = FolderDataset([(str(path), label) for path, label in zip(files, labels, strict=True)])
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, shuffle=True, num_workers=workers, pin_memory=True, persistent_workers=workers > 0, drop_last=True
     )
@@ -136,7 +146,9 @@ def pil_feed(files: Sequence[Path], labels: Sequence[int], *, workers: int, batc
     return epochs, lambda: shutdown_dataloader(loader)
 
 
-def run_feeder(name: str, trainer: Trainer, opened: tuple[Feed, Callable[[], None]], *, warmup: int, steps: int, batch_size: int) -> dict[str, Any]:
+def run_feeder(
+    name: str, trainer: Trainer, opened: tuple[Feed, Callable[[], None]], *, warmup: int, steps: int, batch_size: int
+) -> dict[str, Any]:
     feed, close = opened
     say(f"{name}: {warmup} untimed and {steps} timed steps")
     try:
@@ -222,7 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     overlap = None
     if "overlap" in feeders:
         with_side = run_feeder("shardfmt cpu, copy on a side stream", trainer, shardfmt_feed(converted, decode="cpu", **shard), **common)
-        without = run_feeder("shardfmt cpu, copy on the training stream", trainer, shardfmt_feed(converted, decode="cpu", side_stream=False, **shard), **common)
+        without = run_feeder(
+            "shardfmt cpu, copy on the training stream",
+            trainer,
+            shardfmt_feed(converted, decode="cpu", side_stream=False, **shard),
+            **common,
+        )
         overlap = {"side_stream": with_side, "training_stream": without, "step_ms_saved": without["step_ms"] - with_side["step_ms"]}
     device = torch.cuda.get_device_name()
     print(f"device: {device}; ResNet-50, bf16 autocast, channels_last, batch {args.batch_size}, {args.workers} workers")
@@ -235,7 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         document = {
             "device": device,
-            "settings": {"workers": args.workers, "batch_size": args.batch_size, "steps": args.steps, "warmup_steps": args.warmup_steps, "images": len(source.files)},
+            "settings": {
+                "workers": args.workers,
+                "batch_size": args.batch_size,
+                "steps": args.steps,
+                "warmup_steps": args.warmup_steps,
+                "images": len(source.files),
+            },
             "synthetic_images_per_second": synthetic,
             "results": results,
             "overlap": overlap,

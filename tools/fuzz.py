@@ -62,8 +62,8 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simplejpeg  # noqa: E402
 import fuzz_loader  # noqa: E402
+import simplejpeg  # noqa: E402
 from fuzz_mutations import (  # noqa: E402
     encode_json,
     index_records,
@@ -78,19 +78,20 @@ from fuzz_mutations import (  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import shardfmt  # noqa: E402
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter  # noqa: E402
-from shardfmt._sample import make_image  # noqa: E402
-from shardfmt.dataset.reader import open_dataset  # noqa: E402
-from shardfmt.dataset.summary import summarise_dataset  # noqa: E402
-from shardfmt.dataset.tars import index_tars  # noqa: E402
-from shardfmt.dataset.verify import verify_dataset  # noqa: E402
-from shardfmt.errors import ShardfmtError  # noqa: E402
-from shardfmt.format.fieldtypes import IMAGE_TYPES  # noqa: E402
-from shardfmt.format.reader import ShardReader  # noqa: E402
-from shardfmt.tar.index import index_tar  # noqa: E402
-from shardfmt.tar.reader import TarShardReader  # noqa: E402
-from shardfmt.tar.scan import iter_tar_samples  # noqa: E402
-from shardfmt.tar.writer import TarShardWriter  # noqa: E402
+from shardfmt import DatasetWriter
+from shardfmt._dataset.reader import open_dataset  # noqa: E402
+from shardfmt._dataset.summary import summarise_dataset  # noqa: E402
+from shardfmt._dataset.tars import index_tars  # noqa: E402
+from shardfmt._dataset.verify import verify_dataset  # noqa: E402
+from shardfmt._errors import ShardfmtError  # noqa: E402
+from shardfmt._synthetic import make_image  # noqa: E402
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.format._fieldtypes import IMAGE_TYPES  # noqa: E402
+from shardfmt.format._reader import ShardReader  # noqa: E402
+from shardfmt.tar._index import index_tar  # noqa: E402
+from shardfmt.tar._reader import TarShardReader  # noqa: E402
+from shardfmt.tar._scan import iter_tar_samples  # noqa: E402
+from shardfmt.tar._writer import TarShardWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = os.path.dirname(shardfmt.__file__) + os.sep
@@ -192,7 +193,8 @@ def build_corpus(folder: Path) -> Corpus:
     manifests = []
     for shard_format in ("binary", "tar"):
         root = datasets / shard_format
-        with DatasetWriter(root, schema=IMAGE_CLASSIFICATION, shard_size=1500, classes=["a", "b", "c"], shard_format=shard_format) as writer:
+        classes = ["a", "b", "c"]
+        with DatasetWriter(root, schema=IMAGE_CLASSIFICATION, shard_size=1500, classes=classes, shard_format=shard_format) as writer:
             for i in range(5):
                 writer.write({"image": jpeg(10 + i, 14, 50 + i), "label": i % 3, "key": f"r{i}"})
         manifests.append(Seed(shard_format, _files(root)))
@@ -218,6 +220,7 @@ def build_corpus(folder: Path) -> Corpus:
 
 
 # -- mutants ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -276,6 +279,7 @@ def make_mutant(corpus: Corpus, kind: str, *, seed: int, index: int, scratch: Pa
 
 
 # -- reading every byte ----------------------------------------------------------------------------
+
 
 class Inconsistency(Exception):
     """Two parts of shardfmt disagree about one input (see the module docstring)."""
@@ -389,6 +393,7 @@ CHECKS: dict[str, Callable[[Path, Sequence[str]], None]] = {"binary": check_bina
 
 # -- one process's share ---------------------------------------------------------------------------
 
+
 @dataclass
 class Finding:
     """One input that broke the rule; `files` is what a reproducer holds."""
@@ -476,8 +481,14 @@ class Worker:
             return None
         except (Exception, Hang) as err:
             return Finding(
-                mutant.kind, mutant.index, mutant.seed.name, mutant.notes, signature(err),
-                f"{type(err).__name__}: {err}"[:2000], "".join(traceback.format_exception(err)), mutant.files(),
+                mutant.kind,
+                mutant.index,
+                mutant.seed.name,
+                mutant.notes,
+                signature(err),
+                f"{type(err).__name__}: {err}"[:2000],
+                "".join(traceback.format_exception(err)),
+                mutant.files(),
                 tuple(mutant.changed),
             )
         finally:
@@ -517,6 +528,7 @@ def _run_chunk(kind: str, start: int, stop: int, keep: int) -> tuple[int, list[F
 
 # -- the campaign ----------------------------------------------------------------------------------
 
+
 @dataclass
 class KindResult:
     """What a campaign did with one kind."""
@@ -548,7 +560,12 @@ class Campaign:
             "seed": self.seed,
             "jobs": self.jobs,
             "kinds": {
-                kind: {"mutations": r.mutations, "seconds": round(r.seconds, 3), "per_second": round(r.per_second, 1), "findings": r.findings}
+                kind: {
+                    "mutations": r.mutations,
+                    "seconds": round(r.seconds, 3),
+                    "per_second": round(r.per_second, 1),
+                    "findings": r.findings,
+                }
                 for kind, r in self.kinds.items()
             },
             "mutations": sum(r.mutations for r in self.kinds.values()),
@@ -597,8 +614,18 @@ class Printer:
 
 
 def run_kind(
-    kind: str, campaign: Campaign, *, submit: Callable[[int, int], Any], collect: Callable[[Any], tuple[int, list[Finding], dict[str, int]]],
-    jobs: int, seconds: float, limit: int | None, out: Path, keep: int, outside: dict[str, bytes], printer: Printer,
+    kind: str,
+    campaign: Campaign,
+    *,
+    submit: Callable[[int, int], Any],
+    collect: Callable[[Any], tuple[int, list[Finding], dict[str, int]]],
+    jobs: int,
+    seconds: float,
+    limit: int | None,
+    out: Path,
+    keep: int,
+    outside: dict[str, bytes],
+    printer: Printer,
 ) -> KindResult:
     """Hand out chunks of mutation numbers until the time or the count runs out; every chunk
     handed out is finished, so the mutations run are 0 .. N-1."""
@@ -677,8 +704,17 @@ def _dispatch(kind: str, pool: Any, local: Worker, keep: int) -> tuple[Callable[
 
 
 def campaign(
-    *, kinds: Sequence[str], seconds: float, mutations: int | None, seed: int, jobs: int, out: Path,
-    keep: int = 3, hang_seconds: float = 20.0, progress: float = 30.0, work_dir: Path | None = None,
+    *,
+    kinds: Sequence[str],
+    seconds: float,
+    mutations: int | None,
+    seed: int,
+    jobs: int,
+    out: Path,
+    keep: int = 3,
+    hang_seconds: float = 20.0,
+    progress: float = 30.0,
+    work_dir: Path | None = None,
 ) -> Campaign:
     """Run the campaign; see the module docstring. Work files live in a temporary folder under
     `work_dir` (default: `default_work_dir()`) that is removed at the end; reproducers and
@@ -692,7 +728,10 @@ def campaign(
         local = Worker(corpus, Path(temp) / "main", seed=seed, hang_seconds=hang_seconds)
         try:
             check_seeds(local)
-            print(f"seeds: {len(corpus.binary)} binary, {len(corpus.tar)} tar, {len(corpus.manifest)} datasets; seed {seed}, {jobs} job(s)", flush=True)
+            print(
+                f"seeds: {len(corpus.binary)} binary, {len(corpus.tar)} tar, {len(corpus.manifest)} datasets; seed {seed}, {jobs} job(s)",
+                flush=True,
+            )
             pool = None
             if jobs > 1:
                 pool = multiprocessing.get_context("fork").Pool(jobs, _start_worker, (corpus, temp, seed, hang_seconds))
@@ -700,11 +739,24 @@ def campaign(
                 for kind in [kind for kind in kinds if kind != LOADER_KIND]:
                     submit, collect = _dispatch(kind, pool, local, keep)
                     done = run_kind(
-                        kind, result, submit=submit, collect=collect, jobs=jobs, seconds=seconds, limit=mutations,
-                        out=out, keep=keep, outside=corpus.outside, printer=printer,
+                        kind,
+                        result,
+                        submit=submit,
+                        collect=collect,
+                        jobs=jobs,
+                        seconds=seconds,
+                        limit=mutations,
+                        out=out,
+                        keep=keep,
+                        outside=corpus.outside,
+                        printer=printer,
                     )
                     result.kinds[kind] = done
-                    print(f"{kind:>8}: {done.mutations:>10,} mutations in {done.seconds:7.1f} s = {done.per_second:>8,.0f}/s, {done.findings} findings", flush=True)
+                    print(
+                        f"{kind:>8}: {done.mutations:>10,} mutations in {done.seconds:7.1f} s = {done.per_second:>8,.0f}/s, "
+                        f"{done.findings} findings",
+                        flush=True,
+                    )
             except BaseException:
                 if pool is not None:
                     pool.terminate()
@@ -720,7 +772,9 @@ def campaign(
     return result
 
 
-def run_loader_kind(result: Campaign, *, seconds: float, limit: int | None, hang_seconds: float, out: Path, keep: int, work_dir: Path) -> None:
+def run_loader_kind(
+    result: Campaign, *, seconds: float, limit: int | None, hang_seconds: float, out: Path, keep: int, work_dir: Path
+) -> None:
     """The ``loader`` kind: cases of `fuzz_loader`, in this process (a loader starts processes of
     its own), each finding saved as finding.json with the case's source."""
     done = fuzz_loader.campaign(seed=result.seed, seconds=seconds, limit=limit, hang_seconds=hang_seconds, work_dir=work_dir)
@@ -733,8 +787,15 @@ def run_loader_kind(result: Campaign, *, seconds: float, limit: int | None, hang
             folder = out / f"{LOADER_KIND}-{finding.index:08d}"
             folder.mkdir(parents=True, exist_ok=True)
             document = {
-                "kind": LOADER_KIND, "campaign_seed": result.seed, "index": finding.index, "hang_seconds": hang_seconds, "case": finding.source,
-                "signature": finding.signature, "exception": finding.message, "traceback": finding.trace, "replay": f"python tools/fuzz.py --replay {folder}",
+                "kind": LOADER_KIND,
+                "campaign_seed": result.seed,
+                "index": finding.index,
+                "hang_seconds": hang_seconds,
+                "case": finding.source,
+                "signature": finding.signature,
+                "exception": finding.message,
+                "traceback": finding.trace,
+                "replay": f"python tools/fuzz.py --replay {folder}",
             }
             (folder / "finding.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
             entry["reproducers"].append(str(folder))
@@ -778,10 +839,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--mutations", type=int, default=None, help="at most this many mutations of each kind")
     parser.add_argument("--seed", type=int, default=0, help="the campaign's seed (default 0)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-out"), help="where reproducers and summary.json go (default fuzz-out)")
-    parser.add_argument("--kinds", default=",".join((*KINDS, LOADER_KIND)), help=f"comma-separated, of {', '.join((*KINDS, LOADER_KIND))} (default all)")
+    parser.add_argument(
+        "--kinds", default=",".join((*KINDS, LOADER_KIND)), help=f"comma-separated, of {', '.join((*KINDS, LOADER_KIND))} (default all)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--keep", type=int, default=3, help="reproducers saved per distinct finding (default 3)")
-    parser.add_argument("--hang-seconds", type=float, default=20.0, help="a mutant that takes longer is a finding; 0: no limit (default 20)")
+    parser.add_argument(
+        "--hang-seconds", type=float, default=20.0, help="a mutant that takes longer is a finding; 0: no limit (default 20)"
+    )
     parser.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines; 0: none (default 30)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the temporary work folder goes (default /dev/shm, else TMPDIR)")
     parser.add_argument("--replay", type=Path, default=None, help="run the reproducer in this folder again, and nothing else")
@@ -800,8 +865,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay is not None:
         return replay(args.replay)
     result = campaign(
-        kinds=args.kinds, seconds=args.seconds, mutations=args.mutations, seed=args.seed, jobs=args.jobs,
-        out=args.out, keep=args.keep, hang_seconds=args.hang_seconds, progress=args.progress, work_dir=args.work_dir,
+        kinds=args.kinds,
+        seconds=args.seconds,
+        mutations=args.mutations,
+        seed=args.seed,
+        jobs=args.jobs,
+        out=args.out,
+        keep=args.keep,
+        hang_seconds=args.hang_seconds,
+        progress=args.progress,
+        work_dir=args.work_dir,
     )
     total = sum(r.mutations for r in result.kinds.values())
     seconds = sum(r.seconds for r in result.kinds.values())

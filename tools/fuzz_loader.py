@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import simplejpeg
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, ShardfmtError
+from shardfmt import DatasetWriter, Loader, ShardfmtError
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 24
 BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
@@ -139,22 +140,24 @@ def make_case(seed: int, index: int) -> Case:
         for name in rng.sample(sorted(HOSTILE), rng.randint(1, 3)):
             kwargs[name] = rng.choice(HOSTILE[name])
         return Case(index, kwargs)
-    changes: list[tuple[str, Any]] = []
-    for _ in range(rng.randint(1, 3)):
-        what = rng.random()
-        if what < 0.1:
-            changes.append(("<replace>", rng.choice([None, [], "state", 5, {"version": 1}])))
-        elif what < 0.2:
-            changes.append(("<other dataset>", None))
-        elif what < 0.3:
-            changes.append(("<delete>", rng.choice(sorted(STATE_FIELDS))))
-        elif what < 0.4:
-            setting = rng.choice(["seed", "num_records", "batch_size", "world_size", "rank", "shuffle", "dataset"])
-            changes.append((f"settings.{setting}", rng.choice([None, -1, 10**9, "x", 2.5])))
-        else:
-            name = rng.choice(sorted(STATE_FIELDS))
-            changes.append((name, rng.choice(STATE_FIELDS[name])))
+    changes = [_state_change(rng) for _ in range(rng.randint(1, 3))]
     return Case(index, kwargs, tuple(changes))
+
+
+def _state_change(rng: random.Random) -> tuple[str, Any]:
+    """One change to a saved state: replace it, swap its dataset, delete, set a setting or a field."""
+    what = rng.random()
+    if what < 0.1:
+        return "<replace>", rng.choice([None, [], "state", 5, {"version": 1}])
+    if what < 0.2:
+        return "<other dataset>", None
+    if what < 0.3:
+        return "<delete>", rng.choice(sorted(STATE_FIELDS))
+    if what < 0.4:
+        setting = rng.choice(["seed", "num_records", "batch_size", "world_size", "rank", "shuffle", "dataset"])
+        return f"settings.{setting}", rng.choice([None, -1, 10**9, "x", 2.5])
+    name = rng.choice(sorted(STATE_FIELDS))
+    return name, rng.choice(STATE_FIELDS[name])
 
 
 def make_datasets(folder: Path) -> tuple[Path, Path]:
@@ -271,9 +274,17 @@ def check(case: Case, dataset: Path, other: Path, *, hang_seconds: float) -> tup
         if not case.valid:
             return "refused", None
         err: BaseException = refusal
-        return "finding", Finding(case.index, f"valid case refused: {signature(refusal.__cause__ or refusal)}", str(refusal.__cause__), "".join(traceback.format_exception(err)), case.source())
+        return "finding", Finding(
+            case.index,
+            f"valid case refused: {signature(refusal.__cause__ or refusal)}",
+            str(refusal.__cause__),
+            "".join(traceback.format_exception(err)),
+            case.source(),
+        )
     except (Exception, Hang) as err:
-        return "finding", Finding(case.index, signature(err), f"{type(err).__name__}: {err}"[:2000], "".join(traceback.format_exception(err)), case.source())
+        return "finding", Finding(
+            case.index, signature(err), f"{type(err).__name__}: {err}"[:2000], "".join(traceback.format_exception(err)), case.source()
+        )
     finally:
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)

@@ -33,12 +33,12 @@ from typing import Any, Literal
 import numpy as np
 from shardbytes import ShardBytes
 
-from shardfmt.checksum import checksum
-from shardfmt.errors import ShardfmtError
-from shardfmt.format.layout import FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, HEADER_SIZE
-from shardfmt.format.reader import ShardReader
-from shardfmt.format.writer import ShardWriter
-from shardfmt.tar.index import INDEX_SCHEMA
+from shardfmt._checksum import checksum
+from shardfmt._errors import ShardfmtError
+from shardfmt.format._layout import FOOTER_DTYPE, FOOTER_SIZE, HEADER_DTYPE, HEADER_SIZE
+from shardfmt.format._reader import ShardReader
+from shardfmt.format._writer import ShardWriter
+from shardfmt.tar._index import INDEX_SCHEMA
 
 Notes = list[str]
 
@@ -330,7 +330,8 @@ def _jpeg_variant(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     if roll == 1:
         sof = next((i for i in markers if 0xC0 <= data[i + 1] <= 0xCF and data[i + 1] not in (0xC4, 0xC8, 0xCC)), None)
         if sof is not None:
-            values = struct.pack(">BHHB", rng.choice([8, 12, 16, 0]), rng.choice([0, 1, 65535]), rng.choice([0, 1, 65535]), rng.choice([0, 1, 2, 3, 4, 255]))
+            precision, height, width = rng.choice([8, 12, 16, 0]), rng.choice([0, 1, 65535]), rng.choice([0, 1, 65535])
+            values = struct.pack(">BHHB", precision, height, width, rng.choice([0, 1, 2, 3, 4, 255]))
             buffer[sof + 4 : sof + 10] = values
             buffer[sof + 1] = rng.choice([0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xCF, data[sof + 1]])
             return bytes(buffer), f"frame header at {sof} set to {values.hex()}"
@@ -425,9 +426,25 @@ def mutate_tar(rng: random.Random, data: bytes, *, donors: Sequence[bytes] = ())
 # -- member indexes --------------------------------------------------------------------------------
 
 _MEMBER_SPANS: list[Any] = [
-    {}, [], None, 1, "jpg", {"jpg": [0, 1]}, {"jpg": [-1, 10]}, {"jpg": [1 << 63, 1]}, {"jpg": "x"}, {"jpg": [1.5, 2]},
-    {"jpg": [True, 1]}, {"cls": [512, 10**30]}, {"jpg": [0]}, {"jpg": [0, 1, 2]}, {"": [0, 0]}, {"jpg": None},
-    {"jpg": [[0], [1]]}, {"jpg": {"a": 1}}, [[[[[[[[[[[]]]]]]]]]]],
+    {},
+    [],
+    None,
+    1,
+    "jpg",
+    {"jpg": [0, 1]},
+    {"jpg": [-1, 10]},
+    {"jpg": [1 << 63, 1]},
+    {"jpg": "x"},
+    {"jpg": [1.5, 2]},
+    {"jpg": [True, 1]},
+    {"cls": [512, 10**30]},
+    {"jpg": [0]},
+    {"jpg": [0, 1, 2]},
+    {"": [0, 0]},
+    {"jpg": None},
+    {"jpg": [[0], [1]]},
+    {"jpg": {"a": 1}},
+    [[[[[[[[[[[]]]]]]]]]]],
 ]
 _KEYS = [b"", b"\xff\xfe", b"a" * 5000, b"../x", b"a\x00b", b"\xed\xa0\x80", b"k.jpg", b"__meta__"]
 
@@ -438,7 +455,9 @@ def index_records(data: bytes) -> list[dict[str, Any]]:
         path = Path(folder) / "seed.idx"
         path.write_bytes(data)
         with ShardReader(path) as reader:
-            return [{name: (bytes(value) if isinstance(value, memoryview) else value) for name, value in record.items()} for record in reader]
+            return [
+                {name: (bytes(value) if isinstance(value, memoryview) else value) for name, value in record.items()} for record in reader
+            ]
 
 
 def write_index(rows: Sequence[dict[str, Any]], folder: Path) -> bytes:
@@ -495,6 +514,7 @@ def mutate_index(rng: random.Random, data: bytes, rows: list[dict[str, Any]], *,
 
 
 # -- JSON ------------------------------------------------------------------------------------------
+
 
 class Pairs:
     """A JSON object written with its pairs as they are, so that a key can appear twice."""
@@ -554,15 +574,57 @@ def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
 
 _WRONG_TYPES: list[Any] = [None, True, False, 0, -1, 1.5, "", "x", [], {}, [1], {"a": 1}, "12", [None]]
 _NUMBERS: list[Any] = [
-    float("nan"), float("inf"), float("-inf"), -0.0, 1e308, 1e-300, 2**63, 2**64, -(2**63) - 1, 10**30, 10**400, -1, 0, 1 << 40,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    -0.0,
+    1e308,
+    1e-300,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    10**30,
+    10**400,
+    -1,
+    0,
+    1 << 40,
 ]
 PATH_TRICKS = [
-    "../outside.shard", "../outside.tar", "../outside.tar.idx", "sub/../../outside.shard", "./../outside.shard",
-    "..//outside.shard", "%2e%2e/outside.shard", "..\\outside.shard", "...", ".../outside.shard", "/dev/zero",
-    "/etc/hostname", "//server/share/x", "C:/x", "file:///etc/hostname", "~/x", "", ".", "/", "manifest.json",
-    "shard-00000.shard/", "shard-00000.shard/x", "a" * 300, ("a" * 200 + "/") * 30 + "x", "\ud800", "\udcff.shard",
-    "shard-00000.shard\x00", " shard-00000.shard", "SHARD-00000.SHARD", "shard-00000.tar.idx", "shard-00000.tar",
-    "rejects.jsonl", "nul", "con:", "a:b",
+    "../outside.shard",
+    "../outside.tar",
+    "../outside.tar.idx",
+    "sub/../../outside.shard",
+    "./../outside.shard",
+    "..//outside.shard",
+    "%2e%2e/outside.shard",
+    "..\\outside.shard",
+    "...",
+    ".../outside.shard",
+    "/dev/zero",
+    "/etc/hostname",
+    "//server/share/x",
+    "C:/x",
+    "file:///etc/hostname",
+    "~/x",
+    "",
+    ".",
+    "/",
+    "manifest.json",
+    "shard-00000.shard/",
+    "shard-00000.shard/x",
+    "a" * 300,
+    ("a" * 200 + "/") * 30 + "x",
+    "\ud800",
+    "\udcff.shard",
+    "shard-00000.shard\x00",
+    " shard-00000.shard",
+    "SHARD-00000.SHARD",
+    "shard-00000.tar.idx",
+    "shard-00000.tar",
+    "rejects.jsonl",
+    "nul",
+    "con:",
+    "a:b",
 ]
 """Paths that must be refused or not found, never reach a file outside the dataset root. The
 datasets lie beside a valid shard, tar and index named ``outside.*`` (see tools/fuzz.py): reading
@@ -588,7 +650,9 @@ def mutate_json(rng: random.Random, value: Any, *, totals: bool = False) -> tupl
         new = rng.choice(_NUMBERS) if rng.random() < 0.5 else pick_int(rng, near=[node] if is_int else [])
         value, note = _replace(value, path, new), f"{where} = {new!r}"
     elif roll == 2:
-        new = rng.choice(PATH_TRICKS) if rng.random() < 0.7 else rng.choice([node * 2, node.upper(), node + "\n", node[:-1], "\u00e9" + node])
+        new = (
+            rng.choice(PATH_TRICKS) if rng.random() < 0.7 else rng.choice([node * 2, node.upper(), node + "\n", node[:-1], "\u00e9" + node])
+        )
         value, note = _replace(value, path, new), f"{where} = {new!r}"
     elif roll == 3 and path:
         del _get(value, path[:-1])[path[-1]]
@@ -603,17 +667,7 @@ def mutate_json(rng: random.Random, value: Any, *, totals: bool = False) -> tupl
         node[key] = rng.choice(_WRONG_TYPES)
         note = f"{where}/{key} = {node[key]!r}"
     elif roll == 6 and isinstance(node, list) and node:
-        i = rng.randrange(len(node))
-        how = rng.choice(["repeat", "drop", "reverse", "nest"])
-        if how == "repeat":
-            node.insert(rng.randrange(len(node) + 1), node[i])
-        elif how == "drop":
-            del node[i]
-        elif how == "reverse":
-            node.reverse()
-        else:
-            node[i] = [node[i]] * 2
-        note = f"{how} item {i} of {where}"
+        note = _mutate_list(rng, node, where)
     elif roll == 7:
         depth = rng.choice([64, 1000, 100_000])
         value, note = _replace(value, path, Raw("[" * depth + "]" * depth)), f"{where} = {depth} nested lists"
@@ -624,6 +678,21 @@ def mutate_json(rng: random.Random, value: Any, *, totals: bool = False) -> tupl
     if totals and rng.random() < 0.7:
         _fix_totals(value, notes)
     return value, notes
+
+
+def _mutate_list(rng: random.Random, node: list[Any], where: str) -> str:
+    """Repeat, drop or nest one item of a non-empty list, or reverse it, in place; return the note."""
+    i = rng.randrange(len(node))
+    how = rng.choice(["repeat", "drop", "reverse", "nest"])
+    if how == "repeat":
+        node.insert(rng.randrange(len(node) + 1), node[i])
+    elif how == "drop":
+        del node[i]
+    elif how == "reverse":
+        node.reverse()
+    else:
+        node[i] = [node[i]] * 2
+    return f"{how} item {i} of {where}"
 
 
 def _fix_totals(value: Any, notes: Notes) -> None:

@@ -33,7 +33,9 @@ def by_name(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any] | None:
     return next((row for row in rows if row["name"].startswith(prefix)), None)
 
 
-def build_record(scaling: dict[str, Any] | None, loader: dict[str, Any] | None, train: dict[str, Any] | None, commands: list[str]) -> dict[str, Any]:
+def build_record(
+    scaling: dict[str, Any] | None, loader: dict[str, Any] | None, train: dict[str, Any] | None, commands: list[str]
+) -> dict[str, Any]:
     record: dict[str, Any] = {"device": None, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if loader is not None:
         rows = loader["results"]
@@ -80,7 +82,8 @@ def build_record(scaling: dict[str, Any] | None, loader: dict[str, Any] | None, 
     if scaling is not None:
         record["decode_limit_one_core_images_per_s"] = scaling["decode_limit_one_core"]["one_core_exact_images_per_second"]
         record["scaling"] = [
-            {key: row[key] for key in ("workers", "images_per_second", "decode_limit_images_per_second", "ratio_to_limit")} for row in scaling["scaling"]
+            {key: row[key] for key in ("workers", "images_per_second", "decode_limit_images_per_second", "ratio_to_limit")}
+            for row in scaling["scaling"]
         ]
     record["commands"] = commands
     return record
@@ -102,7 +105,9 @@ def write_chart(path: Path, record: dict[str, Any]) -> None:
         ("train: PIL DataLoader", record.get("train_images_per_s_dataloader_pil")),
     ]
     bars = [(name, value) for name, value in bars if value is not None][::-1]
-    drawn = left.barh([name for name, _ in bars], [value for _, value in bars], color=["#4c72b0" if "PIL" not in name else "#8c8c8c" for name, _ in bars])
+    drawn = left.barh(
+        [name for name, _ in bars], [value for _, value in bars], color=["#4c72b0" if "PIL" not in name else "#8c8c8c" for name, _ in bars]
+    )
     left.bar_label(drawn, fmt="%.0f", padding=3)
     left.set_xlabel("images/s")
     left.set_xlim(0, 1.2 * max([value for _, value in bars] + [1.0]))
@@ -111,9 +116,21 @@ def write_chart(path: Path, record: dict[str, Any]) -> None:
     if scaling:
         workers = [row["workers"] for row in scaling]
         right.plot(workers, [row["images_per_second"] for row in scaling], "o-", label="shardfmt Loader")
-        right.plot(workers, [row["decode_limit_images_per_second"] for row in scaling], "--", color="#c44e52", label="decode limit (1 core x workers)")
+        right.plot(
+            workers,
+            [row["decode_limit_images_per_second"] for row in scaling],
+            "--",
+            color="#c44e52",
+            label="decode limit (1 core x workers)",
+        )
         for row in scaling:
-            right.annotate(f"{row['ratio_to_limit']:.2f}x", (row["workers"], row["images_per_second"]), textcoords="offset points", xytext=(4, -12), fontsize=8)
+            right.annotate(
+                f"{row['ratio_to_limit']:.2f}x",
+                (row["workers"], row["images_per_second"]),
+                textcoords="offset points",
+                xytext=(4, -12),
+                fontsize=8,
+            )
         right.set_xscale("log", base=2)
         right.set_xticks(workers, [str(w) for w in workers])
         right.set_xlabel("workers")

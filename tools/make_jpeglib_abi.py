@@ -1,4 +1,4 @@
-"""Write shardfmt/ops/_jpeglib_abi.py: libjpeg's declarations of `shardfmt.ops.jpegcrop._CDEF`,
+"""Write shardfmt/ops/_jpeglib_abi.py: libjpeg's declarations of `shardfmt.ops._jpegcrop._CDEF`,
 compiled by cffi into its out-of-line ABI form.
 
 cffi's in-line ABI mode parses C declarations with pycparser when a process first uses them:
@@ -22,10 +22,10 @@ import cffi
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shardfmt.ops.jpegcrop import _CDEF  # noqa: E402
+from shardfmt.ops._jpegcrop import _CDEF  # noqa: E402
 
 TARGET = ROOT / "shardfmt" / "ops" / "_jpeglib_abi.py"
-HEADER = "# Written by tools/make_jpeglib_abi.py from shardfmt.ops.jpegcrop._CDEF; do not edit.\n"
+HEADER = "# Written by tools/make_jpeglib_abi.py from shardfmt.ops._jpegcrop._CDEF; do not edit.\n"
 
 
 def generate() -> str:

@@ -40,12 +40,11 @@ sys.path.insert(0, str(ROOT))  # the vectors come from this checkout's shardfmt,
 
 from shardbytes import ShardBytes, build_shard  # noqa: E402
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Field, Schema, ShardReader, ShardWriter  # noqa: E402
-from shardfmt.checksum import checksum, format_checksum  # noqa: E402
-from shardfmt.checksum import file_checksum as checksum_of_file  # noqa: E402
-from shardfmt.format.schema import tar_schema as tar_dataset_schema  # noqa: E402
-from shardfmt.tar.index import INDEX_SCHEMA  # noqa: E402
-from shardfmt.format.layout import (
+from shardfmt import DatasetWriter  # noqa: E402
+from shardfmt._checksum import checksum, format_checksum  # noqa: E402
+from shardfmt._checksum import file_checksum as checksum_of_file  # noqa: E402
+from shardfmt.format import IMAGE_CLASSIFICATION, Field, Schema, ShardReader, ShardWriter  # noqa: E402
+from shardfmt.format._layout import (  # noqa: E402
     FOOTER_DTYPE,
     FOOTER_SIZE,
     FORMAT_VERSION,
@@ -59,6 +58,8 @@ from shardfmt.format.layout import (
     NDARRAY_DTYPES,
     column_name,
 )
+from shardfmt.format._schema import tar_schema as tar_dataset_schema  # noqa: E402
+from shardfmt.tar._index import INDEX_SCHEMA  # noqa: E402
 
 VERSION = f"v{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"
 DEFAULT_OUT = ROOT / "spec" / "vectors" / VERSION
@@ -219,7 +220,12 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
         "a super-resolution record: a low- and a high-resolution image (2x), a one-channel mask and a label (v1.1)",
         PAIRS,
         [
-            {"lr": raw_pixels(2, 3, 3, seed=i), "hr": raw_pixels(4, 6, 3, seed=10 + i), "mask": (raw_pixels(4, 6, 1, seed=i) % 3), "label": i}
+            {
+                "lr": raw_pixels(2, 3, 3, seed=i),
+                "hr": raw_pixels(4, 6, 3, seed=10 + i),
+                "mask": (raw_pixels(4, 6, 1, seed=i) % 3),
+                "label": i,
+            }
             for i in range(2)
         ],
         8,
@@ -241,7 +247,7 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
             {
                 "meta": {
                     "z": [1, -0.0, 2.5, 1e-07, 1e16, 1.7976931348623157e308, 5e-324],
-                    "a": "tab\there \"q\" \\ \u0001\u001f \u007f \u00e9 \u65e5\u672c \U0001f980",
+                    "a": 'tab\there "q" \\ \u0001\u001f \u007f \u00e9 \u65e5\u672c \U0001f980',
                     "n": None,
                     "t": True,
                     "f": False,
@@ -348,6 +354,22 @@ def describe(data: bytes) -> dict[str, Any]:
 # --- the annotated listing -------------------------------------------------------------------
 
 
+def _annotate_record(put: Callable[[int, int, str], None], schema: Schema, index: int, row: Any) -> None:
+    """Annotate the span of record `index` (its table row `row`): each field's payload and padding."""
+    position = int(row["offset"])
+    for field in schema.variable_fields:
+        start = int(row[column_name(field.name, "offset")])
+        stop = start + int(row[column_name(field.name, "size")])
+        if start > position:
+            put(position, start, f"record {index}: padding (zero) to alignment")
+        if stop > start:
+            put(start, stop, f"record {index}: field {field.name!r} ({field.type}, {stop - start} bytes)")
+        position = stop
+    end = int(row["offset"]) + int(row["size"])
+    if end > position:
+        put(position, end, f"record {index}: padding (zero) to alignment")
+
+
 def annotate(data: bytes) -> str:
     """List every byte of a valid shard in file order, one item per line, with its meaning."""
     shard = ShardBytes(data)
@@ -374,36 +396,37 @@ def annotate(data: bytes) -> str:
             )
             put(offset, offset + dtype[name].itemsize, f"{prefix}{name} = {shown}")
 
-    put_struct(0, HEADER_DTYPE, header, "header.", {
-        "magic": '"\\x89SHARD\\r\\n"',
-        "checksum": f"{hex64(int(header['checksum']))}: XXH3-64 of bytes [0, 56) + schema",
-    })
+    put_struct(
+        0,
+        HEADER_DTYPE,
+        header,
+        "header.",
+        {
+            "magic": '"\\x89SHARD\\r\\n"',
+            "checksum": f"{hex64(int(header['checksum']))}: XXH3-64 of bytes [0, 56) + schema",
+        },
+    )
     schema_end = HEADER_SIZE + int(header["schema_size"])
     put(HEADER_SIZE, schema_end, "schema", text=True)
     if int(header["header_size"]) > schema_end:
         put(schema_end, int(header["header_size"]), "header padding (zero) up to header_size")
     for index, row in enumerate(table):
-        position = int(row["offset"])
-        for field in schema.variable_fields:
-            start = int(row[column_name(field.name, "offset")])
-            stop = start + int(row[column_name(field.name, "size")])
-            if start > position:
-                put(position, start, f"record {index}: padding (zero) to alignment")
-            if stop > start:
-                put(start, stop, f"record {index}: field {field.name!r} ({field.type}, {stop - start} bytes)")
-            position = stop
-        end = int(row["offset"]) + int(row["size"])
-        if end > position:
-            put(position, end, f"record {index}: padding (zero) to alignment")
+        _annotate_record(put, schema, index, row)
     table_offset = int(footer["table_offset"])
     for index, row in enumerate(table):
         notes = {"checksum": f"{hex64(int(row['checksum']))}: XXH3-64 of the record's span"}
         put_struct(table_offset + index * table.dtype.itemsize, table.dtype, row, f"table[{index}].", notes)
-    put_struct(len(data) - FOOTER_SIZE, FOOTER_DTYPE, footer, "footer.", {
-        "magic": '"SHARDEND"',
-        "table_checksum": f"{hex64(int(footer['table_checksum']))}: XXH3-64 of the table",
-        "checksum": f"{hex64(int(footer['checksum']))}: XXH3-64 of footer bytes [0, 48)",
-    })
+    put_struct(
+        len(data) - FOOTER_SIZE,
+        FOOTER_DTYPE,
+        footer,
+        "footer.",
+        {
+            "magic": '"SHARDEND"',
+            "table_checksum": f"{hex64(int(footer['table_checksum']))}: XXH3-64 of the table",
+            "checksum": f"{hex64(int(footer['checksum']))}: XXH3-64 of footer bytes [0, 48)",
+        },
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -572,7 +595,13 @@ def too_short(s: ShardBytes) -> Invalid:
     return "FormatError", 0, None, "open"
 
 
-@invalid("tiny", "file size: at most MAX_SHARD_SIZE (2^40) bytes, checked on the size alone (the file is stated larger: the vector's size key, 2^40 + 1)")
+@invalid(
+    "tiny",
+    (
+        "file size: at most MAX_SHARD_SIZE (2^40) bytes, checked on the size alone (the file is stated larger: the vector's size key, "
+        "2^40 + 1)"
+    ),
+)
 def too_large(s: ShardBytes) -> Invalid:
     STATED_SIZE["too-large"] = MAX_SHARD_SIZE + 1
     return "LimitError", 0, None, "open"
@@ -632,7 +661,7 @@ def schema_bom(s: ShardBytes) -> Invalid:
     return "FormatError", HEADER_SIZE, None, "open"
 
 
-@invalid("tiny", "schema: no object has a name twice (\"type\" twice; taking either would read another shard)")
+@invalid("tiny", 'schema: no object has a name twice ("type" twice; taking either would read another shard)')
 def schema_duplicate_key(s: ShardBytes) -> Invalid:
     s.replace_schema(s.schema_bytes.replace(b'"type":"bytes"', b'"type":"bytes","type":"int64"'))
     return "FormatError", HEADER_SIZE, None, "open"
@@ -662,7 +691,10 @@ def ndarray_shape_not_integer(s: ShardBytes) -> Invalid:
     return "FormatError", HEADER_SIZE, None, "open"
 
 
-@invalid("ndarray", "ndarray shape: the product times the dtype's size is at most MAX_FIELD_SIZE; an invalid schema, so FormatError, not LimitError (v1.1)")
+@invalid(
+    "ndarray",
+    "ndarray shape: the product times the dtype's size is at most MAX_FIELD_SIZE; an invalid schema, so FormatError, not LimitError (v1.1)",
+)
 def ndarray_too_large(s: ShardBytes) -> Invalid:
     s.replace_schema(s.schema_bytes.replace(b'"shape":[4]', b'"shape":[134217729]'))  # float64: 2^30 + 8 bytes
     return "FormatError", HEADER_SIZE, None, "open"
@@ -857,7 +889,10 @@ def order_rule_before_field(s: ShardBytes) -> Invalid:
     return "FormatError", s.column_offset(1, "offset"), 1, "open"
 
 
-@invalid("align8", "order: field by field; a field's checks (a to f) all before the next field's (record 0 breaks 28a on blob, record 1 28b on key)")
+@invalid(
+    "align8",
+    "order: field by field; a field's checks (a to f) all before the next field's (record 0 breaks 28a on blob, record 1 28b on key)",
+)
 def order_field_before_check(s: ShardBytes) -> Invalid:
     s.table()["blob.size"][0] = MAX_FIELD_SIZE + 1
     s.table()["key.offset"][1] += 8
@@ -878,9 +913,7 @@ def order_check_before_record(s: ShardBytes) -> Invalid:
 
 def write_dataset(directory: Path) -> dict[str, Any]:
     """Write the dataset vector and return what a reader must find in it."""
-    records = [
-        {"image": jpeg_rgb(8 + 8 * (i % 3), 16, seed=30 + i), "label": i % 2, "key": f"img-{i}"} for i in range(5)
-    ]
+    records = [{"image": jpeg_rgb(8 + 8 * (i % 3), 16, seed=30 + i), "label": i % 2, "key": f"img-{i}"} for i in range(5)]
     with DatasetWriter(directory, schema=IMAGE_CLASSIFICATION, shard_size=2048, classes=["cat", "dog"]) as writer:
         for record in records:
             writer.write(record)
@@ -907,7 +940,9 @@ dataset itself), offset, record, when)."""
 INVALID_DATASETS: dict[str, tuple[str, bool, Callable[[Path, dict[str, Any]], DatasetCase]]] = {}
 
 
-def invalid_dataset(rule: str, *, shards: bool = False) -> Callable[[Callable[[Path, dict[str, Any]], DatasetCase]], Callable[[Path, dict[str, Any]], DatasetCase]]:
+def invalid_dataset(
+    rule: str, *, shards: bool = False
+) -> Callable[[Callable[[Path, dict[str, Any]], DatasetCase]], Callable[[Path, dict[str, Any]], DatasetCase]]:
     """Register a broken dataset: `shards` keeps the shard files (for steps 10 to 12)."""
 
     def register(function: Callable[[Path, dict[str, Any]], DatasetCase]) -> Callable[[Path, dict[str, Any]], DatasetCase]:
@@ -988,7 +1023,7 @@ def manifest_not_an_object(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 2, "ManifestError", "the manifest is not a JSON object", M, None, None, "open"
 
 
-@invalid_dataset("format is \"shardfmt\"")
+@invalid_dataset('format is "shardfmt"')
 def format_missing(d: Path, m: dict[str, Any]) -> DatasetCase:
     del m["format"]
     write_manifest(d, m)
@@ -1005,14 +1040,22 @@ def version_not_a_string(d: Path, m: dict[str, Any]) -> DatasetCase:
 def version_leading_zero(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["format_version"] = "01.1"
     write_manifest(d, m)
-    return 3, "ManifestError", "\"format_version\" '01.1' is not \"MAJOR.MINOR\" in decimal digits", M, None, None, "open"
+    return 3, "ManifestError", '"format_version" \'01.1\' is not "MAJOR.MINOR" in decimal digits', M, None, None, "open"
 
 
 @invalid_dataset("the major version is one the reader implements")
 def version_major(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["format_version"] = "2.0"
     write_manifest(d, m)
-    return 4, "UnsupportedVersionError", "format version 2.0 needs a reader for major version 2; this reader knows 1.x", M, None, None, "open"
+    return (
+        4,
+        "UnsupportedVersionError",
+        "format version 2.0 needs a reader for major version 2; this reader knows 1.x",
+        M,
+        None,
+        None,
+        "open",
+    )
 
 
 @invalid_dataset("shard_format is present and a string: a manifest without it is malformed, not too new")
@@ -1040,7 +1083,10 @@ def schema_invalid(d: Path, m: dict[str, Any]) -> DatasetCase:
 def schema_unknown_type(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["schema"]["fields"][0]["type"] = "webp"
     write_manifest(d, m)
-    message = "schema: field 'label' has type 'webp', which this reader does not know (known: bytes, float64, int64, jpeg, json, ndarray, raw, str); upgrade shardfmt"
+    message = (
+        "schema: field 'label' has type 'webp', which this reader does not know (known: bytes, float64, int64, jpeg, json, ndarray, raw, "
+        "str); upgrade shardfmt"
+    )
     return 6, "UnsupportedVersionError", message, M, None, None, "open"
 
 
@@ -1068,7 +1114,15 @@ def schema_newer_than_version(d: Path, m: dict[str, Any]) -> DatasetCase:
 def tar_schema(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["shard_format"] = "tar"
     write_manifest(d, m)
-    return 6, "ManifestError", "schema: tar shards hold image (jpeg), then label (int64) or no label, then key (str), then member fields, not label (int64)", M, None, None, "open"
+    return (
+        6,
+        "ManifestError",
+        "schema: tar shards hold image (jpeg), then label (int64) or no label, then key (str), then member fields, not label (int64)",
+        M,
+        None,
+        None,
+        "open",
+    )
 
 
 @invalid_dataset("classes is null or an array of strings")
@@ -1096,7 +1150,7 @@ def rejects_count(d: Path, m: dict[str, Any]) -> DatasetCase:
 def strict_jpeg_not_boolean(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["strict_jpeg"] = "yes"
     write_manifest(d, m)
-    return 7, "ManifestError", '"strict_jpeg" must be true or false, got \'yes\'', M, None, None, "open"
+    return 7, "ManifestError", "\"strict_jpeg\" must be true or false, got 'yes'", M, None, None, "open"
 
 
 @invalid_dataset("shard paths stay inside the dataset root")
@@ -1110,7 +1164,10 @@ def shard_path_parent(d: Path, m: dict[str, Any]) -> DatasetCase:
 def shard_path_case(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["shards"][1]["path"] = "SHARD-00000.shard"
     write_manifest(d, m)
-    message = "shards[1]: path 'SHARD-00000.shard' names the same file as 'shard-00000.shard' (paths are compared ignoring case and Unicode normalisation)"
+    message = (
+        "shards[1]: path 'SHARD-00000.shard' names the same file as 'shard-00000.shard' (paths are compared ignoring case and Unicode "
+        "normalisation)"
+    )
     return 8, "ManifestError", message, M, None, None, "open"
 
 
@@ -1171,11 +1228,16 @@ def shard_is_a_directory(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 10, "ShardNotFoundError", "is not a regular file, so it cannot be a shard", "shard-00001.shard", None, None, "read"
 
 
-@invalid_dataset("a shard, its symbolic links resolved, lies inside the dataset root (this one links to a valid vector outside it)", shards=True)
+@invalid_dataset(
+    "a shard, its symbolic links resolved, lies inside the dataset root (this one links to a valid vector outside it)", shards=True
+)
 def shard_outside_root(d: Path, m: dict[str, Any]) -> DatasetCase:
     (d / "shard-00001.shard").unlink()
     os.symlink("../../valid/scalars.shard", d / "shard-00001.shard")
-    message = "is a symbolic link (or lies under one) that resolves to ../../valid/scalars.shard, outside the dataset root; a reader does not follow links out of the root"
+    message = (
+        "is a symbolic link (or lies under one) that resolves to ../../valid/scalars.shard, outside the dataset root; a reader does not "
+        "follow links out of the root"
+    )
     return 10, "ShardNotFoundError", message, "shard-00001.shard", None, None, "read"
 
 
@@ -1245,7 +1307,14 @@ def write_invalid_datasets(out: Path) -> dict[str, str]:
                 (directory / shard["path"]).unlink()
         step, error, message, path, offset, record, when = break_rule(directory, manifest)
         expected = {
-            "rule": rule, "step": step, "error": error, "message": message, "path": path, "offset": offset, "record": record, "when": when,
+            "rule": rule,
+            "step": step,
+            "error": error,
+            "message": message,
+            "path": path,
+            "offset": offset,
+            "record": record,
+            "when": when,
         }
         (out / f"{name}.json").write_bytes(dump_json(expected))
         rules[name] = rule
@@ -1262,14 +1331,22 @@ TAR_VALID: dict[str, tuple[str, Schema, list[str] | None, list[dict[str, Any]]]]
         "image, label and key: KEY.cls and KEY.jpg per sample (one RGB and one grayscale JPEG)",
         tar_dataset_schema(),
         ["cat", "dog"],
-        [{"image": jpeg_rgb(8, 8, seed=41), "label": 0, "key": "cat/0001"}, {"image": jpeg_gray(8, 16, seed=42), "label": 1, "key": "dog/0002"}],
+        [
+            {"image": jpeg_rgb(8, 8, seed=41), "label": 0, "key": "cat/0001"},
+            {"image": jpeg_gray(8, 16, seed=42), "label": 1, "key": "dog/0002"},
+        ],
     ),
     "image-text": (
         "no labels; a caption (txt, str) and metadata (json) per sample: the layout img2dataset writes",
         tar_dataset_schema(labelled=False, members=(("json", "json"), ("txt", "str"))),
         None,
         [
-            {"image": jpeg_rgb(8, 8, seed=43), "key": "000000000", "json": {"url": "https://example.com/a.jpg", "width": 8}, "txt": "a red caf\u00e9"},
+            {
+                "image": jpeg_rgb(8, 8, seed=43),
+                "key": "000000000",
+                "json": {"url": "https://example.com/a.jpg", "width": 8},
+                "txt": "a red caf\u00e9",
+            },
             {"image": jpeg_rgb(16, 8, seed=44), "key": "000000001", "json": None, "txt": ""},
         ],
     ),
@@ -1287,7 +1364,9 @@ carries or None, record or None, when)."""
 TAR_INVALID: dict[str, tuple[str, str, Callable[[list[dict[str, Any]], int], TarCase]]] = {}
 
 
-def tar_invalid(base: str, rule: str) -> Callable[[Callable[[list[dict[str, Any]], int], TarCase]], Callable[[list[dict[str, Any]], int], TarCase]]:
+def tar_invalid(
+    base: str, rule: str
+) -> Callable[[Callable[[list[dict[str, Any]], int], TarCase]], Callable[[list[dict[str, Any]], int], TarCase]]:
     """Register a broken member index: the function edits the index rows of `base` (given the
     tar's size) in place."""
 
@@ -1371,7 +1450,14 @@ def tar_label_unlabelled(rows: list[dict[str, Any]], size: int) -> TarCase:
 @tar_invalid("labelled", "check 8: images do not overlap and leave room for a header; the later image in offset order is reported")
 def tar_overlap(rows: list[dict[str, Any]], size: int) -> TarCase:
     rows[0]["image_offset"] = rows[1]["image_offset"] + 512  # record 0 now comes second in offset order
-    return 8, "FormatError", _in_tar("image data overlaps another record's image or leaves no room for its header", size), "image_offset", 0, "read"
+    return (
+        8,
+        "FormatError",
+        _in_tar("image data overlaps another record's image or leaves no room for its header", size),
+        "image_offset",
+        0,
+        "read",
+    )
 
 
 @tar_invalid("image-text", "check 9: every member field has a [data offset, size] span inside the tar in members")
@@ -1411,7 +1497,14 @@ def write_tar_datasets(out: Path) -> dict[str, str]:
             values.append({key: (value.hex() if isinstance(value, bytes) else value) for key, value in record.items()})
         rows = [{**row, "key": row["key"].hex(), "image_checksum": hex64(row["image_checksum"] % (1 << 64))}
                 for row in _index_rows(out / name / "shard-00000.tar.idx")]
-        expected = {"description": description, "valid": True, "schema": schema.to_json(), "classes": classes, "records": values, "index": rows}
+        expected = {
+            "description": description,
+            "valid": True,
+            "schema": schema.to_json(),
+            "classes": classes,
+            "records": values,
+            "index": rows,
+        }
         (out / f"{name}.json").write_bytes(dump_json(expected))
         described[name] = description
     for name, (base, rule, break_rule) in TAR_INVALID.items():
@@ -1457,16 +1550,43 @@ BATCH_CASES: list[dict[str, Any]] = [
     {"num_records": 8, "batch_size": 1, "seed": 5, "epoch": 2, "world_size": 4, "drop_last": False},
     {"num_records": 6, "batch_size": 2, "seed": (1 << 64) - 1, "epoch": (1 << 64) - 1, "world_size": 1, "drop_last": False},
     {"num_records": 6, "batch_size": 2, "seed": -1, "epoch": 0, "world_size": 1, "drop_last": False},  # -1 is 2^64 - 1
-    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "drop_last": False, "shard_sizes": [4, 0, 5, 3], "window": 1},
-    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "drop_last": False, "shard_sizes": [4, 0, 5, 3], "window": 2},
-    {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "drop_last": True, "shard_sizes": [4, 0, 5, 3], "window": 4},
+    {
+        "num_records": 12,
+        "batch_size": 4,
+        "seed": 3,
+        "epoch": 1,
+        "world_size": 2,
+        "drop_last": False,
+        "shard_sizes": [4, 0, 5, 3],
+        "window": 1,
+    },
+    {
+        "num_records": 12,
+        "batch_size": 4,
+        "seed": 3,
+        "epoch": 1,
+        "world_size": 2,
+        "drop_last": False,
+        "shard_sizes": [4, 0, 5, 3],
+        "window": 2,
+    },
+    {
+        "num_records": 12,
+        "batch_size": 4,
+        "seed": 3,
+        "epoch": 1,
+        "world_size": 2,
+        "drop_last": True,
+        "shard_sizes": [4, 0, 5, 3],
+        "window": 4,
+    },
 ]
 """(N, batch size, seed, epoch, world size, drop_last, and optionally shuffle, shard sizes and a
 window): every rank's batches are written."""
 
 
 def sampling_batches() -> dict[str, Any]:
-    from shardfmt.sampling import ORDER_STREAM, mix64, record_keys, sample_batches
+    from shardfmt._sampling.keys import ORDER_STREAM, mix64, record_keys, sample_batches
 
     cases = []
     for case in BATCH_CASES:
@@ -1474,9 +1594,16 @@ def sampling_batches() -> dict[str, Any]:
         ranks = []
         for rank in range(case["world_size"]):
             plan = sample_batches(
-                options["num_records"], batch_size=options["batch_size"], seed=options["seed"], epoch=options["epoch"], rank=rank,
-                world_size=options["world_size"], shuffle=options["shuffle"], drop_last=options["drop_last"],
-                shard_sizes=options["shard_sizes"], window=options["window"],
+                options["num_records"],
+                batch_size=options["batch_size"],
+                seed=options["seed"],
+                epoch=options["epoch"],
+                rank=rank,
+                world_size=options["world_size"],
+                shuffle=options["shuffle"],
+                drop_last=options["drop_last"],
+                shard_sizes=options["shard_sizes"],
+                window=options["window"],
             )
             ranks.append([[int(i) for i in plan.batch(b)] for b in range(len(plan))])
         cases.append({**options, "batches": ranks})
@@ -1503,9 +1630,28 @@ FEISTEL_CASES: list[dict[str, Any]] = [
     {"num_records": 12, "batch_size": 4, "seed": 3, "epoch": 1, "world_size": 2, "shard_sizes": [4, 0, 5, 3], "window": 4},
     # windows of 2 of these shards: at least two windows hold only empty shards, and give no positions
     {"num_records": 7, "batch_size": 2, "seed": 9, "epoch": 0, "world_size": 1, "shard_sizes": [0, 0, 0, 4, 0, 0, 3], "window": 2},
-    {"num_records": 70_000, "batch_size": 8, "seed": 1, "epoch": 0, "world_size": 2, "shard_sizes": [30_000, 25_000, 15_000], "window": 1, "first": 2},
+    {
+        "num_records": 70_000,
+        "batch_size": 8,
+        "seed": 1,
+        "epoch": 0,
+        "world_size": 2,
+        "shard_sizes": [30_000, 25_000, 15_000],
+        "window": 1,
+        "first": 2,
+    },
     {"num_records": 10**9, "batch_size": 8, "seed": 0, "epoch": 0, "world_size": 1024, "ranks": [0, 1023], "first": 2},
-    {"num_records": 10**9, "batch_size": 8, "seed": 0, "epoch": 5, "world_size": 1024, "ranks": [0], "first": 2, "shard_sizes": "10000 x 100000", "window": 64},
+    {
+        "num_records": 10**9,
+        "batch_size": 8,
+        "seed": 0,
+        "epoch": 5,
+        "world_size": 1024,
+        "ranks": [0],
+        "first": 2,
+        "shard_sizes": "10000 x 100000",
+        "window": 64,
+    },
 ]
 """Feistel orders: (N, batch size, seed, epoch, world size, and optionally a window over shard
 sizes, the ranks and the number of first batches to write)."""
@@ -1519,16 +1665,20 @@ def _shard_sizes(value: Any) -> Any:
 
 
 def sampling_feistel() -> dict[str, Any]:
-    from shardfmt.orders import epoch_order
-    from shardfmt.permutation import FEISTEL_STREAM, ROUNDS, permute, round_keys
-    from shardfmt.split import RankPlan
+    from shardfmt._sampling.orders import epoch_order
+    from shardfmt._sampling.permutation import FEISTEL_STREAM, ROUNDS, permute, round_keys
+    from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in FEISTEL_CASES:
         options = {"shard_sizes": None, "window": None, **case}
         order = epoch_order(
-            "feistel", num_records=options["num_records"], seed=options["seed"], epoch=options["epoch"],
-            shard_sizes=_shard_sizes(options["shard_sizes"]), window=options["window"],
+            "feistel",
+            num_records=options["num_records"],
+            seed=options["seed"],
+            epoch=options["epoch"],
+            shard_sizes=_shard_sizes(options["shard_sizes"]),
+            window=options["window"],
         )
         ranks = options.get("ranks", list(range(options["world_size"])))
         batches = {}
@@ -1537,9 +1687,15 @@ def sampling_feistel() -> dict[str, Any]:
             batches[str(rank)] = [plan.batch(b).tolist() for b in range(min(len(plan), options.get("first", len(plan))))]
         cases.append({**options, "ranks": ranks, "batches": batches})
     permutations = [
-        {"size": size, "seed": seed, "stream": hex64(FEISTEL_STREAM), "epoch": epoch, "index": index,
-         "round_keys": [hex64(int(k)) for k in round_keys(seed=seed, stream=FEISTEL_STREAM, epoch=epoch, index=index)],
-         "image": permute(np.arange(min(size, 16)), size=size, seed=seed, epoch=epoch, index=index).tolist()}
+        {
+            "size": size,
+            "seed": seed,
+            "stream": hex64(FEISTEL_STREAM),
+            "epoch": epoch,
+            "index": index,
+            "round_keys": [hex64(int(k)) for k in round_keys(seed=seed, stream=FEISTEL_STREAM, epoch=epoch, index=index)],
+            "image": permute(np.arange(min(size, 16)), size=size, seed=seed, epoch=epoch, index=index).tolist(),
+        }
         for size, seed, epoch, index in ((1, 0, 0, 0), (2, 0, 0, 0), (5, 0, 0, 0), (16, 9, 1, 0), (17, 9, 1, 3), (10**9, 0, 0, 0))
     ]
     return {
@@ -1563,8 +1719,8 @@ MIXTURE_CASES: list[dict[str, Any]] = [
 
 
 def sampling_mixture() -> dict[str, Any]:
-    from shardfmt.mixture import MixtureOrder, allocate
-    from shardfmt.split import RankPlan
+    from shardfmt._sampling.mixture import MixtureOrder, allocate
+    from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in MIXTURE_CASES:
@@ -1573,7 +1729,10 @@ def sampling_mixture() -> dict[str, Any]:
         epochs = {}
         for epoch in options["epochs"]:
             order = MixtureOrder(options["sizes"], counts=counts, seed=options["seed"], epoch=epoch, shuffle=options["shuffle"])
-            plans = [RankPlan(order, batch_size=options["batch_size"], rank=r, world_size=options["world_size"], drop_last=False) for r in range(options["world_size"])]
+            plans = [
+                RankPlan(order, batch_size=options["batch_size"], rank=r, world_size=options["world_size"], drop_last=False)
+                for r in range(options["world_size"])
+            ]
             epochs[str(epoch)] = [[plan.batch(b).tolist() for b in range(len(plan))] for plan in plans]
         cases.append({**options, "counts": counts, "batches": epochs})
     return {
@@ -1595,9 +1754,9 @@ ELASTIC_CASES: list[dict[str, Any]] = [
 
 
 def sampling_elastic() -> dict[str, Any]:
-    from shardfmt.orders import epoch_order
-    from shardfmt.sampling import check_split
-    from shardfmt.split import RankPlan, delivered_records
+    from shardfmt._sampling.keys import check_split
+    from shardfmt._sampling.orders import epoch_order
+    from shardfmt._sampling.ranks import RankPlan, delivered_records
 
     cases = []
     for case in ELASTIC_CASES:
@@ -1612,11 +1771,20 @@ def sampling_elastic() -> dict[str, Any]:
                         refused.append({"world_size": other, "start": start})
                     else:
                         raise RuntimeError(f"{other} ranks can take the rest of the epoch: not a refusal")
-            plans = [RankPlan(order, batch_size=case["batch_size"], rank=r, world_size=world_size, drop_last=False, start=start) for r in range(world_size)]
+            plans = [
+                RankPlan(order, batch_size=case["batch_size"], rank=r, world_size=world_size, drop_last=False, start=start)
+                for r in range(world_size)
+            ]
             count = len(plans[0]) if taken is None else taken
-            hops.append({"world_size": world_size, "start": start, "batches": [[plan.batch(b).tolist() for b in range(count)] for plan in plans]})
-            start += delivered_records(case["num_records"] - start, batch_size=case["batch_size"], world_size=world_size, drop_last=False, batches=count)
-        cases.append({**{k: v for k, v in case.items() if k not in ("hops", "refuses")}, "hops": hops, **({"refuses": refused} if refused else {})})
+            hops.append(
+                {"world_size": world_size, "start": start, "batches": [[plan.batch(b).tolist() for b in range(count)] for plan in plans]}
+            )
+            start += delivered_records(
+                case["num_records"] - start, batch_size=case["batch_size"], world_size=world_size, drop_last=False, batches=count
+            )
+        cases.append(
+            {**{k: v for k, v in case.items() if k not in ("hops", "refuses")}, "hops": hops, **({"refuses": refused} if refused else {})}
+        )
     return {
         "description": (
             "resuming on other numbers of ranks: each hop starts at position start of the epoch order (the records every "
@@ -1627,15 +1795,44 @@ def sampling_elastic() -> dict[str, Any]:
 
 
 CROP_CASES: list[dict[str, Any]] = [
-    {"pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 375, "width": 500},
-    {"pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 2000, "width": 3000},
-    {"pipeline": {"op": "random_resized_crop", "size": [32, 32], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 31, "width": 29},
-    {"pipeline": {"op": "random_resized_crop", "size": [64, 64], "scale": [0.9, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 20, "width": 400},
-    {"pipeline": {"op": "random_resized_crop", "size": [64, 64], "scale": [0.9, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 400, "width": 20},
-    {"pipeline": {"op": "random_resized_crop", "size": [16, 16], "scale": [1.0, 1.0], "ratio": [1.0, 1.0], "flip": 0.0}, "height": 30, "width": 30},
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 375,
+        "width": 500,
+    },
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [224, 224], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 2000,
+        "width": 3000,
+    },
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [32, 32], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 31,
+        "width": 29,
+    },
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [64, 64], "scale": [0.9, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 20,
+        "width": 400,
+    },
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [64, 64], "scale": [0.9, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 400,
+        "width": 20,
+    },
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [16, 16], "scale": [1.0, 1.0], "ratio": [1.0, 1.0], "flip": 0.0},
+        "height": 30,
+        "width": 30,
+    },
     # Records 66 and 131: snapping to 2 grows the box to 64 rows, 4 times the output, so a second
     # round snaps it to 4 (a single pass would stop at the multiple of 2).
-    {"pipeline": {"op": "random_resized_crop", "size": [16, 16], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5}, "height": 100, "width": 130, "at": [[0, 0, 66], [0, 0, 131]]},
+    {
+        "pipeline": {"op": "random_resized_crop", "size": [16, 16], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
+        "height": 100,
+        "width": 130,
+        "at": [[0, 0, 66], [0, 0, 131]],
+    },
     {"pipeline": {"op": "random_crop", "size": [96, 96], "flip": 0.5}, "height": 300, "width": 200},
     {"pipeline": {"op": "random_crop", "size": [96, 96], "flip": 0.5}, "height": 50, "width": 120},
     {"pipeline": {"op": "center_crop", "size": [224, 224], "resize": 256}, "height": 375, "width": 500},
@@ -1645,18 +1842,30 @@ CROP_CASES: list[dict[str, Any]] = [
     {"pipeline": {"op": "resize", "size": [12, 12]}, "height": 100, "width": 47},
     {
         "pipeline": {"op": "random_resized_crop", "size": [48, 48], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip": 0.5},
-        "height": 120, "width": 160,
-        "fields": [{"height": 240, "width": 320, "size": [96, 96], "snap": True}, {"height": 120, "width": 160, "size": [48, 48], "snap": False}],
+        "height": 120,
+        "width": 160,
+        "fields": [
+            {"height": 240, "width": 320, "size": [96, 96], "snap": True},
+            {"height": 120, "width": 160, "size": [48, 48], "snap": False},
+        ],
     },
     {
         "pipeline": {"op": "random_crop", "size": [32, 32], "flip": 0.5},
-        "height": 64, "width": 80,
-        "fields": [{"height": 256, "width": 320, "size": [128, 128], "snap": True}, {"height": 100, "width": 125, "size": [50, 50], "snap": True}],
+        "height": 64,
+        "width": 80,
+        "fields": [
+            {"height": 256, "width": 320, "size": [128, 128], "snap": True},
+            {"height": 100, "width": 125, "size": [50, 50], "snap": True},
+        ],
     },
     {
         "pipeline": {"op": "center_crop", "size": [64, 64], "resize": 72},
-        "height": 300, "width": 500,
-        "fields": [{"height": 150, "width": 250, "size": [32, 32], "snap": True}, {"height": 301, "width": 499, "size": [64, 64], "snap": False}],
+        "height": 300,
+        "width": 500,
+        "fields": [
+            {"height": 150, "width": 250, "size": [32, 32], "snap": True},
+            {"height": 301, "width": 499, "size": [64, 64], "snap": False},
+        ],
     },
 ]
 """A pipeline (its configuration), the reference image field's size and, optionally, further image
@@ -1667,8 +1876,8 @@ CROP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (2024, 7, 123456)]
 
 
 def sampling_crops() -> dict[str, Any]:
-    from shardfmt.ops import pipeline_from_config, scale_plan, snap_to_scale
-    from shardfmt.sampling import AUGMENT_STREAM, record_keys, uniforms
+    from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys, uniforms
+    from shardfmt.ops._crop import pipeline_from_config, scale_plan, snap_to_scale
 
     cases = []
     for case in CROP_CASES:
@@ -1679,7 +1888,10 @@ def sampling_crops() -> dict[str, Any]:
             key = record_keys(seed, AUGMENT_STREAM, epoch, np.array([record], np.uint64))
             plan = pipeline.plan(height, width, key)
             entry: dict[str, Any] = {
-                "seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0])),
+                "seed": seed,
+                "epoch": epoch,
+                "record": record,
+                "key": hex64(int(key[0])),
                 "u": [float(u) for u in uniforms(key, 4)[0]],
                 "box": [int(plan.top[0]), int(plan.left[0]), int(plan.height[0]), int(plan.width[0])],
                 "flip": bool(plan.flip[0]),
@@ -1720,8 +1932,8 @@ STEP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (7, 3, 12), (2024, 7, 123456), (1
 
 def sampling_steps() -> dict[str, Any]:
     from shardfmt import ops
-    from shardfmt.ops.autoaugment import OPERATIONS, magnitude_table
-    from shardfmt.sampling import STEP_STREAM, record_keys, uniforms
+    from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+    from shardfmt.ops._autoaugment import OPERATIONS, magnitude_table
 
     cases = []
     for case in STEP_CASES:
@@ -1736,7 +1948,11 @@ def sampling_steps() -> dict[str, Any]:
                 entry["box"] = [int(v) for v in step.boxes(u, height=height, width=width)[0]]
             else:
                 params = step.parameters(u)[0]
-                family, bins = ("wide", step.num_magnitude_bins) if isinstance(step, ops.TrivialAugmentWide) else ("standard", getattr(step, "num_magnitude_bins", 10))
+                family, bins = (
+                    ("wide", step.num_magnitude_bins)
+                    if isinstance(step, ops.TrivialAugmentWide)
+                    else ("standard", getattr(step, "num_magnitude_bins", 10))
+                )
                 applied = []
                 for slot in range(len(params) // 3):
                     operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
@@ -1745,8 +1961,24 @@ def sampling_steps() -> dict[str, Any]:
                         continue
                     table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
                     magnitude = table[bin_index] if len(table) > 1 else 0.0
-                    signed = OPERATIONS[operation] in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness")
-                    applied.append([OPERATIONS[operation], bin_index if len(table) > 1 else None, float_value(-magnitude if sign and signed else magnitude)])
+                    signed = OPERATIONS[operation] in (
+                        "ShearX",
+                        "ShearY",
+                        "TranslateX",
+                        "TranslateY",
+                        "Rotate",
+                        "Brightness",
+                        "Color",
+                        "Contrast",
+                        "Sharpness",
+                    )
+                    applied.append(
+                        [
+                            OPERATIONS[operation],
+                            bin_index if len(table) > 1 else None,
+                            float_value(-magnitude if sign and signed else magnitude),
+                        ]
+                    )
                 entry["operations"] = applied
             entry["u"] = [float(v) for v in u[0][:5]]
             draws.append(entry)
@@ -1770,9 +2002,9 @@ REPEAT_CASES: list[dict[str, Any]] = [
 
 
 def sampling_repeats() -> dict[str, Any]:
-    from shardfmt.orders import epoch_order
-    from shardfmt.permutation import RepeatedOrder, draw_epoch
-    from shardfmt.split import RankPlan
+    from shardfmt._sampling.orders import epoch_order
+    from shardfmt._sampling.permutation import RepeatedOrder, draw_epoch
+    from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in REPEAT_CASES:
@@ -1781,7 +2013,12 @@ def sampling_repeats() -> dict[str, Any]:
         ranks = []
         for rank in range(case["world_size"]):
             plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=case["world_size"], drop_last=False)
-            ranks.append([[[int(r), int(c)] for r, c in zip(order.at(plan.positions(b)), order.copies(plan.positions(b)))] for b in range(len(plan))])
+            ranks.append(
+                [
+                    [[int(r), int(c)] for r, c in zip(order.at(plan.positions(b)), order.copies(plan.positions(b)), strict=True)]
+                    for b in range(len(plan))
+                ]
+            )
         draw_epochs = [int(draw_epoch(case["epoch"], c, case["repeats"])) for c in range(case["repeats"])]
         cases.append({**case, "draw_epochs": draw_epochs, "batches": ranks})
     return {
@@ -1799,7 +2036,16 @@ BATCH_STEP_CASES: list[dict[str, Any]] = [
     {"step": {"MixUp": {"alpha": 1.0, "num_classes": 10}}, "height": 224, "width": 224},
     {"step": {"CutMix": {"alpha": 1.0, "num_classes": 10}}, "height": 224, "width": 224},
     {"step": {"CutMix": {"alpha": 0.5, "num_classes": 10}}, "height": 30, "width": 50},
-    {"step": {"RandomChoice": {"steps": [{"MixUp": {"alpha": 0.8, "num_classes": 10}}, {"CutMix": {"alpha": 1.0, "num_classes": 10}}], "p": [0.5, 0.5]}}, "height": 64, "width": 64},
+    {
+        "step": {
+            "RandomChoice": {
+                "steps": [{"MixUp": {"alpha": 0.8, "num_classes": 10}}, {"CutMix": {"alpha": 1.0, "num_classes": 10}}],
+                "p": [0.5, 0.5],
+            }
+        },
+        "height": 64,
+        "width": 64,
+    },
 ]
 """Batch steps (class and arguments; RandomChoice's steps likewise) and the images' size; each is
 drawn at position 0 for the (seed, epoch, batch) of BATCH_DRAWS."""
@@ -1828,7 +2074,7 @@ def _batch_outcome(step: Any, u: np.ndarray, height: int, width: int) -> dict[st
 
 
 def sampling_batch_steps() -> dict[str, Any]:
-    from shardfmt.sampling import BATCH_STREAM, record_keys, uniforms
+    from shardfmt._sampling.keys import BATCH_STREAM, record_keys, uniforms
 
     cases = []
     for case in BATCH_STEP_CASES:
@@ -1837,7 +2083,16 @@ def sampling_batch_steps() -> dict[str, Any]:
         for seed, epoch, batch in BATCH_DRAWS:
             key = record_keys(seed, BATCH_STREAM, epoch, np.array([batch], np.uint64))
             u = uniforms(key, step.draws)[0]
-            draws.append({"seed": seed, "epoch": epoch, "batch": batch, "key": hex64(int(key[0])), "u": [float(v) for v in u], **_batch_outcome(step, u, case["height"], case["width"])})
+            draws.append(
+                {
+                    "seed": seed,
+                    "epoch": epoch,
+                    "batch": batch,
+                    "key": hex64(int(key[0])),
+                    "u": [float(v) for v in u],
+                    **_batch_outcome(step, u, case["height"], case["width"]),
+                }
+            )
         cases.append({**case, "draws": draws})
     return {
         "description": (

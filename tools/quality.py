@@ -29,10 +29,10 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardfmt._sample import make_image  # noqa: E402
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys  # noqa: E402
+from shardfmt._synthetic import make_image  # noqa: E402
 from shardfmt.ops import CenterCrop, RandomResizedCrop  # noqa: E402
-from shardfmt.ops.decode import ImageDecoder, as_target  # noqa: E402
-from shardfmt.sampling import AUGMENT_STREAM, record_keys  # noqa: E402
+from shardfmt.ops._decode import ImageDecoder, as_target  # noqa: E402
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -51,8 +51,22 @@ def scores(images: Sequence[bytes], pipeline: RandomResizedCrop | CenterCrop, *,
     result = []
     for k, data in enumerate(images):
         top, left, height, width = int(plan.top[k]), int(plan.left[k]), int(plan.height[k]), int(plan.width[k])
-        decoder.decode_box(data, height=int(heights[k]), width=int(widths[k]), top=top, left=left, box_height=height, box_width=width, flip=bool(plan.flip[k]), out=target)
-        reference = Image.open(io.BytesIO(data)).convert("RGB").resize(pipeline.size[::-1], Image.BILINEAR, box=(left, top, left + width, top + height))
+        decoder.decode_box(
+            data,
+            height=int(heights[k]),
+            width=int(widths[k]),
+            top=top,
+            left=left,
+            box_height=height,
+            box_width=width,
+            flip=bool(plan.flip[k]),
+            out=target,
+        )
+        reference = (
+            Image.open(io.BytesIO(data))
+            .convert("RGB")
+            .resize(pipeline.size[::-1], Image.BILINEAR, box=(left, top, left + width, top + height))
+        )
         if plan.flip[k]:
             reference = reference.transpose(Image.FLIP_LEFT_RIGHT)
         result.append(psnr(out[0], np.asarray(reference)))
@@ -67,11 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     sets = {
         "ImageNet-like 416x362": [
-            simplejpeg.encode_jpeg(make_image(int(rng.integers(290, 435)), int(rng.integers(333, 500)), seed=i), quality=95, colorsubsampling="420")
+            simplejpeg.encode_jpeg(
+                make_image(int(rng.integers(290, 435)), int(rng.integers(333, 500)), seed=i), quality=95, colorsubsampling="420"
+            )
             for i in range(args.images)
         ],
         "large, DCT-scaled": [
-            simplejpeg.encode_jpeg(make_image(int(rng.integers(500, 1400)), int(rng.integers(500, 1400)), seed=10_000 + i), quality=90, colorsubsampling="420")
+            simplejpeg.encode_jpeg(
+                make_image(int(rng.integers(500, 1400)), int(rng.integers(500, 1400)), seed=10_000 + i), quality=90, colorsubsampling="420"
+            )
             for i in range(max(1, args.images // 5))
         ],
     }

@@ -1,7 +1,7 @@
 """Build binary shards in memory and patch them field by field, for golden vectors and tests.
 
 `ShardBytes` holds a shard in a bytearray and hands out numpy views of its header, footer and
-record table in the dtypes of `shardfmt.format.layout`. To break exactly one rule of the format, change
+record table in the dtypes of `shardfmt.format._layout`. To break exactly one rule of the format, change
 one value through a view, then `reseal` the checksums that should still hold::
 
     shard = ShardBytes(build_shard(schema, records))
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from shardfmt.checksum import checksum
-from shardfmt.format.layout import (
+from shardfmt._checksum import checksum
+from shardfmt.format._layout import (
     FOOTER_CHECKED_BYTES,
     FOOTER_DTYPE,
     FOOTER_SIZE,
@@ -29,8 +29,8 @@ from shardfmt.format.layout import (
     HEADER_DTYPE,
     HEADER_SIZE,
 )
-from shardfmt.format.schema import Schema
-from shardfmt.format.writer import ShardWriter
+from shardfmt.format._schema import Schema
+from shardfmt.format._writer import ShardWriter
 
 __all__ = ["ShardBytes", "build_shard"]
 

@@ -34,10 +34,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardfmt.sampling import sample_batches
+from shardfmt._sampling.keys import sample_batches
 
 
-def measure(num_records: int, *, shard_records: int, classes: int, batch_size: int, window: int | None, epochs: int, seed: int) -> dict[str, float]:
+def measure(
+    num_records: int, *, shard_records: int, classes: int, batch_size: int, window: int | None, epochs: int, seed: int
+) -> dict[str, float]:
     """The four statistics (see the module docstring), averaged over `epochs` epochs."""
     sizes = np.full(-(-num_records // shard_records), shard_records, dtype=np.int64)
     sizes[-1] = num_records - shard_records * (len(sizes) - 1)
@@ -70,18 +72,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     windows: list[int | None] = [int(w) for w in args.windows.split(",")] + [None]
     shards = -(-args.records // args.shard_records)
-    print(f"{args.records:,} records in {shards} shards of {args.shard_records:,}, {args.classes} classes stored in order, "
-          f"batch {args.batch_size}, {args.epochs} epochs, seed {args.seed}")
-    print(f"| window K | shards in use | neighbours in a batch | shards per batch | classes per batch | displacement |")
+    print(
+        f"{args.records:,} records in {shards} shards of {args.shard_records:,}, {args.classes} classes stored in order, "
+        f"batch {args.batch_size}, {args.epochs} epochs, seed {args.seed}"
+    )
+    print("| window K | shards in use | neighbours in a batch | shards per batch | classes per batch | displacement |")
     print("|---:|---:|---:|---:|---:|---:|")
     for window in windows:
         started = time.perf_counter()
-        stats = measure(args.records, shard_records=args.shard_records, classes=args.classes, batch_size=args.batch_size,
-                        window=window, epochs=args.epochs, seed=args.seed)
+        stats = measure(
+            args.records,
+            shard_records=args.shard_records,
+            classes=args.classes,
+            batch_size=args.batch_size,
+            window=window,
+            epochs=args.epochs,
+            seed=args.seed,
+        )
         label = "full shuffle" if window is None else str(window)
         cached = str(shards) if window is None else str(min(window, shards))
-        print(f"| {label} | {cached} | {stats['neighbours in a batch']:.5f} | {stats['shards per batch']:.1f} | "
-              f"{stats['classes per batch']:.1f} | {stats['displacement']:.3f} |", flush=True)
+        print(
+            f"| {label} | {cached} | {stats['neighbours in a batch']:.5f} | {stats['shards per batch']:.1f} | "
+            f"{stats['classes per batch']:.1f} | {stats['displacement']:.3f} |",
+            flush=True,
+        )
         print(f"window {label}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

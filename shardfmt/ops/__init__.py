@@ -1,30 +1,24 @@
-"""Decode-and-augment steps. Each states its output shape before any batch runs, so batch slots
-are allocated once. The crop pipelines draw their boxes from the record table, before decoding;
-the augmentation steps (`RandomVerticalFlip`, `RandomRotation`, `ColorJitter`,
-`RandomGrayscale`, `TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `RandomErasing`,
-``Loader(augment=...)``) run on each cropped sample in the workers."""
+"""Pipelines and augmentation steps, the objects a `Loader` takes.
+
+Pipelines (``Loader(pipeline=...)``) draw one crop box per record from the record table, before
+decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentation steps
+(``Loader(augment=[...])``) run on each cropped sample in the workers: `RandomVerticalFlip`,
+`RandomRotation`, `ColorJitter`, `RandomGrayscale`, `TrivialAugmentWide`, `RandAugment`,
+`AutoAugment`, `RandomErasing`. Batch steps (``Loader(batch_augment=[...])``) run on each batch:
+`MixUp`, `CutMix`, `RandomChoice` (`apply_batch_steps` applies them to batches of your own).
+`ImageOutput` states how one image field of several is
+delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan`, `AugmentStep` and `BatchStep` are
+the types a pipeline or step of your own implements. The modules of this package are internal.
+"""
 
 from __future__ import annotations
 
-from .augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
-from .autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
-from .batch import BatchStep, CutMix, MixUp, RandomChoice, apply_batch_steps
-from .crop import (
-    CenterCrop,
-    CropPlan,
-    Pipeline,
-    RandomCrop,
-    RandomResizedCrop,
-    Resize,
-    dct_scale,
-    pipeline_from_config,
-    scale_plan,
-    snap_to_scale,
-)
-from .decode import ImageDecoder
-from .erasing import RandomErasing
-from .output import ImageOutput
-from .resize import Resizer
+from ._augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
+from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from ._batch import BatchStep, CutMix, MixUp, RandomChoice, apply_batch_steps
+from ._crop import CenterCrop, CropPlan, Pipeline, RandomCrop, RandomResizedCrop, Resize
+from ._erasing import RandomErasing
+from ._output import ImageOutput
 
 __all__ = [
     "AugmentStep",
@@ -34,7 +28,6 @@ __all__ = [
     "ColorJitter",
     "CropPlan",
     "CutMix",
-    "ImageDecoder",
     "ImageOutput",
     "MixUp",
     "Pipeline",
@@ -47,11 +40,6 @@ __all__ = [
     "RandomRotation",
     "RandomVerticalFlip",
     "Resize",
-    "Resizer",
     "TrivialAugmentWide",
     "apply_batch_steps",
-    "dct_scale",
-    "pipeline_from_config",
-    "scale_plan",
-    "snap_to_scale",
 ]

@@ -1,4 +1,4 @@
-# Written by tools/make_jpeglib_abi.py from shardfmt.ops.jpegcrop._CDEF; do not edit.
+# Written by tools/make_jpeglib_abi.py from shardfmt.ops._jpegcrop._CDEF; do not edit.
 # auto-generated file
 import _cffi_backend
 

@@ -12,11 +12,12 @@ import pytest
 import simplejpeg
 from conftest import jpeg_bytes, tree_bytes
 
-from shardfmt import ConvertError, ImageInfo, WorkerError, open_dataset
-from shardfmt._sample import make_imagefolder
-from shardfmt.convert.plan import plan_shards
-from shardfmt.convert.run import convert
-from shardfmt.format.layout import MAX_RECORDS_PER_SHARD
+from shardfmt import ConvertError, WorkerError, open_dataset
+from shardfmt._convert.plan import plan_shards
+from shardfmt._convert.run import convert
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import ImageInfo
+from shardfmt.format._layout import MAX_RECORDS_PER_SHARD
 
 EXPECTED_REJECTS = [
     ("class_000/nested/loop", "symlink-loop"),
@@ -180,7 +181,9 @@ def test_non_empty_output_needs_resume_or_overwrite_and_overwrite_touches_only_o
 def test_an_empty_source_is_an_error_that_names_it_unless_allowed(tmp_path: Path) -> None:
     (tmp_path / "src" / "cats").mkdir(parents=True)
     (tmp_path / "src" / ".hidden.JPEG").write_bytes(b"x")
-    with pytest.raises(ConvertError, match=r"src: no image found: looked for image files in class sub-folders .*1 entries were set aside \(1 hidden\)") as caught:
+    with pytest.raises(
+        ConvertError, match=r"src: no image found: looked for image files in class sub-folders .*1 entries were set aside \(1 hidden\)"
+    ) as caught:
         convert(tmp_path / "src", tmp_path / "out", workers=1)
     assert caught.value.path == str(tmp_path / "src")
     assert not (tmp_path / "out").exists()  # the folder this run created is not left behind
@@ -222,8 +225,10 @@ def test_strict_finishes_the_dataset_then_names_the_first_reject(awkward_tree: P
         assert len(dataset) == 25
 
 
-def test_a_failing_task_names_shard_and_input_instead_of_hanging(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardfmt.convert import records as convert_records
+def test_a_failing_task_names_shard_and_input_instead_of_hanging(
+    imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shardfmt._convert import records as convert_records
 
     real = convert_records.normalise_image
 
@@ -239,7 +244,7 @@ def test_a_failing_task_names_shard_and_input_instead_of_hanging(imagefolder: Pa
 
 
 def test_a_dying_worker_is_reported_not_waited_for(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardfmt.convert import records as convert_records
+    from shardfmt._convert import records as convert_records
 
     def dying(data: bytes, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -249,7 +254,9 @@ def test_a_dying_worker_is_reported_not_waited_for(imagefolder: Path, tmp_path: 
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
 
 
-def test_progress_bar_counts_every_image_from_worker_processes(imagefolder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_counts_every_image_from_worker_processes(
+    imagefolder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000, progress=True)
     assert "24/24" in capsys.readouterr().err
     convert(imagefolder, tmp_path / "quiet", workers=2, shard_size=4000)

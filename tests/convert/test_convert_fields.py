@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from conftest import tree_bytes
 from PIL import Image
 
-from shardfmt.convert import pipeline as convert_pipeline
-from shardfmt.convert import records as convert_records
 from shardfmt import ConvertError, Loader, WorkerError, open_dataset
-from shardfmt._sample import make_image, make_imagefolder
-from shardfmt.cli import main
-from shardfmt.convert.fields import convert_fields, needs_fields
+from shardfmt._cli import main
+from shardfmt._convert import loop as convert_pipeline
+from shardfmt._convert import records as convert_records
+from shardfmt._convert.fields import convert_fields, needs_fields
+from shardfmt._synthetic import make_image
 from shardfmt.ops import ImageOutput, RandomCrop
 
 SCALE = 4
@@ -65,7 +65,9 @@ def read_rejects(out: Path) -> list[tuple[str, str]]:
 
 def test_super_resolution_pairs_convert_and_load_with_aligned_crops(sr_folders: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    code = CliRunner().invoke(main, ["convert", str(sr_folders / "LR"), str(sr_folders / "HR"), str(out), "--scale", "4", "--store", "raw", "--workers", "1"])
+    code = CliRunner().invoke(
+        main, ["convert", str(sr_folders / "LR"), str(sr_folders / "HR"), str(out), "--scale", "4", "--store", "raw", "--workers", "1"]
+    )
     assert code.exit_code == 0, code.output
     assert read_rejects(out) == [("LR/0005.png", "size-mismatch"), ("LR/0099.png", "no-partner"), ("HR/0002.png", "no-partner")]
     detail = json.loads((out / "rejects.jsonl").read_text().splitlines()[0])["detail"]
@@ -82,7 +84,7 @@ def test_super_resolution_pairs_convert_and_load_with_aligned_crops(sr_folders: 
     with Loader(out, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr", "hr"], layout="NHWC", seed=7) as loader:
         count = 0
         for batch in loader:
-            for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy()):
+            for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy(), strict=True):
                 assert hr.shape == (32, 32, 3) and np.array_equal(box_down(hr, SCALE), lr)
                 count += 1
     assert count == 8
@@ -95,8 +97,12 @@ def test_jpeg_pairs_load_within_30_db(sr_folders: Path, tmp_path: Path) -> None:
     32 dB here; the same crops mirrored score about 9 dB, so a misplaced box cannot pass)."""
     out = tmp_path / "out"
     convert_fields([sr_folders / "LR", sr_folders / "HR"], out, scale=SCALE, quality=95, workers=1)
-    with Loader(out, batch_size=4, num_workers=0, pipeline="train", fields={"lr": 16, "hr": 64}, layout="NHWC", seed=8, fast_decode=False) as loader:
-        pairs = [(lr.copy(), box_down(hr, SCALE)) for batch in loader for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy())]
+    with Loader(
+        out, batch_size=4, num_workers=0, pipeline="train", fields={"lr": 16, "hr": 64}, layout="NHWC", seed=8, fast_decode=False
+    ) as loader:
+        pairs = [
+            (lr.copy(), box_down(hr, SCALE)) for batch in loader for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy(), strict=True)
+        ]
     scores = [psnr(down, lr) for lr, down in pairs]
     assert len(scores) == 8 and np.mean(scores) >= 30.0 and min(scores) >= 25.0, scores
     assert max(psnr(down[:, ::-1], lr) for lr, down in pairs) < 20.0
@@ -146,14 +152,24 @@ def test_listing_with_image_mask_label_and_weight(segmentation_listing: Path, tm
     assert result.num_records == 5 and read_rejects(out) == [("img/4.jpg", "no-partner")]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [(f["name"], f["type"]) for f in manifest["schema"]["fields"]] == [
-        ("image", "jpeg"), ("mask", "raw"), ("label", "int64"), ("weight", "float64"), ("key", "str")
+        ("image", "jpeg"),
+        ("mask", "raw"),
+        ("label", "int64"),
+        ("weight", "float64"),
+        ("key", "str"),
     ]
     assert manifest["classes"] == ["cat", "dog"]
     with open_dataset(out) as dataset:
-        for record, i in zip(dataset, [0, 1, 2, 3, 5]):
+        for record, i in zip(dataset, [0, 1, 2, 3, 5], strict=True):
             assert record["mask"].shape == (20, 30, 1) and set(np.unique(record["mask"])) <= {0, 1, 2}  # indices, not colours
             assert (record["label"], record["weight"], record["key"]) == (0 if i % 2 else 1, i / 4, f"img/{i}")
-    with Loader(out, batch_size=5, num_workers=0, pipeline="train", fields={"image": 16, "mask": ImageOutput(16, 1, "nearest"), "label": None, "weight": None}) as loader:
+    with Loader(
+        out,
+        batch_size=5,
+        num_workers=0,
+        pipeline="train",
+        fields={"image": 16, "mask": ImageOutput(16, 1, "nearest"), "label": None, "weight": None},
+    ) as loader:
         batch = next(iter(loader))
         assert batch["image"].shape == (5, 3, 16, 16) and set(batch["mask"].unique().tolist()) <= {0, 1, 2}
         assert batch["weight"].dtype.is_floating_point
@@ -191,7 +207,11 @@ def test_store_raw_patches_from_an_imagefolder(imagefolder: Path, tmp_path: Path
     code = CliRunner().invoke(main, ["convert", str(imagefolder), str(out), "--store", "raw", "--patch", "32", "--workers", "1"])
     assert code.exit_code == 0, code.output
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["schema"]["fields"][0] == {"name": "image", "type": "raw"} and manifest["classes"] == ["class_000", "class_001", "class_002"]
+    assert manifest["schema"]["fields"][0] == {"name": "image", "type": "raw"} and manifest["classes"] == [
+        "class_000",
+        "class_001",
+        "class_002",
+    ]
     with open_dataset(out) as dataset:
         assert len(dataset) == 24 and all(record["image"].shape == (32, 32, 3) for record in dataset)
     with Loader(out, batch_size=8, num_workers=0, size=32, pipeline="resize") as loader:  # the (images, labels) form
@@ -258,7 +278,6 @@ def test_plain_conversions_still_take_the_jpeg_path(imagefolder: Path, tmp_path:
     listing.write_text("path,label\n")
     assert not needs_fields([listing])
     assert needs_fields([imagefolder], store="raw") and needs_fields([imagefolder, imagefolder])
-    assert make_imagefolder  # the fixtures build ImageFolders with it
 
 
 def test_a_path_label_listing_with_more_columns_keeps_its_field_names(tmp_path: Path) -> None:

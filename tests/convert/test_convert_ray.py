@@ -10,8 +10,8 @@ import pytest
 from conftest import tree_bytes
 from PIL import Image
 
-from shardfmt.convert.fields import convert_fields
-from shardfmt.convert.run import convert
+from shardfmt._convert.fields import convert_fields
+from shardfmt._convert.run import convert
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the 'ray' extra")
 
@@ -41,7 +41,7 @@ def test_ray_engine_writes_the_bytes_of_a_local_run(awkward_tree: Path, tmp_path
     convert(awkward_tree, tmp_path / "local", shard_size=8000, workers=1)
     convert(awkward_tree, tmp_path / "local-tar", shard_size=8000, shard_format="tar", workers=1)
     convert_fields([pairs / "a", pairs / "b"], tmp_path / "local-fields", workers=1, **fields)
-    assert len(result.manifest.shards) >= 3 and result.num_rejects > 0
+    assert (len(result.manifest.shards), result.num_rejects) == (6, 8)  # as a local run of the same tree
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
     assert tars.manifest.shard_format == "tar" and tree_bytes(tmp_path / "ray-tar") == tree_bytes(tmp_path / "local-tar")
     assert len(several.manifest.shards) >= 2 and tree_bytes(tmp_path / "ray-fields") == tree_bytes(tmp_path / "local-fields")

@@ -13,15 +13,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
 
-from shardfmt.convert import records as convert_records
-from shardfmt.convert import run as convert_run
-import shardfmt.storage.atomic
+import shardfmt._storage.atomic
 from shardfmt import ConvertError, LockedError, open_dataset
-from shardfmt._sample import make_imagefolder
-from shardfmt.cli import main
-from shardfmt.convert.output import Output
-from shardfmt.convert.plan import InputFile, PlannedRecord
-from shardfmt.convert.records import (
+from shardfmt._cli import main
+from shardfmt._convert import run as convert_run
+from shardfmt._convert.destination import Output
+from shardfmt._convert.plan import InputFile, PlannedRecord
+from shardfmt._convert.records import (
     Chunk,
     ImageLabelBuilder,
     InputReader,
@@ -29,12 +27,13 @@ from shardfmt.convert.records import (
     build_chunk,
     unplace,
 )
-from shardfmt.convert.run import convert
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.format.fieldtypes import HeadedJpeg
-from shardfmt.format.jpeg import read_jpeg_info
-from shardfmt.storage import open_store
-from shardfmt.storage.lock import LOCK_NAME, StoreLock
+from shardfmt._convert.run import convert
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._storage import open_store
+from shardfmt._storage.lock import LOCK_NAME, StoreLock
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format._fieldtypes import HeadedJpeg
+from shardfmt.format._jpeg import read_jpeg_info
 
 FORK = multiprocessing.get_context("fork")
 
@@ -133,7 +132,7 @@ def test_a_lock_object_in_a_store_is_refused_until_broken(source: Path) -> None:
 def test_the_cli_names_the_lock_in_one_line(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    from shardfmt.storage import LocalStore
+    from shardfmt._storage import LocalStore
 
     with StoreLock(LocalStore(out), purpose="converting into this output"):
         result = CliRunner().invoke(main, ["convert", str(source), str(out), "--workers", "1", "-q"])
@@ -142,9 +141,11 @@ def test_the_cli_names_the_lock_in_one_line(source: Path, tmp_path: Path) -> Non
     assert len(lines) == 1 and lines[0].startswith(f"Error: {out}: another run is converting into this output (process ")
 
 
-def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finishes(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finishes(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
-    real_write = shardfmt.storage.atomic.AtomicFile.write
+    real_write = shardfmt._storage.atomic.AtomicFile.write
     written = {"bytes": 0}
 
     def filling(self: Any, data: Any) -> int:
@@ -153,7 +154,7 @@ def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finish
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, data)
 
-    monkeypatch.setattr(shardfmt.storage.atomic.AtomicFile, "write", filling)
+    monkeypatch.setattr(shardfmt._storage.atomic.AtomicFile, "write", filling)
     result = CliRunner().invoke(main, ["convert", str(source), str(out), "--workers", "2", "--shard-size", "4000", "-q"])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
@@ -182,13 +183,18 @@ def test_worker_processes_leave_the_bytes_they_checked_in_shared_scratch_memory(
     JPEG; the shards are byte for byte those of an inline run."""
     paths = sorted(source.glob("*/*"))[:3]
     records = tuple(
-        (n, PlannedRecord(files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}"))
+        (
+            n,
+            PlannedRecord(
+                files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}"
+            ),
+        )
         for n, p in enumerate(paths)
     )
     scratch = memoryview(bytearray(1 << 20))
     built = build_chunk(ImageLabelBuilder(InputReader(str(source)), None, 90), Chunk(0, records), scratch)
     offset = 0
-    for one, path in zip(built, paths):
+    for one, path in zip(built, paths, strict=True):
         data = path.read_bytes()
         assert one.fields is not None and one.reencoded == (None,)
         assert one.fields["image"] == Placed(offset, len(data), read_jpeg_info(data))

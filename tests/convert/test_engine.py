@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shardfmt.convert.engine import WorkerDied, imap_ordered
+from shardfmt._convert.engine import WorkerDied, imap_ordered
 
 
 def _square_slowly(args: dict[str, Any], item: int) -> tuple[int, int]:
@@ -100,7 +100,7 @@ def test_stopping_early_ends_every_worker() -> None:
 def test_each_item_in_flight_has_scratch_memory_of_its_own_until_the_next_result() -> None:
     sizes = [1 + (n * 37_003) % 65_536 for n in range(60)]
     seen = []
-    for (_, pid), scratch in imap_ordered(_fill, None, sizes, engine="local", workers=2, window=4, scratch=65_536):
+    for _, scratch in imap_ordered(_fill, None, sizes, engine="local", workers=2, window=4, scratch=65_536):
         assert scratch is not None and len(scratch) == 65_536
         seen.append(bytes(scratch[: sizes[len(seen)]]))
     assert seen == [bytes([size % 256]) * size for size in sizes]  # no item wrote over another's

@@ -1,6 +1,6 @@
 """Every Hugging Face layout, built with the `datasets` library itself: Parquet whose images are
 file paths (``Dataset.to_parquet()`` of a dataset made from paths), a ``save_to_disk`` folder, a
-``datasets.Dataset`` object; and the public ``shardfmt.convert`` with records held in memory. Each
+``datasets.Dataset`` object; and the public ``shardfmt._convert`` with records held in memory. Each
 conversion is compared record by record with the source."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from conftest import jpeg_bytes
 
 import shardfmt
 from shardfmt import ConvertError, open_dataset
-from shardfmt.cli import main
+from shardfmt._cli import main
 
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("pyarrow")
@@ -89,7 +89,9 @@ def test_a_save_to_disk_folder_is_read_with_pyarrow(image_files: list[Path], tmp
 
 
 def test_a_saved_dataset_dict_names_its_splits(image_files: list[Path], tmp_path: Path) -> None:
-    datasets.DatasetDict({"train": from_paths(list(image_files)), "test": from_paths(list(image_files[:2]))}).save_to_disk(str(tmp_path / "dd"))
+    datasets.DatasetDict({"train": from_paths(list(image_files)), "test": from_paths(list(image_files[:2]))}).save_to_disk(
+        str(tmp_path / "dd")
+    )
     with pytest.raises(ConvertError, match=r"a saved DatasetDict: convert one split's folder \(test, train\)"):
         shardfmt.convert(tmp_path / "dd", tmp_path / "out")
 

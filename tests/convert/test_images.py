@@ -21,8 +21,7 @@ from conftest import (
 from PIL import Image, ImageOps
 
 from shardfmt import RejectError
-from shardfmt._sample import make_image
-from shardfmt.convert.images import (
+from shardfmt._convert.images import (
     IMAGE_KINDS,
     JPEG_MAX_SIDE,
     MAX_PIXELS,
@@ -32,7 +31,8 @@ from shardfmt.convert.images import (
     store_image,
     upright_size,
 )
-from shardfmt.format.jpeg import read_jpeg_info
+from shardfmt._synthetic import make_image
+from shardfmt.format._jpeg import read_jpeg_info
 
 
 def decodes_to_rgb(data: bytes) -> tuple[int, int]:
@@ -255,7 +255,14 @@ def test_a_reshaped_jpeg_field_is_what_normalise_image_makes(name: str) -> None:
     field = store_image(data, kind="jpeg", geometry=geometry, quality=70)
     single = normalise_image(data, max_side=20, quality=70)
     assert (field.value, field.reencoded) == (single.data, single.reencoded)
-    reasons = {"big.jpg": "resized", "big.png": "not-jpeg", "progressive.jpg": "progressive", "cmyk.jpg": "cmyk", "rotated.jpg": "exif-rotated", "gray.jpg": "resized"}
+    reasons = {
+        "big.jpg": "resized",
+        "big.png": "not-jpeg",
+        "progressive.jpg": "progressive",
+        "cmyk.jpg": "cmyk",
+        "rotated.jpg": "exif-rotated",
+        "gray.jpg": "resized",
+    }
     assert single.reencoded == reasons[name]
     unreshaped = store_image(data, kind="jpeg", geometry=None, quality=70)
     assert unreshaped.value == normalise_image(data, quality=70).data

@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 
-from shardfmt.convert import output as convert_output
-from shardfmt.convert.sources import parquet as parquet_source
 from shardfmt import ConvertError, open_dataset
-from shardfmt.cli import main
-from shardfmt.convert.pipeline import _chunks
-from shardfmt.convert.plan import ConversionPlan
-from shardfmt.convert.run import convert
-from shardfmt.convert.sources import ParquetColumns
+from shardfmt._cli import main
+from shardfmt._convert import destination as convert_output
+from shardfmt._convert.loop import _chunks
+from shardfmt._convert.plan import ConversionPlan
+from shardfmt._convert.run import convert
+from shardfmt._convert.sources import ParquetColumns
+from shardfmt._convert.sources import parquet as parquet_source
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -18,12 +18,12 @@ from conftest import jpeg_bytes, tree_bytes
 from remote_servers import make_bucket, moto_server, s3_options, upload_tree
 
 from shardfmt import ConvertError, RemoteOptions, RetryPolicy, open_dataset
-from shardfmt.cli import main
-from shardfmt.convert.fields import convert_fields, needs_fields
-from shardfmt.convert.run import convert
-from shardfmt.convert.sources import listing_columns, scan_fields, scan_source
-from shardfmt.convert.sources.results import SourceScan
-from shardfmt.convert.sources.tars import TARS_BY_URL
+from shardfmt._cli import main
+from shardfmt._convert.fields import convert_fields, needs_fields
+from shardfmt._convert.run import convert
+from shardfmt._convert.sources import listing_columns, scan_fields, scan_source
+from shardfmt._convert.sources.results import SourceScan
+from shardfmt._convert.sources.tars import TARS_BY_URL
 
 FAST = RetryPolicy(attempts=3, first_delay=0.02, max_delay=0.1)
 TWO_COLUMNS = [("img/0.jpg", "cat"), ("img/missing.jpg", "dog"), ("img/notes.txt", "cat"), ("./img/5.jpg", "dog"), ("img", "cat")]
@@ -53,7 +53,7 @@ def write_listing(root: Path, name: str) -> None:
         text = "image,extra,label,weight\n" + "".join(",".join(map(str, row)) + "\n" for row in SEVERAL_COLUMNS)
     else:
         names = ("image", "extra", "label", "weight")
-        text = "".join(json.dumps(dict(zip(names, row))) + "\n" for row in SEVERAL_COLUMNS)
+        text = "".join(json.dumps(dict(zip(names, row, strict=True))) + "\n" for row in SEVERAL_COLUMNS)
     (root / name).write_text(text)
 
 
@@ -119,7 +119,9 @@ def test_a_path_label_listing_converts_by_url_as_on_disk(name: str, place: Place
         records = [(r["key"], r["label"], bytes(r["image"])) for r in dataset]
         assert dataset.classes == (["cat", "dog"] if name == "list.csv" else None)
     labels = [0, 1] if name == "list.csv" else [0, 9]
-    assert records == [(key, label, (tmp_path / "src" / f"{key}.jpg").read_bytes()) for key, label in zip(["img/0", "img/5"], labels)]
+    assert records == [
+        (key, label, (tmp_path / "src" / f"{key}.jpg").read_bytes()) for key, label in zip(["img/0", "img/5"], labels, strict=True)
+    ]
     assert read_rejects(tmp_path / "url") == [
         ("img/missing.jpg", "unreadable", MISSING),
         ("img/notes.txt", "not-an-image", "no image format recognises the file"),
@@ -164,8 +166,16 @@ LABEL_CASES = [
     ("big.jsonl", '{"path": "a.jpg", "label": -99999999999999999999}\n', "line 1: label -99999999999999999999 does not fit in int64"),
     ("bigtable.csv", "image,label,weight\na.jpg,99999999999999999999,1\n", "line 2: label 99999999999999999999 does not fit in int64"),
     ("empty.csv", "path,label\na.jpg,cat\nb.jpg, \n", "line 3: empty label"),
-    ("mixed.jsonl", '{"path": "a.jpg", "label": 1}\n{"path": "b.jpg", "label": "+-5"}\n', "line 2: labels must be all integers or all strings"),
-    ("mixedtable.jsonl", '{"image": "a.jpg", "label": "cat"}\n{"image": "b.jpg", "label": 2}\n', "line 1: labels must be all integers or all strings"),
+    (
+        "mixed.jsonl",
+        '{"path": "a.jpg", "label": 1}\n{"path": "b.jpg", "label": "+-5"}\n',
+        "line 2: labels must be all integers or all strings",
+    ),
+    (
+        "mixedtable.jsonl",
+        '{"image": "a.jpg", "label": "cat"}\n{"image": "b.jpg", "label": 2}\n',
+        "line 1: labels must be all integers or all strings",
+    ),
     ("bool.jsonl", '{"path": "a.jpg", "label": true}\n', "line 1: label must be an integer or a string, found True"),
 ]
 
@@ -205,8 +215,18 @@ def make_tree(root: Path) -> None:
     folders at every depth, files in the root between classes, folders whose sorted order differs
     from a walk's ("sub b" sorts before "sub/x")."""
     files = [
-        ".hidden_root/x.jpg", "a/1.jpg", "a/.h.jpg", "a/.hid/4.jpg", "a/sub/2.jpg", "a/sub/.deep/3.jpg", "a/sub/x/6.jpg",
-        "a/sub b/7.jpg", "b.jpg", "c/9.jpg", "c/8.txt", "z.txt",
+        ".hidden_root/x.jpg",
+        "a/1.jpg",
+        "a/.h.jpg",
+        "a/.hid/4.jpg",
+        "a/sub/2.jpg",
+        "a/sub/.deep/3.jpg",
+        "a/sub/x/6.jpg",
+        "a/sub b/7.jpg",
+        "b.jpg",
+        "c/9.jpg",
+        "c/8.txt",
+        "z.txt",
     ]
     for n, name in enumerate(files):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -220,11 +240,20 @@ def test_an_imagefolder_tree_is_scanned_alike_on_disk_and_by_url(place: Place, t
     assert comparable(disk) == comparable(by_url)
     assert disk.classes == ("a", "c") and by_url.root == url
     assert [(i.path, i.label) for i in by_url.inputs] == [
-        ("a/1.jpg", 0), ("a/sub/2.jpg", 0), ("a/sub b/7.jpg", 0), ("a/sub/x/6.jpg", 0), ("c/8.txt", 1), ("c/9.jpg", 1)
+        ("a/1.jpg", 0),
+        ("a/sub/2.jpg", 0),
+        ("a/sub b/7.jpg", 0),
+        ("a/sub/x/6.jpg", 0),
+        ("c/8.txt", 1),
+        ("c/9.jpg", 1),
     ]
     assert [(r.position, r.path, r.reason) for r in by_url.rejects] == [
-        (0, ".hidden_root", "hidden"), (0, "a/.h.jpg", "hidden"), (0, "a/.hid", "hidden"),
-        (1, "a/sub/.deep", "hidden"), (4, "b.jpg", "no-class"), (6, "z.txt", "no-class"),
+        (0, ".hidden_root", "hidden"),
+        (0, "a/.h.jpg", "hidden"),
+        (0, "a/.hid", "hidden"),
+        (1, "a/sub/.deep", "hidden"),
+        (4, "b.jpg", "no-class"),
+        (6, "z.txt", "no-class"),
     ]
 
 

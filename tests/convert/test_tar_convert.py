@@ -16,14 +16,14 @@ from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
 from PIL import Image
 
-from shardfmt.convert import output as convert_output
 from shardfmt import ConvertError, Loader, open_dataset
-from shardfmt._sample import make_image
-from shardfmt.cli import main
-from shardfmt.convert.fields import convert_fields
-from shardfmt.convert.run import convert
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.tar.reader import TarShardReader
+from shardfmt._cli import main
+from shardfmt._convert import destination as convert_output
+from shardfmt._convert.fields import convert_fields
+from shardfmt._convert.run import convert
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._synthetic import make_image
+from shardfmt.tar._reader import TarShardReader
 
 wds = pytest.importorskip("webdataset")
 
@@ -62,7 +62,7 @@ def test_tar_output_is_deterministic_and_read_by_everyone(imagefolder: Path, tmp
 
     options: dict[str, Any] = dict(batch_size=5, size=16, seed=2, num_workers=0)
     with Loader(tmp_path / "bin", **options) as a, Loader(tmp_path / "one", **options) as b:
-        for (images_a, labels_a), (images_b, labels_b) in zip(a, b):
+        for (images_a, labels_a), (images_b, labels_b) in zip(a, b, strict=True):
             assert labels_a.tolist() == labels_b.tolist() and bytes(images_a.numpy()) == bytes(images_b.numpy())
 
 
@@ -176,7 +176,7 @@ def test_webdataset_tars_stored_as_raw_pixels(tmp_path: Path) -> None:
     assert [(key, label) for key, label, _ in records] == [(k, label) for k, label, _ in good[:2]] + [("a/png", 5)] + [
         (k, label) for k, label, _ in good[2:]
     ]
-    for (_, _, pixels), (_, _, data) in zip(records[:2] + records[3:], good):
+    for (_, _, pixels), (_, _, data) in zip(records[:2] + records[3:], good, strict=True):
         assert np.array_equal(pixels, np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
     assert [(r["path"], r.get("key"), r["reason"]) for r in read_rejects(tmp_path / "raw")] == [
         ("part-0.tar", "a/nolabel", "no-label"),

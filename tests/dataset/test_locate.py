@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from shardfmt.dataset.locate import Location, LocationKind, classify_location
-from shardfmt.dataset.tars import tar_sources
+from shardfmt._dataset.locate import Location, LocationKind, classify_location
+from shardfmt._dataset.tars import tar_sources
 
 PATH, URL, TARS, URL_TARS = LocationKind.PATH, LocationKind.URL, LocationKind.TARS, LocationKind.URL_TARS
 

@@ -8,18 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    ChecksumError,
-    DatasetNotFoundError,
-    DatasetWriter,
-    FormatError,
-    ShardReader,
-)
-from shardfmt.convert.run import convert
-from shardfmt.dataset.summary import summarise_dataset
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.errors import ManifestError, ShardNotFoundError
+from shardfmt import ChecksumError, DatasetNotFoundError, DatasetWriter, FormatError
+from shardfmt._convert.run import convert
+from shardfmt._dataset.summary import summarise_dataset
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._errors import ManifestError, ShardNotFoundError
+from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader
 
 
 @pytest.fixture
@@ -37,7 +31,14 @@ def flip(path: Path, offset: int) -> None:
 
 def test_a_sound_dataset_verifies_fully_and_quickly(converted: Path) -> None:
     full = verify_dataset(converted)
-    assert full.ok and full.num_records == 24 and full.num_shards > 2 and full.bytes_hashed > 0
+    shards = sorted(converted.glob("shard-*.shard"))
+    payload_bytes = 0
+    for path in shards:
+        with ShardReader(path) as reader:
+            payload_bytes += int(reader.table["size"].sum())
+    file_bytes = sum(path.stat().st_size for path in shards)
+    # Every payload is hashed once against its record checksum, then every file whole.
+    assert (full.ok, full.num_records, full.num_shards, full.bytes_hashed) == (True, 24, 9, payload_bytes + file_bytes)
     quick = verify_dataset(converted / "manifest.json", quick=True)
     assert quick.ok and quick.bytes_hashed == 0
 

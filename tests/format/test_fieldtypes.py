@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    SchemaError,
-    ShardReader,
-    ShardWriter,
-    TarShardReader,
-    TarShardWriter,
-)
-from shardfmt.format.fieldtypes import FIELD_TYPES, IMAGE_TYPES, HeadedJpeg, JpegType
-from shardfmt.format.jpeg import read_jpeg_info
-from shardfmt.format.reader import ShardReaderBase
+from shardfmt import SchemaError
+from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader, ShardWriter
+from shardfmt.format._fieldtypes import FIELD_TYPES, IMAGE_TYPES, HeadedJpeg, JpegType
+from shardfmt.format._jpeg import read_jpeg_info
+from shardfmt.format._reader import ShardReaderBase
+from shardfmt.tar import TarShardReader, TarShardWriter
 
 
 def test_the_registry_names_every_type_once() -> None:
@@ -83,7 +78,7 @@ def test_both_readers_serve_the_same_record(both_readers: list[ShardReaderBase])
 
 
 def test_both_readers_refuse_the_payload_of_a_fixed_size_field(both_readers: list[ShardReaderBase]) -> None:
-    for reader, noun in zip(both_readers, ("shard", "tar")):
+    for reader, noun in zip(both_readers, ("shard", "tar"), strict=True):
         with reader, pytest.raises(SchemaError, match=rf"^no variable-size field 'label' in this {noun} \(fields: image, key\)$"):
             reader.payload(0, "label")
 

@@ -34,21 +34,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shardbytes import ShardBytes
 
-from shardfmt import (
-    FormatError,
-    ShardfmtError,
-    ShardNotFoundError,
-    ShardReader,
-    open_dataset,
-)
-from shardfmt.dataset.summary import summarise_dataset
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.errors import ManifestError
-from shardfmt.format.fieldtypes import IMAGE_TYPES
-from shardfmt.format.layout import FOOTER_SIZE
-from shardfmt.tar.index import INDEX_SCHEMA, index_tar
-from shardfmt.tar.reader import TarShardReader
-from shardfmt.tar.writer import TarShardWriter
+from shardfmt import FormatError, ShardfmtError, ShardNotFoundError, open_dataset
+from shardfmt._dataset.summary import summarise_dataset
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._errors import ManifestError
+from shardfmt.format import ShardReader
+from shardfmt.format._fieldtypes import IMAGE_TYPES
+from shardfmt.format._layout import FOOTER_SIZE
+from shardfmt.tar._index import INDEX_SCHEMA, index_tar
+from shardfmt.tar._reader import TarShardReader
+from shardfmt.tar._writer import TarShardWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [path.read_bytes() for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]
@@ -59,7 +54,7 @@ FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCh
 
 
 class MemorySource:
-    """A byte source over an in-memory buffer (see shardfmt.storage.ByteSource)."""
+    """A byte source over an in-memory buffer (see shardfmt._storage.ByteSource)."""
 
     zero_copy = True
 
@@ -231,7 +226,9 @@ def test_tar_flipped_truncated_or_extended(corpus: fuzz.Corpus, worker: fuzz.Wor
 
 @MORE
 @given(st.data())
-def test_member_index_row_rewritten(corpus: fuzz.Corpus, worker: fuzz.Worker, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+def test_member_index_row_rewritten(
+    corpus: fuzz.Corpus, worker: fuzz.Worker, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
     seed = data.draw(st.sampled_from(corpus.tar))
     rows = [dict(row) for row in seed.rows]
     row = data.draw(st.integers(0, len(rows) - 1))
@@ -239,7 +236,9 @@ def test_member_index_row_rewritten(corpus: fuzz.Corpus, worker: fuzz.Worker, tm
     if column == "key":
         value: Any = data.draw(st.binary(max_size=40))
     elif column == "members":
-        value = data.draw(json_values | st.dictionaries(st.sampled_from(["jpg", "cls", "json", ""]), st.lists(st.integers(-1, 1 << 64), max_size=3)))
+        value = data.draw(
+            json_values | st.dictionaries(st.sampled_from(["jpg", "cls", "json", ""]), st.lists(st.integers(-1, 1 << 64), max_size=3))
+        )
     else:
         value = data.draw(st.integers(-(1 << 63), (1 << 63) - 1))
     rows[row][column] = value
@@ -275,7 +274,9 @@ def test_manifest_path_set(corpus: fuzz.Corpus, worker: fuzz.Worker, data: st.Da
     document = fuzz_mutations._replace(document, path, value)
     if path[-1] == "report":
         document["rejects"]["count"] = 0
-    assert_no_finding(worker, mutant("manifest", seed, {"manifest.json": fuzz_mutations.encode_json(document).encode()}, f"{path} = {value!r}"))
+    assert_no_finding(
+        worker, mutant("manifest", seed, {"manifest.json": fuzz_mutations.encode_json(document).encode()}, f"{path} = {value!r}")
+    )
 
 
 @MORE
@@ -298,6 +299,7 @@ def test_mutants_depend_on_the_seed_and_their_number_only(corpus: fuzz.Corpus, t
 
 # -- the campaign ------------------------------------------------------------------------------
 
+
 def campaign(out: Path, *options: str) -> tuple[int, dict[str, Any]]:
     code = fuzz.main(["--out", str(out), "--progress", "0", "--hang-seconds", "0", *options])
     return code, json.loads((out / "summary.json").read_text())
@@ -310,7 +312,13 @@ def test_a_short_campaign_of_every_kind_finds_nothing(tmp_path: Path, capsys: py
     assert summary["findings"] == []
     assert [kind["findings"] for kind in summary["kinds"].values()] == [0, 0, 0, 0]
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0].strip() for line in lines if " mutations in " in line or " cases in " in line] == ["binary", "tar", "manifest", "loader", "total"]
+    assert [line.split(":")[0].strip() for line in lines if " mutations in " in line or " cases in " in line] == [
+        "binary",
+        "tar",
+        "manifest",
+        "loader",
+        "total",
+    ]
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["summary.json"]
 
 
@@ -321,7 +329,9 @@ def test_a_campaign_of_a_given_size_runs_exactly_that_many(tmp_path: Path) -> No
     assert summary["mutations"] == 50
 
 
-def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(corpus: fuzz.Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(
+    corpus: fuzz.Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = fuzz.make_mutant(corpus, "binary", seed=5, index=7, scratch=tmp_path).changed["fuzz.shard"]
     original = ShardReader._open
 
@@ -336,14 +346,14 @@ def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(corpus: fuzz.C
     assert summary["kinds"]["binary"]["findings"] == 1
     [finding] = summary["findings"]
     assert finding["kind"] == "binary" and finding["count"] == 1
-    assert finding["signature"].startswith("KeyError at reader.py:")
+    assert finding["signature"].startswith("KeyError at _reader.py:")
     folder = tmp_path / "out" / "binary-00000007"
     assert finding["reproducers"] == [str(folder)]
     assert (folder / "input" / "fuzz.shard").read_bytes() == target
     document = json.loads((folder / "finding.json").read_text())
     assert (document["kind"], document["campaign_seed"], document["mutation"]) == ("binary", 5, 7)
     assert document["exception"] == "KeyError: 'injected'"
-    assert "raise KeyError(\"injected\")" in document["traceback"]
+    assert 'raise KeyError("injected")' in document["traceback"]
     assert document["mutation_steps"] == list(fuzz.make_mutant(corpus, "binary", seed=5, index=7, scratch=tmp_path).notes)
     assert fuzz.main(["--replay", str(folder)]) == 1
     monkeypatch.undo()
@@ -351,6 +361,7 @@ def test_an_error_outside_shardfmt_is_a_finding_with_a_reproducer(corpus: fuzz.C
 
 
 # -- what the campaign found -------------------------------------------------------------------
+
 
 def write_tar(path: Path) -> None:
     with TarShardWriter(path) as writer:

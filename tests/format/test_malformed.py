@@ -26,15 +26,14 @@ from shardfmt import (
     FormatError,
     LimitError,
     ManifestError,
-    Schema,
     SchemaError,
     ShardfmtError,
     ShardNotFoundError,
-    ShardReader,
     UnsupportedVersionError,
     open_dataset,
 )
-from shardfmt.format.layout import (
+from shardfmt.format import Schema, ShardReader
+from shardfmt.format._layout import (
     MAX_CLASSES,
     MAX_FIELD_SIZE,
     MAX_RECORDS_PER_SHARD,
@@ -543,7 +542,13 @@ def case_records_overlap(s: ShardBytes) -> Expect:
 def case_last_record_short_of_table(s: ShardBytes) -> Expect:
     s.table()["size"][2] -= 64
     s.reseal_table()
-    return FormatError, s.column_offset(2, "offset"), 2, f"last record ends at {s.table_offset - 64}, not at the table ({s.table_offset})", "open"
+    return (
+        FormatError,
+        s.column_offset(2, "offset"),
+        2,
+        f"last record ends at {s.table_offset - 64}, not at the table ({s.table_offset})",
+        "open",
+    )
 
 
 @shard_case
@@ -820,7 +825,9 @@ def test_raw_channels_other_than_1_3_4(tmp_path: Path, channels: int) -> None:
     path.write_bytes(bytes(shard))
     with pytest.raises(ShardfmtError) as info:
         ShardReader(path)
-    check_error(info.value, FormatError, path=path, offset=shard.column_offset(1, "mask.channels"), record=1, says="channels are not 1 or 3 or 4")
+    check_error(
+        info.value, FormatError, path=path, offset=shard.column_offset(1, "mask.channels"), record=1, says="channels are not 1 or 3 or 4"
+    )
 
 
 @field_case
@@ -897,11 +904,13 @@ def test_field_cases_start_from_a_valid_shard(tmp_path: Path) -> None:
 
 def test_a_1_0_reader_refuses_the_new_types_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that knows only the six 1.0 types (as shardfmt 0.1 does) refuses raw by name."""
-    from shardfmt.format import schema
+    from shardfmt.format import _schema as schema
 
     path = tmp_path / "fields.shard"
     path.write_bytes(valid_fields_shard())
     monkeypatch.setattr(schema, "FIELD_TYPES", {k: v for k, v in schema.FIELD_TYPES.items() if k not in ("raw", "ndarray")})
     with pytest.raises(ShardfmtError) as info:
         ShardReader(path)
-    check_error(info.value, UnsupportedVersionError, path=path, offset=64, says="field 'pixels' has type 'raw', which this reader does not know")
+    check_error(
+        info.value, UnsupportedVersionError, path=path, offset=64, says="field 'pixels' has type 'raw', which this reader does not know"
+    )

@@ -11,18 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
 from conftest import jpeg_bytes
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_malformed import BAD_MANIFESTS
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, ManifestError, Schema
-from shardfmt._sample import make_imagefolder
-from shardfmt.checksum import parse_checksum
-from shardfmt.convert.run import convert
-from shardfmt.dataset.tars import index_tars
-from shardfmt.format.fieldtypes import FIELD_TYPES
-from shardfmt.format.layout import (
+from shardfmt import DatasetWriter, ManifestError
+from shardfmt._checksum import parse_checksum
+from shardfmt._convert.run import convert
+from shardfmt._dataset.tars import index_tars
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION, Schema
+from shardfmt.format._fieldtypes import FIELD_TYPES
+from shardfmt.format._layout import (
     MAX_CLASSES,
     MAX_FIELD_NAME_LENGTH,
     MAX_FIELDS,
@@ -30,7 +31,7 @@ from shardfmt.format.layout import (
     MAX_SHARD_SIZE,
     MAX_SHARDS,
 )
-from shardfmt.format.manifest import _VERSION_RE, Manifest, _unsafe_path
+from shardfmt.format._manifest import _VERSION_RE, Manifest, _unsafe_path
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -98,7 +99,12 @@ def test_only_converted_manifests_say_strict_jpeg(tmp_path: Path) -> None:
 
 
 def test_vector_manifests_validate() -> None:
-    for path in sorted((ROOT / "spec" / "vectors").glob("v*/dataset/manifest.json")):
+    paths = sorted((ROOT / "spec" / "vectors").glob("v*/dataset/manifest.json"))
+    assert [path.relative_to(ROOT / "spec" / "vectors").as_posix() for path in paths] == [
+        "v1.0/dataset/manifest.json",
+        "v1.1/dataset/manifest.json",
+    ]
+    for path in paths:
         VALIDATOR.validate(json.loads(path.read_text()))
 
 
@@ -124,7 +130,9 @@ NOT_EXPRESSIBLE |= {"size-float"}
 
 @pytest.mark.parametrize("case", sorted(set(BAD_MANIFESTS) - NOT_EXPRESSIBLE))
 def test_schema_rejects_what_the_reader_rejects(tmp_path: Path, case: str) -> None:
-    manifest = write(tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=300)
+    manifest = write(
+        tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=300
+    )
     assert len(manifest["shards"]) == 2
     change, _, _ = BAD_MANIFESTS[case]
     change(manifest)
@@ -173,7 +181,7 @@ def test_checksum_pattern_is_the_reader_rule(text: str) -> None:
 
 
 def test_free_form_keys_are_free_for_both(tmp_path: Path) -> None:
-    from shardfmt.format.manifest import Manifest
+    from shardfmt.format._manifest import Manifest
 
     manifest = write(tmp_path / "ds", Schema.of(label="int64"), [{"label": 1}])
     manifest["converter"]["tool"] = {"version": [1, 2]}
@@ -185,7 +193,7 @@ def test_free_form_keys_are_free_for_both(tmp_path: Path) -> None:
 
 
 def test_a_tar_manifest_has_the_tar_schema(tmp_path: Path) -> None:
-    from shardfmt.format.manifest import Manifest
+    from shardfmt.format._manifest import Manifest
 
     manifest = write(tmp_path / "ds", IMAGE_CLASSIFICATION, [])
     manifest["shard_format"] = "tar"

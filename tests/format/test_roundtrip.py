@@ -15,15 +15,9 @@ from conftest import jpeg_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shardfmt.format.writer as writer_module
-from shardfmt import (
-    DatasetWriter,
-    Schema,
-    SchemaError,
-    ShardReader,
-    ShardWriter,
-    open_dataset,
-)
+import shardfmt.format._writer as writer_module
+from shardfmt import DatasetWriter, SchemaError, open_dataset
+from shardfmt.format import Schema, ShardReader, ShardWriter
 
 
 def test_dataset_reads_back_every_record(small_dataset: Path) -> None:
@@ -55,7 +49,11 @@ JPEGS = [
     simplejpeg.encode_jpeg(np.full((8, 16, 1), 128, np.uint8), colorspace="GRAY", colorsubsampling="Gray"),
 ]
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 63), (1 << 64) - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
@@ -113,9 +111,18 @@ def test_datasets_round_trip_across_shard_rollover(values: list[dict[str, Any]],
 
 # Version 1.1: raw pixels and fixed-shape arrays, with 1.0 fields beside them.
 
-from shardfmt.format.layout import NDARRAY_DTYPES  # noqa: E402
+from shardfmt.format._layout import NDARRAY_DTYPES  # noqa: E402
 
-ARRAY_SHAPES = {"uint8": (3,), "uint16": (2, 2), "int16": (1,), "int32": (2, 1, 2), "int64": (2,), "float16": (4,), "float32": (2, 3), "float64": (1, 1)}
+ARRAY_SHAPES = {
+    "uint8": (3,),
+    "uint16": (2, 2),
+    "int16": (1,),
+    "int32": (2, 1, 2),
+    "int64": (2,),
+    "float16": (4,),
+    "float32": (2, 3),
+    "float64": (1, 1),
+}
 FIELDS_1_1 = Schema.of(
     pixels="raw",
     mask="raw",

@@ -18,22 +18,23 @@ import pytest
 from shardbytes import ShardBytes, build_shard
 
 import shardfmt
-from shardfmt import Schema, ShardfmtError, ShardReader, open_dataset
-from shardfmt.checksum import checksum, format_checksum
-from shardfmt.dataset.verify import verify_dataset
-from shardfmt.format.fieldtypes import FIELD_TYPES
-from shardfmt.format.layout import (
+from shardfmt import ShardfmtError, open_dataset
+from shardfmt._checksum import checksum, format_checksum
+from shardfmt._dataset.verify import verify_dataset
+from shardfmt._sampling.keys import AUGMENT_STREAM, check_split, record_keys, sample_batches, uniforms
+from shardfmt._sampling.mixture import MixtureOrder, allocate
+from shardfmt._sampling.orders import epoch_order
+from shardfmt._sampling.ranks import RankPlan
+from shardfmt.format import Schema, ShardReader
+from shardfmt.format._fieldtypes import FIELD_TYPES
+from shardfmt.format._layout import (
     FOOTER_DTYPE,
     FOOTER_SIZE,
     HEADER_DTYPE,
     NDARRAY_DTYPES,
     column_name,
 )
-from shardfmt.mixture import MixtureOrder, allocate
-from shardfmt.ops import pipeline_from_config, scale_plan, snap_to_scale
-from shardfmt.orders import epoch_order
-from shardfmt.sampling import AUGMENT_STREAM, check_split, record_keys, sample_batches, uniforms
-from shardfmt.split import RankPlan
+from shardfmt.ops._crop import pipeline_from_config, scale_plan, snap_to_scale
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "spec" / "vectors"
@@ -137,7 +138,7 @@ def test_valid_vector_reads_back(path: Path) -> None:
         assert reader.alignment == expected["header"]["alignment"]
         assert reader.header_size == expected["header"]["header_size"]
         assert reader.table_offset == expected["footer"]["table_offset"]
-        assert reader.schema == shardfmt.Schema.from_bytes(expected["schema"].encode())
+        assert reader.schema == shardfmt.format.Schema.from_bytes(expected["schema"].encode())
         assert len(reader) == expected["footer"]["num_records"] == len(expected["records"])
         for index, record in enumerate(expected["records"]):
             row = reader.table[index]
@@ -260,7 +261,9 @@ def test_tar_dataset_vector_reads_or_fails_as_stated(expected_path: Path) -> Non
             assert [{name: _tar_value(name, value) for name, value in record.items()} for record in reader] == expected["records"]
             index = reader.shard(0).index  # type: ignore[attr-defined]
             rows = [dict(index.record(i)) for i in range(len(index))]
-        assert [{**row, "key": bytes(row["key"]).hex(), "image_checksum": f"0x{row['image_checksum'] % (1 << 64):016x}"} for row in rows] == expected["index"]
+        assert [
+            {**row, "key": bytes(row["key"]).hex(), "image_checksum": f"0x{row['image_checksum'] % (1 << 64):016x}"} for row in rows
+        ] == expected["index"]
         return
     with pytest.raises(ShardfmtError) as info:
         with open_dataset(directory) as reader:
@@ -312,7 +315,7 @@ def test_valid_vector_is_canonical_writer_output(path: Path) -> None:
     vector = json.loads(path.with_suffix(".json").read_text())
     schema = Schema.from_bytes(vector["schema"].encode())
     data = build_shard(schema, record_values(schema, vector), alignment=vector["header"]["alignment"])
-    if vector["header"]["minor"] != shardfmt.FORMAT_VERSION[1]:  # a 1.0 vector: the same bytes but the version
+    if vector["header"]["minor"] != shardfmt.format.FORMAT_VERSION[1]:  # a 1.0 vector: the same bytes but the version
         shard = ShardBytes(data)
         shard.header()["minor"] = vector["header"]["minor"]
         shard.reseal_header()
@@ -412,7 +415,9 @@ def test_feistel_vectors_follow_the_written_rule() -> None:
         stream = int(item["stream"], 16)
         keys = [f"0x{_key(item['seed'], stream, item['epoch'], 8 * item['index'] + j):016x}" for j in range(6)]
         assert keys == item["round_keys"]
-        assert [_bijection(p, item["size"], item["seed"], stream, item["epoch"], item["index"]) for p in range(len(item["image"]))] == item["image"]
+        assert [_bijection(p, item["size"], item["seed"], stream, item["epoch"], item["index"]) for p in range(len(item["image"]))] == item[
+            "image"
+        ]
     for case in vector["cases"]:
         for rank, batches in case["batches"].items():
             if case["window"] is None:  # the rank takes positions rank + k * world_size of the bijection's order
@@ -420,7 +425,9 @@ def test_feistel_vectors_follow_the_written_rule() -> None:
                 positions = [int(rank) + k * case["world_size"] for k in range(len(flat))]
                 assert flat == [_bijection(p, case["num_records"], case["seed"], 0x46454953, case["epoch"], 0) for p in positions]
             sizes = make_vectors._shard_sizes(case["shard_sizes"])
-            order = epoch_order("feistel", num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"], shard_sizes=sizes, window=case["window"])
+            order = epoch_order(
+                "feistel", num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"], shard_sizes=sizes, window=case["window"]
+            )
             plan = RankPlan(order, batch_size=case["batch_size"], rank=int(rank), world_size=case["world_size"], drop_last=False)
             assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
     assert len(vector["cases"]) == 9
@@ -442,13 +449,17 @@ def test_mixture_and_elastic_vectors_give_the_batches() -> None:
         seen = []
         for hop in case["hops"]:
             for rank, batches in enumerate(hop["batches"]):
-                plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=hop["world_size"], drop_last=False, start=hop["start"])
+                plan = RankPlan(
+                    order, batch_size=case["batch_size"], rank=rank, world_size=hop["world_size"], drop_last=False, start=hop["start"]
+                )
                 assert [plan.batch(b).tolist() for b in range(len(batches))] == batches
                 seen += [i for batch in batches for i in batch]
         assert sorted(seen) == list(range(case["num_records"])), "the hops cover the epoch exactly once"
         for refused in case.get("refuses", []):  # fewer records left than ranks: the loader refuses the state
             with pytest.raises(ValueError, match="cannot be split"):
-                check_split(case["num_records"] - refused["start"], batch_size=case["batch_size"], world_size=refused["world_size"], drop_last=False)
+                check_split(
+                    case["num_records"] - refused["start"], batch_size=case["batch_size"], world_size=refused["world_size"], drop_last=False
+                )
 
 
 def _uniform(key: int, k: int) -> float:
@@ -456,10 +467,42 @@ def _uniform(key: int, k: int) -> float:
     return (_mix64((key + k) & _MASK) >> 11) * 2.0**-53
 
 
-def test_augment_step_vectors_follow_the_written_rules() -> None:
-    from shardfmt.ops.autoaugment import IMAGENET_POLICY
+def _erasing_box(u: list[float], args: dict[str, Any], height: int, width: int) -> list[int]:
+    """RandomErasing's box by the written rule: [top, left, height, width], all 0 when it does not erase."""
+    box = [0, 0, 0, 0]
+    if u[0] < args["p"]:
+        lo, hi = args.get("scale", [0.02, 0.33])
+        rlo, rhi = args.get("ratio", [0.3, 3.3])
+        for a in range(10):
+            area = height * width * (lo + (hi - lo) * u[1 + 2 * a])
+            aspect = math.exp(math.log(rlo) + (math.log(rhi) - math.log(rlo)) * u[2 + 2 * a])
+            h, w = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+            if h < height and w < width:
+                if h and w:
+                    box = [math.floor(u[21] * (height - h + 1)), math.floor(u[22] * (width - w + 1)), h, w]
+                break
+    return box
 
-    names = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"]
+
+def test_augment_step_vectors_follow_the_written_rules() -> None:
+    from shardfmt.ops._autoaugment import IMAGENET_POLICY
+
+    names = [
+        "Identity",
+        "ShearX",
+        "ShearY",
+        "TranslateX",
+        "TranslateY",
+        "Rotate",
+        "Brightness",
+        "Color",
+        "Contrast",
+        "Sharpness",
+        "Posterize",
+        "Solarize",
+        "AutoContrast",
+        "Equalize",
+    ]
     kinds = set()
     for case in sampling_vector("augment-steps")["cases"]:
         kinds.add(case["step"])
@@ -470,19 +513,7 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
             u = [_uniform(key, k) for k in range(1, 24)]
             assert u[: len(draw["u"])] == draw["u"]
             if case["step"] == "RandomErasing":
-                box = [0, 0, 0, 0]
-                if u[0] < args["p"]:
-                    lo, hi = args.get("scale", [0.02, 0.33])
-                    rlo, rhi = args.get("ratio", [0.3, 3.3])
-                    for a in range(10):
-                        area = height * width * (lo + (hi - lo) * u[1 + 2 * a])
-                        aspect = math.exp(math.log(rlo) + (math.log(rhi) - math.log(rlo)) * u[2 + 2 * a])
-                        h, w = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
-                        if h < height and w < width:
-                            if h and w:
-                                box = [math.floor(u[21] * (height - h + 1)), math.floor(u[22] * (width - w + 1)), h, w]
-                            break
-                assert draw["box"] == box
+                assert draw["box"] == _erasing_box(u, args, height, width)
                 continue
             if case["step"] == "TrivialAugmentWide":
                 chosen = [(names[math.floor(14 * u[0])], math.floor(31 * u[1]), u[2] < 0.5)]
@@ -490,10 +521,12 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
                 chosen = [(names[math.floor(14 * u[2 * k])], args["magnitude"], u[2 * k + 1] < 0.5) for k in range(args["num_ops"])]
             else:
                 policy = IMAGENET_POLICY[math.floor(25 * u[0])]
-                chosen = [(name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)]
+                chosen = [
+                    (name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)
+                ]
             got = draw["operations"]
             assert len(got) == len(chosen)
-            for have, want in zip(got, chosen):
+            for have, want in zip(got, chosen, strict=True):
                 if want is None:
                     assert have is None
                     continue

@@ -16,9 +16,10 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
-from shardfmt.loader.options import LoaderOptions
-from shardfmt.loader.scheduler import KEPT_WARNING
+from shardfmt import DatasetWriter, Loader
+from shardfmt._loader.options import LoaderOptions
+from shardfmt._loader.scheduler import KEPT_WARNING
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 60
 NUM_CLASSES = 6
@@ -66,7 +67,9 @@ def test_outputs_and_targets_kept_and_scored_at_the_end_equal_a_copy_run(classes
     assert torch.equal(torch.cat(outputs), torch.cat([images[:, :, 0, 0] for images, _ in expected]))
     assert torch.equal(torch.cat(targets), torch.cat([labels for _, labels in expected]))
     correct = (torch.cat(outputs)[:, 0].long() % NUM_CLASSES == torch.cat(targets)).sum()
-    assert correct == (torch.cat([i[:, :, 0, 0] for i, _ in expected])[:, 0].long() % NUM_CLASSES == torch.cat([y for _, y in expected])).sum()
+    assert (
+        correct == (torch.cat([i[:, :, 0, 0] for i, _ in expected])[:, 0].long() % NUM_CLASSES == torch.cat([y for _, y in expected])).sum()
+    )
 
 
 def test_the_previous_batch_kept_one_step(classes: Path) -> None:
@@ -110,7 +113,7 @@ def test_kept_batches_outlive_the_loader_and_leave_nothing_in_dev_shm(classes: P
     del loader
     assert shm_entries() - before == set()
     expected = copied_epoch(classes, batch_size=8, num_workers=0, size=16, seed=6, shuffle=False)
-    assert all(torch.equal(a, b[0]) for a, b in zip(kept, expected))
+    assert all(torch.equal(a, b[0]) for a, b in zip(kept, expected, strict=True))
 
 
 def test_keeping_many_batches_warns_once_with_the_memory_held(classes: Path) -> None:
@@ -126,7 +129,7 @@ def test_keeping_many_batches_warns_once_with_the_memory_held(classes: Path) -> 
 def test_nothing_is_set_aside_by_a_plain_loop(classes: Path) -> None:
     with Loader(classes, batch_size=8, num_workers=2, size=16) as loader:
         for _ in range(2):
-            for images, labels in loader:
+            for _batch in loader:
                 pass
         assert loader.scheduler.kept == []
         assert loader.scheduler.ring is not None and loader.scheduler.ring.serials == [0, 1, 2]
@@ -144,7 +147,7 @@ def record_shifts(loader: Loader, plain: dict[int, torch.Tensor]) -> dict[int, i
     """Per record index, the shift the step added (its image minus the unaugmented image)."""
     shifts = {}
     for images, _, indices in loader:
-        for image, index in zip(images, indices.tolist()):
+        for image, index in zip(images, indices.tolist(), strict=True):
             shifts[index] = int((image.int() - plain[index].int()).max())
     return shifts
 
@@ -152,13 +155,13 @@ def record_shifts(loader: Loader, plain: dict[int, torch.Tensor]) -> dict[int, i
 def test_a_global_rng_step_is_the_same_for_1_2_3_workers_and_after_resume(classes: Path) -> None:
     kwargs: dict[str, Any] = {"batch_size": 6, "size": 16, "seed": 8, "return_indices": True, "pipeline": "resize"}
     with Loader(classes, num_workers=0, **kwargs) as loader:
-        plain = {int(i): image.clone() for images, _, indices in loader for image, i in zip(images, indices)}
+        plain = {int(i): image.clone() for images, _, indices in loader for image, i in zip(images, indices, strict=True)}
     results = []
     for workers in (1, 2, 3):
         with Loader(classes, num_workers=workers, augment=[GlobalJitter()], **kwargs) as loader:
             results.append([b[0].clone() for b in loader])
     for other in results[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other, strict=True))
     with Loader(classes, num_workers=2, augment=[GlobalJitter()], **kwargs) as loader:
         iterator = iter(loader)
         for _ in range(4):
@@ -167,7 +170,7 @@ def test_a_global_rng_step_is_the_same_for_1_2_3_workers_and_after_resume(classe
     with Loader(classes, num_workers=2, augment=[GlobalJitter()], **kwargs) as loader:
         loader.load_state_dict(state)
         rest = [b[0].clone() for b in loader]
-    assert all(torch.equal(a, b) for a, b in zip(results[0][4:], rest))
+    assert all(torch.equal(a, b) for a, b in zip(results[0][4:], rest, strict=True))
     with Loader(classes, num_workers=2, augment=[GlobalJitter()], **kwargs) as loader:
         shifts = record_shifts(loader, plain)
     assert len(set(shifts.values())) > 30, "records drew alike from the global RNG"
@@ -217,8 +220,8 @@ def test_loader_options_is_the_loaders_keywords() -> None:
 
 
 def test_the_cursor_saves_and_restores_without_processes() -> None:
-    from shardfmt.loader.cursor import Cursor, SavedState
-    from shardfmt.orders import epoch_order
+    from shardfmt._loader.cursor import Cursor, SavedState
+    from shardfmt._sampling.orders import epoch_order
 
     def order(epoch: int) -> Any:
         return epoch_order("sorted-key", num_records=20, seed=0, epoch=epoch)

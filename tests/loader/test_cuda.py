@@ -14,8 +14,9 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
-from shardfmt._sample import make_image
+from shardfmt import DatasetWriter, Loader
+from shardfmt._synthetic import make_image
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -72,7 +73,7 @@ def test_slots_are_page_locked_and_batches_equal_the_cpu_path(photos: Path) -> N
         assert all(torch.from_numpy(array).is_pinned() for slot in ring.arrays for array in slot.values())
     assert not stage._registered  # closing unregistered every slot: a later mapping there registers afresh
     assert len(got) == len(expected)
-    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected):
+    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected, strict=True):
         assert torch.equal(images, cpu_images) and torch.equal(labels, cpu_labels)
 
 
@@ -82,7 +83,7 @@ def test_the_copy_runs_on_a_side_stream_that_the_consumer_waits_for(photos: Path
     with Loader(photos, **SETTINGS, layout="NHWC", device="cuda") as loader:
         assert stage_and_ring(loader)[0].stream != consumer
         sums = []
-        for images, labels in loader:
+        for images, _labels in loader:
             assert images.device.type == "cuda" and images.dtype == torch.uint8
             sums.append(images.sum(dtype=torch.int64))  # on the consumer's stream, with no synchronize
         totals = [int(value) for value in sums]
@@ -92,7 +93,7 @@ def test_the_copy_runs_on_a_side_stream_that_the_consumer_waits_for(photos: Path
 def test_normalising_on_the_gpu_matches_the_workers(photos: Path) -> None:
     expected = cpu_batches(photos, layout="NCHW", mean=MEAN, std=STD)
     with Loader(photos, **SETTINGS, layout="NCHW", device="cuda", mean=MEAN, std=STD) as loader:
-        for (images, labels), (cpu_images, cpu_labels) in zip(loader, expected):
+        for (images, labels), (cpu_images, cpu_labels) in zip(loader, expected, strict=True):
             assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
             torch.testing.assert_close(images.cpu(), cpu_images)
             assert torch.equal(labels.cpu(), cpu_labels)
@@ -103,7 +104,7 @@ def test_dict_batches_with_fields_and_indices(photos: Path) -> None:
     with Loader(photos, **SETTINGS, **options) as cpu:
         expected = [{name: tensor.clone() for name, tensor in batch.items()} for batch in cpu]
     with Loader(photos, **SETTINGS, **options, device="cuda") as loader:
-        for batch, reference in zip(loader, expected):
+        for batch, reference in zip(loader, expected, strict=True):
             assert set(batch) == {"image", "label", "index"}
             for name, tensor in batch.items():
                 assert tensor.device.type == "cuda"
@@ -130,7 +131,7 @@ def test_nvjpeg_decoding_matches_the_cpu_path(photos: Path, mode: str) -> None:
         got = [(images.cpu(), labels.cpu()) for images, labels in loader]
         share = loader._gpu.split.gpu_share
     assert len(got) == len(expected)
-    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected):
+    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected, strict=True):
         assert torch.equal(labels, cpu_labels)
         assert images.shape == cpu_images.shape and images.dtype == torch.uint8
         assert float((images.float() - cpu_images.float()).abs().mean()) < MEAN_ABS_TOLERANCE

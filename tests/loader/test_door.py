@@ -19,7 +19,8 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, Mixture
+from shardfmt import DatasetWriter, Loader, Mixture
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
 CORES = os.cpu_count() or 1
@@ -43,7 +44,11 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
     [
-        ({"num_workers": 10**5}, ValueError, rf"num_workers must be in \[0, {4 * CORES}\] \(4 per core; this machine has {CORES}\), got 100000"),
+        (
+            {"num_workers": 10**5},
+            ValueError,
+            rf"num_workers must be in \[0, {4 * CORES}\] \(4 per core; this machine has {CORES}\), got 100000",
+        ),
         ({"num_workers": -1}, ValueError, r"num_workers must be in \[0, "),
         ({"num_workers": 2.5}, TypeError, r"num_workers must be an int in \[0, "),
         ({"batch_size": 2.5}, TypeError, r"batch_size must be an int in \[1, 2147483647\], got 2.5"),
@@ -77,7 +82,9 @@ def test_arguments_are_checked_at_the_door(datasets: tuple[Path, Path], changes:
 
 def test_a_batch_too_large_for_dev_shm_says_the_largest_that_fits(datasets: tuple[Path, Path]) -> None:
     """Before: batch_size=10**12 gave OSError ENOMEM and a resource_tracker traceback."""
-    with pytest.raises(ValueError, match=r"batch_size=1073741824 needs \d+ bytes for its 3 batch slots \(prefetch \+ 1\), but /dev/shm has \d+ bytes free") as info:
+    with pytest.raises(
+        ValueError, match=r"batch_size=1073741824 needs \d+ bytes for its 3 batch slots \(prefetch \+ 1\), but /dev/shm has \d+ bytes free"
+    ) as info:
         Loader(datasets[0], **(BASE | {"batch_size": 2**30, "num_workers": 1}))
     largest = int(re.search(r"batch_size must be at most (\d+)", str(info.value)).group(1))  # type: ignore[union-attr]
     Loader(datasets[0], **(BASE | {"batch_size": largest, "num_workers": 1, "drop_last": False})).close()  # made, not allocated
@@ -134,7 +141,9 @@ def test_states_are_checked_before_use(datasets: tuple[Path, Path], field: str, 
 def test_a_state_of_another_dataset_of_the_same_length_is_refused(datasets: tuple[Path, Path]) -> None:
     theirs = saved_after_two_batches(datasets[1])
     with Loader(datasets[0], **BASE) as loader:
-        with pytest.raises(ValueError, match=r"loader state was saved with other settings \(dataset: 'xxh3_64:[0-9a-f]{16}' -> 'xxh3_64:[0-9a-f]{16}'\)"):
+        with pytest.raises(
+            ValueError, match=r"loader state was saved with other settings \(dataset: 'xxh3_64:[0-9a-f]{16}' -> 'xxh3_64:[0-9a-f]{16}'\)"
+        ):
             loader.load_state_dict(theirs)
         loader.load_state_dict(saved_after_two_batches(datasets[0]))  # its own dataset's, even moved, is taken
 
@@ -149,7 +158,10 @@ def test_what_is_not_a_state_is_refused(datasets: tuple[Path, Path], state: Any,
 def test_a_state_of_other_ranks_is_checked(datasets: tuple[Path, Path]) -> None:
     state = saved_after_two_batches(datasets[0], world_size=2, rank=1)
     with Loader(datasets[0], **BASE) as loader:
-        for settings, message in (({"world_size": 0}, r"'settings.world_size' must be in \[1, "), ({"rank": 2}, r"'settings.rank' must be in \[0, 1\]")):
+        for settings, message in (
+            ({"world_size": 0}, r"'settings.world_size' must be in \[1, "),
+            ({"rank": 2}, r"'settings.rank' must be in \[0, 1\]"),
+        ):
             with pytest.raises(ValueError, match=message):
                 loader.load_state_dict(state | {"settings": state["settings"] | settings})
 

@@ -11,9 +11,10 @@ from conftest import jpeg_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
-from shardfmt.orders import epoch_order
-from shardfmt.split import RankPlan, delivered_records
+from shardfmt import DatasetWriter, Loader
+from shardfmt._sampling.orders import epoch_order
+from shardfmt._sampling.ranks import RankPlan, delivered_records
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 103
 
@@ -34,7 +35,10 @@ def split_rest(order_name: str, *, num_records: int, batch_size: int, worlds: li
     order = epoch_order(order_name, num_records=num_records, seed=6, epoch=2)
     start, delivered = 0, []
     for hop, (world_size, batches) in enumerate(worlds):
-        plans = [RankPlan(order, batch_size=batch_size, rank=r, world_size=world_size, drop_last=drop_last, start=start) for r in range(world_size)]
+        plans = [
+            RankPlan(order, batch_size=batch_size, rank=r, world_size=world_size, drop_last=drop_last, start=start)
+            for r in range(world_size)
+        ]
         assert len({len(p) for p in plans}) == 1, "ranks stay equal"
         take = len(plans[0]) if hop == len(worlds) - 1 else batches
         delivered += [i for p in plans for b in range(take) for i in p.batch(b).tolist()]
@@ -50,7 +54,9 @@ def split_rest(order_name: str, *, num_records: int, batch_size: int, worlds: li
     fraction=st.floats(0, 1),
     order_name=st.sampled_from(["sorted-key", "feistel"]),
 )
-def test_elastic_splits_cover_the_epoch_exactly_once(num_records: int, batch_size: int, new_world: int, fraction: float, order_name: str) -> None:
+def test_elastic_splits_cover_the_epoch_exactly_once(
+    num_records: int, batch_size: int, new_world: int, fraction: float, order_name: str
+) -> None:
     per_rank = -(-num_records // 4)
     total = -(-per_rank // batch_size)
     taken = int(fraction * total)
@@ -132,7 +138,10 @@ def test_elastic_resume_refuses_what_it_cannot_split(indexed: Path) -> None:
     with Loader(indexed, rank=0, world_size=1, batch_size=4, num_workers=0, size=16) as loader:
         labels(loader, 25)
         state = loader.state_dict()
-    with Loader(indexed, rank=0, world_size=8, batch_size=4, num_workers=0, size=16) as loader, pytest.raises(ValueError, match="set_epoch"):
+    with (
+        Loader(indexed, rank=0, world_size=8, batch_size=4, num_workers=0, size=16) as loader,
+        pytest.raises(ValueError, match="set_epoch"),
+    ):
         loader.load_state_dict(state)  # 3 records left for 8 ranks
 
 
@@ -165,7 +174,10 @@ def test_an_old_state_without_an_order_is_a_sorted_key_state(indexed: Path) -> N
     del state["settings"]["order"], state["start"]
     with Loader(indexed, batch_size=8, num_workers=0, size=16) as loader:
         loader.load_state_dict(state)
-    with Loader(indexed, batch_size=8, num_workers=0, size=16, order="feistel") as loader, pytest.raises(ValueError, match="order: 'sorted-key' -> 'feistel'"):
+    with (
+        Loader(indexed, batch_size=8, num_workers=0, size=16, order="feistel") as loader,
+        pytest.raises(ValueError, match="order: 'sorted-key' -> 'feistel'"),
+    ):
         loader.load_state_dict(state)
 
 

@@ -25,8 +25,9 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, ManifestError, WorkerError
-from shardfmt.loader.pool import WorkerPool
+from shardfmt import DatasetWriter, Loader, ManifestError, WorkerError
+from shardfmt._loader.pool import WorkerPool
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDER = re.compile(r"records? \[?-1\b")
@@ -123,7 +124,10 @@ def test_a_worker_killed_between_batches_is_a_worker_error(dataset: Path, victim
             os.kill(pid, signal.SIGKILL)
         while not all(zombie(pid) for pid in pids):  # dead, not yet reaped by the loader
             time.sleep(0.02)
-        with pytest.raises(WorkerError, match=r"was killed by signal 9 \(SIGKILL\) (between records|while decoding record \d+ of .+ \(dataset record \d+\))") as info:
+        with pytest.raises(
+            WorkerError,
+            match=r"was killed by signal 9 \(SIGKILL\) (between records|while decoding record \d+ of .+ \(dataset record \d+\))",
+        ) as info:
             for _ in iterator:
                 pass
     assert not PLACEHOLDER.search(str(info.value))
@@ -152,7 +156,9 @@ def kill_myself_on_record_five(sample: torch.Tensor, generator: torch.Generator)
 
 def test_a_worker_killed_on_a_record_names_signal_shard_and_record(dataset: Path) -> None:
     with pytest.raises(WorkerError) as info:
-        with Loader(dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False, augment=[kill_myself_on_record_five]) as loader:
+        with Loader(
+            dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False, augment=[kill_myself_on_record_five]
+        ) as loader:
             list(loader)
     error = info.value
     assert error.record is not None and error.path is not None and error.path.endswith(".shard")
@@ -167,7 +173,9 @@ def stall_on_record_five(sample: torch.Tensor, generator: torch.Generator) -> to
 
 def test_a_stall_names_where_each_worker_is(dataset: Path) -> None:
     with pytest.raises(WorkerError, match="no progress for 1 s") as info:
-        with Loader(dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False, timeout=1, augment=[stall_on_record_five]) as loader:
+        with Loader(
+            dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False, timeout=1, augment=[stall_on_record_five]
+        ) as loader:
             list(loader)
     assert "worker 0 is on " in info.value.message and "(dataset record 5)" in info.value.message
     assert not PLACEHOLDER.search(info.value.message)
@@ -196,13 +204,15 @@ def test_a_worker_that_cannot_start_says_so_without_a_record(dataset: Path, tmp_
 
 
 def test_slots_larger_than_dev_shm_are_refused_before_anything_is_allocated() -> None:
-    from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing, shared_memory_free
+    from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, shared_memory_free
 
     free = shared_memory_free()
     assert free is not None
     sample = SlotArray("image", (64, 64, 3), "|u1")
     layout = SlotLayout(3, free // sample.sample_bytes + 1, (sample,))
     before = shm_names(os.getpid())
-    with pytest.raises(MemoryError, match=rf"a batch slot needs {layout.slot_bytes} bytes of shared memory, but /dev/shm has \d+ bytes free"):
+    with pytest.raises(
+        MemoryError, match=rf"a batch slot needs {layout.slot_bytes} bytes of shared memory, but /dev/shm has \d+ bytes free"
+    ):
         SlotRing.create(layout)
     assert shm_names(os.getpid()) == before

@@ -13,12 +13,13 @@ import simplejpeg
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, DecodeError, Loader
-from shardfmt.loader import gpudecode
-from shardfmt.loader.gpudecode import Split, resize_boxes
-from shardfmt.ops import Resizer
-from shardfmt.ops.augment import ColorJitter
-from shardfmt.ops.decode import as_target
+from shardfmt import DatasetWriter, DecodeError, Loader
+from shardfmt._loader import gpudecode
+from shardfmt._loader.gpudecode import Split, resize_boxes
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.ops._augment import ColorJitter
+from shardfmt.ops._decode import as_target
+from shardfmt.ops._resize import Resizer
 
 NUM_RECORDS = 61
 
@@ -102,7 +103,7 @@ def test_gpu_rows_take_the_cpu_paths_boxes_order_and_labels(dataset: Path, decod
     else:
         assert sum(decoder.calls) < NUM_RECORDS and 0 < shares < 1
     assert len(got) == len(expected) == 4
-    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected):
+    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected, strict=True):
         assert torch.equal(labels, cpu_labels)
         assert images.shape == cpu_images.shape == (len(labels), 48, 48, 3) and images.dtype == torch.uint8
         difference = (images.int() - cpu_images.int()).abs()
@@ -116,7 +117,7 @@ def test_boxes_decoded_at_a_reduced_scale_on_the_cpu_stay_close(dataset: Path, d
         expected = batches(cpu)
     with Loader(dataset, size=16, decode="gpu", **SETTINGS) as gpu:
         got = batches(gpu)
-    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected):
+    for (images, labels), (cpu_images, cpu_labels) in zip(got, expected, strict=True):
         assert torch.equal(labels, cpu_labels)
         difference = (images.float() - cpu_images.float()).abs()
         assert float(difference.mean()) < 4.0

@@ -18,15 +18,10 @@ import torch
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    DatasetWriter,
-    Loader,
-    WorkerError,
-    open_dataset,
-)
+from shardfmt import DatasetWriter, Loader, WorkerError, open_dataset
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop, RandomResizedCrop
-from shardfmt.sampling import AUGMENT_STREAM, record_keys
 
 NUM_RECORDS = 103
 
@@ -170,7 +165,9 @@ def test_two_process_gloo_run_splits_the_epoch(indexed_dataset: Path, tmp_path: 
 
 
 def reference_crop(data: bytes, top: int, left: int, height: int, width: int, flip: bool, size: tuple[int, int]) -> np.ndarray:
-    image = Image.open(io.BytesIO(data)).convert("RGB").resize((size[1], size[0]), Image.BILINEAR, box=(left, top, left + width, top + height))
+    image = (
+        Image.open(io.BytesIO(data)).convert("RGB").resize((size[1], size[0]), Image.BILINEAR, box=(left, top, left + width, top + height))
+    )
     if flip:
         image = image.transpose(Image.FLIP_LEFT_RIGHT)
     return np.asarray(image)
@@ -187,7 +184,9 @@ def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: obj
     """Crops match PIL's Image.resize(BILINEAR, box=...) on the same boxes: mean PSNR above `floor`."""
     reader = open_dataset(indexed_dataset)
     scores = []
-    with Loader(indexed_dataset, batch_size=16, num_workers=0, pipeline=pipeline, seed=9, shuffle=False, fast_decode=fast_decode, layout="NHWC") as loader:
+    with Loader(
+        indexed_dataset, batch_size=16, num_workers=0, pipeline=pipeline, seed=9, shuffle=False, fast_decode=fast_decode, layout="NHWC"
+    ) as loader:
         for images, labels in loader:
             indices = labels.numpy()
             infos = [reader[int(i)].image_info() for i in indices]
@@ -195,7 +194,15 @@ def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: obj
             widths = np.array([info.width for info in infos])
             plan = pipeline.plan(heights, widths, record_keys(9, AUGMENT_STREAM, 0, indices.astype(np.uint64)))  # type: ignore[attr-defined]
             for k, index in enumerate(indices):
-                expected = reference_crop(bytes(reader[int(index)]["image"]), int(plan.top[k]), int(plan.left[k]), int(plan.height[k]), int(plan.width[k]), bool(plan.flip[k]), (32, 32))
+                expected = reference_crop(
+                    bytes(reader[int(index)]["image"]),
+                    int(plan.top[k]),
+                    int(plan.left[k]),
+                    int(plan.height[k]),
+                    int(plan.width[k]),
+                    bool(plan.flip[k]),
+                    (32, 32),
+                )
                 scores.append(psnr(images[k].numpy(), expected))
     assert np.mean(scores) >= floor
     assert np.percentile(scores, 5) >= 30.0
@@ -230,7 +237,7 @@ def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> Non
 def test_local_records_are_checked_once_per_loader_by_default(
     indexed_dataset: Path, monkeypatch: pytest.MonkeyPatch, verify: object, checks_per_record: int
 ) -> None:
-    from shardfmt.format.reader import ShardReader
+    from shardfmt.format._reader import ShardReader
 
     checked: list[tuple[str, int]] = []
     original = ShardReader.verify_record
@@ -251,7 +258,7 @@ def test_local_records_are_checked_once_per_loader_by_default(
 def test_workers_share_the_checked_records(indexed_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over three epochs on two forked workers each record is checked once, by one worker or
     the other (a rare lost bit may cost one extra check)."""
-    from shardfmt.format.reader import ShardReader
+    from shardfmt.format._reader import ShardReader
 
     log = tmp_path / "checks.log"
     original = ShardReader.verify_record
@@ -357,8 +364,19 @@ def test_cuda_delivery_normalises_on_the_device(indexed_dataset: Path) -> None:
     mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
     with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False, layout="NHWC") as cpu:
         expected = [(images.clone(), labels.clone()) for images, labels in cpu]
-    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False, device="cuda", mean=mean, std=std, layout="NCHW") as gpu:
-        for (images, labels), (cpu_images, cpu_labels) in zip(gpu, expected):
+    with Loader(
+        indexed_dataset,
+        batch_size=16,
+        num_workers=2,
+        size=32,
+        shuffle=False,
+        fast_decode=False,
+        device="cuda",
+        mean=mean,
+        std=std,
+        layout="NCHW",
+    ) as gpu:
+        for (images, labels), (cpu_images, cpu_labels) in zip(gpu, expected, strict=True):
             assert images.device.type == "cuda" and images.dtype == torch.float32
             reference = (cpu_images.float() - torch.tensor(mean)) / torch.tensor(std)
             torch.testing.assert_close(images.cpu(), reference.permute(0, 3, 1, 2))

@@ -14,9 +14,10 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, open_dataset
+from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt._sampling.keys import sample_batches
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop, RandomCrop
-from shardfmt.sampling import sample_batches
 
 NUM_RECORDS = 61
 
@@ -128,7 +129,7 @@ def test_indices_cover_each_epoch_exactly_and_name_the_records(indexed: Path, nu
     with Loader(indexed, batch_size=8, num_workers=num_workers, size=24, seed=3, return_indices=True) as loader:
         for _ in range(2):
             seen = []
-            for images, labels, indices in loader:
+            for _images, labels, indices in loader:
                 assert indices.dtype == torch.int64 and indices.shape == labels.shape
                 assert torch.equal(indices, labels)  # each record's label is its index
                 seen.extend(indices.tolist())
@@ -138,7 +139,9 @@ def test_indices_cover_each_epoch_exactly_and_name_the_records(indexed: Path, nu
 
 
 def test_indices_with_fields_arrive_as_an_index_entry(indexed: Path) -> None:
-    with Loader(indexed, batch_size=10, num_workers=1, fields={"image": 16, "label": None}, return_indices=True, shuffle=False, copy=True) as loader:
+    with Loader(
+        indexed, batch_size=10, num_workers=1, fields={"image": 16, "label": None}, return_indices=True, shuffle=False, copy=True
+    ) as loader:
         batches = list(loader)
     assert set(batches[0]) == {"image", "label", "index"}
     assert [b["index"].tolist() for b in batches] == [list(range(i, min(i + 10, NUM_RECORDS))) for i in range(0, NUM_RECORDS, 10)]
@@ -154,7 +157,9 @@ SUBSET = np.array([3, 59, 10, 11, 12, 40, 41, 7, 0, 33, 34, 35, 36, 60, 21, 22, 
 def test_subsets_split_over_ranks_exactly(indexed: Path, world_size: int, drop_last: bool) -> None:
     per_rank = []
     for rank in range(world_size):
-        with Loader(indexed, batch_size=2, num_workers=0, size=16, seed=1, subset=SUBSET, rank=rank, world_size=world_size, drop_last=drop_last) as loader:
+        with Loader(
+            indexed, batch_size=2, num_workers=0, size=16, seed=1, subset=SUBSET, rank=rank, world_size=world_size, drop_last=drop_last
+        ) as loader:
             labels, _ = epoch(loader)
             assert len(labels) == len(loader)
             per_rank.append(labels)
@@ -198,7 +203,13 @@ def test_a_subset_resumes_and_refuses_another_subset(indexed: Path) -> None:
 
 @pytest.mark.parametrize(
     ("subset", "message"),
-    [([1, 1, 2], "more than once"), ([0, NUM_RECORDS], "outside"), ([-1], "outside"), (np.ones(5, bool), "one entry per record"), ([0.5], "integers")],
+    [
+        ([1, 1, 2], "more than once"),
+        ([0, NUM_RECORDS], "outside"),
+        ([-1], "outside"),
+        (np.ones(5, bool), "one entry per record"),
+        ([0.5], "integers"),
+    ],
 )
 def test_malformed_subsets_are_refused(indexed: Path, subset: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -259,7 +270,7 @@ def test_set_size_then_resume(indexed: Path, num_workers: int) -> None:
         resumed.load_state_dict(state)
         rest = [(b[0].clone(), b[2].clone()) for b in resumed]
     assert len(rest) == len(reference) - 3
-    for (images, indices), (want_images, want_indices) in zip(rest, reference[3:]):
+    for (images, indices), (want_images, want_indices) in zip(rest, reference[3:], strict=True):
         assert images.shape[2:] == (40, 40)
         assert torch.equal(indices, want_indices) and torch.equal(images, want_images)
 

@@ -13,16 +13,11 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from shardfmt import DatasetWriter, Loader, Schema, SchemaError, open_dataset
-from shardfmt.ops import (
-    CropPlan,
-    ImageOutput,
-    RandomCrop,
-    RandomResizedCrop,
-    dct_scale,
-    scale_plan,
-)
-from shardfmt.sampling import window_order
+from shardfmt import DatasetWriter, Loader, SchemaError, open_dataset
+from shardfmt._sampling.keys import window_order
+from shardfmt.format import Schema
+from shardfmt.ops import CropPlan, ImageOutput, RandomCrop, RandomResizedCrop
+from shardfmt.ops._crop import dct_scale, scale_plan
 
 SCALE = 4
 NUM = 24
@@ -87,11 +82,13 @@ def first_batches(loader: Loader, count: int = 2) -> list[dict[str, torch.Tensor
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_raw_pairs_crop_at_the_same_place_exactly(pairs: Path, num_workers: int) -> None:
     """RandomCrop copies pixels: the hr crop downscaled 4x by BOX is the lr crop, to the byte."""
-    with Loader(pairs, batch_size=8, num_workers=num_workers, pipeline=RandomCrop(12), fields=["lr", "hr", "label"], layout="NHWC", seed=1) as loader:
+    with Loader(
+        pairs, batch_size=8, num_workers=num_workers, pipeline=RandomCrop(12), fields=["lr", "hr", "label"], layout="NHWC", seed=1
+    ) as loader:
         assert [spec.shape for spec in loader.outputs[:2]] == [(12, 12, 3), (48, 48, 3)]  # hr size from the 4x ratio
         flips = 0
         for batch in loader:
-            for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy()):
+            for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy(), strict=True):
                 assert np.array_equal(downscale(hr, SCALE), lr)
                 flips += not np.array_equal(hr, hr[:, ::-1])
     assert flips > 0
@@ -106,7 +103,7 @@ def test_jpeg_pairs_with_resampling_crops_agree_within_30_db(pairs: Path) -> Non
     with Loader(pairs, batch_size=8, num_workers=0, pipeline="train", fields=fields, layout="NHWC", seed=2, fast_decode=False) as loader:
         scores, shifted = [], []
         for batch in loader:
-            for lr, hr in zip(batch["lr_jpeg"].numpy(), batch["hr_jpeg"].numpy()):
+            for lr, hr in zip(batch["lr_jpeg"].numpy(), batch["hr_jpeg"].numpy(), strict=True):
                 scores.append(psnr(downscale(hr, SCALE), lr))
                 shifted.append(psnr(downscale(hr, SCALE)[:, ::-1], lr))
     assert np.mean(scores) >= 30.0 and min(scores) >= 25.0, scores
@@ -121,7 +118,9 @@ def test_masks_keep_their_values_with_nearest_interpolation(pairs: Path) -> None
         for batch in loader:
             assert batch["mask"].shape == (12, 40, 40, 1)
             assert set(batch["mask"].unique().tolist()) <= stored
-    with Loader(pairs, batch_size=12, num_workers=0, pipeline=RandomResizedCrop(40), fields={"hr": 40, "mask": 40}, layout="NHWC", seed=3) as loader:
+    with Loader(
+        pairs, batch_size=12, num_workers=0, pipeline=RandomResizedCrop(40), fields={"hr": 40, "mask": 40}, layout="NHWC", seed=3
+    ) as loader:
         values = set().union(*(set(batch["mask"].unique().tolist()) for batch in loader))
     assert not values <= stored, "bilinear interpolation blends label values, nearest does not"
 
@@ -151,14 +150,16 @@ def test_arrays_and_numbers_arrive_as_stored(pairs: Path) -> None:
         seen = []
         for batch in loader:
             assert batch["box"].dtype == torch.float32 and batch["label"].dtype == torch.int64
-            for box, label in zip(batch["box"], batch["label"].tolist()):
+            for box, label in zip(batch["box"], batch["label"].tolist(), strict=True):
                 assert box.tolist() == [[label, label + 1], [label + 2, label + 3]]
                 seen.append(label)
     assert sorted(seen) == list(range(NUM))
 
 
 def test_resume_continues_the_same_dict_stream(pairs: Path) -> None:
-    settings: dict[str, Any] = dict(batch_size=4, num_workers=2, pipeline=RandomResizedCrop(8), fields={"lr": 8, "hr": 32, "label": None}, seed=5)
+    settings: dict[str, Any] = dict(
+        batch_size=4, num_workers=2, pipeline=RandomResizedCrop(8), fields={"lr": 8, "hr": 32, "label": None}, seed=5
+    )
     with Loader(pairs, **settings) as reference:
         expected = first_batches(reference, 6)
     with Loader(pairs, **settings) as first:
@@ -188,7 +189,7 @@ def test_a_windowed_order_delivers_every_field(pairs: Path) -> None:
         labels = []
         for batch in loader:
             labels += batch["label"].tolist()
-            for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy()):
+            for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy(), strict=True):
                 assert np.array_equal(downscale(hr, SCALE), lr)
         state_after_epoch = loader.state_dict()
     assert labels == window_order(sizes, seed=6, epoch=0, window=2).tolist() != list(range(NUM))
@@ -220,9 +221,9 @@ def test_shared_memory_holds_every_field(pairs: Path) -> None:
 
 
 def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
-    from shardfmt.loader.fields import _RawFiller
-    from shardfmt.loader.shm import SlotRing
-    from shardfmt.loader.worker import ChunkProcessor
+    from shardfmt._loader.outputs import _RawFiller
+    from shardfmt._loader.shm import SlotRing
+    from shardfmt._loader.worker import ChunkProcessor
 
     with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
         layout = loader.layout_spec
@@ -303,7 +304,7 @@ def test_cuda_delivery_of_every_field(pairs: Path) -> None:
     with Loader(pairs, **settings) as cpu:
         expected = first_batches(cpu, 3)
     with Loader(pairs, **settings, device="cuda") as gpu:
-        for batch, want in zip(gpu, expected):
+        for batch, want in zip(gpu, expected, strict=True):
             for name, tensor in want.items():
                 assert batch[name].device.type == "cuda" and batch[name].shape == tensor.shape
                 assert torch.equal(batch[name].cpu(), tensor)
@@ -320,12 +321,14 @@ def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
     assert image.shape == (3, 16, 16) and label == 3
 
 
-def chunk_boxes(pairs: Path, fields: Any, pipeline: Any, *, epochs: int = 3) -> tuple[Any, dict[str, list[CropPlan]], dict[str, tuple[np.ndarray, np.ndarray]]]:
+def chunk_boxes(
+    pairs: Path, fields: Any, pipeline: Any, *, epochs: int = 3
+) -> tuple[Any, dict[str, list[CropPlan]], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """The boxes a worker draws for every record in a few epochs, per image field, and each
     field's stored sizes."""
-    from shardfmt.format.layout import column_name
-    from shardfmt.loader.shm import SlotRing
-    from shardfmt.loader.worker import ChunkProcessor
+    from shardfmt._loader.shm import SlotRing
+    from shardfmt._loader.worker import ChunkProcessor
+    from shardfmt.format._layout import column_name
 
     with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=pipeline, fields=fields, layout="NHWC") as loader:
         layout = loader.layout_spec
@@ -337,7 +340,10 @@ def chunk_boxes(pairs: Path, fields: Any, pipeline: Any, *, epochs: int = 3) -> 
             for name, plan in processor._boxes(rows, epoch, indices).items():
                 boxes.setdefault(name, []).append(plan)
         sizes = {
-            spec.name: (np.array([r[column_name(spec.name, "height")] for r in rows]), np.array([r[column_name(spec.name, "width")] for r in rows]))
+            spec.name: (
+                np.array([r[column_name(spec.name, "height")] for r in rows]),
+                np.array([r[column_name(spec.name, "width")] for r in rows]),
+            )
             for spec in processor.images
         }
         specs = {spec.name: spec for spec in processor.images}
@@ -360,7 +366,7 @@ def test_carried_boxes_stay_exact_for_an_integer_ratio_at_the_dct_scale(pairs: P
     hr (4x) at 16 px takes exactly 4 times each box, which lies on the same scale's grid."""
     _, boxes, _ = chunk_boxes(pairs, {"lr_jpeg": 4, "hr_jpeg": 16}, RandomResizedCrop(4))
     scales = []
-    for lr, hr in zip(boxes["lr_jpeg"], boxes["hr_jpeg"]):
+    for lr, hr in zip(boxes["lr_jpeg"], boxes["hr_jpeg"], strict=True):
         for edge in ("top", "left", "height", "width"):
             assert np.array_equal(getattr(hr, edge), 4 * getattr(lr, edge))
         assert np.array_equal(hr.flip, lr.flip)
@@ -376,11 +382,11 @@ def test_each_jpeg_field_snaps_to_its_own_dct_scale(pairs: Path) -> None:
     hr_h, hr_w = sizes["hr_jpeg"]
     assert (hr_h % 8 == 0).all() and (hr_w % 8 == 0).all()
     larger = 0
-    for lr, hr, raw in zip(boxes["lr_jpeg"], boxes["hr_jpeg"], boxes["hr"]):
+    for lr, hr, raw in zip(boxes["lr_jpeg"], boxes["hr_jpeg"], boxes["hr"], strict=True):
         for edge in ("top", "left", "height", "width"):
             assert np.array_equal(getattr(raw, edge), 4 * getattr(lr, edge))
         hr_scales = aligned_scales(hr, (4, 4))
-        larger += sum(h > r for h, r in zip(hr_scales, aligned_scales(lr, (4, 4))))
+        larger += sum(h > r for h, r in zip(hr_scales, aligned_scales(lr, (4, 4)), strict=True))
         half = np.array(hr_scales) // 2
         assert (np.abs(hr.top - 4 * lr.top) <= half).all() and (np.abs(hr.left - 4 * lr.left) <= half).all()
         bottom, right = hr.top + hr.height, hr.left + hr.width  # sides are multiples of 8: never clipped
@@ -394,11 +400,13 @@ def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
     box of the same JPEG: the strided view of the decode buffer handles 1 and 3 channels."""
     import io
 
-    from shardfmt.loader.shm import SlotRing
-    from shardfmt.loader.worker import ChunkProcessor
+    from shardfmt._loader.shm import SlotRing
+    from shardfmt._loader.worker import ChunkProcessor
 
     fields = {"lr_jpeg": ImageOutput(8), "hr_jpeg": ImageOutput(8, channels=1)}
-    with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=RandomResizedCrop(8), fields=fields, layout="NHWC", fast_decode=False) as loader:
+    with Loader(
+        pairs, batch_size=NUM, num_workers=0, pipeline=RandomResizedCrop(8), fields=fields, layout="NHWC", fast_decode=False
+    ) as loader:
         layout = loader.layout_spec
         ring = SlotRing.in_process(layout)
         processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: ring.arrays[slot])
@@ -413,7 +421,9 @@ def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
                 for k in range(NUM):
                     box = (int(plan.left[k]), int(plan.top[k]), int(plan.left[k] + plan.width[k]), int(plan.top[k] + plan.height[k]))
                     scaled += dct_scale(int(plan.height[k]), int(plan.width[k]), (8, 8)) > 1
-                    reference = Image.open(io.BytesIO(bytes(reader[k][name]))).convert(mode).resize((8, 8), Image.Resampling.BILINEAR, box=box)
+                    reference = (
+                        Image.open(io.BytesIO(bytes(reader[k][name]))).convert(mode).resize((8, 8), Image.Resampling.BILINEAR, box=box)
+                    )
                     if plan.flip[k]:
                         reference = reference.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
                     expected = np.asarray(reference).reshape(8, 8, -1)

@@ -12,7 +12,7 @@ import torch
 from conftest import jpeg_bytes
 
 from shardfmt import Loader, convert
-from shardfmt.dataset.tars import index_tars
+from shardfmt._dataset.tars import index_tars
 
 wds = pytest.importorskip("webdataset")
 
@@ -45,7 +45,7 @@ def check_batch(batch: dict[str, Any]) -> list[str]:
     by_key = {s["__key__"]: s for s in samples()}
     assert isinstance(batch["image"], torch.Tensor) and batch["image"].shape[1:] == (3, 16, 16)
     assert len(batch["txt"]) == len(batch["json"]) == len(batch["key"]) == batch["image"].shape[0]
-    for key, text, meta in zip(batch["key"], batch["txt"], batch["json"]):
+    for key, text, meta in zip(batch["key"], batch["txt"], batch["json"], strict=True):
         assert isinstance(text, str) and text == by_key[key]["txt"] and meta == by_key[key]["json"]
     return list(batch["key"])
 
@@ -86,7 +86,7 @@ def test_a_dataset_without_labels_gives_images_alone(image_text: Path) -> None:
 
 
 def test_preview_draws_a_dataset_without_labels(image_text: Path, tmp_path: Path) -> None:
-    from shardfmt.preview import preview
+    from shardfmt._preview import preview
 
     sheet = preview(image_text, tmp_path / "grid.png", rows=1, cols=3, size=16, records=None)
     assert [tile.text for tile in sheet.tiles] == [f"#{tile.index}" for tile in sheet.tiles] and len(sheet.tiles) == 3

@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from remote_servers import range_server
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, Mixture, SchemaError
-from shardfmt.mixture import MixtureOrder, allocate, source_records
-from shardfmt.permutation import permute
-from shardfmt.split import RankPlan
+from shardfmt import DatasetWriter, Loader, Mixture, SchemaError
+from shardfmt._sampling.mixture import MixtureOrder, allocate, source_records
+from shardfmt._sampling.permutation import permute
+from shardfmt._sampling.ranks import RankPlan
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 SIZES = {"binary": 13, "tar": 9, "remote": 5}
 """Records of each source; a record's label is its index in the concatenation (binary, tar, remote)."""
@@ -41,7 +42,7 @@ def test_allocation_is_exact_and_within_one_of_each_quota(weights: list[float], 
     counts = allocate(weights, epoch_size=epoch_size)
     assert sum(counts) == epoch_size
     total = sum(Fraction(w) for w in weights)
-    for weight, count in zip(weights, counts):
+    for weight, count in zip(weights, counts, strict=True):
         quota = epoch_size * Fraction(weight) / total
         assert abs(count - quota) < 1
 
@@ -64,7 +65,9 @@ def test_mixture_checks_its_arguments() -> None:
     epoch_size=st.integers(1, 200),
     seed=st.integers(0, 2**63),
 )
-def test_every_epoch_draws_exact_counts_and_repeats_only_beyond_a_source(sizes: list[int], weights: list[int], epoch_size: int, seed: int) -> None:
+def test_every_epoch_draws_exact_counts_and_repeats_only_beyond_a_source(
+    sizes: list[int], weights: list[int], epoch_size: int, seed: int
+) -> None:
     weights = weights[: len(sizes)]
     if not any(weights):
         return
@@ -75,7 +78,7 @@ def test_every_epoch_draws_exact_counts_and_repeats_only_beyond_a_source(sizes: 
         source_of = np.searchsorted(starts, order, side="right") - 1
         assert np.bincount(source_of, minlength=len(sizes)).tolist() == counts
         seen = collections.Counter(order.tolist())
-        for source, (size, count) in enumerate(zip(sizes, counts)):
+        for source, (size, count) in enumerate(zip(sizes, counts, strict=True)):
             times = [seen[int(r)] for r in range(starts[source], starts[source + 1])]
             # each record count // size or count // size + 1 times: no repeat unless the share is larger
             assert set(times) <= {count // size, count // size + 1}
@@ -119,7 +122,13 @@ def labels_of(loader: Loader, limit: int | None = None) -> list[list[int]]:
 
 
 def expected_batches(*, counts: list[int], epoch: int, rank: int, world_size: int, batch_size: int, seed: int) -> list[list[int]]:
-    plan = RankPlan(MixtureOrder(list(SIZES.values()), counts=counts, seed=seed, epoch=epoch), batch_size=batch_size, rank=rank, world_size=world_size, drop_last=False)
+    plan = RankPlan(
+        MixtureOrder(list(SIZES.values()), counts=counts, seed=seed, epoch=epoch),
+        batch_size=batch_size,
+        rank=rank,
+        world_size=world_size,
+        drop_last=False,
+    )
     return [plan.batch(b).tolist() for b in range(len(plan))]
 
 
@@ -166,20 +175,29 @@ def test_a_mixture_refuses_a_window_other_schemas_and_empty_sources(sources: dic
         Loader(mixture, batch_size=4, window=2)
     with pytest.raises(ValueError, match="feistel"):
         Loader(mixture, batch_size=4, order="sorted-key")
-    from shardfmt import Field, Schema
+    from shardfmt.format import Field, Schema
 
     with DatasetWriter(tmp_path / "other", schema=Schema((Field("image", "jpeg"), Field("label", "int64")))) as writer:
         writer.write({"image": jpeg_bytes(8, 8), "label": 0})
     with pytest.raises(SchemaError, match="share one schema"):
-        Loader(Mixture({"binary": sources["binary"], "other": tmp_path / "other"}, weights={"binary": 1, "other": 1}, epoch_size=4), batch_size=2)
+        Loader(
+            Mixture({"binary": sources["binary"], "other": tmp_path / "other"}, weights={"binary": 1, "other": 1}, epoch_size=4),
+            batch_size=2,
+        )
     with DatasetWriter(tmp_path / "typed", schema=Schema.of(image="jpeg", label="str", key="str")) as writer:
         writer.write({"image": jpeg_bytes(8, 8), "label": "cat", "key": "k"})
     with pytest.raises(SchemaError, match=r"source 'typed' does not have the schema of source 'binary' \('label' is str, not int64\)"):
-        Loader(Mixture({"binary": sources["binary"], "typed": tmp_path / "typed"}, weights={"binary": 1, "typed": 1}, epoch_size=4), batch_size=2)
+        Loader(
+            Mixture({"binary": sources["binary"], "typed": tmp_path / "typed"}, weights={"binary": 1, "typed": 1}, epoch_size=4),
+            batch_size=2,
+        )
     with DatasetWriter(tmp_path / "empty", schema=IMAGE_CLASSIFICATION):
         pass
     with pytest.raises(ValueError, match="holds no records"):
-        Loader(Mixture({"binary": sources["binary"], "empty": tmp_path / "empty"}, weights={"binary": 1, "empty": 1}, epoch_size=4), batch_size=2)
+        Loader(
+            Mixture({"binary": sources["binary"], "empty": tmp_path / "empty"}, weights={"binary": 1, "empty": 1}, epoch_size=4),
+            batch_size=2,
+        )
 
 
 def test_return_indices_of_a_mixture_index_the_concatenation(sources: dict[str, str]) -> None:

@@ -13,8 +13,10 @@ import simplejpeg
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, open_dataset
-from shardfmt.ops import CutMix, MixUp, RandomChoice, RandomErasing, TrivialAugmentWide, apply_batch_steps
+from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.ops import CutMix, MixUp, RandomChoice, RandomErasing, TrivialAugmentWide
+from shardfmt.ops._batch import apply_batch_steps
 
 NUM_RECORDS = 18
 CLASSES = 6
@@ -41,9 +43,9 @@ def test_bicubic_resizes_the_crop_with_torchs_antialiased_kernel(dataset: Path) 
     images = collect(dataset, pipeline="resize", size=40, interpolation="bicubic", fast_decode=False, shuffle=False, return_indices=True)
     bilinear = collect(dataset, pipeline="resize", size=40, fast_decode=False, shuffle=False)
     with open_dataset(dataset) as data:
-        for (batch, _, indices), (plain, _) in zip(images, bilinear):
+        for (batch, _, indices), (plain, _) in zip(images, bilinear, strict=True):
             assert not torch.equal(batch, plain)
-            for image, index in zip(batch, indices.tolist()):
+            for image, index in zip(batch, indices.tolist(), strict=True):
                 pixels = simplejpeg.decode_jpeg(bytes(data[index]["image"]), colorspace="RGB")  # under 2 x 40 a side: no DCT scaling
                 source = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0).contiguous(memory_format=torch.channels_last)
                 want = torch.nn.functional.interpolate(source, size=(40, 40), mode="bicubic", antialias=True)[0]
@@ -63,7 +65,7 @@ def test_repeats_give_each_record_k_times_with_distinct_draws(dataset: Path) -> 
     assert not torch.equal(copies[0], copies[1]) and not torch.equal(copies[1], copies[2])
     assert indices[first : first + 3] == [0, 0, 0]  # one rank: the copies come together
     two = collect(dataset, repeats=3, return_indices=True, augment=[TrivialAugmentWide()], num_workers=2)
-    assert all(torch.equal(a, b) for x, y in zip(batches, two) for a, b in zip(x, y))
+    assert all(torch.equal(a, b) for x, y in zip(batches, two, strict=True) for a, b in zip(x, y, strict=True))
     plain = collect(dataset, return_indices=True, repeats=1)
     assert Counter(torch.cat([b[2] for b in plain]).tolist()) == {i: 1 for i in range(NUM_RECORDS)}
 
@@ -84,7 +86,7 @@ def test_repeats_spread_copies_over_ranks_and_resume_exactly(dataset: Path) -> N
         loader.load_state_dict(state)
         resumed = list(loader)
     assert len(head) + len(tail) == -(-3 * NUM_RECORDS // 4)
-    assert all(torch.equal(a, b) for x, y in zip(tail, resumed) for a, b in zip(x, y))
+    assert all(torch.equal(a, b) for x, y in zip(tail, resumed, strict=True) for a, b in zip(x, y, strict=True))
     with Loader(dataset, **(settings | {"repeats": 2})) as loader:
         with pytest.raises(ValueError, match="repeats"):
             loader.load_state_dict(state)
@@ -95,7 +97,7 @@ def test_batch_steps_mix_each_batch_from_seed_epoch_and_batch(dataset: Path) -> 
     plain = collect(dataset, epochs=2)
     mixed = collect(dataset, epochs=2, batch_augment=steps)
     per_epoch = len(plain) // 2
-    for number, ((images, labels), (want_images, want_labels)) in enumerate(zip(mixed, plain)):
+    for number, ((images, labels), (want_images, want_labels)) in enumerate(zip(mixed, plain, strict=True)):
         assert labels.shape == (len(want_labels), CLASSES) and labels.dtype == torch.float32
         torch.testing.assert_close(labels.sum(1), torch.ones(len(labels)))
         epoch, batch = divmod(number, per_epoch)
@@ -109,7 +111,7 @@ def test_batch_steps_mix_each_batch_from_seed_epoch_and_batch(dataset: Path) -> 
         tail = list(iterator)
     with Loader(dataset, **settings) as loader:
         loader.load_state_dict(state)
-        assert all(torch.equal(a, b) for x, y in zip(tail, loader) for a, b in zip(x, y))
+        assert all(torch.equal(a, b) for x, y in zip(tail, loader, strict=True) for a, b in zip(x, y, strict=True))
     with pytest.raises(ValueError, match="batch_augment"):
         Loader(dataset, batch_size=4, batch_augment=[TrivialAugmentWide()])
 
@@ -129,7 +131,7 @@ def test_batch_steps_run_on_the_device_after_the_transfer(dataset: Path) -> None
     mean, std = (120.0, 110.0, 100.0), (50.0, 60.0, 70.0)
     on_device = collect(dataset, device="cuda", mean=mean, std=std, batch_augment=steps)
     plain = collect(dataset, device="cuda", mean=mean, std=std)
-    for number, ((images, labels), (want_images, want_labels)) in enumerate(zip(on_device, plain)):
+    for number, ((images, labels), (want_images, want_labels)) in enumerate(zip(on_device, plain, strict=True)):
         assert images.is_cuda and labels.is_cuda and labels.shape == (len(want_labels), CLASSES)
         expected = apply_batch_steps(steps, want_images, want_labels, seed=5, epoch=0, batch=number)
         assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])

@@ -10,20 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    DatasetWriter,
-    Loader,
-    Manifest,
-    ManifestError,
-)
-from shardfmt._sample import make_imagefolder
-from shardfmt.convert.run import convert
-from shardfmt.loader.shm import SlotRing
-from shardfmt.loader.worker import ChunkProcessor
-from shardfmt.ops import dct_scale
-from shardfmt.ops.jpegcrop import CropDecoder
-from shardfmt.sampling import AUGMENT_STREAM, record_keys
+from shardfmt import DatasetWriter, Loader, ManifestError
+from shardfmt._convert.run import convert
+from shardfmt._loader.shm import SlotRing
+from shardfmt._loader.worker import ChunkProcessor
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
+from shardfmt._synthetic import make_imagefolder
+from shardfmt.format import IMAGE_CLASSIFICATION, Manifest
+from shardfmt.ops._crop import dct_scale
+from shardfmt.ops._jpegcrop import CropDecoder
 
 SIZE = 24
 
@@ -87,14 +82,20 @@ def partial_decodes(dataset: Path, monkeypatch: pytest.MonkeyPatch, *, reads: in
             counts.append(calls[0] - before)
         reader = processor.dataset
         sizes = [reader[int(i)].image_info() for i in indices]
-        plan = loader.pipeline.plan(np.array([s.height for s in sizes]), np.array([s.width for s in sizes]), record_keys(1, AUGMENT_STREAM, 0, indices.astype(np.uint64)))
+        plan = loader.pipeline.plan(
+            np.array([s.height for s in sizes]),
+            np.array([s.width for s in sizes]),
+            record_keys(1, AUGMENT_STREAM, 0, indices.astype(np.uint64)),
+        )
         processor.close()
-    full_scale = sum(dct_scale(int(h), int(w), (SIZE, SIZE)) == 1 for h, w in zip(plan.height, plan.width))
+    full_scale = sum(dct_scale(int(h), int(w), (SIZE, SIZE)) == 1 for h, w in zip(plan.height, plan.width, strict=True))
     return counts, full_scale
 
 
 @pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
-def test_a_strictly_decoded_dataset_is_decoded_partially_from_the_first_read(converted: Path, written: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_strictly_decoded_dataset_is_decoded_partially_from_the_first_read(
+    converted: Path, written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     counts, full_scale = partial_decodes(converted, monkeypatch, reads=2)
     assert full_scale == 17  # of 24 boxes; the others are decoded at a reduced DCT scale, whole
     assert counts == [full_scale, full_scale]

@@ -15,16 +15,9 @@ import simplejpeg
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    ChecksumError,
-    DatasetWriter,
-    DecodeError,
-    Loader,
-    WorkerError,
-    open_dataset,
-)
-from shardfmt.errors import WorkerTraceback, worker_error_class, worker_error_kind
+from shardfmt import ChecksumError, DatasetWriter, DecodeError, Loader, WorkerError, open_dataset
+from shardfmt._errors import WorkerTraceback, worker_error_class, worker_error_kind
+from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 24
 
@@ -130,7 +123,9 @@ def marked(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_a_user_steps_builtin_error_keeps_its_builtin_class(marked: Path, num_workers: int) -> None:
     with pytest.raises(KeyError) as info:
-        with Loader(marked, batch_size=4, num_workers=num_workers, pipeline="resize", size=8, shuffle=False, augment=[refuse_record_five]) as loader:
+        with Loader(
+            marked, batch_size=4, num_workers=num_workers, pipeline="resize", size=8, shuffle=False, augment=[refuse_record_five]
+        ) as loader:
             list(loader)
     assert isinstance(info.value, WorkerError) and not isinstance(info.value, Refused)
     assert info.value.record == 5 and "Refused: 'record five'" in info.value.message

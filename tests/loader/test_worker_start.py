@@ -8,11 +8,10 @@ import os
 import resource
 import sys
 
-import numpy as np
 import pytest
 
-from shardfmt.forks import frozen_heap
-from shardfmt.loader.shm import SlotArray, SlotLayout, SlotRing, map_segment, slot_arrays
+from shardfmt._forks import frozen_heap
+from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, map_segment, slot_arrays
 
 
 def test_the_heap_is_frozen_only_while_forking() -> None:

@@ -25,17 +25,18 @@ import torch
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, WorkerError
+from shardfmt import DatasetWriter, Loader, WorkerError
+from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import (
     ColorJitter,
     RandomGrayscale,
     RandomRotation,
     RandomVerticalFlip,
 )
-from shardfmt.ops.augment import SampleTransform
-from shardfmt.ops.colour import ColourKernels
-from shardfmt.ops.rotate import Rotator
-from shardfmt.sampling import STEP_STREAM, record_keys, uniforms
+from shardfmt.ops._augment import SampleTransform
+from shardfmt.ops._colour import ColourKernels
+from shardfmt.ops._rotate import Rotator
 
 F32 = np.float32
 
@@ -214,7 +215,12 @@ def test_steps_follow_torchvisions_parameter_rules() -> None:
     for bad in (lambda: ColorJitter(hue=0.6), lambda: ColorJitter(brightness=-1), lambda: ColorJitter(saturation=(2, 1))):
         with pytest.raises(ValueError):
             bad()
-    for bad in (lambda: RandomRotation(-5), lambda: RandomRotation((10, 5)), lambda: RandomRotation(5, fill=300), lambda: RandomVerticalFlip(1.5)):
+    for bad in (
+        lambda: RandomRotation(-5),
+        lambda: RandomRotation((10, 5)),
+        lambda: RandomRotation(5, fill=300),
+        lambda: RandomVerticalFlip(1.5),
+    ):
         with pytest.raises(ValueError):
             bad()
     u = np.array([[0.9, 0.1, 0.5, 0.3, 0.0, 0.5, 1.0, 0.75]])
@@ -284,7 +290,9 @@ def test_augmented_batches_are_the_reference_steps_on_the_plain_crops(dataset: P
     augmented = batches(dataset, augment=steps)
     close = total = 0
     for epoch in range(2):
-        for (images, indices), (want, want_indices) in zip(augmented[epoch * 4 : epoch * 4 + 4], plain[epoch * 4 : epoch * 4 + 4]):
+        for (images, indices), (want, want_indices) in zip(
+            augmented[epoch * 4 : epoch * 4 + 4], plain[epoch * 4 : epoch * 4 + 4], strict=True
+        ):
             assert torch.equal(indices, want_indices)
             for k, index in enumerate(indices.tolist()):
                 expected = reference_chain(want[k].numpy().astype(F32), steps, 11, epoch, index)
@@ -299,7 +307,7 @@ def test_the_same_draws_under_0_and_2_workers_and_after_resume(dataset: Path, st
     steps = STEPS + [add_noise]
     inline = batches(dataset, augment=steps)
     workers = batches(dataset, augment=steps, num_workers=2, start_method=start_method)
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, workers))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, workers, strict=True))
     settings: dict[str, Any] = dict(batch_size=6, num_workers=2, size=SIZE, seed=11, copy=True, augment=steps, start_method=start_method)
     with Loader(dataset, **settings) as first:
         epoch_zero = iter(first)
@@ -309,7 +317,7 @@ def test_the_same_draws_under_0_and_2_workers_and_after_resume(dataset: Path, st
     with Loader(dataset, **settings) as resumed:
         resumed.load_state_dict(state)
         rest = [images for images, _ in resumed] + [images for images, _ in resumed]
-    assert all(torch.equal(a, b[0]) for a, b in zip(rest, inline[2:]))
+    assert all(torch.equal(a, b[0]) for a, b in zip(rest, inline[2:], strict=True))
     assert len(rest) == len(inline) - 2
 
 
@@ -320,7 +328,16 @@ def test_a_users_step_gets_a_generator_seeded_from_seed_epoch_and_record(dataset
         seen.append(generator.initial_seed())
         return sample
 
-    with Loader(dataset, batch_size=5, num_workers=0, size=SIZE, seed=3, augment=[RandomVerticalFlip(), record_seed], return_indices=True, shuffle=False) as loader:
+    with Loader(
+        dataset,
+        batch_size=5,
+        num_workers=0,
+        size=SIZE,
+        seed=3,
+        augment=[RandomVerticalFlip(), record_seed],
+        return_indices=True,
+        shuffle=False,
+    ) as loader:
         loader.set_epoch(7)
         indices = [i for _, _, batch in loader for i in batch.tolist()]
     # in decoding order, which is batch order in this process (then epoch 8 begins, ahead)
@@ -341,8 +358,10 @@ def test_a_step_that_changes_the_shape_is_refused(dataset: Path) -> None:
 def test_mean_and_std_without_a_device_normalise_in_the_workers(dataset: Path, num_workers: int) -> None:
     mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
     plain = batches(dataset, num_workers=num_workers, augment=[RandomVerticalFlip()])
-    with Loader(dataset, batch_size=6, num_workers=num_workers, size=SIZE, seed=11, mean=mean, std=std, augment=[RandomVerticalFlip()]) as loader:
-        for (images, _), (want, _) in zip(loader, plain):
+    with Loader(
+        dataset, batch_size=6, num_workers=num_workers, size=SIZE, seed=11, mean=mean, std=std, augment=[RandomVerticalFlip()]
+    ) as loader:
+        for (images, _), (want, _) in zip(loader, plain[: len(loader)], strict=True):  # plain holds two epochs
             assert images.dtype == torch.float32 and images.shape[1:] == (3, SIZE, SIZE)
             assert images.is_contiguous(memory_format=torch.channels_last)
             expected = (want.float() - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
@@ -357,7 +376,15 @@ def test_augment_and_normalisation_are_checked_against_the_fields(dataset: Path)
         Loader(dataset, batch_size=4, num_workers=0, mean=(1.0, 2.0, 3.0))
     with pytest.raises(ValueError, match="one value per channel"):
         Loader(dataset, batch_size=4, num_workers=0, mean=(1.0,), std=(1.0,))
-    with Loader(dataset, batch_size=4, num_workers=0, fields={"image": 16, "label": None}, augment=[RandomVerticalFlip(1.0)], shuffle=False, copy=True) as loader:
+    with Loader(
+        dataset,
+        batch_size=4,
+        num_workers=0,
+        fields={"image": 16, "label": None},
+        augment=[RandomVerticalFlip(1.0)],
+        shuffle=False,
+        copy=True,
+    ) as loader:
         flipped = next(iter(loader))["image"]
     with Loader(dataset, batch_size=4, num_workers=0, fields={"image": 16, "label": None}, shuffle=False, copy=True) as loader:
         assert torch.equal(flipped, next(iter(loader))["image"].flip(2))

@@ -21,13 +21,14 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader
+from shardfmt import DatasetWriter, Loader
+from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import AutoAugment, RandAugment, RandomErasing, TrivialAugmentWide
-from shardfmt.ops.augment import SampleTransform
-from shardfmt.ops.autoaugment import IMAGENET_POLICY, OPERATIONS, apply_operation, magnitude_table
-from shardfmt.ops.erasing import erasing_boxes
-from shardfmt.ops.imageops import ImageOps
-from shardfmt.sampling import STEP_STREAM, record_keys, uniforms
+from shardfmt.ops._augment import SampleTransform
+from shardfmt.ops._autoaugment import IMAGENET_POLICY, OPERATIONS, apply_operation, magnitude_table
+from shardfmt.ops._erasing import erasing_boxes
+from shardfmt.ops._imageops import ImageOps
 
 F32 = np.float32
 TIE = 2.0**-9
@@ -245,7 +246,12 @@ def test_draws_follow_the_stated_rules() -> None:
             assert auto[row, 3 * i] == (OPERATIONS.index(name) if runs else -1)
             assert auto[row, 3 * i + 1] == (bin_index or 0)
     assert set(chosen.tolist()) == set(range(25))
-    for bad in (lambda: RandAugment(magnitude=31), lambda: RandAugment(num_ops=-1), lambda: AutoAugment("cifar10"), lambda: TrivialAugmentWide(fill=300)):
+    for bad in (
+        lambda: RandAugment(magnitude=31),
+        lambda: RandAugment(num_ops=-1),
+        lambda: AutoAugment("cifar10"),
+        lambda: TrivialAugmentWide(fill=300),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -270,7 +276,15 @@ def test_a_step_runs_its_drawn_operations_in_turn() -> None:
                 name = OPERATIONS[operation]
                 table = magnitude_table(family, name, bins, height=30, width=30)
                 m = table[bin_index] if len(table) > 1 else 0.0
-                want, this_near = ref_operation(want, name, -m if sign and name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness") else m, (0.0, 0.0, 0.0))
+                want, this_near = ref_operation(
+                    want,
+                    name,
+                    -m
+                    if sign
+                    and name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness")
+                    else m,
+                    (0.0, 0.0, 0.0),
+                )
                 if this_near is not None:
                     near |= this_near
             got = out.transpose(2, 0, 1).astype(F32)
@@ -309,7 +323,9 @@ def test_erasing_with_the_mean_is_zero_after_normalisation() -> None:
     source = np.random.default_rng(1).integers(0, 256, (32, 32, 3)).astype(np.uint8)
     draws = transform.draw(0, 0, np.arange(10))
     boxes = draws[0]  # the boxes, drawn for the sample's size
-    assert np.array_equal(boxes, RandomErasing(p=1.0).boxes(uniforms(record_keys(0, STEP_STREAM, 0, np.arange(10, dtype=np.uint64)), 23), height=32, width=32))
+    assert np.array_equal(
+        boxes, RandomErasing(p=1.0).boxes(uniforms(record_keys(0, STEP_STREAM, 0, np.arange(10, dtype=np.uint64)), 23), height=32, width=32)
+    )
     out = np.empty((32, 32, 3), np.float32)
     for row in range(10):
         transform.apply(source, draws, row, out)
@@ -326,7 +342,12 @@ def test_erasing_with_the_mean_is_zero_after_normalisation() -> None:
     pixels = np.empty((32, 32, 3), np.uint8)
     uint8.apply(source, uint8.draw(0, 0, np.arange(1)), 0, pixels)
     assert np.all(pixels[boxes[0][0] : boxes[0][0] + boxes[0][2], boxes[0][1] : boxes[0][1] + boxes[0][3]] == (1, 2, 3))
-    for bad in (lambda: RandomErasing(p=2), lambda: RandomErasing(value="random"), lambda: RandomErasing(scale=(0.5, 0.1)), lambda: RandomErasing(value=(1, 2))):
+    for bad in (
+        lambda: RandomErasing(p=2),
+        lambda: RandomErasing(value="random"),
+        lambda: RandomErasing(scale=(0.5, 0.1)),
+        lambda: RandomErasing(value=(1, 2)),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -347,19 +368,21 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_steps_give_the_same_batches_under_0_and_2_workers_and_spawn(dataset: Path) -> None:
     steps = [TrivialAugmentWide(), RandAugment(2, 9), AutoAugment(), RandomErasing(p=0.7)]
-    settings: dict[str, Any] = dict(batch_size=4, size=24, seed=3, copy=True, augment=steps, mean=(120.0, 110.0, 100.0), std=(60.0, 60.0, 60.0))
+    settings: dict[str, Any] = dict(
+        batch_size=4, size=24, seed=3, copy=True, augment=steps, mean=(120.0, 110.0, 100.0), std=(60.0, 60.0, 60.0)
+    )
     runs = []
     for options in ({"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "start_method": "spawn"}):
         with Loader(dataset, **(settings | options)) as loader:
             runs.append([images for _ in range(2) for images, _ in loader])
     for other in runs[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other, strict=True))
     assert not torch.equal(runs[0][0], runs[0][4])  # the next epoch draws anew
 
 
 @pytest.mark.parametrize(("name", "magnitude"), CASES)
 def test_the_uint8_path_gives_the_values_of_the_float_planes(name: str, magnitude: float) -> None:
-    from shardfmt.ops.pixelops import PixelOps
+    from shardfmt.ops._pixelops import PixelOps
 
     for seed in range(3):
         image = sample_image(seed=seed)
@@ -374,7 +397,12 @@ def test_the_uint8_path_gives_the_values_of_the_float_planes(name: str, magnitud
 def test_a_sample_on_uint8_pixels_equals_the_same_sample_through_float_planes(normalise: bool) -> None:
     from shardfmt.ops import RandomVerticalFlip
 
-    steps = [TrivialAugmentWide(fill=(9, 8, 7)), RandAugment(3, 17), AutoAugment(), RandomErasing(p=0.8, value="mean" if normalise else (1, 2, 3))]
+    steps = [
+        TrivialAugmentWide(fill=(9, 8, 7)),
+        RandAugment(3, 17),
+        AutoAugment(),
+        RandomErasing(p=0.8, value="mean" if normalise else (1, 2, 3)),
+    ]
     options: dict[str, Any] = {"mean": (123.675, 116.28, 103.53), "std": (58.395, 57.12, 57.375)} if normalise else {}
     pixels = SampleTransform(steps, height=40, width=36, **options)
     planes = SampleTransform([*steps, RandomVerticalFlip(0.0)], height=40, width=36, **options)  # a flip step keeps the float planes

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from shardfmt.ops import CutMix, MixUp, RandomChoice, apply_batch_steps
-from shardfmt.ops.batch import beta_quantile
-from shardfmt.sampling import BATCH_STREAM, record_keys, uniforms
+from shardfmt._sampling.keys import BATCH_STREAM, record_keys, uniforms
+from shardfmt.ops import CutMix, MixUp, RandomChoice
+from shardfmt.ops._batch import apply_batch_steps, beta_quantile
 
 
 def batch(n: int = 6, height: int = 10, width: int = 14, classes: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,6 +106,12 @@ def test_uint8_images_become_float_and_bad_input_is_refused() -> None:
         MixUp(1.0, 3).apply(images, torch.tensor([0, 1, 2, 3]), np.array([0.5]))
     with pytest.raises(ValueError, match="labels"):
         MixUp(1.0, 3).apply(images, torch.zeros(4), np.array([0.5]))
-    for bad in (lambda: MixUp(0, 3), lambda: MixUp(1.0, 0), lambda: CutMix(-1, 3), lambda: RandomChoice([]), lambda: RandomChoice([MixUp(1.0, 3)], p=[0])):
+    for bad in (
+        lambda: MixUp(0, 3),
+        lambda: MixUp(1.0, 0),
+        lambda: CutMix(-1, 3),
+        lambda: RandomChoice([]),
+        lambda: RandomChoice([MixUp(1.0, 3)], p=[0]),
+    ):
         with pytest.raises(ValueError):
             bad()

@@ -1,4 +1,4 @@
-"""Partial JPEG decoding (shardfmt.ops.jpegcrop): the box's pixels equal a full fast decode's."""
+"""Partial JPEG decoding (shardfmt.ops._jpegcrop): the box's pixels equal a full fast decode's."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import simplejpeg
 from conftest import make_image
 
 from shardfmt import Loader, WorkerError, open_dataset
-from shardfmt.ops.jpegcrop import CropDecoder
+from shardfmt.ops._jpegcrop import CropDecoder
 
 pytestmark = pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
 
@@ -45,7 +45,8 @@ def test_boxes_equal_the_full_fast_decode(subsampling: str) -> None:
 def test_workers_deliver_the_pixels_of_a_whole_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """From the second read of a record on, workers decode only its crop box: the batches are
     the same as those of the in-process loader, which always decodes whole images."""
-    from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
+    from shardfmt import DatasetWriter
+    from shardfmt.format import IMAGE_CLASSIFICATION
 
     out = tmp_path / "ds"
     rng = np.random.default_rng(9)
@@ -81,7 +82,7 @@ def test_a_fatal_libjpeg_error_ends_the_process_at_once(tmp_path: Path) -> None:
     handler runs (in a forked worker, one that waits for the parent's threads would hang it)."""
     marker = tmp_path / "exit-handler-ran"
     script = (
-        "import ctypes\nfrom shardfmt.ops.jpegcrop import CropDecoder\n"
+        "import ctypes\nfrom shardfmt.ops._jpegcrop import CropDecoder\n"
         f"handler = ctypes.CFUNCTYPE(None)(lambda: open({str(marker)!r}, 'w').close())\n"
         "ctypes.CDLL(None).__cxa_atexit(handler, None, None)\n"
         "decoder = CropDecoder(max_height=8, max_width=8)\n"
@@ -101,7 +102,8 @@ RECORDS = 24
 def small_jpegs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 JPEGs of 40 to 64 pixels a side, labelled with their index: at an output size of 48
     every crop box is decoded at full scale, so from its second read on, partially."""
-    from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter
+    from shardfmt import DatasetWriter
+    from shardfmt.format import IMAGE_CLASSIFICATION
 
     out = tmp_path_factory.mktemp("partial") / "ds"
     rng = np.random.default_rng(3)
@@ -131,7 +133,9 @@ def reference_epochs(dataset: Path, epochs: int) -> list[bytes]:
         return [images.numpy().tobytes() for _ in range(epochs) for images, _ in loader]
 
 
-def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(small_jpegs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(
+    small_jpegs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """libjpeg's error_exit calls exit(): here the partial decode of one record is handed bytes
     that are not a JPEG, in the forked workers, so libjpeg itself ends the worker."""
     target = last_record_of_epoch_1(small_jpegs)
@@ -170,7 +174,7 @@ def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(small_jpegs:
 def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpegs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same record, partially decoded without fault, then the worker exits: that is no
     libjpeg error, so the loader stops with WorkerError naming the record, as for any death."""
-    from shardfmt.loader.fields import _JpegFiller
+    from shardfmt._loader.outputs import _JpegFiller
 
     target = last_record_of_epoch_1(small_jpegs)
     with open_dataset(small_jpegs) as dataset:
@@ -186,7 +190,10 @@ def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpe
     monkeypatch.setattr(_JpegFiller, "fill", dying)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(WorkerError, match=re.escape(f"exited with code 1 while decoding record {record} of {shard_path} (dataset record {target})") + "$") as info:
+        with pytest.raises(
+            WorkerError,
+            match=re.escape(f"exited with code 1 while decoding record {record} of {shard_path} (dataset record {target})") + "$",
+        ) as info:
             with Loader(small_jpegs, num_workers=2, start_method="fork", **partial_settings()) as loader:
                 for _ in range(2):
                     for _batch in loader:
@@ -200,7 +207,7 @@ def test_the_parsed_declarations_are_those_of_cdef() -> None:
     fresh parse, and the file is what tools/make_jpeglib_abi.py writes."""
     import cffi
 
-    from shardfmt.ops import jpegcrop
+    from shardfmt.ops import _jpegcrop as jpegcrop
     from shardfmt.ops._jpeglib_abi import ffi as parsed
 
     fresh = cffi.FFI()

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from shardfmt._sample import make_image
+from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
+from shardfmt._synthetic import make_image
 from shardfmt.ops import CenterCrop, RandomResizedCrop, Resize
-from shardfmt.ops.crop import dct_scale
-from shardfmt.ops.decode import ImageDecoder, as_target
-from shardfmt.sampling import AUGMENT_STREAM, record_keys
+from shardfmt.ops._crop import dct_scale
+from shardfmt.ops._decode import ImageDecoder, as_target
 
 
 @settings(max_examples=60, deadline=None)
@@ -64,7 +64,9 @@ def test_random_resized_crop_draws_like_torchvision(height: int, width: int) -> 
     """Area fractions, aspect ratios and positions follow torchvision's distributions (quantiles
     of 20,000 boxes agree with an independent implementation of its rule)."""
     n = 20000
-    plan = RandomResizedCrop((224, 224)).plan(np.full(n, height), np.full(n, width), record_keys(1, AUGMENT_STREAM, 0, np.arange(n, dtype=np.uint64)))
+    plan = RandomResizedCrop((224, 224)).plan(
+        np.full(n, height), np.full(n, width), record_keys(1, AUGMENT_STREAM, 0, np.arange(n, dtype=np.uint64))
+    )
     rng = np.random.default_rng(0)
     reference = np.array([torchvision_get_params(height, width, rng) for _ in range(n)])
     quantiles = [0.05, 0.25, 0.5, 0.75, 0.95]
@@ -89,7 +91,9 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 def test_dct_scaled_crops_match_pil(pipeline: RandomResizedCrop | CenterCrop | Resize) -> None:
     """Large boxes are decoded at 1/2 to 1/8 scale; the crops still match PIL on the same boxes."""
     rng = np.random.default_rng(5)
-    images = [simplejpeg.encode_jpeg(make_image(int(rng.integers(150, 400)), int(rng.integers(150, 400)), seed=i), quality=90) for i in range(24)]
+    images = [
+        simplejpeg.encode_jpeg(make_image(int(rng.integers(150, 400)), int(rng.integers(150, 400)), seed=i), quality=90) for i in range(24)
+    ]
     heights = np.array([simplejpeg.decode_jpeg_header(d)[0] for d in images])
     widths = np.array([simplejpeg.decode_jpeg_header(d)[1] for d in images])
     plan = pipeline.plan(heights, widths, record_keys(2, AUGMENT_STREAM, 0, np.arange(len(images), dtype=np.uint64)))
@@ -99,7 +103,17 @@ def test_dct_scaled_crops_match_pil(pipeline: RandomResizedCrop | CenterCrop | R
     for k, data in enumerate(images):
         box = (int(plan.left[k]), int(plan.top[k]), int(plan.left[k] + plan.width[k]), int(plan.top[k] + plan.height[k]))
         scaled += dct_scale(int(plan.height[k]), int(plan.width[k]), pipeline.size) > 1
-        decoder.decode_box(data, height=int(heights[k]), width=int(widths[k]), top=box[1], left=box[0], box_height=box[3] - box[1], box_width=box[2] - box[0], flip=bool(plan.flip[k]), out=as_target(out))
+        decoder.decode_box(
+            data,
+            height=int(heights[k]),
+            width=int(widths[k]),
+            top=box[1],
+            left=box[0],
+            box_height=box[3] - box[1],
+            box_width=box[2] - box[0],
+            flip=bool(plan.flip[k]),
+            out=as_target(out),
+        )
         reference = Image.open(io.BytesIO(data)).convert("RGB").resize(pipeline.size[::-1], Image.BILINEAR, box=box)
         if plan.flip[k]:
             reference = reference.transpose(Image.FLIP_LEFT_RIGHT)

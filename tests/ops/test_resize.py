@@ -13,9 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-from shardfmt.ops import ImageDecoder, ImageOutput
-from shardfmt.ops.decode import as_target
-from shardfmt.ops.resize import INTERPOLATIONS, Resizer
+from shardfmt.ops import ImageOutput
+from shardfmt.ops._decode import ImageDecoder, as_target
+from shardfmt.ops._resize import INTERPOLATIONS, Resizer
 
 
 def smooth(height: int, width: int, seed: int = 0) -> torch.Tensor:

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.orders import FEISTEL_FROM, epoch_order, resolve_order
-from shardfmt.permutation import (
+from shardfmt._sampling.keys import ORDER_STREAM, SHARD_STREAM, record_keys, sample_batches
+from shardfmt._sampling.orders import FEISTEL_FROM, epoch_order, resolve_order
+from shardfmt._sampling.permutation import (
     ArrayOrder,
     FeistelOrder,
     WindowedFeistelOrder,
     half_bits,
     permute,
 )
-from shardfmt.sampling import ORDER_STREAM, SHARD_STREAM, record_keys, sample_batches
-from shardfmt.split import RankPlan, delivered_records
+from shardfmt._sampling.ranks import RankPlan, delivered_records
 
 
 @settings(max_examples=300, deadline=None)
@@ -67,7 +67,9 @@ def test_windowed_feistel_orders_are_permutations_read_window_by_window(shard_si
     records = order.at(np.arange(order.size))
     assert np.array_equal(np.sort(records), np.arange(sum(shard_sizes)))
     shard_window = np.empty(len(shard_sizes), np.int64)
-    shard_window[np.argsort(record_keys(seed, SHARD_STREAM, epoch, np.arange(len(shard_sizes), dtype=np.uint64)), kind="stable")] = np.arange(len(shard_sizes)) // window
+    shard_window[np.argsort(record_keys(seed, SHARD_STREAM, epoch, np.arange(len(shard_sizes), dtype=np.uint64)), kind="stable")] = (
+        np.arange(len(shard_sizes)) // window
+    )
     shard_of = np.repeat(np.arange(len(shard_sizes)), shard_sizes)
     assert (np.diff(shard_window[shard_of[records]]) >= 0).all(), "windows come one after another"
     if window >= len(shard_sizes) and order.size:
@@ -82,9 +84,14 @@ def test_windowed_feistel_orders_are_permutations_read_window_by_window(shard_si
     seed=st.integers(0, 2**63),
     drop_last=st.booleans(),
 )
-def test_the_lazy_split_gives_sample_batches_exactly(num_records: int, batch_size: int, world_size: int, seed: int, drop_last: bool) -> None:
+def test_the_lazy_split_gives_sample_batches_exactly(
+    num_records: int, batch_size: int, world_size: int, seed: int, drop_last: bool
+) -> None:
     try:
-        plans = [sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=3, rank=r, world_size=world_size, drop_last=drop_last) for r in range(world_size)]
+        plans = [
+            sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=3, rank=r, world_size=world_size, drop_last=drop_last)
+            for r in range(world_size)
+        ]
     except ValueError:
         return
     order = ArrayOrder(np.argsort(record_keys(seed, ORDER_STREAM, 3, np.arange(num_records, dtype=np.uint64)), kind="stable"))
@@ -114,7 +121,10 @@ def test_a_feistel_plan_resumed_at_any_batch_continues_the_same_order(stop: str)
     at = {"start": 0, "middle": len(plan) // 2, "end": len(plan)}[stop]
     again = RankPlan(epoch_order("feistel", num_records=10_007, seed=4, epoch=2), batch_size=64, rank=1, world_size=3, drop_last=False)
     assert [again.batch(b).tolist() for b in range(at, len(again))] == [plan.batch(b).tolist() for b in range(at, len(plan))]
-    assert delivered_records(10_007, batch_size=64, world_size=3, drop_last=False, batches=at) == {"start": 0, "middle": 26 * 64 * 3, "end": 10_007}[stop]
+    assert (
+        delivered_records(10_007, batch_size=64, world_size=3, drop_last=False, batches=at)
+        == {"start": 0, "middle": 26 * 64 * 3, "end": 10_007}[stop]
+    )
 
 
 def test_auto_takes_feistel_from_the_threshold_on() -> None:
@@ -135,10 +145,15 @@ def test_the_first_batch_of_a_billion_records_costs_nothing_a_record() -> None:
     shard_sizes = np.full(10_000, 100_000, np.int64)
     tracemalloc.start()
     try:
-        full = RankPlan(epoch_order("feistel", num_records=10**9, seed=0, epoch=0), batch_size=256, rank=0, world_size=1024, drop_last=False)
+        full = RankPlan(
+            epoch_order("feistel", num_records=10**9, seed=0, epoch=0), batch_size=256, rank=0, world_size=1024, drop_last=False
+        )
         windowed = RankPlan(
             epoch_order("feistel", num_records=10**9, seed=0, epoch=0, shard_sizes=shard_sizes, window=64),
-            batch_size=256, rank=0, world_size=1024, drop_last=False,
+            batch_size=256,
+            rank=0,
+            world_size=1024,
+            drop_last=False,
         )
         first, first_windowed = full.batch(0), windowed.batch(0)
         _, peak = tracemalloc.get_traced_memory()

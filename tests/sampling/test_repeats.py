@@ -10,18 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.orders import epoch_order
-from shardfmt.permutation import MAX_REPEATS, RepeatedOrder, check_repeats, draw_epoch
-from shardfmt.split import RankPlan, delivered_records
+from shardfmt._sampling.orders import epoch_order
+from shardfmt._sampling.permutation import MAX_REPEATS, RepeatedOrder, check_repeats, draw_epoch
+from shardfmt._sampling.ranks import RankPlan, delivered_records
 
 
 def split(order: RepeatedOrder, *, batch_size: int, world_size: int, drop_last: bool, start: int = 0) -> list[RankPlan]:
-    return [RankPlan(order, batch_size=batch_size, rank=r, world_size=world_size, drop_last=drop_last, start=start) for r in range(world_size)]
+    return [
+        RankPlan(order, batch_size=batch_size, rank=r, world_size=world_size, drop_last=drop_last, start=start) for r in range(world_size)
+    ]
 
 
 def pairs(plan: RankPlan, order: RepeatedOrder, number: int) -> list[tuple[int, int]]:
     positions = plan.positions(number)
-    return list(zip(order.at(positions).tolist(), order.copies(positions).tolist()))
+    return list(zip(order.at(positions).tolist(), order.copies(positions).tolist(), strict=True))
 
 
 @st.composite
@@ -35,8 +37,14 @@ def settings_(draw: st.DrawFn) -> dict[str, int | str | bool]:
         drop_last = False
         world_size = min(world_size, num_records * repeats)
     return {
-        "num_records": num_records, "repeats": repeats, "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
-        "order": draw(st.sampled_from(["sorted-key", "feistel"])), "seed": draw(st.integers(0, 2**64 - 1)), "epoch": draw(st.integers(0, 1000)),
+        "num_records": num_records,
+        "repeats": repeats,
+        "world_size": world_size,
+        "batch_size": batch_size,
+        "drop_last": drop_last,
+        "order": draw(st.sampled_from(["sorted-key", "feistel"])),
+        "seed": draw(st.integers(0, 2**64 - 1)),
+        "epoch": draw(st.integers(0, 1000)),
     }
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt.sampling import SHARD_STREAM, check_subset, record_keys, sample_batches, window_order
+from shardfmt._sampling.keys import SHARD_STREAM, check_subset, record_keys, sample_batches, window_order
 
 
 @settings(max_examples=150, deadline=None)
@@ -19,7 +19,9 @@ from shardfmt.sampling import SHARD_STREAM, check_subset, record_keys, sample_ba
     epoch=st.integers(0, 1000),
     shuffle=st.booleans(),
 )
-def test_ranks_are_disjoint_equal_and_cover_the_epoch(num_records: int, batch_size: int, world_size: int, seed: int, epoch: int, shuffle: bool) -> None:
+def test_ranks_are_disjoint_equal_and_cover_the_epoch(
+    num_records: int, batch_size: int, world_size: int, seed: int, epoch: int, shuffle: bool
+) -> None:
     if num_records < world_size:
         with pytest.raises(ValueError, match="cannot be split"):
             sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, world_size=world_size)
@@ -43,7 +45,10 @@ def test_drop_last_gives_full_equal_batches(num_records: int, batch_size: int, w
         with pytest.raises(ValueError, match="no full batch"):
             sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=0, world_size=world_size, drop_last=True)
         return
-    plans = [sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=0, rank=r, world_size=world_size, drop_last=True) for r in range(world_size)]
+    plans = [
+        sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=0, rank=r, world_size=world_size, drop_last=True)
+        for r in range(world_size)
+    ]
     expected = num_records // (world_size * batch_size)
     assert all(len(p) == expected for p in plans)
     assert all((np.diff(p.bounds) == batch_size).all() for p in plans)
@@ -75,12 +80,23 @@ def test_batch_size_one_with_a_remainder_is_refused() -> None:
     seed=st.integers(0, 2**63),
     epoch=st.integers(0, 100),
 )
-def test_windowed_orders_keep_exact_epochs_and_equal_ranks(shard_sizes: list[int], window: int, batch_size: int, world_size: int, seed: int, epoch: int) -> None:
+def test_windowed_orders_keep_exact_epochs_and_equal_ranks(
+    shard_sizes: list[int], window: int, batch_size: int, world_size: int, seed: int, epoch: int
+) -> None:
     num_records = sum(shard_sizes)
     if num_records < world_size:
         return
     plans = [
-        sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, rank=r, world_size=world_size, shard_sizes=shard_sizes, window=window)
+        sample_batches(
+            num_records,
+            batch_size=batch_size,
+            seed=seed,
+            epoch=epoch,
+            rank=r,
+            world_size=world_size,
+            shard_sizes=shard_sizes,
+            window=window,
+        )
         for r in range(world_size)
     ]
     assert len({len(p) for p in plans}) == 1
@@ -103,7 +119,9 @@ def test_a_window_covering_every_shard_is_the_full_shuffle() -> None:
     full = sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1)
     windowed = sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1, shard_sizes=sizes, window=5)
     assert np.array_equal(full.indices, windowed.indices) and np.array_equal(full.bounds, windowed.bounds)
-    assert not np.array_equal(full.indices, sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1, shard_sizes=sizes, window=2).indices)
+    assert not np.array_equal(
+        full.indices, sample_batches(50, batch_size=8, seed=5, epoch=3, world_size=2, rank=1, shard_sizes=sizes, window=2).indices
+    )
 
 
 def test_windowed_orders_are_reproducible_and_change_by_epoch() -> None:
@@ -131,13 +149,25 @@ def test_a_subset_epoch_is_the_full_order_restricted_and_splits_exactly(
     data: st.DataObject, num_records: int, batch_size: int, world_size: int, seed: int, epoch: int, windowed: bool
 ) -> None:
     world_size = min(world_size, num_records)
-    subset = np.array(data.draw(st.lists(st.integers(0, num_records - 1), min_size=world_size, max_size=num_records, unique=True)), np.int64)
+    subset = np.array(
+        data.draw(st.lists(st.integers(0, num_records - 1), min_size=world_size, max_size=num_records, unique=True)), np.int64
+    )
     shard_sizes = [num_records // 3, num_records - num_records // 3] if windowed else None
     window = 1 if windowed else None
     full = sample_batches(num_records, batch_size=1, seed=seed, epoch=epoch, shard_sizes=shard_sizes, window=window)
     order = [i for i in full.indices.tolist() if i in set(subset.tolist())]
     plans = [
-        sample_batches(num_records, batch_size=batch_size, seed=seed, epoch=epoch, rank=r, world_size=world_size, shard_sizes=shard_sizes, window=window, subset=subset)
+        sample_batches(
+            num_records,
+            batch_size=batch_size,
+            seed=seed,
+            epoch=epoch,
+            rank=r,
+            world_size=world_size,
+            shard_sizes=shard_sizes,
+            window=window,
+            subset=subset,
+        )
         for r in range(world_size)
     ]
     assert len({len(plan) for plan in plans}) == 1
@@ -151,6 +181,12 @@ def test_subsets_are_checked() -> None:
     assert check_subset([4, 1, 2], 5).tolist() == [4, 1, 2]
     assert check_subset(np.array([True, False, True]), 3).tolist() == [0, 2]
     assert check_subset(np.array([], np.int64), 3).tolist() == []
-    for bad, message in (([5], "outside"), ([1, 1], "more than once"), (np.array([True]), "one entry per record"), ([[1]], "one-dimensional"), (["a"], "integers")):
+    for bad, message in (
+        ([5], "outside"),
+        ([1, 1], "more than once"),
+        (np.array([True]), "one entry per record"),
+        ([[1]], "one-dimensional"),
+        (["a"], "integers"),
+    ):
         with pytest.raises(ValueError, match=message):
             check_subset(bad, 5)

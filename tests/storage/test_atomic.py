@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfmt.storage import atomic
-from shardfmt.storage.atomic import DIRECT_BLOCK, AtomicFile, temp_path
+from shardfmt._storage import atomic
+from shardfmt._storage.atomic import DIRECT_BLOCK, AtomicFile, temp_path
 
 
 def test_background_syncs_run_while_writing_and_the_commit_waits_for_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

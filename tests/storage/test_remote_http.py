@@ -18,7 +18,7 @@ pytest.importorskip("aiohttp", reason="HTTP URLs need fsspec's HTTP filesystem (
 
 from remote_servers import RangeServer, range_server
 
-import shardfmt.storage.remote
+import shardfmt._storage.remote
 from shardfmt import (
     ChecksumError,
     DatasetNotFoundError,
@@ -29,7 +29,7 @@ from shardfmt import (
     ShardfmtError,
     open_dataset,
 )
-from shardfmt.storage.cache import ShardCache
+from shardfmt._storage.cache import ShardCache
 
 FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
 
@@ -37,7 +37,7 @@ FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
 @pytest.fixture(autouse=True)
 def separate_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test shards are small: keep their header and table reads apart, as for real shards."""
-    monkeypatch.setattr(shardfmt.storage.remote, "MERGE_GAP", 0)
+    monkeypatch.setattr(shardfmt._storage.remote, "MERGE_GAP", 0)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +72,17 @@ def test_open_costs_one_get_for_the_manifest_and_two_per_shard(server: RangeServ
 
 
 def test_nearby_windows_merge_into_one_read(server: RangeServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shardfmt.storage.remote, "MERGE_GAP", 256 * 1024)
+    monkeypatch.setattr(shardfmt._storage.remote, "MERGE_GAP", 256 * 1024)
     reader = open_dataset(f"{server.url}/ds/manifest.json", remote=RemoteOptions(retry=FAST))
     reader.shard(1)
     assert sum(server.requests.values()) == 2
 
 
-def test_a_connection_dropped_mid_shard_is_retried(server: RangeServer, small_dataset_module: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_connection_dropped_mid_shard_is_retried(
+    server: RangeServer, small_dataset_module: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     server.drop_once = {"shard-00001.shard"}
-    with caplog.at_level(logging.WARNING, logger="shardfmt.storage"):
+    with caplog.at_level(logging.WARNING, logger="shardfmt._storage"):
         reader = open_dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST))
         assert record_bytes(reader) == record_bytes(open_dataset(small_dataset_module))
     assert server.dropped and server.dropped[0].endswith("shard-00001.shard")
@@ -231,7 +233,7 @@ def test_map_style_dataset_over_http_in_a_dataloader(server: RangeServer) -> Non
 
 def test_http_is_no_conversion_output_or_listable_source(server: RangeServer, imagefolder: Path) -> None:
     from shardfmt import ConvertError
-    from shardfmt.convert.run import convert
+    from shardfmt._convert.run import convert
 
     with pytest.raises(ConvertError, match="read-only"):
         convert(imagefolder, f"{server.url}/new", workers=1)
@@ -249,8 +251,8 @@ class _Location:
 
 
 def test_the_prefetcher_fetches_the_shards_of_coming_batches_in_order(small_dataset_module: Path) -> None:
-    from shardfmt.loader.prefetch import ShardPrefetcher
-    from shardfmt.sampling import sample_batches
+    from shardfmt._loader.prefetch import ShardPrefetcher
+    from shardfmt._sampling.keys import sample_batches
 
     reader = open_dataset(small_dataset_module)
     reader.location = _Location()  # type: ignore[assignment]

@@ -32,21 +32,12 @@ from remote_servers import (
     upload_tree,
 )
 
-from shardfmt.convert import pipeline as convert_pipeline
-from shardfmt import (
-    IMAGE_CLASSIFICATION,
-    ChecksumError,
-    ConvertError,
-    DatasetWriter,
-    Loader,
-    RemoteError,
-    RemoteOptions,
-    RetryPolicy,
-    open_dataset,
-)
-from shardfmt.cli import main
-from shardfmt.convert.fields import convert_fields
-from shardfmt.convert.run import convert
+from shardfmt import ChecksumError, ConvertError, DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy, open_dataset
+from shardfmt._cli import main
+from shardfmt._convert import loop as convert_pipeline
+from shardfmt._convert.fields import convert_fields
+from shardfmt._convert.run import convert
+from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import RandomCrop
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +103,9 @@ def test_convert_from_s3_source_and_by_cli(imagefolder: Path, tmp_path: Path, en
     assert tree_bytes(tmp_path / "to-local") == tree_bytes(tmp_path / "local")
 
 
-def test_an_interrupted_conversion_to_s3_resumes(imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_conversion_to_s3_resumes(
+    imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
@@ -145,7 +138,9 @@ def test_loader_from_s3_survives_a_connection_cut_mid_shard(indexed: tuple[Path,
         proxy.close()
 
 
-def test_an_outage_surfaces_after_shardfmts_own_attempts(indexed: tuple[Path, str], endpoint: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_outage_surfaces_after_shardfmts_own_attempts(
+    indexed: tuple[Path, str], endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """RetryPolicy is the one retry layer: botocore and s3fs try each call once, so an outage
     costs `attempts` tries (before: 5 x 5 x 2 connections per try, minutes of waiting)."""
     host, port = endpoint.removeprefix("http://").split(":")
@@ -154,7 +149,7 @@ def test_an_outage_surfaces_after_shardfmts_own_attempts(indexed: tuple[Path, st
         policy = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
         reader = open_dataset(indexed[1], remote=RemoteOptions(storage_options=s3_options(proxy.endpoint), retry=policy))
         proxy.take_down()
-        with caplog.at_level("WARNING", logger="shardfmt.storage"), pytest.raises(RemoteError, match="failed after 3 attempts"):
+        with caplog.at_level("WARNING", logger="shardfmt._storage"), pytest.raises(RemoteError, match="failed after 3 attempts"):
             reader[0]["image"]
         assert len([r for r in caplog.records if "retrying in" in r.getMessage()]) == 2
         # per try, one connection, and one more that the HTTP client opens when the first is dropped
@@ -168,7 +163,13 @@ def test_a_cache_smaller_than_a_shard_says_what_to_raise_it_to(indexed: tuple[Pa
     remote = options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest - 1)
     with pytest.raises(RemoteError, match=f"raise cache_size to at least {largest}"):
         Loader(indexed[1], batch_size=8, num_workers=1, size=16, remote=remote)
-    Loader(indexed[1], batch_size=8, num_workers=0, size=16, remote=options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest)).close()
+    Loader(
+        indexed[1],
+        batch_size=8,
+        num_workers=0,
+        size=16,
+        remote=options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest),
+    ).close()
 
 
 def test_a_corrupt_s3_object_is_named(indexed: tuple[Path, str], endpoint: str, s3: Any, tmp_path: Path) -> None:
@@ -209,7 +210,10 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
         assert [(r["key"], r["label"], bytes(r["image"])) for r in ds] == expected
         assert ds.shard_path(1) == "s3://data/tar/shard-00001.tar"
     settings: dict[str, Any] = dict(batch_size=4, size=16, seed=2, window=2, copy=True)
-    with Loader(tmp_path / "local", num_workers=0, **settings) as here, Loader("s3://data/tar", num_workers=2, remote=options(endpoint), **settings) as there:
+    with (
+        Loader(tmp_path / "local", num_workers=0, **settings) as here,
+        Loader("s3://data/tar", num_workers=2, remote=options(endpoint), **settings) as there,
+    ):
         for (a, label_a), (b, label_b) in zip(here, there, strict=True):
             assert torch.equal(a, b) and torch.equal(label_a, label_b)
 
@@ -223,7 +227,9 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
     s3.invalidate_cache()
     assert s3.exists("data/tar-resumed/shard-00001.tar.idx") and not s3.exists("data/tar-resumed/manifest.json")
     s3.rm_file("data/tar-resumed/shard-00001.tar.idx")  # a lost member index redoes its shard
-    result = convert(imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", resume=True, remote=options(endpoint))
+    result = convert(
+        imagefolder, "s3://data/tar-resumed", workers=1, shard_size=6000, shard_format="tar", resume=True, remote=options(endpoint)
+    )
     assert result.reused_shards == len(result.manifest.shards) - 1
     assert s3_tree(s3, "data/tar-resumed") == tree_bytes(tmp_path / "local")
 
@@ -267,8 +273,17 @@ def test_what_object_storage_does_not_take_is_refused(imagefolder: Path, tmp_pat
     upload_tree(s3, imagefolder, "data/fields-src")
     with pytest.raises(ConvertError, match="several sources are folders of one image field each, and must be local"):
         convert_fields(["s3://data/fields-src/class_000", "s3://data/fields-src/class_001"], tmp_path / "out", remote=options(endpoint))
-    result = CliRunner().invoke(main, ["convert", "s3://data/fields-src/class_000", "s3://data/fields-src/class_001", str(tmp_path / "out"),
-                                       "--storage-options", json.dumps(s3_options(endpoint))])
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            "s3://data/fields-src/class_000",
+            "s3://data/fields-src/class_001",
+            str(tmp_path / "out"),
+            "--storage-options",
+            json.dumps(s3_options(endpoint)),
+        ],
+    )
     assert result.exit_code == 1 and "must be local" in result.output, result.output
     for url in ("s3://data/wds/shard-00000.tar", "s3://data/wds/shard-{00000..00001}.tar"):
         with pytest.raises(ValueError, match="only local tars can be opened directly"):
@@ -310,13 +325,24 @@ def test_torchrun_two_ranks_of_two_workers_read_s3_exactly_and_resume(indexed: t
     script.write_text(RANK_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(REPO), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0", "--max-restarts=0", str(script), indexed[1], json.dumps(s3_options(endpoint)), str(tmp_path),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--max-restarts=0",
+        str(script),
+        indexed[1],
+        json.dumps(s3_options(endpoint)),
+        str(tmp_path),
     ]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    assert len(ranks[0]["epoch"]) == len(ranks[1]["epoch"]) == -(-(-(-NUM_RECORDS // 2)) // 6)
+    per_rank = -(-NUM_RECORDS // 2)  # records a rank gets, rounded up
+    assert len(ranks[0]["epoch"]) == len(ranks[1]["epoch"]) == -(-per_rank // 6)
     flat = sorted(x for rank in ranks for batch in rank["epoch"] for x in batch)
     assert flat == list(range(NUM_RECORDS))
     for rank in ranks:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from shardfmt import RemoteOptions, RetryPolicy
-from shardfmt.storage import LocalStore, Redactor, is_url
-from shardfmt.storage.remote import merge_windows
-from shardfmt.storage.retry import ShortReadError, call_with_retries, is_transient
-from shardfmt.storage.urls import join_url
+from shardfmt._storage import LocalStore, Redactor, is_url
+from shardfmt._storage.remote import merge_windows
+from shardfmt._storage.retry import ShortReadError, call_with_retries, is_transient
+from shardfmt._storage.urls import join_url
 
 
 def test_urls_and_local_paths() -> None:
@@ -18,9 +18,19 @@ def test_urls_and_local_paths() -> None:
 
 
 def test_redaction_hides_userinfo_queries_and_secret_options() -> None:
-    options = {"key": "AKIAEXAMPLE123", "secret": "s3cr3t/value", "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"headers": {"Authorization": "Bearer abcdefgh"}}}
+    options = {
+        "key": "AKIAEXAMPLE123",
+        "secret": "s3cr3t/value",
+        "endpoint_url": "http://127.0.0.1:9000",
+        "client_kwargs": {"headers": {"Authorization": "Bearer abcdefgh"}},
+    }
     redact = Redactor.for_location("https://bob:hunter22@example.org/data?X-Amz-Signature=feedface", options)
-    text = redact("GET https://bob:hunter22@example.org/data?X-Amz-Signature=feedface failed; key AKIAEXAMPLE123, secret s3cr3t/value, Bearer abcdefgh")
+    text = redact(
+        (
+            "GET https://bob:hunter22@example.org/data?X-Amz-Signature=feedface failed; key AKIAEXAMPLE123, secret s3cr3t/value, Bearer "
+            "abcdefgh"
+        )
+    )
     for secret in ("hunter22", "feedface", "AKIAEXAMPLE123", "s3cr3t/value", "abcdefgh", "bob:"):
         assert secret not in text
     assert "example.org/data" in text and "127.0.0.1" in redact("endpoint http://127.0.0.1:9000")
@@ -50,7 +60,9 @@ def test_transient_errors_are_retried_with_backoff_and_others_are_not() -> None:
         call_with_retries(always, policy=policy, what="GET x", redact=Redactor(), sleep=waits.append)
     assert len(waits) == 3, "bounded: attempts - 1 waits"
     with pytest.raises(FileNotFoundError):
-        call_with_retries(lambda: (_ for _ in ()).throw(FileNotFoundError("gone")), policy=policy, what="GET x", redact=Redactor(), sleep=waits.append)
+        call_with_retries(
+            lambda: (_ for _ in ()).throw(FileNotFoundError("gone")), policy=policy, what="GET x", redact=Redactor(), sleep=waits.append
+        )
     assert len(waits) == 3, "a missing object is not retried"
 
 

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from shardfmt import (
-    IMAGE_CLASSIFICATION,
     ChecksumError,
     ConvertError,
     DatasetNotFoundError,
@@ -31,23 +30,22 @@ from shardfmt import (
     SchemaError,
     ShardfmtError,
     ShardNotFoundError,
-    ShardReader,
-    ShardWriter,
     open_dataset,
 )
-from shardfmt._sample import make_image
-from shardfmt.dataset.tars import (
+from shardfmt._dataset.tars import (
     CACHE_NAME,
     cache_dirs,
     expand_braces,
     index_tars,
     tar_sources,
 )
-from shardfmt.tar.index import INDEX_SCHEMA, index_path_for, index_tar
-from shardfmt.tar.keys import REJECT_REASONS, split_key
-from shardfmt.tar.reader import TarShardReader
-from shardfmt.tar.scan import iter_tar_samples
-from shardfmt.tar.writer import TarShardWriter
+from shardfmt._synthetic import make_image
+from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader, ShardWriter
+from shardfmt.tar._index import INDEX_SCHEMA, index_path_for, index_tar
+from shardfmt.tar._keys import REJECT_REASONS, split_key
+from shardfmt.tar._reader import TarShardReader
+from shardfmt.tar._scan import iter_tar_samples
+from shardfmt.tar._writer import TarShardWriter
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -182,7 +180,7 @@ def test_index_of_our_tar_is_the_writers_index(tmp_path: Path) -> None:
     assert (tmp_path / "again.idx").read_bytes() == index_path_for(path).read_bytes()
     assert info.tar.num_records == 6 and info.rejects == () and info.max_label == 2
     assert info.tar.size == path.stat().st_size
-    from shardfmt.checksum import checksum
+    from shardfmt._checksum import checksum
 
     assert info.tar.checksum == checksum(path.read_bytes())
     with ShardReader(index_path_for(path)) as index:
@@ -320,7 +318,8 @@ def test_corrupt_image_bytes_raise_checksum_error_naming_tar_and_record(tmp_path
         assert (info.value.path, info.value.record, info.value.offset) == (str(path), 2, start)
         assert str(info.value).startswith(f"{path}: byte {start}: record 2: image member")
     with TarShardReader(path, verify=False) as reader:
-        assert len(bytes(reader.record(2)["image"])) > 0
+        size = int(reader.table[2]["size"])
+        assert bytes(reader.record(2)["image"]) == bytes(data[start : start + size])  # the flipped bytes, unchecked
 
 
 def test_an_index_that_does_not_fit_its_tar_is_a_format_error(tmp_path: Path) -> None:
@@ -375,7 +374,7 @@ def test_malformed_tar(tmp_path: Path, damage: Any, offset: Any, says: str) -> N
 
 
 def test_tar_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardfmt.tar import scan as tar
+    from shardfmt.tar import _scan as tar
 
     path = tmp_path / "a.tar"
     write_ours(path, 3)
@@ -492,7 +491,9 @@ FUZZ_SEED = _fuzz_seed()
 
 def tar_dataset(root: Path, count: int = 9, **options: Any) -> list[tuple[str, bytes, int]]:
     samples = [(f"r{i:02d}", jpeg_bytes(12 + i, 14, seed=i), i % 3) for i in range(count)]
-    with DatasetWriter(root, schema=IMAGE_CLASSIFICATION, shard_format="tar", shard_size=20_000, classes=["a", "b", "c"], **options) as writer:
+    with DatasetWriter(
+        root, schema=IMAGE_CLASSIFICATION, shard_format="tar", shard_size=20_000, classes=["a", "b", "c"], **options
+    ) as writer:
         for key, image, label in samples:
             writer.write({"image": image, "label": label, "key": key})
     return samples
@@ -563,7 +564,10 @@ def test_index_tars_writes_a_dataset_with_rejects(tmp_path: Path) -> None:
     assert manifest.classes == [str(i) for i in range(6)]
     assert manifest.rejects == {"count": 1, "by_reason": {"not-a-jpeg": 1}, "report": "rejects.jsonl"}
     assert json.loads((root / "rejects.jsonl").read_text()) == {
-        "path": "sub/a.tar", "key": "y", "reason": "not-a-jpeg", "detail": "the image member does not start with a JPEG start-of-image marker"
+        "path": "sub/a.tar",
+        "key": "y",
+        "reason": "not-a-jpeg",
+        "detail": "the image member does not start with a JPEG start-of-image marker",
     }
     first = (root / "manifest.json").read_bytes()
     with open_dataset(root) as reader:
@@ -638,7 +642,7 @@ SPEC = Path(__file__).resolve().parents[2] / "spec"
 
 
 def test_spec_header_table_is_what_the_writer_writes() -> None:
-    from shardfmt.tar.writer import _ustar_header
+    from shardfmt.tar._writer import _ustar_header
 
     text = (SPEC / "tar.md").read_text()
     header = _ustar_header(b"cat/0001.cls", 1, b"0")
@@ -679,8 +683,8 @@ def flip(path: Path, offset: int) -> None:
 
 
 def test_verify_checks_images_tars_and_indexes(tmp_path: Path) -> None:
-    from shardfmt.dataset.summary import summarise_dataset
-    from shardfmt.dataset.verify import verify_dataset
+    from shardfmt._dataset.summary import summarise_dataset
+    from shardfmt._dataset.verify import verify_dataset
 
     root = tmp_path / "ds"
     tar_dataset(root)
@@ -702,7 +706,7 @@ def test_verify_checks_images_tars_and_indexes(tmp_path: Path) -> None:
 
 
 def test_verify_names_the_index_of_a_label_without_class(tmp_path: Path) -> None:
-    from shardfmt.dataset.verify import verify_dataset
+    from shardfmt._dataset.verify import verify_dataset
 
     root = tmp_path / "ds"
     tar_dataset(root)

@@ -16,12 +16,13 @@ from conftest import jpeg_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt import IMAGE_CLASSIFICATION, DatasetWriter, Loader, open_dataset
-from shardfmt.dataset.tars import index_tars
-from shardfmt.tar.index import index_tar
-from shardfmt.tar.keys import split_key
-from shardfmt.tar.scan import iter_tar_samples
-from shardfmt.tar.writer import TarShardWriter
+from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt._dataset.tars import index_tars
+from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.tar._index import index_tar
+from shardfmt.tar._keys import split_key
+from shardfmt.tar._scan import iter_tar_samples
+from shardfmt.tar._writer import TarShardWriter
 
 wds = pytest.importorskip("webdataset")
 from webdataset.tariterators import base_plus_ext  # noqa: E402

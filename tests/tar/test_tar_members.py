@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from conftest import jpeg_bytes
 
 from shardfmt import DatasetWriter, ManifestError, open_dataset
-from shardfmt.cli import main
-from shardfmt.dataset.tars import index_tars
-from shardfmt.format.schema import tar_schema
-from shardfmt.tar.keys import member_field
+from shardfmt._cli import main
+from shardfmt._dataset.tars import index_tars
+from shardfmt.format._schema import tar_schema
+from shardfmt.tar._keys import member_field
 
 wds = pytest.importorskip("webdataset")
 
@@ -53,7 +53,7 @@ def test_image_text_tars_index_in_place_with_captions_and_metadata(tmp_path: Pat
     for dataset in (open_dataset(tmp_path / "i2d"), open_dataset(str(tmp_path / "i2d" / "{00000..00002}.tar"))):
         with dataset:
             assert len(dataset) == 12
-            for record, sample in zip(dataset, samples):
+            for record, sample in zip(dataset, samples, strict=True):
                 assert record["key"] == sample["__key__"]
                 assert bytes(record["image"]) == sample["jpg"]
                 assert record["txt"] == sample["txt"]
@@ -65,7 +65,10 @@ def test_the_cli_indexes_image_text_tars_and_info_shows_their_fields(tmp_path: P
     write_with_webdataset(tmp_path / "i2d", image_text_samples(4), per_tar=2)
     result = CliRunner().invoke(main, ["index", str(tmp_path / "i2d")])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == ["4 records in 2 tars, 0 samples rejected", "fields: image (jpeg), key (str), json (json), txt (str)"]
+    assert result.output.splitlines() == [
+        "4 records in 2 tars, 0 samples rejected",
+        "fields: image (jpeg), key (str), json (json), txt (str)",
+    ]
     info = CliRunner().invoke(main, ["info", str(tmp_path / "i2d")])
     assert "fields          image (jpeg), key (str), json (json), txt (str)" in info.output
     assert "classes         none (no labels)" in info.output
@@ -120,7 +123,7 @@ def test_tar_shards_with_fields_are_read_by_webdataset_and_by_shardfmt(tmp_path:
     tars = sorted(str(p) for p in (tmp_path / "out").glob("*.tar"))
     seen = [s for s in wds.WebDataset(tars, shardshuffle=False, empty_check=False)]
     assert [s["__key__"] for s in seen] == [r["key"] for r in records]
-    for sample, record in zip(seen, records):
+    for sample, record in zip(seen, records, strict=True):
         assert set(sample) - {"__key__", "__url__", "__local_path__"} == {"jpg", "json", "txt", "raw"}
         assert json.loads(sample["json"]) == record["json"] and sample["txt"].decode() == record["txt"] and sample["raw"] == record["raw"]
     with open_dataset(tmp_path / "out") as dataset:
@@ -144,7 +147,7 @@ def test_member_field_names(extension: str, name: str | None) -> None:
 
 @pytest.mark.parametrize("shard_format", ["binary", "tar"])
 def test_image_text_tars_convert_with_every_caption_and_json_value(tmp_path: Path, shard_format: str) -> None:
-    from shardfmt.convert.run import convert
+    from shardfmt._convert.run import convert
 
     samples = image_text_samples(9)
     samples[4]["txt"] = b"\xff not UTF-8"  # a caption that cannot be text

@@ -1,0 +1,356 @@
+"""Worker side of a conversion: planned records become storable records, one chunk at a time.
+
+A chunk is a few consecutive records of one shard. For each record a worker reads its files (a
+local file with one `os.read`, the image member of a sample of a tar with one `os.pread`, an
+object of a store with one GET, a row of a Parquet file with the rest of its row group), checks
+and normalises the images, and returns the record's fields, or the reason it is rejected. A
+record builder per record kind does the middle part: `ImageLabelBuilder` for (image, label, key)
+records, `FieldsBuilder` for records of several columns. Builders are small frozen values, so they
+reach worker processes and Ray tasks as they are; the result depends only on the record and the
+options, never on the process.
+
+A worker process of the local pool also gets scratch memory that the converting process shares
+(`engine.imap_ordered`'s `scratch`): `build_chunk` copies the byte values of the chunk's records
+there (the JPEG bytes, kept or re-encoded) and returns where they are (`Placed`), so that the
+bytes the worker checked are the bytes written, and none goes through a pipe.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .._errors import RejectError, SchemaError, ShardfmtError, WorkerError
+from .._jsontext import JsonTextError, parse_json
+from .._storage import RemoteOptions, Store, open_store
+from .._storage.urls import is_url
+from ..format._fieldtypes import HeadedJpeg
+from ..format._jpeg import JpegInfo
+from ..format._layout import MAX_FIELD_SIZE
+from ..tar._keys import tar_key
+from .images import (
+    IMAGE_KINDS,
+    normalise_image,
+    plan_geometry,
+    store_image,
+    upright_size,
+)
+from .plan import ConversionPlan, InputFile, PlannedRecord
+from .sources.parquet import RowGroupReader
+from .sources.results import describe_os_error, display_path
+
+__all__ = [
+    "MAX_INPUT_SIZE",
+    "Built",
+    "Chunk",
+    "FieldsBuilder",
+    "ImageLabelBuilder",
+    "InputReader",
+    "Placed",
+    "build_chunk",
+    "builder_for",
+    "unplace",
+]
+
+MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
+"""Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive records of one shard: (record number, planned record) each."""
+
+    shard: int
+    records: tuple[tuple[int, PlannedRecord], ...]
+
+
+@dataclass(frozen=True)
+class Built:
+    """A record ready to write, or why it is rejected.
+
+    Attributes:
+        number: the record's number in the plan.
+        fields: the record's fields (None if rejected).
+        reencoded: per JPEG field, why it was re-encoded (None: stored as it was).
+        reject: (reason, detail) if rejected.
+    """
+
+    number: int
+    fields: dict[str, Any] | None
+    reencoded: tuple[str | None, ...] = ()
+    reject: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A field's bytes, copied into the chunk's scratch memory instead of sent back in the result.
+
+    Attributes:
+        offset: where they start in the scratch memory.
+        size: their length.
+        info: a JPEG's headers, when the value was a `HeadedJpeg`.
+    """
+
+    offset: int
+    size: int
+    info: JpegInfo | None = None
+
+
+@dataclass(frozen=True)
+class InputReader:
+    """Reads planned files relative to `root`: a local folder, or a URL (a store). A row of a
+    Parquet file (an `InputFile` with a row group) is the value of `image_column` in that row,
+    read with the rest of its row group (`sources.parquet.RowGroupReader`)."""
+
+    root: str
+    remote: RemoteOptions | None = None
+    image_column: str | None = None
+    image_root: str | None = None
+    _store: list[Store] = field(default_factory=list, compare=False, repr=False)
+    _rows: list[RowGroupReader] = field(default_factory=list, compare=False, repr=False)
+
+    def read(self, file: InputFile) -> bytes:
+        """Return the bytes of `file`.
+
+        Raises:
+            RejectError: "unreadable" (the operating system's or the store's message, or a tar
+                that ends early), "too-large" (over `MAX_INPUT_SIZE`), or for a Parquet row
+                "no-image" (its image is null) or "missing-file" (the file its path names is not there).
+        """
+        if file.size > MAX_INPUT_SIZE:
+            raise RejectError(f"{file.size} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
+        if file.row_group is not None:
+            return self._read_row(file)
+        if is_url(self.root):
+            if not self._store:
+                self._store.append(open_store(self.root, remote=self.remote))
+            try:
+                return self._store[0].get(file.path.replace(os.sep, "/"))
+            except OSError as err:
+                raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
+        path = os.path.join(self.root, file.path)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as err:
+            raise RejectError(describe_os_error(err), reason="unreadable") from err
+        try:
+            if file.offset is not None:
+                data = os.pread(fd, file.size, file.offset)
+                if len(data) != file.size:
+                    raise RejectError(f"the tar ends before the member's {file.size} bytes at byte {file.offset}", reason="unreadable")
+                return data
+            return _read_whole(fd, file.size)
+        except OSError as err:
+            raise RejectError(describe_os_error(err), reason="unreadable") from err
+        finally:
+            os.close(fd)
+
+    def _read_row(self, file: InputFile) -> bytes:
+        if not self._rows:
+            self._rows.append(RowGroupReader(self.root, self.image_column or "image", self.remote, self.image_root))
+        data = self._rows[0].image(file.path, row_group=file.row_group or 0, row=file.offset or 0, file_size=file.file_size or 0)
+        if len(data) > MAX_INPUT_SIZE:
+            raise RejectError(f"{len(data)} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
+        return data
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root, "remote": self.remote, "image_column": self.image_column, "image_root": self.image_root,
+                "_store": [], "_rows": []}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+
+def _read_whole(fd: int, size_hint: int) -> bytes:
+    """Read a whole file, normally with one `os.read` of `size_hint` + 1 bytes."""
+    data = os.read(fd, size_hint + 1)
+    if len(data) <= size_hint:
+        return data
+    chunks = [data]  # the file grew since it was planned: read the rest
+    total = len(data)
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_INPUT_SIZE:
+            raise RejectError(f"over the input limit of {MAX_INPUT_SIZE} bytes", reason="too-large")
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class ImageLabelBuilder:
+    """(image, label, key) records: the image normalised (`normalise.normalise_image`). For a tar
+    shard the key must also read back as a tar key (`tar.keys.tar_key`), or the record is a
+    "bad-key" reject before its file is read. Records from tars may have no label
+    (`labelled`) and further members (`members`: field name and kind, one file each): text
+    must be UTF-8 and JSON strict JSON text, or the record is a "bad-member" reject."""
+
+    reader: InputReader
+    max_side: int | None
+    quality: int
+    tar_keys: bool = False
+    labelled: bool = True
+    members: tuple[tuple[str, str], ...] = ()
+
+    def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
+        key = record.key
+        if self.tar_keys:
+            try:
+                key = tar_key(key)
+            except SchemaError as err:
+                raise RejectError(err.message, reason="bad-key") from err
+        data = self.reader.read(record.files[0])
+        image = normalise_image(data, max_side=self.max_side, quality=self.quality)
+        value = image.data if image.info is None else HeadedJpeg(image.data, image.info)  # headers parsed once
+        fields: dict[str, Any] = {"image": value, "label": record.label, "key": key} if self.labelled else {"image": value, "key": key}
+        for (name, kind), file in zip(self.members, record.files[1:], strict=True):
+            fields[name] = member_value(self.reader.read(file), kind, name)
+        return fields, (image.reencoded,)
+
+
+def member_value(data: bytes, kind: str, name: str) -> Any:
+    """The value of a member of `kind` ("str", "json" or "bytes") from its bytes.
+
+    Raises:
+        RejectError: "bad-member": text that is not UTF-8, or JSON that is not strict JSON text.
+    """
+    if kind == "str":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise RejectError(f"member {name!r} is not UTF-8 text: {err}", reason="bad-member") from err
+    if kind == "json":
+        try:
+            return parse_json(data)
+        except JsonTextError as err:
+            raise RejectError(f"member {name!r} is not JSON text: {err}", reason="bad-member") from err
+    return data
+
+
+@dataclass(frozen=True)
+class FieldsBuilder:
+    """Records of several columns: each image read, its size checked against the first image's
+    times its stated scale (a mismatch is a "size-mismatch" reject, read from the headers
+    before decoding), reshaped by one geometry and stored in its kind; values as planned."""
+
+    reader: InputReader
+    columns: tuple[tuple[str, str], ...]
+    scales: tuple[int | None, ...]
+    max_side: int | None
+    patch: int | None
+    quality: int
+
+    def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
+        images = [(name, kind) for name, kind in self.columns if kind in IMAGE_KINDS]
+        datas, sizes = [], []
+        for n, (file, (name, _)) in enumerate(zip(record.files, images, strict=True)):
+            try:
+                data = self.reader.read(file)
+                datas.append(data)
+                sizes.append(upright_size(data))
+            except RejectError as err:
+                raise _in_field(err, name, file.path, n) from err
+        ref_width, ref_height = sizes[0]
+        for n, (file, (name, _), scale) in enumerate(zip(record.files, images, self.scales, strict=True)):
+            if n and scale is not None and sizes[n] != (ref_width * scale, ref_height * scale):
+                raise RejectError(
+                    f"field {name!r} ({display_path(file.path)}) is {sizes[n][0]}x{sizes[n][1]}, not {scale} x "
+                    f"{ref_width}x{ref_height} = {ref_width * scale}x{ref_height * scale} (--scale)",
+                    reason="size-mismatch",
+                )
+        geometry = plan_geometry(ref_width, ref_height, max_side=self.max_side, patch=self.patch)
+        fields: dict[str, Any] = {}
+        reasons: list[str | None] = []
+        for n, (data, file, (name, kind), scale) in enumerate(zip(datas, record.files, images, self.scales, strict=True)):
+            try:
+                stored = store_image(
+                    data, kind=kind, geometry=geometry.scaled(scale or 1) if geometry is not None else None, quality=self.quality
+                )
+            except RejectError as err:
+                raise _in_field(err, name, file.path, n) from err
+            fields[name] = stored.value
+            if kind == "jpeg":
+                reasons.append(stored.reencoded)
+        value_columns = [name for name, kind in self.columns if kind not in IMAGE_KINDS]
+        fields.update(zip(value_columns, record.values, strict=True))
+        fields["key"] = record.key
+        return fields, tuple(reasons)
+
+
+Builder = ImageLabelBuilder | FieldsBuilder
+
+
+def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builder:
+    """The record builder of `plan`'s record kind, reading inputs from its root."""
+    reader = InputReader(plan.root, remote, plan.options.get("image_column"), plan.options.get("image_root"))
+    options = plan.options
+    if plan.record_kind == "image-label":
+        return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar",
+                                 labelled="label" in plan.schema.names, members=plan.columns)
+    return FieldsBuilder(
+        reader, plan.columns, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"]
+    )
+
+
+def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = None) -> list[Built]:
+    """Build every record of `chunk` (this runs in a worker process, a Ray task or inline).
+
+    Args:
+        builder: the record kind's builder.
+        chunk: the records.
+        scratch: memory shared with the converting process, where the records' byte values go
+            while they fit (`Placed`); None sends them back in the result.
+
+    Raises:
+        WorkerError: anything other than a per-record reject, naming the input.
+    """
+    built = []
+    used = 0
+    for number, record in chunk.records:
+        try:
+            fields, reasons = builder.build(record)
+        except RejectError as err:
+            built.append(Built(number, None, reject=(err.reason, err.message)))
+            continue
+        except Exception as err:
+            where = display_path(record.path) + (f": sample {record.sample_key}" if record.sample_key is not None else "")
+            message = err.message if isinstance(err, ShardfmtError) else str(err)
+            raise WorkerError(f"input {where}: {type(err).__name__}: {message}") from err
+        if scratch is not None:
+            fields, used = _place(fields, scratch, used)
+        built.append(Built(number, fields, reasons))
+    return built
+
+
+def _place(fields: dict[str, Any], scratch: memoryview, used: int) -> tuple[dict[str, Any], int]:
+    """The fields with each byte value copied into `scratch` from `used` on, while it fits."""
+    placed = dict(fields)
+    for name, value in fields.items():
+        data, info = (value.data, value.info) if isinstance(value, HeadedJpeg) else (value, None)
+        if not isinstance(data, (bytes, bytearray)) or used + len(data) > len(scratch):
+            continue
+        scratch[used : used + len(data)] = data
+        placed[name] = Placed(used, len(data), info)
+        used += len(data)
+    return placed, used
+
+
+def unplace(fields: dict[str, Any], scratch: memoryview | None) -> dict[str, Any]:
+    """The fields with each `Placed` value replaced by a view of its bytes in `scratch` (a
+    `HeadedJpeg` where the headers came along); the views are valid until the scratch memory
+    is handed to the next chunk."""
+    if scratch is None:
+        return fields
+    out = dict(fields)
+    for name, value in fields.items():
+        if isinstance(value, Placed):
+            data = scratch[value.offset : value.offset + value.size]
+            out[name] = data if value.info is None else HeadedJpeg(data, value.info)
+    return out
+
+
+def _in_field(err: RejectError, name: str, path: str, n: int) -> RejectError:
+    """The reject of one file, its detail naming the field (and the file, for a partner)."""
+    where = f"field {name!r}" if n == 0 else f"field {name!r} ({display_path(path)})"
+    return RejectError(f"{where}: {err.message}", reason=err.reason)

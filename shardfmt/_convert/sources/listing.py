@@ -1,0 +1,341 @@
+"""Listings: one CSV/JSONL parser and one set of row rules, for every listing wherever it lies.
+
+A listing is a ``.csv`` file with a header, or a ``.jsonl`` file of one JSON object per line
+(blank lines skipped, a UTF-8 byte-order mark allowed). Two readings of it:
+
+- **path,label** (`scan_listing`, for `convert`): the header starts with ``path,label`` (further
+  columns are ignored) or every object has a string ``"path"`` and a ``"label"``.
+- **columns** (`scan_table`, for records of several fields): every column of the header, or the
+  first object's keys, which every line must repeat. A column's kind is declared or inferred:
+  ``label`` is the label; a column of integers is int64, of numbers float64; any other column
+  names files, stored as the ``store`` kind. A column named ``path`` becomes the field
+  ``image``, so ``path,label,weight`` keeps the fields of ``path,label`` and adds ``weight``.
+
+The same rules judge every row of both readings, and whether the listing is a local file or an
+object given by URL (the `Tree` it lies in differs, nothing else):
+
+- labels are all integers (the dataset then has no class names) or all strings (class names,
+  sorted as plain strings, label = index); in a CSV, where every cell is text, the labels are
+  integers when every one reads as an integer (``[+-]?[0-9]+``, spaces trimmed); an integer
+  label must fit in int64; a class name must not be empty;
+- paths are relative to the listing's folder and stay inside it; the first path of a row names
+  the record's reference file, so it must not be empty (a later one may be: the record is then
+  rejected as "no-partner"); inputs keep the listing's order;
+- a listed path that names no regular file is rejected as "unreadable" (in a later path
+  column: the record is rejected as "no-partner"); the hidden-file rule does not apply, since a
+  listing names its files on purpose.
+
+The key of a record is its first path without the last extension.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from ..._errors import ConvertError
+from .results import (
+    FieldColumn,
+    FieldInput,
+    FieldScan,
+    ScanReject,
+    SourceFile,
+    SourceScan,
+    display_path,
+    is_field_name,
+    record_key,
+)
+from .trees import Tree
+
+__all__ = ["LISTING_SUFFIXES", "columns_of", "scan_listing", "scan_table"]
+
+LISTING_SUFFIXES: Final = (".csv", ".jsonl")
+_LABELLED: Final = ("path", "label")
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_HEAD_SIZE = 1 << 20
+"""Bytes read to find a listing's columns: its first line must end within them."""
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """A parsed listing: its kind ("csv" or "jsonl"), column names, and (line number, cells) rows."""
+
+    kind: str
+    names: tuple[str, ...]
+    rows: list[tuple[int, list[Any]]]
+
+
+def scan_listing(tree: Tree, name: str) -> SourceScan:
+    """Find the inputs a ``path,label`` listing names (see the module docstring).
+
+    Args:
+        tree: the listing's folder; name: the listing's name in it.
+
+    Raises:
+        ConvertError: the listing cannot be read or is malformed; the message names the line.
+    """
+    listing = _read(tree, name, columns=_LABELLED)
+    scan = _scan_rows(tree, name, listing, (FieldColumn("image", "jpeg"), FieldColumn("label", "label")))
+    inputs = tuple(replace(item.files[0], label=item.values[0]) for item in scan.inputs)
+    return SourceScan(tree.root, listing.kind, scan.classes, inputs, scan.rejects)
+
+
+def scan_table(tree: Tree, name: str, *, declared: Mapping[str, str | None], store: str) -> FieldScan:
+    """Find the records of a listing of several columns (see the module docstring).
+
+    Args:
+        declared: kinds of the columns named; the others are inferred.
+        store: the kind of file columns whose kind is not declared.
+
+    Raises:
+        ConvertError: the listing cannot be read or is malformed, or the declarations do not fit it.
+    """
+    where = tree.describe(name)
+    listing = _read(tree, name, columns=None)
+    for column in listing.names:
+        if not is_field_name(column):
+            raise ConvertError(f"line 1: column {column!r} is not a field name (an identifier, not 'key'); rename it", path=where)
+    unknown = set(declared) - set(listing.names)
+    if unknown:
+        raise ConvertError(f"--field names columns the listing does not have: {', '.join(sorted(unknown))}", path=where)
+    if "path" in listing.names and "image" in listing.names:
+        raise ConvertError("line 1: columns 'path' and 'image' would both be the field image; rename one", path=where)
+    found = tuple(
+        FieldColumn(
+            "image" if column == "path" else column, declared.get(column) or _infer(column, [row[i] for _, row in listing.rows], store)
+        )
+        for i, column in enumerate(listing.names)
+    )
+    if not any(column.is_image for column in found):
+        raise ConvertError("no column names files: declare the image columns with --field NAME=KIND", path=where)
+    if sum(column.kind == "label" for column in found) > 1:
+        raise ConvertError("more than one label column", path=where)
+    return _scan_rows(tree, name, listing, found)
+
+
+def columns_of(tree: Tree, name: str) -> list[str] | None:
+    """Return the column names of a listing (its header, or its first object's keys), or None
+    if it cannot be read or its first line is not a header or an object. Reads its first MiB."""
+    try:
+        head = tree.read(name, limit=_HEAD_SIZE)
+        if len(head) == _HEAD_SIZE:
+            head = head[: head.rfind(b"\n") + 1]  # whole lines only
+        for line in head.decode("utf-8-sig").splitlines():
+            if not line.strip():
+                continue
+            if name.lower().endswith(".csv"):
+                return [column.strip() for column in next(csv.reader([line]))]
+            value = json.loads(line)
+            return list(value) if isinstance(value, dict) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None
+
+
+def _read(tree: Tree, name: str, *, columns: Sequence[str] | None) -> _Listing:
+    """Parse listing `name`: with `columns`, only those (which it must start with or hold), else all."""
+    where = tree.describe(name)
+    try:
+        text = tree.read(name).decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConvertError(f"cannot read the listing: {err}", path=where) from err
+    if name.lower().endswith(".csv"):
+        names, rows = _csv_rows(text, where, columns)
+        return _Listing("csv", names, rows)
+    names, rows = _jsonl_rows(text, where, columns)
+    return _Listing("jsonl", names, rows)
+
+
+def _csv_rows(text: str, where: str, columns: Sequence[str] | None) -> tuple[tuple[str, ...], list[tuple[int, list[Any]]]]:
+    reader = csv.reader(text.splitlines())
+    header = next(reader, None)
+    if columns is not None:
+        if header is None or [h.strip() for h in header[: len(columns)]] != list(columns):
+            raise ConvertError(f"line 1: the header must start with '{','.join(columns)}', found {header!r}", path=where)
+        names = tuple(columns)
+    else:
+        if not header:
+            raise ConvertError("line 1: the listing has no header", path=where)
+        names = tuple(h.strip() for h in header)
+        if len(set(names)) != len(names):
+            raise ConvertError(f"line 1: column names repeat: {list(names)}", path=where)
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        if not row:
+            continue
+        if columns is not None and len(row) < len(columns):
+            raise ConvertError(f"line {line}: expected '{','.join(columns)}', found {row!r}", path=where)
+        if columns is None and len(row) != len(names):
+            raise ConvertError(f"line {line}: {len(row)} cells, the header has {len(names)}", path=where)
+        rows.append((line, list(row[: len(names)])))
+    return names, rows
+
+
+def _json_lines(text: str, where: str) -> Iterator[tuple[int, Any]]:
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield line, json.loads(raw)
+        except ValueError as err:
+            raise ConvertError(f"line {line}: not JSON: {err}", path=where) from err
+
+
+def _jsonl_rows(text: str, where: str, columns: Sequence[str] | None) -> tuple[tuple[str, ...], list[tuple[int, list[Any]]]]:
+    names: tuple[str, ...] | None = tuple(columns) if columns is not None else None
+    rows = []
+    for line, value in _json_lines(text, where):
+        if columns is not None:
+            if not isinstance(value, dict) or not isinstance(value.get("path"), str):
+                raise ConvertError(f'line {line}: expected {{"path": "...", "label": ...}}', path=where)
+            rows.append((line, [value.get(column) for column in columns]))
+            continue
+        if not isinstance(value, dict):
+            raise ConvertError(f"line {line}: expected an object", path=where)
+        if names is None:
+            names = tuple(value)
+        if set(value) != set(names):
+            raise ConvertError(f"line {line}: keys {sorted(value)} differ from the first line's {sorted(names)}", path=where)
+        for column in names:
+            if value[column] is not None and not isinstance(value[column], (str, int, float)):
+                raise ConvertError(
+                    f"line {line}: {column!r} is a {type(value[column]).__name__}; values are strings or numbers", path=where
+                )
+        rows.append((line, [value[column] for column in names]))
+    if names is None:
+        raise ConvertError("the listing is empty", path=where)
+    return names, rows
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """How a listing's label column reads: class names (None: integers), and from text or not."""
+
+    classes: tuple[str, ...] | None
+    index: Mapping[str, int]
+    from_text: bool
+
+    @classmethod
+    def judge(cls, cells: list[tuple[int, Any]], *, kind: str, where: str) -> _Labels:
+        for line, cell in cells:
+            if isinstance(cell, bool) or not isinstance(cell, (int, str)):
+                raise ConvertError(f"line {line}: label must be an integer or a string, found {cell!r}", path=where)
+        texts = [cell for _, cell in cells if isinstance(cell, str)]
+        if not cells or len(texts) != len(cells):
+            return cls(None, {}, False)
+        if kind == "csv" and all(_INT.match(text.strip()) for text in texts):
+            return cls(None, {}, True)
+        classes = tuple(sorted({text.strip() if kind == "csv" else text for text in texts}))
+        return cls(classes, {name: i for i, name in enumerate(classes)}, False)
+
+    def value(self, cell: Any, *, kind: str, line: int, where: str) -> int:
+        """The label of one row: its class index, or its integer."""
+        text = cell.strip() if isinstance(cell, str) and kind == "csv" else cell
+        if self.from_text:
+            text = int(text)
+        if isinstance(text, str) != (self.classes is not None):
+            raise ConvertError(f"line {line}: labels must be all integers or all strings", path=where)
+        if isinstance(text, str):
+            if not text:
+                raise ConvertError(f"line {line}: empty label", path=where)
+            return self.index[text]
+        if not _INT64[0] <= text <= _INT64[1]:
+            raise ConvertError(f"line {line}: label {text} does not fit in int64", path=where)
+        return int(text)
+
+
+def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColumn, ...]) -> FieldScan:
+    """Judge every row: its values, then its files in column order."""
+    where = tree.describe(name)
+    images = [i for i, column in enumerate(found) if column.is_image]
+    others = [i for i, column in enumerate(found) if not column.is_image]
+    label = next((i for i in others if found[i].kind == "label"), None)
+    labels = (
+        _Labels.judge([(line, row[label]) for line, row in listing.rows], kind=listing.kind, where=where) if label is not None else None
+    )
+    inputs: list[FieldInput] = []
+    rejects: list[ScanReject] = []
+    for line, row in listing.rows:
+        values = tuple(
+            labels.value(row[i], kind=listing.kind, line=line, where=where)
+            if labels is not None and i == label
+            else _value(found[i], row[i], line, where)
+            for i in others
+        )
+        files: list[SourceFile] = []
+        problem: tuple[str, str, str] | None = None
+        for n, i in enumerate(images):
+            cell = row[i]
+            if n and (not isinstance(cell, str) or not cell):
+                problem = (display_path(files[0].path), "no-partner", f"line {line}: no file in column {listing.names[i]!r}")
+                break
+            rel = _listed_path(cell, line, where)
+            entry = tree.lookup(rel)
+            if entry.reject is not None:
+                reason, detail = entry.reject
+                if n == 0:
+                    problem = (display_path(rel), reason, detail)
+                else:
+                    problem = (display_path(files[0].path), "no-partner", f"column {listing.names[i]!r}: {display_path(rel)}: {detail}")
+                break
+            files.append(SourceFile(rel, 0, entry.size, entry.version))
+        if problem is not None:
+            rejects.append(ScanReject(len(inputs), *problem))
+            continue
+        inputs.append(FieldInput(tuple(files), values, record_key(files[0].path)))
+    columns = tuple(found[i] for i in images + others)
+    classes = labels.classes if labels is not None else None
+    return FieldScan(tree.root, listing.kind, columns, classes, tuple(inputs), tuple(rejects))
+
+
+def _listed_path(path: Any, line: int, where: str) -> str:
+    """Return a listed path in normal form, or fail if it is empty, absolute or leaves the folder."""
+    if not isinstance(path, str) or not path or os.path.isabs(path) or "\x00" in path:
+        raise ConvertError(f"line {line}: path {path!r} must be non-empty and relative to the listing's folder", path=where)
+    rel = os.path.normpath(path)
+    if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        raise ConvertError(f"line {line}: path {path!r} leaves the listing's folder", path=where)
+    return rel
+
+
+def _infer(name: str, cells: list[Any], store: str) -> str:
+    if name == "label":
+        return "label"
+    if cells and all(isinstance(c, int) and not isinstance(c, bool) or isinstance(c, str) and _INT.match(c.strip()) for c in cells):
+        return "int64"
+    if cells and all(isinstance(c, (int, float)) and not isinstance(c, bool) or isinstance(c, str) and _is_float(c) for c in cells):
+        return "float64"
+    return store
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _value(column: FieldColumn, cell: Any, line: int, where: str) -> Any:
+    try:
+        if column.kind == "str":
+            if not isinstance(cell, str):
+                raise ValueError("not a string")
+            return cell
+        if column.kind == "int64":
+            value = int(cell.strip()) if isinstance(cell, str) and _INT.match(cell.strip()) else cell
+            if isinstance(value, bool) or not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
+                raise ValueError("not an integer that fits in int64")
+            return value
+        value = float(cell) if isinstance(cell, (str, int, float)) and not isinstance(cell, bool) else None
+        if value is None:
+            raise ValueError("not a number")
+        return value
+    except ValueError as err:
+        raise ConvertError(f"line {line}: column {column.name!r} ({column.kind}): {cell!r} is {err}", path=where) from err

@@ -1,0 +1,556 @@
+"""Parquet files as the source of a conversion: one record per row, the encoded image in a column.
+
+The layout is the Hugging Face Hub's: an image column that is binary, or a struct whose ``bytes``
+field is binary (``{"bytes": ..., "path": ...}``), and a label column. Files are one ``.parquet``
+file, a glob pattern of them (``data/train-*.parquet``; by URL, the pattern is in the file name),
+or several files; they are read in the order of their paths, rows in file order. Local files are
+read memory-mapped, stored ones through the store's range reads.
+
+Columns (`ParquetColumns`): ``image`` by default; ``label`` if the files have it (else every label
+is 0 and the dataset has no class names); the key is the file's path without ``.parquet`` and the
+row number in the file (``train-00000-of-00002/17``), or the value of a key column.
+
+Labels: an integer column gives the labels as they are; its class names come from the Hugging
+Face features stored in the schema metadata (``huggingface``: a ``ClassLabel`` with ``names``)
+where present, and a label outside them is "bad-label"; metadata that is there but malformed is
+a `ConvertError` (its names cannot be told). Without such names the dataset has no class names.
+A string column gives class names, sorted as plain strings, label = index.
+
+Found while scanning and reported as rejects, never fatal: "no-label" (a null label),
+"bad-label" (an empty class name, or an integer that names no class), "bad-key" (a null or
+empty key), "corrupt" (a file that is not readable as Parquet). Found when the row is built:
+"no-image" (a null image, or a struct without bytes), then every rule of an image file.
+A missing column, or a column of the wrong type, is a `ConvertError`: it is the command that
+is wrong, not a row.
+
+Rows are planned without reading the images: a row's size is its share of its row group's
+image column bytes, from the file's metadata. A record is addressed by (file, row group, row);
+a conversion reads one row group's images at a time (`RowGroupReader`), so row groups are the
+unit of parallel reading. pyarrow is an optional dependency (``shardfmt[parquet]``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ..._errors import ConvertError, RejectError
+from ..._storage import ByteSource, RemoteOptions, open_store
+from ..._storage.urls import is_url, local_path
+from .results import ScanReject, SourceFile, SourceScan, display_path, record_key
+from .trees import Entry, LocalTree, StoreTree, Tree
+
+pa: Any = None
+pq: Any = None
+"""pyarrow and pyarrow.parquet, imported by `require_pyarrow` when a Parquet or Arrow file is met
+(an optional dependency, and a slow import that ``import shardfmt`` does not pay)."""
+
+__all__ = [
+    "ARROW_SUFFIX",
+    "NO_PYARROW",
+    "PARQUET_SUFFIX",
+    "ParquetColumns",
+    "RowGroupReader",
+    "has_pattern",
+    "local_parquet",
+    "names_parquet",
+    "saved_dataset_files",
+    "scan_parquet",
+    "store_parquet_names",
+]
+
+PARQUET_SUFFIX: Final = ".parquet"
+ARROW_SUFFIX: Final = ".arrow"
+"""An Arrow IPC file, as ``datasets``' ``save_to_disk`` writes them (``data-00000-of-00001.arrow``)."""
+NO_PYARROW: Final = "reading Parquet files needs pyarrow: pip install 'shardfmt[parquet]'"
+_PATTERN_CHARACTERS: Final = "*?["
+
+
+@dataclass(frozen=True)
+class ParquetColumns:
+    """Which columns of the Parquet files make a record.
+
+    Attributes:
+        image: the encoded image: binary, or a struct with a binary ``bytes`` field.
+        label: an integer or string column; None: ``label`` if the files have it, else none.
+        key: a column whose values are the record keys; None: file name and row number.
+        image_root: the folder that relative image paths are resolved against (a row whose
+            image is a ``path`` without ``bytes``); None: the folder of the row's file.
+    """
+
+    image: str = "image"
+    label: str | None = None
+    key: str | None = None
+    image_root: str | None = None
+
+    def to_options(self) -> dict[str, str | None]:
+        """How the manifest's ``converter.options`` records the columns (and the image root, if given)."""
+        options = {"image_column": self.image, "label_column": self.label, "key_column": self.key}
+        if self.image_root is not None:
+            options["image_root"] = self.image_root
+        return options
+
+
+def names_parquet(location: str | os.PathLike[str]) -> bool:
+    """True if `location` (a path, a pattern or a URL) names Parquet or Arrow files: it ends in
+    ``.parquet`` or ``.arrow``."""
+    return os.fspath(location).partition("?")[0].rstrip("/").lower().endswith((PARQUET_SUFFIX, ARROW_SUFFIX))
+
+
+def saved_dataset_files(folder: Path) -> list[str] | None:
+    """The Arrow files of a folder that ``datasets``' ``save_to_disk`` wrote (``state.json``,
+    ``dataset_info.json`` and ``data-NNNNN-of-NNNNN.arrow``), in the order ``state.json`` lists
+    them; None if `folder` is not such a folder.
+
+    Raises:
+        ConvertError: the folder holds a saved ``DatasetDict`` (one sub-folder per split), or
+            its ``state.json`` cannot be read.
+    """
+    if (folder / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
+        raise ConvertError(f"a saved DatasetDict: convert one split's folder ({', '.join(splits) or 'none found'})", path=folder)
+    if not ((folder / "state.json").is_file() and (folder / "dataset_info.json").is_file()):
+        return None
+    try:
+        state = json.loads((folder / "state.json").read_bytes())
+        files = [str(item["filename"]) for item in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConvertError(f"state.json of a saved dataset cannot be read: {err}", path=folder) from err
+    return files
+
+
+def has_pattern(name: str) -> bool:
+    """True if `name` is a glob pattern (holds ``*``, ``?`` or ``[``)."""
+    return any(character in name for character in _PATTERN_CHARACTERS)
+
+
+def local_parquet(locations: Sequence[str]) -> tuple[LocalTree, list[str]]:
+    """The local Parquet files that `locations` (files or glob patterns) name: their deepest
+    common folder and their paths relative to it, sorted.
+
+    Raises:
+        ConvertError: a file does not exist, or a pattern matches no file.
+    """
+    found: set[str] = set()
+    for location in locations:
+        path = local_path(location)
+        if has_pattern(path):
+            matched = [p for p in glob.glob(path) if os.path.isfile(p)]
+            if not matched:
+                raise ConvertError("no file matches the pattern", path=location)
+            found.update(os.path.abspath(p) for p in matched)
+        elif os.path.isfile(path):
+            found.add(os.path.abspath(path))
+        else:
+            raise ConvertError("the source does not exist" if not os.path.exists(path) else "the source is not a file", path=location)
+    root = os.path.commonpath([os.path.dirname(p) for p in found])
+    return LocalTree(Path(root)), sorted(os.path.relpath(p, root) for p in found)
+
+
+def store_parquet_names(tree: StoreTree, name: str) -> list[str]:
+    """The objects of the store folder `tree` that `name` (a file name or a pattern) names, sorted.
+
+    Raises:
+        ConvertError: the object does not exist, or the pattern matches none.
+    """
+    if not has_pattern(name):
+        if tree.lookup(name).reject is not None:
+            raise ConvertError("the source does not exist", path=tree.describe(name))
+        return [name]
+    names = sorted(entry.path for entry in tree.entries(None) if not entry.is_dir and fnmatch.fnmatchcase(entry.name, name))
+    if not names:
+        raise ConvertError("no object matches the pattern", path=tree.describe(name))
+    return names
+
+
+def require_pyarrow() -> None:
+    """Import pyarrow; raise ConvertError (`NO_PYARROW`) when it is not installed."""
+    global pa, pq
+    if pq is not None:
+        return
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError as err:
+        raise ConvertError(NO_PYARROW) from err
+    pa, pq = pyarrow, pyarrow.parquet
+
+
+def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan:
+    """Find the rows of Parquet files `names` (relative to `tree`), in order (see the module docstring).
+
+    Raises:
+        ConvertError: pyarrow is missing; a file does not exist; a column is missing or of a
+            type that cannot be an image, a label or a key; the files disagree on the label
+            column's kind or on its class names.
+    """
+    require_pyarrow()
+    rows: list[tuple[SourceFile, Any, Any, str]] = []  # (input without its label, label value, key value, where)
+    rejects: list[ScanReject] = []
+    label_kind: tuple[str, str] | None = None  # (kind, the file that decided it)
+    names_found: tuple[tuple[str, ...], str] | None = None
+    for name in names:
+        entry = tree.lookup(name)
+        where = tree.describe(name)
+        if entry.reject is not None:
+            raise ConvertError(f"cannot read the Parquet file: {entry.reject[1]}", path=where)
+        try:
+            parquet = _open(tree, entry)
+            schema = parquet.schema_arrow
+        except (OSError, pa.ArrowException) as err:
+            rejects.append(ScanReject(len(rows), display_path(name), "corrupt", f"not a readable Parquet file: {err}"))
+            continue
+        label = columns.label if columns.label is not None or "label" not in schema.names else "label"
+        _check_columns(schema, columns, label, where)
+        if label is None and label_kind is not None:
+            raise ConvertError(f"no label column, but {label_kind[1]} has one", path=where)
+        if label is not None and label_kind is None and rows:
+            raise ConvertError(f"column {label!r} holds labels here, but the files before have no label column", path=where)
+        if label is not None:
+            kind = _label_kind(schema.field(label).type, label, where)
+            if label_kind is not None and kind != label_kind[0]:
+                raise ConvertError(f"column {label!r} holds {kind} labels here, {label_kind[0]} labels in {label_kind[1]}", path=where)
+            label_kind = (kind, where)
+            hf_names = _class_names(schema, label, where)
+            if hf_names is not None:
+                if names_found is not None and hf_names != names_found[0]:
+                    raise ConvertError(f"the class names of column {label!r} differ from those of {names_found[1]}", path=where)
+                names_found = (hf_names, where)
+        _read_rows(parquet, name, entry, label=label, columns=columns, rows=rows, rejects=rejects)
+    return _labelled(tree, rows, rejects, label_kind[0] if label_kind is not None else None,
+                     names_found[0] if names_found is not None else None)
+
+
+def _read_rows(
+    parquet: Any, name: str, entry: Entry, *, label: str | None, columns: ParquetColumns,
+    rows: list[tuple[SourceFile, Any, Any, str]], rejects: list[ScanReject],
+) -> None:
+    """Append each row of one file, row group by row group, with its label and key values (not
+    yet checked); a row group that cannot be read is one reject."""
+    wanted = [column for column in (label, columns.key) if column is not None]
+    metadata = parquet.metadata
+    row = 0
+    for group in range(metadata.num_row_groups):
+        count = metadata.row_group(group).num_rows
+        sizes = _row_sizes(metadata.row_group(group), columns.image, count)
+        try:
+            table = parquet.read_row_group(group, columns=wanted) if wanted else None
+        except (OSError, pa.ArrowException) as err:
+            detail = f"row group {group} (rows {row} to {row + count - 1}) cannot be read: {err}"
+            rejects.append(ScanReject(len(rows), display_path(name), "corrupt", detail))
+            row += count
+            continue
+        labels = table.column(label).to_pylist() if table is not None and label is not None else [0] * count
+        keys = table.column(columns.key).to_pylist() if table is not None and columns.key is not None else [None] * count
+        for n in range(count):
+            key = keys[n] if columns.key is not None else f"{record_key(name)}/{row + n}"
+            item = SourceFile(name, 0, sizes[n], entry.version, offset=n, sample_key=None if key is None else str(key),
+                              row_group=group, file_size=entry.size)
+            rows.append((item, labels[n], key, f"row {row + n} (row group {group})"))
+        row += count
+
+
+def _labelled(tree: Tree, rows: list[tuple[SourceFile, Any, Any, str]], found: list[ScanReject], kind: str | None,
+              class_names: tuple[str, ...] | None) -> SourceScan:
+    """Give each row its label (or reject it), merging the rejects found on the way in input order."""
+    classes: tuple[str, ...] | None = class_names
+    if kind == "string":
+        classes = tuple(sorted({value for _, value, _, _ in rows if isinstance(value, str) and value}))
+    index = {name: n for n, name in enumerate(classes)} if kind == "string" and classes is not None else {}
+    inputs: list[SourceFile] = []
+    rejects: list[ScanReject] = []
+    pending = iter(found)
+    upcoming = next(pending, None)
+    for position, (item, value, key, where) in enumerate(rows):
+        while upcoming is not None and upcoming.position <= position:
+            rejects.append(ScanReject(len(inputs), upcoming.path, upcoming.reason, upcoming.detail, upcoming.key))
+            upcoming = next(pending, None)
+        shown = display_path(item.sample_key) if item.sample_key is not None else None
+        problem: tuple[str, str] | None = None
+        if item.sample_key is None or item.sample_key == "":
+            problem = ("bad-key", f"{where}: the key is {'null' if key is None else 'empty'}")
+        elif value is None:
+            problem = ("no-label", f"{where}: the label is null")
+        elif kind == "string":
+            if value == "":
+                problem = ("bad-label", f"{where}: the class name is empty")
+            else:
+                value = index[value]
+        elif classes is not None and not 0 <= value < len(classes):
+            problem = ("bad-label", f"{where}: label {value} names no class (the files name {len(classes)} classes)")
+        elif not -(1 << 63) <= value < 1 << 63:
+            problem = ("bad-label", f"{where}: label {value} does not fit in int64")
+        if problem is not None:
+            rejects.append(ScanReject(len(inputs), display_path(item.path), *problem, key=shown))
+            continue
+        inputs.append(
+            SourceFile(item.path, int(value), item.size, item.mtime_ns, item.offset, item.sample_key, item.row_group, item.file_size)
+        )
+    while upcoming is not None:
+        rejects.append(ScanReject(len(inputs), upcoming.path, upcoming.reason, upcoming.detail, upcoming.key))
+        upcoming = next(pending, None)
+    return SourceScan(tree.root, "parquet", classes, tuple(inputs), tuple(rejects))
+
+
+def _check_columns(schema: Any, columns: ParquetColumns, label: str | None, where: str) -> None:
+    for role, column in (("image", columns.image), ("label", label), ("key", columns.key)):
+        if column is not None and column not in schema.names:
+            raise ConvertError(f"no {role} column {column!r}; the file's columns are {', '.join(schema.names)}", path=where)
+    kind = schema.field(columns.image).type
+    if not (_is_binary(kind) or (pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and _is_binary(kind.field("bytes").type))):
+        raise ConvertError(
+            f"column {columns.image!r} holds {kind}; an image column is binary, or a struct with a binary "
+            "'bytes' field (as Hugging Face writes it)",
+            path=where,
+        )
+    if columns.key is not None:
+        key_type = schema.field(columns.key).type
+        if not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type) or pa.types.is_integer(key_type)):
+            raise ConvertError(f"key column {columns.key!r} holds {key_type}; a key column holds strings or integers", path=where)
+
+
+def _is_binary(kind: Any) -> bool:
+    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+
+
+def _label_kind(kind: Any, column: str, where: str) -> str:
+    """ "integer" or "string": what the label column holds (a dictionary column by its values)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_integer(kind):
+        return "integer"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string"
+    raise ConvertError(f"label column {column!r} holds {kind}; a label column holds integers or strings (class names)", path=where)
+
+
+def _class_names(schema: Any, column: str, where: str) -> tuple[str, ...] | None:
+    """The class names the Hugging Face features in the schema metadata give `column`, if any.
+
+    Raises:
+        ConvertError: the metadata is there but malformed (not JSON, or a ``ClassLabel`` whose
+            ``names`` are not a list of distinct non-empty strings): without its names, labels
+            outside them would be taken as they are.
+    """
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    fix = "fix the metadata, or write the files without it to take the labels as plain integers"
+    try:
+        info = json.loads(raw)
+    except ValueError as err:
+        raise ConvertError(f"the Hugging Face metadata (schema metadata 'huggingface') is not JSON ({err}): {fix}", path=where) from None
+    features = info.get("info", {}).get("features", {}) if isinstance(info, dict) and isinstance(info.get("info", {}), dict) else None
+    if not isinstance(features, dict):
+        raise ConvertError(f"the Hugging Face metadata holds no mapping of features: {fix}", path=where)
+    feature = features.get(column)
+    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
+        return None
+    names = feature.get("names")
+    if (
+        not isinstance(names, list)
+        or not names
+        or not all(isinstance(name, str) and name for name in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ConvertError(
+            f"the Hugging Face ClassLabel of column {column!r} has names {names!r}, not a list of distinct non-empty strings: {fix}",
+            path=where,
+        )
+    return tuple(names)
+
+
+def _row_sizes(group: Any, image: str, count: int) -> list[int]:
+    """Each row's share of the image column's bytes in row group `group` (from metadata only)."""
+    total = 0
+    if isinstance(group, _ArrowBatch):
+        total = group.image_bytes(image)
+    for n in range(0 if isinstance(group, _ArrowBatch) else group.num_columns):
+        chunk = group.column(n)
+        if chunk.path_in_schema in (image, f"{image}.bytes"):
+            total += int(chunk.total_uncompressed_size)
+    share, extra = divmod(total, max(count, 1))
+    return [share + (1 if n < extra else 0) for n in range(count)]
+
+
+def _open(tree: Tree, entry: Entry) -> Any:
+    """A `pyarrow.parquet.ParquetFile` of `entry`: memory-mapped if local, range reads if stored;
+    for an Arrow file an `_ArrowFile`, which reads like one."""
+    if isinstance(tree, StoreTree):
+        source = tree.store.open(entry.path.replace(os.sep, "/"), size=entry.size)
+        return (
+            _ArrowFile(pa.py_buffer(source.read(0, source.size)))
+            if entry.path.endswith(ARROW_SUFFIX)
+            else pq.ParquetFile(_SourceFile(source))
+        )
+    path = os.path.join(os.fspath(tree.root), entry.path)
+    return _ArrowFile(pa.memory_map(path)) if path.endswith(ARROW_SUFFIX) else pq.ParquetFile(path, memory_map=True)
+
+
+class _ArrowBatch:
+    """One record batch of an Arrow file, seen as a Parquet row group's metadata."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+        self.num_rows = batch.num_rows
+
+    def image_bytes(self, column: str) -> int:
+        return int(self.batch.column(column).nbytes)
+
+
+class _ArrowFile:
+    """An Arrow IPC file (stream or file format, as ``save_to_disk`` writes it) read like a
+    `pyarrow.parquet.ParquetFile`: each record batch is a row group. Reading is zero-copy from
+    a memory map."""
+
+    def __init__(self, source: Any) -> None:
+        try:
+            table = pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            table = pa.ipc.open_file(source).read_all()
+        self.schema_arrow = table.schema
+        self._batches = table.to_batches()
+        self.metadata = self
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self._batches)
+
+    def row_group(self, group: int) -> _ArrowBatch:
+        return _ArrowBatch(self._batches[group])
+
+    def read_row_group(self, group: int, columns: Sequence[str] | None = None) -> Any:
+        table = pa.Table.from_batches([self._batches[group]])
+        return table.select(list(columns)) if columns is not None else table
+
+
+class _SourceFile(io.RawIOBase):
+    """A read-only, seekable file over a `ByteSource`, for pyarrow to read a stored file by ranges."""
+
+    def __init__(self, source: ByteSource) -> None:
+        super().__init__()
+        self._source = source
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._source.size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        stop = min(self._source.size, self._position + len(buffer))
+        if stop <= self._position:
+            return 0
+        data = self._source.read(self._position, stop)
+        count = stop - self._position
+        memoryview(buffer).cast("B")[:count] = data
+        self._position = stop
+        return count
+
+    def close(self) -> None:
+        self._source.close()
+        super().close()
+
+
+class _ImagePath(str):
+    """An image that a row names by path instead of holding its bytes."""
+
+
+class RowGroupReader:
+    """The images of Parquet rows, one row group at a time (in a conversion's worker).
+
+    Args:
+        root: what the rows' file paths are relative to: a local folder, or a URL.
+        column: the image column.
+        remote: credentials and retries for a URL.
+        image_root: the folder relative image paths are resolved against; None: the folder of
+            the row's file. An image given by path (a struct with a null ``bytes``) is read
+            from that file; only local files are read so.
+    """
+
+    def __init__(self, root: str, column: str, remote: RemoteOptions | None, image_root: str | None = None) -> None:
+        self.root, self.column, self.remote, self.image_root = root, column, remote, image_root
+        self._group: tuple[str, int] | None = None
+        self._images: list[bytes | _ImagePath | None] | RejectError = []
+        self._first_row = 0
+
+    def image(self, path: str, *, row_group: int, row: int, file_size: int) -> bytes:
+        """The image bytes of row `row` of row group `row_group` of file `path`.
+
+        Raises:
+            RejectError: "no-image" (null), or "unreadable" (the file, or the row group, cannot be read).
+        """
+        if self._group != (path, row_group):
+            self._images, self._first_row = self._load(path, row_group, file_size)
+            self._group = (path, row_group)
+        if isinstance(self._images, RejectError):
+            raise RejectError(self._images.message, reason=self._images.reason)
+        if row >= len(self._images):
+            raise RejectError(f"row group {row_group} has {len(self._images)} rows, not {row + 1}: the file changed", reason="unreadable")
+        data = self._images[row]
+        where = f"row {self._first_row + row} (row group {row_group})"
+        if isinstance(data, _ImagePath):
+            return self._read_path(data, path, where)
+        if data is None:
+            raise RejectError(f"{where}: the image is null (neither bytes nor a path)", reason="no-image")
+        return data
+
+    def _read_path(self, name: str, parquet_path: str, where: str) -> bytes:
+        """The bytes of the image file a row names by path."""
+        if is_url(self.root) and self.image_root is None and not os.path.isabs(name):
+            raise RejectError(f"{where}: the image is a path ({name}), and paths are read from local files only: pass --image-root",
+                              reason="missing-file")
+        base = self.image_root if self.image_root is not None else os.path.dirname(os.path.join(self.root, parquet_path))
+        full = os.path.join(local_path(base), name)
+        try:
+            with open(full, "rb") as file:
+                return file.read()
+        except FileNotFoundError as err:
+            against = "--image-root" if self.image_root is not None else "the folder of its Parquet file; --image-root sets another"
+            raise RejectError(f"{where}: the image file {full} does not exist (a relative path is resolved against {against})",
+                              reason="missing-file") from err
+        except OSError as err:
+            raise RejectError(f"{where}: the image file {full}: {err.strerror or err}", reason="unreadable") from err
+
+    def _load(self, path: str, row_group: int, file_size: int) -> tuple[list[bytes | _ImagePath | None] | RejectError, int]:
+        """The images of a row group (or why they cannot be read), and the file's row number of its first row."""
+        require_pyarrow()
+        try:
+            if is_url(self.root):
+                source = open_store(self.root, remote=self.remote).open(path.replace(os.sep, "/"), size=file_size)
+                parquet = (_ArrowFile(pa.py_buffer(source.read(0, source.size))) if path.endswith(ARROW_SUFFIX)
+                           else pq.ParquetFile(_SourceFile(source)))
+            elif path.endswith(ARROW_SUFFIX):
+                parquet = _ArrowFile(pa.memory_map(os.path.join(self.root, path)))
+            else:
+                parquet = pq.ParquetFile(os.path.join(self.root, path), memory_map=True)
+            first = sum(parquet.metadata.row_group(n).num_rows for n in range(row_group))
+            array = parquet.read_row_group(row_group, columns=[self.column]).column(0).combine_chunks()
+        except (OSError, pa.ArrowException) as err:
+            return RejectError(f"row group {row_group} cannot be read: {getattr(err, 'message', err)}", reason="unreadable"), 0
+        if pa.types.is_struct(array.type):
+            present = array.is_valid().to_pylist()
+            names = array.field("path").to_pylist() if array.type.get_field_index("path") >= 0 else [None] * len(array)
+            return [
+                data if data is not None or not valid or name is None else _ImagePath(name)
+                for data, name, valid in zip(array.field("bytes").to_pylist(), names, present, strict=True)
+            ], first
+        values: list[bytes | _ImagePath | None] = array.to_pylist()
+        return values, first

@@ -1,0 +1,149 @@
+"""What a loader derives from its options and dataset: where the dataset is, this process's rank,
+the outputs, slot layout and workers' `WorkerConfig` at a size, and the settings that its state
+dict saves and a resume checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._checksum import checksum, format_checksum
+from .._dataset.concat import RecordSource
+from .._dataset.locate import classify_location
+from .._sampling.mixture import Mixture
+from ..ops import Pipeline
+from ..ops._augment import describe_steps
+from .gpudecode import GpuDecodeStage
+from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
+from .outputs import OutputSpec, resolve_outputs, split_values
+from .shm import SlotLayout
+from .worker import WorkerConfig
+
+__all__ = ["Configured", "configure", "distributed_defaults", "loader_path", "settings"]
+
+
+def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
+    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
+    if isinstance(path, Mixture):
+        return path
+    if isinstance(path, (list, tuple)):
+        return [os.fspath(p) for p in path]
+    where = classify_location(os.fspath(path))  # type: ignore[arg-type]
+    return where.url if where.url is not None else Path(where.path or where.text)
+
+
+def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size) as given, else torch.distributed's when it is initialised, else (0, 1)."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return (dist.get_rank() if rank is None else rank, dist.get_world_size() if world_size is None else world_size)
+    return (0 if rank is None else rank, 1 if world_size is None else world_size)
+
+
+@dataclass(frozen=True)
+class Configured:
+    """The pipeline at the size asked for, and the workers' config (outputs and layout in it)."""
+
+    pipeline: Pipeline
+    config: WorkerConfig
+
+
+def configure(
+    options: LoaderOptions, dataset: RecordSource, *, path: Any, size: tuple[int, int] | None, gpu: GpuDecodeStage | None = None
+) -> Configured:
+    """Resolve the outputs and the workers' config: at `size`, or at the options' size; with
+    `gpu` (``decode="gpu"``/``"hybrid"``), its byte arrays in every slot."""
+    request = options.pipeline
+    if size is not None and not isinstance(request, str):
+        request = pipeline_at(request, size)
+    slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
+    fields = {
+        "fields": slotted,
+        "image_field": options.image_field,
+        "label_field": options.label_field,
+        "interpolation": options.interpolation,
+    }
+    pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
+    here = options.device is None and gpu is None  # a GPU stage delivers on its device
+    outputs, transform = transform_outputs(
+        outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None
+    )
+    if options.return_indices:
+        outputs = outputs + (index_output(fields=options.fields is not None, names=[spec.name for spec in outputs]),)
+    config = WorkerConfig(
+        path=path if isinstance(path, (list, Mixture)) else str(path),
+        remote=options.remote,
+        verify=bool(options.verify),
+        verify_every_read=options.verify == "always" or dataset.is_remote,
+        seed=options.seed,
+        fast_decode=options.fast_decode,
+        pipeline=pipeline,
+        outputs=outputs,
+        layout=SlotLayout(
+            options.prefetch + 1, options.batch_size, tuple(spec.slot_array() for spec in outputs) + (gpu.slot_arrays() if gpu else ())
+        ),
+        transform=transform,
+        gpu_decode=gpu.config() if gpu is not None else None,
+        repeats=options.repeats,
+        num_records=len(dataset),
+    )
+    return Configured(pipeline, config)
+
+
+def settings(
+    options: LoaderOptions,
+    *,
+    pipeline: Pipeline,
+    outputs: tuple[OutputSpec, ...],
+    subset: np.ndarray | None,
+    mixture: dict[str, Any] | None,
+    num_records: int,
+    rank: int,
+    world_size: int,
+    order: str,
+    dataset: str,
+    values: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What decides a loader's stream, as its state dict saves it (values of the state's
+    "settings"; a resume compares them with `cursor.SavedState.check_settings`): the options
+    that shape it, and the fingerprint of the dataset's records (`DatasetReader.fingerprint`)."""
+    shape = {k: v for k, v in pipeline.to_config().items() if k != "size"}  # the state records the size itself
+    found: dict[str, Any] = {
+        "seed": options.seed,
+        "num_records": num_records,
+        "subset": None if subset is None else format_checksum(checksum(subset.astype("<i8").tobytes())),
+        "batch_size": options.batch_size,
+        "shuffle": options.shuffle,
+        "drop_last": options.drop_last,
+        "rank": rank,
+        "world_size": world_size,
+        "ordered": options.ordered,
+        "window": options.window,
+        "order": order,
+        "pipeline": json.dumps(shape, sort_keys=True),
+        "augment": describe_steps(options.augment),  # type: ignore[arg-type]
+        "dataset": dataset,
+    }
+    if options.fields is not None:
+        found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
+        if values:
+            found["values"] = list(values)
+    # the recipe's options, recorded only when used, so that earlier states still resume
+    if options.interpolation != "bilinear":
+        found["interpolation"] = options.interpolation
+    if options.repeats != 1:
+        found["repeats"] = options.repeats
+    if options.batch_augment:
+        found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)
+    if mixture is not None:
+        found["mixture"] = json.dumps(mixture, sort_keys=True)
+    return found

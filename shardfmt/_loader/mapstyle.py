@@ -1,0 +1,122 @@
+"""`Dataset`: a map-style torch Dataset over a shardfmt dataset, for existing DataLoader code.
+
+``DataLoader(shardfmt.Dataset(path), batch_size=256, num_workers=8, shuffle=True)`` replaces
+``DataLoader(ImageFolder(path, transform), ...)`` in one line. Pickling it sends only the path and
+settings: each worker opens the shards itself (memory-mapped) on first access.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._dataset.reader import DatasetReader
+from .._errors import DecodeError, SchemaError
+from .._storage import RemoteOptions
+from ..format._layout import column_name
+from ..ops import Pipeline
+from ..ops._decode import ImageDecoder, as_target
+from .outputs import resolve_pipeline
+
+__all__ = ["Dataset"]
+
+
+class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Record i -> (image, label): image a uint8 tensor CHW (or HWC), label an int.
+
+    Args:
+        path: the dataset directory or its manifest, or tars as `open_dataset` takes them.
+        pipeline: "train", "eval", "resize" or an object from `shardfmt.ops` (see `Loader`).
+        size: output size for the named pipelines.
+        layout: "CHW" (as torchvision's PILToTensor gives) or "HWC".
+        verify: check each record's checksum before decoding.
+        fast_decode: libjpeg-turbo's fast IDCT and upsampling (see `Loader`).
+        image_field, label_field: field names.
+        remote: for a dataset given by URL, how to read it (see `RemoteOptions`).
+
+    Random crops and flips draw from torch's random generator, so DataLoader's per-worker
+    seeding makes them differ between workers and epochs.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        pipeline: Pipeline | str = "train",
+        size: int | tuple[int, int] = 224,
+        layout: str = "CHW",
+        verify: bool = True,
+        fast_decode: bool = True,
+        image_field: str = "image",
+        label_field: str | None = "label",
+        remote: RemoteOptions | None = None,
+    ) -> None:
+        if layout not in ("CHW", "HWC"):
+            raise ValueError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
+        self.path: str | list[str] = os.fspath(path) if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
+        self.pipeline = resolve_pipeline(pipeline, size)
+        self.layout = layout
+        self.verify = verify
+        self.fast_decode = fast_decode
+        self.image_field = image_field
+        self.label_field = label_field
+        self.remote = remote
+        reader = DatasetReader(self.path, verify=verify, remote=remote)
+        self._length = len(reader)
+        kind = reader.schema.field(image_field).type
+        reader.close()
+        if kind != "jpeg":
+            raise SchemaError(f"field {image_field!r} is {kind!r}: Dataset decodes jpeg fields; use Loader(fields=...) for raw ones")
+        self._reader: DatasetReader | None = None
+        self._decoder: ImageDecoder | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = state["_decoder"] = None
+        return state
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self._reader is None:
+            self._reader = DatasetReader(self.path, verify=self.verify, remote=self.remote)
+        shard_index, local = self._reader.locate(index)
+        shard = self._reader.shard(shard_index)
+        row = shard.table[local]
+        height = int(row[column_name(self.image_field, "height")])
+        width = int(row[column_name(self.image_field, "width")])
+        key = np.array([torch.randint(0, 2**62, ()).item()], dtype=np.uint64)
+        plan = self.pipeline.plan(np.array([height]), np.array([width]), key)
+        if self._decoder is None or self._decoder._buffer.size < height * width * 3:
+            self._decoder = ImageDecoder(max_height=height, max_width=width, output_size=self.pipeline.size, fast=self.fast_decode)
+        out = np.empty((*self.pipeline.size, 3), np.uint8)
+        start = int(row[column_name(self.image_field, "offset")])
+        if shard.verify:
+            shard.verify_record(local)
+        data = shard.source.read(start, start + int(row[column_name(self.image_field, "size")]))
+        try:
+            self._decoder.decode_box(
+                data,
+                height=height,
+                width=width,
+                top=int(plan.top[0]),
+                left=int(plan.left[0]),
+                box_height=int(plan.height[0]),
+                box_width=int(plan.width[0]),
+                flip=bool(plan.flip[0]),
+                out=as_target(out[None]),
+            )
+        except ValueError as err:
+            raise DecodeError(
+                f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local
+            ) from err
+        image = torch.from_numpy(out)
+        if self.layout == "CHW":
+            image = image.permute(2, 0, 1)
+        label = int(row[self.label_field]) if self.label_field else 0
+        return image, label

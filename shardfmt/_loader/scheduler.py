@@ -1,0 +1,330 @@
+"""The loader's machinery: the ring of slots, the worker pool that fills them, the queue of
+batches scheduled into them, the device stage, and the rule by which a slot comes back.
+
+The lifetime rule. Every time a slot is filled, the caller gets fresh tensors over its memory,
+and the scheduler keeps only a weak reference to their storage (`StorageWeakRef`). Labels,
+indices and every other field of one number a sample are copied out of the slot (a few KB a
+batch), so no later batch touches them. A slot is refilled only once nothing the caller holds
+still views it: the batch handed out last is looked at when the one after it is asked for
+(a ``for`` loop still holds it then) and again on the request after; a slot still referenced
+then is set aside, left to the caller (its shared-memory name is unlinked at once; its memory is
+released with its last reference), and a fresh slot takes its place in the ring. More than
+`KEPT_WARNING` slots set aside and still held give one `ResourceWarning` naming the memory.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .._dataset.concat import RecordSource
+from .gpudecode import GpuDecodeStage
+from .options import LoaderOptions
+from .outputs import OutputSpec
+from .pool import Chunk, InlinePool, WorkerPool
+from .prefetch import ShardPrefetcher
+from .shm import SlotLayout, SlotRing
+from .worker import WorkerConfig, encode_copies
+
+__all__ = ["KEPT_WARNING", "Item", "Scheduler"]
+
+KEPT_WARNING = 16
+"""Slots set aside for the caller and still held, beyond which the loader warns (once)."""
+
+
+@dataclass
+class Item:
+    """A batch scheduled into a slot: it is ready once none of its chunks is pending or in flight."""
+
+    epoch: int
+    batch: int
+    slot: int
+    count: int
+    start: int = 0
+    """The position of the epoch's order the batch's split starts at (not 0 after an elastic resume)."""
+
+
+@dataclass
+class _Out:
+    """A slot handed out: weak references to the caller's tensors over it, the end of its copy
+    to the device, and whether it was handed out last."""
+
+    refs: list[StorageWeakRef]
+    done: Any = None
+    last: bool = True
+
+    def held(self) -> bool:
+        return any(not ref.expired() for ref in self.refs)
+
+
+@dataclass
+class _Resources:
+    """What must be released even if the loader is never closed: a weakref finaliser calls
+    `release` at garbage collection or interpreter exit."""
+
+    pool: Any = None
+    ring: SlotRing | None = None
+    extra: list[Any] = field(default_factory=list)
+
+    def release(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        if self.ring is not None:
+            self.ring.unlink()
+            self.ring = None
+        for item in self.extra:
+            item.close()
+        self.extra = []
+
+
+class Scheduler:
+    """Slots, workers, queue and device stage of one loader.
+
+    Args:
+        options: the loader's options.
+        dataset: the loader's records (for the workers' error messages and the prefetcher).
+        prefetcher: downloads the shards of coming batches, or None.
+        stage: the `cuda.DeviceStage`, or None.
+        gpu: the `gpudecode.GpuDecodeStage` of ``decode="gpu"``/``"hybrid"``, or None.
+    """
+
+    def __init__(
+        self,
+        options: LoaderOptions,
+        dataset: RecordSource,
+        *,
+        prefetcher: ShardPrefetcher | None,
+        stage: Any,
+        gpu: GpuDecodeStage | None = None,
+    ) -> None:
+        self.options = options
+        self.dataset = dataset
+        self.prefetcher = prefetcher
+        self.stage = stage
+        self.gpu = gpu
+        workers = int(options.num_workers)  # type: ignore[arg-type]
+        self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, workers)))))
+        self.resources = _Resources()
+        if prefetcher is not None:
+            self.resources.extra.append(prefetcher)
+        self.pool: WorkerPool | InlinePool | None = None
+        self.ring: SlotRing | None = None
+        self.checked: Any = None
+        self.free: list[int] = []
+        self.out: dict[int, _Out] = {}
+        self.kept: list[tuple[list[StorageWeakRef], int]] = []
+        self.warned = False
+        self.queue: deque[Item] = deque()
+        self.pending: deque[Chunk] = deque()
+        self.config: WorkerConfig | None = None
+        self.outputs: tuple[OutputSpec, ...] = ()
+
+    def finalizer(self, owner: object) -> Any:
+        return weakref.finalize(owner, self.resources.release)
+
+    def configure(self, config: WorkerConfig, outputs: tuple[OutputSpec, ...]) -> None:
+        self.config, self.outputs = config, outputs
+
+    @property
+    def layout(self) -> SlotLayout:
+        if self.config is None:
+            raise RuntimeError("the loader's workers are not configured")
+        return self.config.layout
+
+    def start(self) -> None:
+        """Start the workers (and make or reuse the ring) unless they run."""
+        if self.pool is not None:
+            return
+        if self.config is None:
+            raise RuntimeError("the loader's workers are not configured")
+        layout = self.layout
+        shared = bool(self.options.num_workers)
+        if self.ring is not None and self.ring.shared == shared and self.ring.fits(layout):
+            self.ring = self.ring.with_layout(layout)
+        else:
+            if self.ring is not None:
+                self.ring.unlink()
+            self.ring = SlotRing.create(layout) if shared else SlotRing.in_process(layout)
+        self.resources.ring = self.ring
+        if not shared:
+            self.pool = InlinePool(config=self.config, ring=self.ring, checked=self.checked)
+            self.checked = self.pool.processor.checked
+        else:
+            self.pool = WorkerPool(
+                config=self.config,
+                ring=self.ring,
+                num_workers=int(self.options.num_workers),  # type: ignore[arg-type]
+                start_method=self.options.start_method,
+                timeout=self.options.timeout,
+                dataset=self.dataset,
+                checked=self.checked,
+            )
+            self.checked = self.pool.checked
+        self.resources.pool = self.pool
+        self.free = list(range(layout.num_slots))
+        if self.stage is not None:
+            self.stage.pin(self.ring)
+
+    def stop(self) -> None:
+        """Stop the workers and forget what was scheduled; the ring (every slot the caller still
+        holds set aside first) and the checked records stay."""
+        self.release(everything=True)
+        if self.pool is not None:
+            self.pool.shutdown()
+        self.pool = self.resources.pool = None
+        self.queue.clear()
+        self.pending.clear()
+        self.free = []
+        if self.stage is not None:
+            self.stage.unpin()
+
+    def close(self, finalizer: Any) -> None:
+        self.pool = None
+        self.out = {}
+        if self.stage is not None:
+            self.stage.unpin()  # before the slots' memory can go
+        finalizer()
+
+    @property
+    def shared_memory_bytes(self) -> int:
+        capacity = self.ring.capacity if self.ring is not None and self.options.num_workers else 0
+        return max(self.layout.total_bytes, capacity)
+
+    # -- the slots' lifetime ------------------------------------------------------------------
+
+    def release(self, *, everything: bool = False) -> None:
+        """Take back the slots handed out: free those nothing references any more, set aside
+        those still held but the one handed out last (looked at again next time), and all of
+        those with `everything`."""
+        for slot, out in list(self.out.items()):
+            if out.done is not None:
+                out.done.synchronize()  # the copy out of the slot is over before it is refilled
+            elif out.held():
+                if out.last and not everything:
+                    out.last = False
+                    continue
+                self._set_aside(slot, out)
+            del self.out[slot]
+            self.free.append(slot)
+
+    def _set_aside(self, slot: int, out: _Out) -> None:
+        if self.ring is None:
+            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
+        self.ring.replace(slot)
+        self.kept = [(refs, size) for refs, size in self.kept if any(not ref.expired() for ref in refs)]
+        self.kept.append((out.refs, self.layout.slot_bytes))
+        if len(self.kept) > KEPT_WARNING and not self.warned:
+            self.warned = True
+            held = sum(size for _, size in self.kept) / 2**20
+            warnings.warn(
+                f"the caller holds {len(self.kept)} batches of this Loader ({held:.0f} MiB of shared memory): each batch kept "
+                "past the next one is set aside, not overwritten, and its memory stays until its last reference goes; "
+                "keep copies (or pass copy=True) to hold many",
+                ResourceWarning,
+                stacklevel=4,
+            )
+
+    def hand_out(self, item: Item) -> dict[str, torch.Tensor]:
+        """The batch in `item`'s slot as the caller gets it: fresh tensors over the slot for
+        images and arrays, copies for fields of one number a sample (labels, indices, ...)."""
+        if self.ring is None:
+            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
+        arrays = self.ring.arrays[item.slot]
+        tensors, refs = {}, []
+        for spec in self.outputs:
+            array = arrays[spec.name]
+            if not spec.shape:
+                tensors[spec.name] = torch.from_numpy(array[: item.count].copy())
+                continue
+            tensor = torch.from_numpy(array)
+            refs.append(StorageWeakRef(tensor.untyped_storage()))
+            tensors[spec.name] = tensor[: item.count]
+        slot_done: Any = None
+        if self.gpu is not None:  # the image decoded on the device: the caller gets no view of the slot's
+            tensors, slot_done = self.gpu.decode(tensors, arrays, stream=self.stage.stream if self.stage is not None else None)
+        if self.stage is not None:
+            images = {spec.name for spec in self.outputs if spec.is_image}
+            tensors, done = self.stage.transfer(tensors, images)
+            # after a GPU decode the slot is free once its CPU rows are copied (the labels are
+            # copies), not only after the resize: the next batch's decode need not wait for it
+            self.out[item.slot] = _Out([], done if self.gpu is None else slot_done)
+        elif self.options.copy:
+            tensors = {name: tensor.clone() for name, tensor in tensors.items()}
+            self.free.append(item.slot)
+        else:
+            self.out[item.slot] = _Out(refs)
+        return tensors
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def reconcile(self, epoch: int, start: int, expected: Sequence[int]) -> tuple[int, int]:
+        """Keep batches already scheduled if they are exactly what comes next (the start of this
+        epoch's remaining batches, then the start of the next epoch); else discard them.
+        Returns the scheduling cursor (epoch, index into that epoch's list)."""
+        ours = [item.batch for item in self.queue if item.epoch == epoch and item.start == start]
+        ahead = [item.batch for item in self.queue if item.epoch == epoch + 1 and item.start == 0]
+        keep = (
+            len(ours) + len(ahead) == len(self.queue)
+            and ours == expected[: len(ours)]
+            and ahead == list(range(len(ahead)))
+            and (not ahead or len(ours) == len(expected))
+        )
+        if not keep:
+            self.pending.clear()
+            self.pool.drain()  # type: ignore[union-attr]
+            self.queue.clear()
+            self.free = [slot for slot in range(self.layout.num_slots) if slot not in self.out]
+            return epoch, 0
+        return (epoch + 1, len(ahead)) if ahead else (epoch, len(ours))
+
+    def schedule(self, cursor: Any, position: tuple[int, int], expected: Sequence[int]) -> tuple[int, int]:
+        """Fill free slots with the next batches of `cursor`'s plans, running on into the next epoch."""
+        epoch, index = position
+        if self.ring is None:
+            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
+        while self.free:
+            if epoch == cursor.epoch:
+                if index >= len(expected):
+                    epoch, index = epoch + 1, 0
+                    continue
+                batch = expected[index]
+            else:
+                if index >= len(cursor.plan(epoch)) or epoch > cursor.epoch + 1:
+                    break
+                batch = index
+            plan = cursor.plan(epoch)
+            indices = plan.batch(batch)
+            if self.options.repeats > 1:  # the copy numbers travel inside the indices (worker.encode_copies)
+                indices = encode_copies(indices, plan.order.copies(plan.positions(batch)), len(self.dataset))
+            if self.prefetcher is not None:
+                self.prefetcher.schedule(epoch, plan, batch)
+            slot = self.free.pop()
+            serial = self.ring.serials[slot]
+            if self.gpu is not None:
+                self.gpu.assign(self.ring.arrays[slot], len(indices))
+            self.queue.append(Item(epoch, batch, slot, len(indices), cursor.plan_start(epoch)))
+            for row in range(0, len(indices), self.chunk):
+                self.pending.append((slot, serial, row, epoch, np.ascontiguousarray(indices[row : row + self.chunk])))
+            index += 1
+        return epoch, index
+
+    def take_ready(self, epoch: int) -> Item | None:
+        busy = self.pool.busy_slots | {chunk[0] for chunk in self.pending}  # type: ignore[union-attr]
+        for position, item in enumerate(self.queue):
+            if item.epoch != epoch:
+                return None
+            if item.slot not in busy:
+                del self.queue[position]
+                return item
+            if self.options.ordered:
+                return None
+        return None

@@ -1,0 +1,123 @@
+"""Local files, memory-mapped read-only (range reads are zero-copy views of the page cache), and
+the local folder as a `Store`."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from .._errors import ShardNotFoundError
+from .atomic import atomic_write_bytes, temp_path
+
+
+class LocalFile:
+    """A memory-mapped local file (see `ByteSource`).
+
+    Raises:
+        ShardNotFoundError: the file does not exist, no file can have its name (too long, NUL, a
+            lone surrogate), or it is not a regular file.
+    """
+
+    zero_copy = True
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except (FileNotFoundError, NotADirectoryError) as err:
+            raise ShardNotFoundError("shard file does not exist", path=self.path) from err
+        except ValueError as err:  # NUL or a lone surrogate (UnicodeEncodeError) in the name
+            raise ShardNotFoundError(f"no file can have this name: {err}", path=self.path) from err
+        except OSError as err:
+            if err.errno != errno.ENAMETOOLONG:
+                raise
+            raise ShardNotFoundError("no file can have this name: it is too long", path=self.path) from err
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise ShardNotFoundError("is not a regular file, so it cannot be a shard", path=self.path)
+            self.size = status.st_size
+            self._map: mmap.mmap | None = (
+                mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
+            )
+        finally:
+            os.close(fd)
+        self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
+
+    def read(self, start: int, stop: int) -> memoryview:
+        return self._view[start:stop]
+
+    def close(self) -> None:
+        """Unmap the file, unless views handed out are still alive: then it unmaps when they go."""
+        try:
+            self._view.release()
+            if self._map is not None:
+                self._map.close()
+        except BufferError:
+            pass
+
+
+class LocalStore:
+    """A local folder as a `Store`: files open memory-mapped; writes go through a temporary name
+    and a rename, so they are atomic."""
+
+    supports_writes = True
+    supports_listing = True
+    atomic_writes = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.path = Path(root)
+        self.root = os.fspath(root)
+
+    def _file(self, key: str) -> Path:
+        return self.path / key
+
+    def describe(self, key: str) -> str:
+        return os.fspath(self._file(key))
+
+    def get(self, key: str, *, start: int | None = None, stop: int | None = None, exact: bool = True) -> bytes:
+        with open(self._file(key), "rb") as file:
+            if start:
+                file.seek(start)
+            return file.read() if stop is None else file.read(stop - (start or 0))
+
+    def open(self, key: str, *, size: int, windows: tuple[tuple[int, int], ...] = ()) -> LocalFile:
+        return LocalFile(self._file(key))
+
+    def get_file(self, key: str, path: str) -> None:
+        shutil.copyfile(self._file(key), path)
+
+    def put(self, key: str, data: bytes) -> None:
+        target = self._file(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, data)
+
+    def put_file(self, key: str, path: str) -> None:
+        target = self._file(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = temp_path(target)
+        shutil.copyfile(path, temp)
+        os.replace(temp, target)
+
+    def delete(self, key: str) -> None:
+        try:
+            os.unlink(self._file(key))
+        except FileNotFoundError:
+            pass
+
+    def list(self, prefix: str = "") -> dict[str, dict[str, object]]:
+        found: dict[str, dict[str, object]] = {}
+        base = self._file(prefix) if prefix else self.path
+        for folder, _, names in os.walk(base):
+            for name in names:
+                full = Path(folder) / name
+                status = full.stat()
+                found[full.relative_to(self.path).as_posix()] = {"size": status.st_size, "version": str(status.st_mtime_ns)}
+        return found
+
+    def exists(self, key: str) -> bool:
+        return self._file(key).exists()

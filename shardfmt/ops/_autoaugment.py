@@ -1,0 +1,323 @@
+"""The auto-augment family of steps: `TrivialAugmentWide`, `RandAugment` and `AutoAugment` (the
+ImageNet policy), with torchvision's operation sets, magnitude bins and sampling rules.
+
+Each step draws which operations run, their magnitude bins and signs from its uniforms ``u``
+(``u[0]`` is draw 1 of the step's key; spec/sampling.md), as a row of (operation, bin, sign)
+triples per record; the operation runs on the sample's float planes (`imageops`, `colour`).
+An operation's magnitude is bin ``b`` of its table (below), negated when the sign is 1:
+
+| operation | TrivialAugmentWide (31 bins) | RandAugment, AutoAugment (31 / 10 bins) | result |
+|---|---|---|---|
+| Identity | - | - | unchanged |
+| ShearX, ShearY | 0 to 0.99, signed | 0 to 0.3, signed | shear by `m`, about the top-left corner |
+| TranslateX, TranslateY | 0 to 32, signed | 0 to 150/331 of the width (height), signed | shift by `trunc(m)` pixels |
+| Rotate | 0 to 135, signed | 0 to 30, signed | `m` degrees counter-clockwise about the centre |
+| Brightness, Color, Contrast, Sharpness | 0 to 0.99, signed | 0 to 0.9, signed | factor `1 + m` |
+| Posterize | ``8 - round(b / ((n - 1) / 6))`` bits | ``8 - round(b / ((n - 1) / 4))`` bits | keep the top bits |
+| Solarize | 255 to 0 | 255 to 0 | invert values `>= m` |
+| AutoContrast, Equalize, Invert | - | - | as in `imageops` |
+
+"0 to 0.99" is torch's float32 ``linspace`` of n bins (n = `num_magnitude_bins`). Geometric
+operations use nearest pixels and `fill` outside the image (torchvision's defaults).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from ._imageops import ImageOps
+from ._pixelops import PixelOps
+
+__all__ = ["AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
+
+OPERATIONS = (
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+)
+"""Every operation, numbered as the steps' parameters name them; TrivialAugmentWide and
+RandAugment choose among the first 14 (all but Invert), in this order, as torchvision does."""
+
+_SIGNED = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"))
+
+IMAGENET_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, int | None]], ...] = (
+    (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
+    (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+    (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+    (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+    (("Solarize", 0.6, 3), ("Equalize", 0.6, None)),
+    (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+    (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)),
+    (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+    (("Rotate", 0.8, 8), ("Color", 0.4, 0)),
+    (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+    (("Equalize", 0.0, None), ("Equalize", 0.8, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+    (("Color", 0.8, 8), ("Solarize", 0.8, 7)),
+    (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+    (("ShearX", 0.6, 5), ("Equalize", 1.0, None)),
+    (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+    (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+)
+"""AutoAugment's ImageNet policy: 25 sub-policies of two (operation, probability, bin) each."""
+
+
+def _linspace(start: float, end: float, count: int) -> list[float]:
+    return [float(v) for v in torch.linspace(start, end, count).tolist()]
+
+
+def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, width: int) -> list[float]:
+    """The magnitudes of `operation`'s bins in `family` ("wide" for TrivialAugmentWide, "standard"
+    for RandAugment and AutoAugment) for an image of `height` x `width`; [0.0] for an operation
+    without magnitude."""
+    wide = family == "wide"
+    if operation in ("ShearX", "ShearY"):
+        return _linspace(0.0, 0.99 if wide else 0.3, num_bins)
+    if operation == "TranslateX":
+        return _linspace(0.0, 32.0 if wide else 150.0 / 331.0 * width, num_bins)
+    if operation == "TranslateY":
+        return _linspace(0.0, 32.0 if wide else 150.0 / 331.0 * height, num_bins)
+    if operation == "Rotate":
+        return _linspace(0.0, 135.0 if wide else 30.0, num_bins)
+    if operation in ("Brightness", "Color", "Contrast", "Sharpness"):
+        return _linspace(0.0, 0.99 if wide else 0.9, num_bins)
+    if operation == "Posterize":
+        levels = 6 if wide else 4
+        return [float(8 - int(np.round(b / ((num_bins - 1) / levels)))) for b in range(num_bins)]
+    if operation == "Solarize":
+        return _linspace(255.0, 0.0, num_bins)
+    return [0.0]
+
+
+def _fill_triple(fill: Any) -> tuple[float, float, float]:
+    values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
+        raise ValueError(f"fill must be one value or three, each in [0, 255], got {fill!r}")
+    return (float(int(values[0])), float(int(values[1])), float(int(values[2])))
+
+
+def _check_bins(num_bins: Any) -> int:
+    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
+        raise ValueError(f"num_magnitude_bins must be an integer of at least 2, got {num_bins!r}")
+    return num_bins
+
+
+class _Tables:
+    """The magnitude tables of one family for one image size, built on first use."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int, int], list[list[float]]] = {}
+
+    def get(self, family: str, num_bins: int, height: int, width: int) -> list[list[float]]:
+        key = (family, num_bins, height, width)
+        tables = self._cache.get(key)
+        if tables is None:
+            tables = [magnitude_table(family, name, num_bins, height=height, width=width) for name in OPERATIONS]
+            self._cache[key] = tables
+        return tables
+
+
+_TABLES = _Tables()
+
+
+def apply_operation(  # noqa: C901
+    ops: ImageOps | PixelOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]
+) -> np.ndarray:
+    """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image` (float
+    planes with `ImageOps`, uint8 pixels with `PixelOps`); return the array now holding the sample."""
+    name = OPERATIONS[operation]
+    height, width = ops.size
+    colour = ops.colour
+    if name == "Identity":
+        return image
+    if name == "ShearX":
+        return ops.warp(image, ((1.0, magnitude, 0.5 * magnitude), (0.0, 1.0, 0.0)), fill)
+    if name == "ShearY":
+        return ops.warp(image, ((1.0, 0.0, 0.0), (magnitude, 1.0, 0.5 * magnitude)), fill)
+    if name == "TranslateX":
+        return ops.warp(image, ((1.0, 0.0, -float(int(magnitude))), (0.0, 1.0, 0.0)), fill)
+    if name == "TranslateY":
+        return ops.warp(image, ((1.0, 0.0, 0.0), (0.0, 1.0, -float(int(magnitude)))), fill)
+    if name == "Rotate":
+        radians = math.radians(magnitude)
+        cos, sin = math.cos(radians), math.sin(radians)
+        cx, cy = (width - 1) / 2, (height - 1) / 2
+        return ops.warp(image, ((cos, -sin, cx - cos * cx + sin * cy), (sin, cos, cy - sin * cx - cos * cy)), fill)
+    if name == "Brightness":
+        colour.brightness(image, 1.0 + magnitude)
+    elif name == "Color":
+        colour.saturation(image, 1.0 + magnitude)
+    elif name == "Contrast":
+        colour.contrast(image, 1.0 + magnitude)
+    elif name == "Sharpness":
+        ops.sharpness(image, 1.0 + magnitude)
+    elif name == "Posterize":
+        ops.posterize(image, int(magnitude))
+    elif name == "Solarize":
+        ops.solarize(image, magnitude)
+    elif name == "AutoContrast":
+        ops.autocontrast(image)
+    elif name == "Equalize":
+        ops.equalize(image)
+    else:
+        ops.invert(image)
+    return image
+
+
+def _run_triples(
+    ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray, family: str, num_bins: int, fill: tuple[float, float, float]
+) -> np.ndarray:
+    """Apply the (operation, bin, sign) triples of one record's row; an operation of -1 is skipped."""
+    height, width = ops.size
+    tables = _TABLES.get(family, num_bins, height, width)
+    for slot in range(len(params) // 3):
+        operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
+        if operation < 0:
+            continue
+        table = tables[operation]
+        magnitude = table[bin_index] if len(table) > 1 else 0.0
+        if sign and OPERATIONS[operation] in _SIGNED:
+            magnitude = -magnitude
+        image = apply_operation(ops, image, operation, magnitude, fill)
+    return image
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide:
+    """torchvision's TrivialAugmentWide: one operation of 14, chosen uniformly, with a uniform
+    magnitude bin of `num_magnitude_bins` and a random sign.
+
+    Draws: operation ``floor(14 u[0])``, bin ``floor(n u[1])``, negative if ``u[2] < 0.5`` (for
+    the signed operations); three draws whatever the operation.
+    """
+
+    num_magnitude_bins: int = 31
+    fill: float | tuple[float, ...] = 0
+    draws: ClassVar[int] = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_magnitude_bins", _check_bins(self.num_magnitude_bins))
+        object.__setattr__(self, "fill", _fill_triple(self.fill))
+
+    def parameters(self, u: np.ndarray) -> np.ndarray:
+        """Per record: (operation, bin, sign)."""
+        operation = np.floor(u[:, 0] * 14)
+        bin_index = np.floor(u[:, 1] * self.num_magnitude_bins)
+        return np.stack([operation, bin_index, (u[:, 2] < 0.5).astype(np.float64)], axis=1)
+
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(self.fill)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class RandAugment:
+    """torchvision's RandAugment: `num_ops` operations in turn, each one of 14 chosen uniformly
+    (repeats allowed), all at bin `magnitude` of `num_magnitude_bins`, each with a random sign.
+
+    Draws: for op k (from 0), operation ``floor(14 u[2k])``, negative if ``u[2k + 1] < 0.5``.
+    """
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+    fill: float | tuple[float, ...] = 0
+
+    def __post_init__(self) -> None:
+        bins = _check_bins(self.num_magnitude_bins)
+        if isinstance(self.num_ops, bool) or not isinstance(self.num_ops, int) or not 0 <= self.num_ops <= 64:
+            raise ValueError(f"num_ops must be an integer in [0, 64], got {self.num_ops!r}")
+        if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, int) or not 0 <= self.magnitude < bins:
+            raise ValueError(f"magnitude must be a bin in [0, {bins}), got {self.magnitude!r}")
+        object.__setattr__(self, "fill", _fill_triple(self.fill))
+
+    @property
+    def draws(self) -> int:
+        return 2 * self.num_ops
+
+    def parameters(self, u: np.ndarray) -> np.ndarray:
+        """Per record: (operation, bin, sign) for each of the `num_ops` operations."""
+        columns = []
+        for k in range(self.num_ops):
+            columns += [np.floor(u[:, 2 * k] * 14), np.full(len(u), float(self.magnitude)), (u[:, 2 * k + 1] < 0.5).astype(np.float64)]
+        return np.stack(columns, axis=1) if columns else np.zeros((len(u), 0))
+
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "op": "rand_augment",
+            "num_ops": self.num_ops,
+            "magnitude": self.magnitude,
+            "num_magnitude_bins": self.num_magnitude_bins,
+            "fill": list(self.fill),  # type: ignore[arg-type]
+        }
+
+
+@dataclass(frozen=True)
+class AutoAugment:
+    """torchvision's AutoAugment with the ImageNet policy: one of its 25 sub-policies chosen
+    uniformly; each of its two operations runs with its probability, at its bin of 10, with a
+    random sign.
+
+    Draws: sub-policy ``floor(25 u[0])``; operation i (0, 1) runs if ``u[1 + i] <= p_i`` and is
+    negative if ``u[3 + i] < 0.5``.
+    """
+
+    policy: str = "imagenet"
+    fill: float | tuple[float, ...] = 0
+    draws: ClassVar[int] = 5
+
+    def __post_init__(self) -> None:
+        if self.policy != "imagenet":
+            raise ValueError(f"policy must be 'imagenet' (the one policy offered), got {self.policy!r}")
+        object.__setattr__(self, "fill", _fill_triple(self.fill))
+
+    def parameters(self, u: np.ndarray) -> np.ndarray:
+        """Per record: (operation, bin, sign) for the two operations; operation -1 where one does not run."""
+        chosen = np.floor(u[:, 0] * len(IMAGENET_POLICY)).astype(np.int64)
+        rows = np.zeros((len(u), 6))
+        for i in range(2):
+            operation = np.array([OPERATIONS.index(IMAGENET_POLICY[c][i][0]) for c in chosen], np.float64)
+            probability = np.array([IMAGENET_POLICY[c][i][1] for c in chosen])
+            bins = np.array([IMAGENET_POLICY[c][i][2] or 0 for c in chosen], np.float64)
+            rows[:, 3 * i] = np.where(u[:, 1 + i] <= probability, operation, -1.0)
+            rows[:, 3 * i + 1] = bins
+            rows[:, 3 * i + 2] = u[:, 3 + i] < 0.5
+        return rows
+
+    def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+        return _run_triples(ops, image, params, "standard", 10, self.fill)  # type: ignore[arg-type]
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "auto_augment", "policy": self.policy, "fill": list(self.fill)}  # type: ignore[arg-type]

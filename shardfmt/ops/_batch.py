@@ -1,0 +1,240 @@
+"""Batch steps: `MixUp`, `CutMix` and `RandomChoice` over a whole batch (images and integer
+labels in, images and soft labels out), with torchvision v2's semantics, drawn from (seed,
+epoch, batch) so that a resumed run mixes the same batches the same way.
+
+torchvision v2 (``transforms.v2.MixUp``, ``CutMix``, ``RandomChoice``), for a batch of N images
+and labels, with ``lam`` drawn from Beta(alpha, alpha) once a batch:
+
+- labels become one-hot float rows ``y`` (``num_classes`` wide), then
+  ``lam y + (1 - lam) roll(y, 1)``: each sample is mixed with the one before it (the first with
+  the last);
+- MixUp: images ``lam x + (1 - lam) roll(x, 1)``;
+- CutMix: a box centred at a uniform pixel ``(r_x, r_y)`` with half sides
+  ``trunc(W sqrt(1 - lam) / 2)`` and ``trunc(H sqrt(1 - lam) / 2)``, clipped to the image,
+  takes ``roll(x, 1)``'s pixels; the labels are mixed with ``lam' = 1 - box area / (H W)``;
+- RandomChoice: one of its steps, chosen with probabilities `p` (equal by default).
+
+Randomness: batch step j of a list draws from ``key(seed, BATCH + j, epoch, batch)``
+(`sampling.BATCH_STREAM`; spec/sampling.md): ``u[k]`` is draw k + 1 as a float. ``lam`` is
+the ``u[0]``-quantile of Beta(alpha, alpha) (`beta_quantile`), and CutMix takes
+``r_x = floor(W u[1])``, ``r_y = floor(H u[2])``; RandomChoice picks its step with ``u[0]`` and
+hands it ``u[1:]``.
+
+Images are float (any float dtype, normalised or not: mixing is linear, so it commutes with
+the normalisation) or uint8, which becomes float32 on the 0-255 scale. Layout "NCHW" or "NHWC".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from .._sampling.keys import BATCH_STREAM, record_keys, uniforms
+
+__all__ = ["BatchStep", "CutMix", "MixUp", "RandomChoice", "apply_batch_steps", "beta_quantile"]
+
+_LAYOUTS = ("NCHW", "NHWC")
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _beta_cdf(x: float, a: float) -> float:
+    """The CDF of Beta(a, a) at x."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > 0.5:
+        return 1.0 - _beta_cdf(1.0 - x, a)
+    log_front = math.lgamma(2 * a) - 2 * math.lgamma(a) + a * math.log(x) + a * math.log1p(-x)
+    return math.exp(log_front) * _beta_continued_fraction(a, a, x) / a
+
+
+def beta_quantile(u: float, alpha: float) -> float:
+    """The `u`-quantile of Beta(alpha, alpha), by 60 bisections of its CDF (the regularized
+    incomplete beta function): within 2^-60 of the exact quantile, up to the CDF's rounding."""
+    if alpha == 1.0:
+        return u
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        if _beta_cdf(middle, alpha) < u:
+            low = middle
+        else:
+            high = middle
+    return 0.5 * (low + high)
+
+
+def _check_alpha(alpha: Any) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+        raise ValueError(f"alpha must be a positive finite number, got {alpha!r}")
+    return float(alpha)
+
+
+def _check_classes(num_classes: Any) -> int:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    return num_classes
+
+
+def _prepare(images: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if images.ndim != 4:
+        raise ValueError(f"a batch step takes a 4-dimensional batch of images, got shape {tuple(images.shape)}")
+    if labels.ndim == 1:
+        if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            raise ValueError(f"labels must be integer class indices (or soft labels, N x {num_classes}), got {labels.dtype}")
+        if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+            raise ValueError(f"labels must lie in [0, {num_classes}), got values from {int(labels.min())} to {int(labels.max())}")
+        soft = torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float32)
+    elif labels.ndim == 2 and labels.shape[1] == num_classes and labels.dtype.is_floating_point:
+        soft = labels  # an earlier batch step's soft labels
+    else:
+        raise ValueError(f"labels must be N class indices or N x {num_classes} soft labels, got shape {tuple(labels.shape)} {labels.dtype}")
+    if len(soft) != len(images):
+        raise ValueError(f"{len(images)} images but {len(soft)} labels")
+    return (images if images.dtype.is_floating_point else images.to(torch.float32)), soft.to(device=images.device)
+
+
+def _mix(tensor: torch.Tensor, lam: float) -> torch.Tensor:
+    """lam x + (1 - lam) roll(x, 1), as torchvision computes it."""
+    return tensor.roll(1, 0).mul_(1.0 - lam).add_(tensor.mul(lam))
+
+
+@dataclass(frozen=True)
+class MixUp:
+    """torchvision v2's MixUp: every image blended with the one before it, by ``lam`` from
+    Beta(alpha, alpha) (one a batch), the labels likewise. Draws: 1."""
+
+    alpha: float = 1.0
+    num_classes: int | None = None
+    draws = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", _check_alpha(self.alpha))
+        object.__setattr__(self, "num_classes", _check_classes(self.num_classes))
+
+    def lam(self, u: np.ndarray) -> float:
+        return beta_quantile(float(u[0]), self.alpha)
+
+    def apply(
+        self, images: torch.Tensor, labels: torch.Tensor, u: np.ndarray, *, layout: str = "NCHW"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mix a batch with its draws `u`; return (images, soft labels)."""
+        images, soft = _prepare(images, labels, self.num_classes)  # type: ignore[arg-type]
+        lam = self.lam(u)
+        return _mix(images, lam), _mix(soft, lam)
+
+
+@dataclass(frozen=True)
+class CutMix:
+    """torchvision v2's CutMix: a box of every image replaced by the same box of the image before
+    it, its area about ``1 - lam`` of the image (``lam`` from Beta(alpha, alpha)), the labels mixed
+    by the area kept. Draws: 3."""
+
+    alpha: float = 1.0
+    num_classes: int | None = None
+    draws = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", _check_alpha(self.alpha))
+        object.__setattr__(self, "num_classes", _check_classes(self.num_classes))
+
+    def box(self, u: np.ndarray, *, height: int, width: int) -> tuple[int, int, int, int, float]:
+        """(x1, y1, x2, y2, lam'): the box [y1, y2) x [x1, x2) and the label weight of the image itself."""
+        lam = beta_quantile(float(u[0]), self.alpha)
+        centre_x, centre_y = math.floor(width * float(u[1])), math.floor(height * float(u[2]))
+        ratio = 0.5 * math.sqrt(1.0 - lam)
+        half_w, half_h = int(ratio * width), int(ratio * height)
+        x1, y1 = max(centre_x - half_w, 0), max(centre_y - half_h, 0)
+        x2, y2 = min(centre_x + half_w, width), min(centre_y + half_h, height)
+        return x1, y1, x2, y2, 1.0 - (x2 - x1) * (y2 - y1) / (width * height)
+
+    def apply(
+        self, images: torch.Tensor, labels: torch.Tensor, u: np.ndarray, *, layout: str = "NCHW"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cut and mix a batch with its draws `u`; return (images, soft labels)."""
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
+        images, soft = _prepare(images, labels, self.num_classes)  # type: ignore[arg-type]
+        height, width = (images.shape[2], images.shape[3]) if layout == "NCHW" else (images.shape[1], images.shape[2])
+        x1, y1, x2, y2, lam = self.box(u, height=height, width=width)
+        output = images.clone()
+        rolled = images.roll(1, 0)
+        if layout == "NCHW":
+            output[:, :, y1:y2, x1:x2] = rolled[:, :, y1:y2, x1:x2]
+        else:
+            output[:, y1:y2, x1:x2] = rolled[:, y1:y2, x1:x2]
+        return output, _mix(soft, lam)
+
+
+@dataclass(frozen=True)
+class RandomChoice:
+    """torchvision v2's RandomChoice over batch steps: one of `steps`, with probabilities `p`
+    (equal by default; normalised to sum 1): the first i with ``u[0] < (p_0 + ... + p_i) /
+    sum(p)``, run with the draws ``u[1:]``. Draws: 1 + the most of its steps'."""
+
+    steps: Sequence[Any]
+    p: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        steps = tuple(self.steps)
+        if not steps or not all(isinstance(step, (MixUp, CutMix, RandomChoice)) for step in steps):
+            raise ValueError(f"RandomChoice takes a non-empty list of batch steps (MixUp, CutMix, RandomChoice), got {self.steps!r}")
+        weights = tuple(float(v) for v in self.p) if self.p is not None else (1.0,) * len(steps)
+        if len(weights) != len(steps) or not all(math.isfinite(v) and v >= 0 for v in weights) or sum(weights) <= 0:
+            raise ValueError(f"p must hold one non-negative weight per step, not all 0, got {self.p!r}")
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "p", weights)
+
+    @property
+    def draws(self) -> int:
+        return 1 + max(int(step.draws) for step in self.steps)
+
+    def choose(self, u: np.ndarray) -> int:
+        weights = self.p
+        assert weights is not None
+        bounds = np.cumsum(weights) / sum(weights)
+        return min(int(np.searchsorted(bounds, float(u[0]), side="right")), len(self.steps) - 1)
+
+    def apply(
+        self, images: torch.Tensor, labels: torch.Tensor, u: np.ndarray, *, layout: str = "NCHW"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        step = self.steps[self.choose(u)]
+        result: tuple[torch.Tensor, torch.Tensor] = step.apply(images, labels, u[1:], layout=layout)
+        return result
+
+
+BatchStep = Union[MixUp, CutMix, RandomChoice]
+"""What ``Loader(batch_augment=[...])`` takes."""
+
+
+def apply_batch_steps(
+    steps: Sequence[BatchStep], images: torch.Tensor, labels: torch.Tensor, *, seed: int, epoch: int, batch: int, layout: str = "NCHW"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run `steps` in turn on one batch: step j with the draws of ``key(seed, BATCH + j, epoch,
+    batch)``. Returns (images, soft labels); with no steps, the batch as it came."""
+    for position, step in enumerate(steps):
+        key = record_keys(seed, BATCH_STREAM + position, epoch, np.array([batch], np.uint64))
+        images, labels = step.apply(images, labels, uniforms(key, step.draws)[0], layout=layout)
+    return images, labels
