@@ -1,5 +1,6 @@
 """Servers on 127.0.0.1 for the remote-storage tests: an S3-compatible server (moto), an HTTP
-server with Range support and fault injection, and a TCP proxy that drops one connection.
+server with Range support and fault injection, a TCP proxy that drops one connection, and a
+server that answers like GCS (or with 503 to everything, for any backend).
 
 Every server binds to loopback only, on a port the kernel picks, and is stopped by its fixture.
 """
@@ -7,6 +8,7 @@ Every server binds to loopback only, on a port the kernel picks, and is stopped 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 S3_CREDENTIALS = {"key": "shardfmt-test-key", "secret": "shardfmt-test-secret"}
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
@@ -255,3 +258,96 @@ def upload_tree(fs: Any, local: Path, remote: str) -> None:
     for path in sorted(local.rglob("*")):
         if path.is_file():
             fs.put_file(os.fspath(path), f"{remote}/{path.relative_to(local).as_posix()}")
+
+
+# Azurite's published development account: a well-known key that guards nothing.
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+_GCS_RANGE = re.compile(r"bytes=(\d+)-(\d*)\Z")
+
+
+def gcs_options(endpoint: str) -> dict[str, Any]:
+    """fsspec storage options for gcsfs against `endpoint`, anonymously."""
+    return {"endpoint_url": endpoint, "token": "anon"}
+
+
+def azure_options(endpoint: str) -> dict[str, Any]:
+    """fsspec storage options for adlfs against `endpoint`, with Azurite's development account."""
+    account = "devstoreaccount1"
+    connection = f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint}/{account};"
+    return {"connection_string": connection}
+
+
+class StorageServer(ThreadingHTTPServer):
+    """Answers 503 to everything while `down`; otherwise serves `objects` the way the GCS JSON
+    API does (metadata at ``/storage/v1/b/B/o/K``, bytes with ``alt=media`` and a Range)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _StorageHandler)
+        self.down = True
+        self.objects: dict[str, bytes] = {}
+        self.requests: list[str] = []
+        self.lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _StorageHandler(BaseHTTPRequestHandler):
+    server: StorageServer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _reply(self, status: int, body: bytes, content_type: str = "application/json", **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.end_headers()
+        if self.command != "HEAD":
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up on an answer it did not need
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        with self.server.lock:
+            self.server.requests.append(f"{self.command} {self.path}")
+        if self.server.down:
+            self._reply(503, json.dumps({"error": {"code": 503, "message": "service unavailable"}}).encode())
+            return
+        url = urlsplit(self.path)
+        match = re.match(r"/(?:download/)?storage/v1/b/([^/]+)/o/(.+)\Z", url.path)
+        data = self.server.objects.get(unquote(match.group(2))) if match else None
+        if match is None or data is None:
+            self._reply(404, json.dumps({"error": {"code": 404, "message": "no such object"}}).encode())
+        elif "alt=media" not in url.query:
+            name = unquote(match.group(2))
+            meta = {"kind": "storage#object", "bucket": match.group(1), "name": name, "size": str(len(data)), "generation": "1"}
+            self._reply(200, json.dumps(meta).encode())
+        else:
+            found = _GCS_RANGE.match(self.headers.get("Range", ""))
+            start = int(found.group(1)) if found else 0
+            stop = min(len(data), int(found.group(2)) + 1) if found and found.group(2) else len(data)
+            status = 206 if found else 200
+            self._reply(status, data[start:stop], "application/octet-stream", Content_Range=f"bytes {start}-{stop - 1}/{len(data)}")
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
+
+
+@contextlib.contextmanager
+def storage_server() -> Iterator[StorageServer]:
+    """Run a `StorageServer` (down until told otherwise) on 127.0.0.1."""
+    httpd = StorageServer()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

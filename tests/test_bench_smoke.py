@@ -205,3 +205,16 @@ def test_rounds_keep_each_measure_at_its_best() -> None:
     assert best.warmup_images_per_second == pytest.approx(1000)
     assert best.first_batch_seconds == pytest.approx(0.2)
     assert "best of 1000, 1250" in best.note and "1st epoch best of 1000, 556" in best.note
+
+
+def test_outage_bench_counts_one_request_per_attempt() -> None:
+    pytest.importorskip("gcsfs", reason="gs:// URLs need gcsfs")
+    pytest.importorskip("adlfs", reason="az:// URLs need adlfs")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    script = str(ROOT / "tools" / "bench_outage.py")
+    command = [sys.executable, script, "--store", "gcs", "--store", "azure", "--attempts", "2", "--runs", "2"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if " attempts=" in line]
+    assert [line.split(":")[0] for line in lines] == ["gcs attempts=2", "azure attempts=2"]
+    assert all(line.endswith(", 2, 2 requests") for line in lines), lines

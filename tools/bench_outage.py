@@ -1,9 +1,14 @@
-"""How long an outage of an S3 store takes to surface: `open_dataset` of a dataset whose S3
-server (moto, as the tests run it) has been stopped, for RetryPolicy(attempts=1) and the default
-5 attempts, each timed `--runs` times.
+"""How long an outage of an object store takes to surface, and how many requests it costs.
+
+S3: `open_dataset` of a dataset whose S3 server (moto, as the tests run it) has been stopped.
+GCS and Azure: one range read through gcsfs or adlfs from a local server that answers every
+request with 503. Each for RetryPolicy(attempts=1) and the default 5 attempts, timed `--runs`
+times. `--backend-retries` measures the backends' own defaults instead (their retries left on,
+as before shardfmt turned them off): a call then takes a minute or more.
 
 Usage:
     python tools/bench_outage.py --runs 3
+    python tools/bench_outage.py --store gcs --store azure --attempts 1 --runs 1 --backend-retries
 """
 
 from __future__ import annotations
@@ -12,34 +17,75 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from remote_servers import moto_server, s3_options  # noqa: E402
+from remote_servers import azure_options, gcs_options, moto_server, s3_options, storage_server  # noqa: E402
 
+import shardfmt._storage.remote  # noqa: E402
 from shardfmt import RemoteOptions, RetryPolicy, open_dataset  # noqa: E402
+from shardfmt._storage.remote import FsspecStore  # noqa: E402
+
+STORES = ("s3", "gcs", "azure")
+
+
+def s3_outage(policy: RetryPolicy) -> Callable[[], int | None]:
+    """A call against a stopped moto server (requests are not counted there)."""
+    with moto_server() as endpoint:
+        pass  # started and stopped: nothing listens on its port any more
+    options = RemoteOptions(storage_options=s3_options(endpoint), retry=policy)
+    return lambda: _fail(lambda: open_dataset("s3://data/ds", remote=options), None)
+
+
+def server_outage(store: str, policy: RetryPolicy, server: Any) -> Callable[[], int | None]:
+    """A range read through gcsfs or adlfs from `server`, which answers 503."""
+    if store == "gcs":
+        url, options = "gs://bucket/ds", gcs_options(server.endpoint)
+    else:
+        url, options = "az://container/ds", azure_options(server.endpoint)
+
+    def call() -> int | None:
+        server.requests.clear()
+        target = FsspecStore(url, storage_options=options, retry=policy)
+        return _fail(lambda: target.get("train-00000.shard", start=0, stop=100), server)
+
+    return call
+
+
+def _fail(call: Callable[[], object], server: Any) -> int | None:
+    try:
+        call()
+    except Exception:
+        return None if server is None else len(server.requests)
+    raise SystemExit("the call succeeded against a store that is down")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--store", action="append", choices=STORES, help="repeatable; default: all three")
+    parser.add_argument("--attempts", type=int, action="append", help="RetryPolicy attempts, repeatable; default: 1 and 5")
+    parser.add_argument("--backend-retries", action="store_true", help="leave the backends' own retries on")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the retries' log lines
-    with moto_server() as endpoint:
-        pass  # started and stopped: nothing listens on its port any more
-    for attempts in (1, 5):
-        times, outcome = [], ""
-        for _ in range(args.runs):
-            started = time.monotonic()
-            try:
-                open_dataset(
-                    "s3://data/ds", remote=RemoteOptions(storage_options=s3_options(endpoint), retry=RetryPolicy(attempts=attempts))
-                )
-            except Exception as err:
-                outcome = type(err).__name__
-            times.append(time.monotonic() - started)
-        print(f"attempts={attempts}: {outcome} after {', '.join(f'{t:.1f}' for t in times)} s", flush=True)
+    if args.backend_retries:
+        shardfmt._storage.remote.single_attempt_options = lambda url, options: dict(options)
+        shardfmt._storage.remote.single_attempt_filesystem = lambda fs: False
+    with storage_server() as server:
+        for store in args.store or STORES:
+            for attempts in args.attempts or (1, 5):
+                policy = RetryPolicy(attempts=attempts)
+                call = s3_outage(policy) if store == "s3" else server_outage(store, policy, server)
+                times, requests = [], []
+                for _ in range(args.runs):
+                    started = time.monotonic()
+                    requests.append(call())
+                    times.append(time.monotonic() - started)
+                counted = "" if requests[0] is None else f", {', '.join(map(str, requests))} requests"
+                print(f"{store} attempts={attempts}: failed after {', '.join(f'{t:.1f}' for t in times)} s{counted}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ close together) and served from memory; any other read is one ranged GET.
 
 from __future__ import annotations
 
+import shutil
+import types
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
@@ -17,12 +19,17 @@ from .._errors import RemoteError, ShardNotFoundError
 from .retry import RetryPolicy, ShortReadError, call_with_retries
 from .urls import Redactor, join_url
 
-__all__ = ["FsspecStore", "RemoteFile", "single_attempt_options"]
+__all__ = ["FsspecStore", "RemoteFile", "single_attempt_filesystem", "single_attempt_options"]
 
 T = TypeVar("T")
 MERGE_GAP = 256 * 1024
 """Two windows closer than this are fetched in one request: a round trip costs more than that."""
+DOWNLOAD_BLOCK = 16 * 1024 * 1024
+"""Bytes per request of a download streamed through ``open()`` (see `single_attempt_filesystem`)."""
 _READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
+_S3 = frozenset({"s3", "s3a"})
+_GCS = frozenset({"gs", "gcs"})
+_AZURE = frozenset({"az", "abfs", "abfss"})
 
 
 class FsspecStore:
@@ -50,10 +57,7 @@ class FsspecStore:
             self.fs, self._base = fsspec.core.url_to_fs(self._url, **single_attempt_options(self._url, storage_options or {}))
         except (ImportError, ValueError) as err:
             raise RemoteError(f"cannot open this URL: {self.redact(str(err))}", path=self.root) from None
-        if type(self.fs).__module__.startswith("s3fs"):
-            # s3fs retries each call 5 times (times botocore's 5): up to 250 connections, 217 s, for
-            # one attempt of ours against a server that closes every connection, measured here
-            self.fs.retries = 1
+        self._streams_downloads = single_attempt_filesystem(self.fs)
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self.supports_writes = self.supports_listing = not protocols & _READ_ONLY_PROTOCOLS
         self.requests = 0
@@ -129,7 +133,10 @@ class FsspecStore:
         return RemoteFile(self, key, size=size, windows=windows)
 
     def get_file(self, key: str, path: str) -> None:
-        self._call("download", key, lambda: self.fs.get_file(self._path(key), path))
+        if self._streams_downloads:
+            self._call("download", key, lambda: _stream_to_file(self.fs, self._path(key), path))
+        else:
+            self._call("download", key, lambda: self.fs.get_file(self._path(key), path))
 
     def put(self, key: str, data: bytes) -> None:
         self._call("PUT", key, lambda: self.fs.pipe_file(self._path(key), data))
@@ -221,17 +228,65 @@ class RemoteFile:
 
 
 def single_attempt_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """`storage_options` with the backend's own retrying turned off where shardfmt knows how, so
-    that `RetryPolicy` is the one retry layer and an outage surfaces within its budget: for S3,
-    botocore's retries (``config_kwargs["retries"]``); s3fs's own loop is a class attribute, set
-    by `FsspecStore` on its filesystem. A value the caller set is kept."""
+    """`storage_options` with the backend's own retrying turned off where an option does it, so
+    that `RetryPolicy` is the one retry layer and an outage surfaces within its budget. A value
+    the caller set is kept.
+
+    - S3: botocore tries each call once (``config_kwargs["retries"]``).
+    - Google Cloud Storage: gcsfs's bucket-layout lookup (gRPC) tries once (``retry_timeout=0``)
+      instead of retrying for 60 s before each first read of a bucket.
+    - Azure Blob Storage: a filesystem of our own (``skip_instance_cache``), because
+      `single_attempt_filesystem` changes its client's retry policy.
+    """
     options = dict(storage_options)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("s3", "s3a"):
+    if scheme in _S3:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("retries", {"mode": "standard", "total_max_attempts": 1})  # botocore: tries in all
         options["config_kwargs"] = config
+    elif scheme in _GCS:
+        options.setdefault("retry_timeout", 0)
+    elif scheme in _AZURE:
+        options.setdefault("skip_instance_cache", True)
     return options
+
+
+def single_attempt_filesystem(fs: Any) -> bool:
+    """Turn off the retrying that lives on the filesystem object rather than in its options.
+
+    One call against a server that fails every request, with the packages' defaults: s3fs 5
+    tries of botocore's 5, 217 s; gcsfs 6 tries, 78 s with its bucket-layout lookup; adlfs 4
+    tries (azure-storage-blob's 3 retries), 83 s (docs/reliability.md). After this: one request.
+
+    - s3fs: its own loop is an attribute, ``retries``.
+    - gcsfs: ``_request`` is wrapped in a loop of 6 tries fixed when the class is defined; this
+      filesystem gets the unwrapped method. Its whole-object download goes through other wrapped
+      methods that a subclass calls with ``super()``, out of reach: the return value True says
+      that `FsspecStore.get_file` must stream the object through ``open()`` instead.
+    - adlfs: the retry policy of azure-storage-blob's client, shared by every request it makes,
+      is set to no retries.
+
+    An unknown version whose internals differ is left as it is: its retries then add to ours.
+    """
+    module = type(fs).__module__
+    if module.startswith("s3fs"):
+        fs.retries = 1
+    elif module.startswith("gcsfs"):
+        inner = getattr(getattr(type(fs), "_request", None), "__wrapped__", None)
+        if inner is not None:
+            fs._request = types.MethodType(inner, fs)
+            return True
+    elif module.startswith("adlfs"):
+        policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
+        if policy is not None and isinstance(getattr(policy, "total_retries", None), int):
+            policy.total_retries = 0
+    return False
+
+
+def _stream_to_file(fs: Any, remote: str, path: str) -> None:
+    """Copy one object to the local file `path` in blocks read through ``fs.open``."""
+    with fs.open(remote, "rb", block_size=DOWNLOAD_BLOCK, cache_type="none") as source, open(path, "wb") as target:
+        shutil.copyfileobj(source, target, DOWNLOAD_BLOCK)
 
 
 def merge_windows(windows: tuple[tuple[int, int], ...], *, size: int) -> list[tuple[int, int]]:

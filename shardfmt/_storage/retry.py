@@ -24,6 +24,8 @@ logger = logging.getLogger("shardfmt._storage")
 
 _PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 _RETRY_STATUSES = frozenset({408, 425, 429})
+_UNANSWERED = frozenset({"ServiceRequestError", "ServiceResponseError", "TransportError"})
+"""azure-core's and google-auth's errors for a request that failed before any answer came."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,25 @@ def is_transient(err: BaseException) -> bool:
     """True if trying `err`'s call again may succeed."""
     if isinstance(err, _PERMANENT_OS_ERRORS):
         return False
-    status = getattr(err, "status", None)
-    if isinstance(status, int) and 400 <= status < 600:
+    status = _http_status(err)
+    if status is not None:
         return status >= 500 or status in _RETRY_STATUSES
     if isinstance(err, (OSError, TimeoutError, ConnectionError, EOFError)):
         return True
     module = type(err).__module__ or ""
+    if module.startswith(("azure.core", "google.auth")):  # a request that never got an answer
+        return type(err).__name__ in _UNANSWERED
     return module.startswith(("aiohttp", "botocore", "urllib3", "requests", "fsspec.exceptions"))
+
+
+def _http_status(err: BaseException) -> int | None:
+    """The HTTP status an error carries: ``status`` (aiohttp), ``status_code`` (azure-core) or
+    ``code`` (gcsfs's HttpError); None when it holds none in the 400s or 500s."""
+    for name in ("status", "status_code", "code"):
+        value = getattr(err, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value < 600:
+            return value
+    return None
 
 
 def call_with_retries(
