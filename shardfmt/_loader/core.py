@@ -63,11 +63,12 @@ from .options import (
     pipeline_at,
     size_pair,
 )
-from .outputs import FieldRequest, read_values, split_values
+from .outputs import FieldRequest
 from .pool import WorkerPool
 from .prefetch import ShardPrefetcher
 from .scheduler import Scheduler
 from .shm import check_slot_memory
+from .values import read_values, split_values
 
 __all__ = ["Loader"]
 
@@ -300,7 +301,7 @@ class Loader:
 
             stage = DeviceStage(self._device, mean=options.mean, std=options.std, layout=layout)
         self._values = split_values(self._dataset.schema, fields)[1]
-        """Fields delivered as lists, read here for each batch (`fields.read_values`)."""
+        """Fields delivered as lists, read here for each batch (`values.read_values`)."""
         self.scheduler = Scheduler(options, self._dataset, prefetcher=prefetcher, stage=stage, gpu=self._gpu)
         self._configure(None)
         self._finalizer = self.scheduler.finalizer(self)

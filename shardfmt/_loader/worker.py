@@ -1,6 +1,6 @@
 """Loader workers: decode chunks of records straight into shared-memory batch slots.
 
-Each delivered field has its filler (`fields.make_filler`); the crop boxes of a chunk are drawn
+Each delivered field has its filler (`fillers.make_filler`); the crop boxes of a chunk are drawn
 once, on the reference image field, and carried to the other image fields (snapped to the DCT
 scale of each jpeg field that is decoded at one). Image fillers write through (N, C, H, W) views
 of the slot arrays (`ops.decode.as_target`).
@@ -78,8 +78,9 @@ from ..ops import CropPlan, Pipeline
 from ..ops._augment import AugmentStep, SampleTransform
 from ..ops._crop import scale_plan, snap_to_scale
 from ..ops._decode import as_target
+from .fillers import make_filler
 from .jpegbytes import ON_GPU, SECONDS, JpegBytesWriter
-from .outputs import OutputSpec, make_filler
+from .outputs import OutputSpec
 from .shm import SlotLayout, attach, map_segment, slot_arrays
 
 __all__ = ["ChunkProcessor", "TransformSpec", "WorkerConfig", "checked_bytes", "encode_copies", "worker_main"]

@@ -221,7 +221,7 @@ def test_shared_memory_holds_every_field(pairs: Path) -> None:
 
 
 def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
-    from shardfmt._loader.outputs import _RawFiller
+    from shardfmt._loader.fillers import _RawFiller
     from shardfmt._loader.shm import SlotRing
     from shardfmt._loader.worker import ChunkProcessor
 
