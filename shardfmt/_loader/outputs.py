@@ -101,7 +101,7 @@ def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> P
     raise ValueError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline object, got {pipeline!r}")
 
 
-def resolve_outputs(  # noqa: C901
+def resolve_outputs(
     dataset: RecordSource,
     *,
     fields: FieldRequest | None,
@@ -125,21 +125,10 @@ def resolve_outputs(  # noqa: C901
         ValueError: the request is malformed, or the reference's size is not the pipeline's.
     """
     schema = dataset.schema
-    unlabelled = False
     if fields is None:
-        kind = schema.field(image_field).type
-        if kind not in IMAGE_TYPES:
-            raise SchemaError(f"field {image_field!r} is {kind!r}, the loader needs 'jpeg' or 'raw'")
-        unlabelled = label_field == "label" and "label" not in schema.names
-        if unlabelled:
-            label_field = None
-        if label_field is not None and schema.field(label_field).type != "int64":
-            raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
-        requests: dict[str, Any] = {image_field: ImageOutput(channels=3, interpolation=interpolation)}
-        if label_field is not None:
-            requests[label_field] = None
+        requests, zeros = _single_request(schema, image_field=image_field, label_field=label_field, interpolation=interpolation)
     else:
-        requests = normalise_request(fields, interpolation)
+        requests, zeros = normalise_request(fields, interpolation), False
     images = [name for name in requests if schema.field(name).type in IMAGE_TYPES]
     reference_size = requests[images[0]].size if images and requests[images[0]] is not None else None
     if isinstance(pipeline, str) and reference_size is not None:
@@ -151,38 +140,74 @@ def resolve_outputs(  # noqa: C901
             f"{resolved.size}; give the pipeline that size"
         )
     reference = images[0] if images else None
+    stats = _stats_needed(dataset, requests, images)
+    specs = [_field_spec(name, request, schema, stats, reference, resolved.size, interpolation) for name, request in requests.items()]
+    if zeros:
+        specs.append(OutputSpec(".labels", "zeros", (), "<i8"))  # not an identifier: no field has it
+    return resolved, tuple(specs)
+
+
+def _single_request(schema: Any, *, image_field: str, label_field: str | None, interpolation: str) -> tuple[dict[str, Any], bool]:
+    """The request of the (images, labels) form, and whether it delivers zeros as its labels.
+
+    Raises:
+        SchemaError: the fields are not an image and an int64 label.
+    """
+    kind = schema.field(image_field).type
+    if kind not in IMAGE_TYPES:
+        raise SchemaError(f"field {image_field!r} is {kind!r}, the loader needs 'jpeg' or 'raw'")
+    unlabelled = label_field == "label" and "label" not in schema.names
+    if unlabelled:
+        label_field = None
+    if label_field is not None and schema.field(label_field).type != "int64":
+        raise SchemaError(f"field {label_field!r} is {schema.field(label_field).type!r}, the loader needs 'int64'")
+    requests: dict[str, Any] = {image_field: ImageOutput(channels=3, interpolation=interpolation)}
+    if label_field is not None:
+        requests[label_field] = None
+    return requests, label_field is None and not unlabelled
+
+
+def _stats_needed(dataset: RecordSource, requests: dict[str, Any], images: list[str]) -> dict[str, _ImageStats]:
+    """The stats of every image field, read from the record tables only where the request
+    leaves something open (a raw field's channels, a further field's size); else the defaults."""
+    schema = dataset.schema
+    reference = images[0] if images else None
     needed = [
         name for name in images
         if (schema.field(name).type == "raw" and (requests[name] is None or requests[name].channels is None))
         or (name != reference and (requests[name] is None or requests[name].size is None))
     ]
     stats = _image_stats(dataset, list(dict.fromkeys([images[0], *needed])) if needed else [])
-    stats = {name: stats.get(name, _ImageStats()) for name in images}
-    specs = []
-    for name, request in requests.items():
-        field = schema.field(name)
-        if field.type in IMAGE_TYPES:
-            specs.append(
-                _image_spec(
-                    name,
-                    field.type,
-                    request if request is not None else ImageOutput(interpolation=interpolation),
-                    stats,
-                    reference,
-                    resolved.size,
-                )
-            )
-        elif field.type == "ndarray":
-            _no_options(name, field.type, request)
-            specs.append(OutputSpec(name, "ndarray", tuple(field.shape or ()), NDARRAY_DTYPES[field.dtype or ""]))
-        elif field.type in _SCALARS:
-            _no_options(name, field.type, request)
-            specs.append(OutputSpec(name, field.type, (), _SCALARS[field.type]))
-        else:
-            raise SchemaError(f"field {name!r} is {field.type!r}: the loader delivers jpeg, raw, ndarray, int64 and float64 fields")
-    if fields is None and label_field is None and not unlabelled:
-        specs.append(OutputSpec(".labels", "zeros", (), "<i8"))  # not an identifier: no field has it
-    return resolved, tuple(specs)
+    return {name: stats.get(name, _ImageStats()) for name in images}
+
+
+def _field_spec(
+    name: str,
+    request: Any,
+    schema: Any,
+    stats: dict[str, _ImageStats],
+    reference: str | None,
+    base: tuple[int, int],
+    interpolation: str,
+) -> OutputSpec:
+    """The spec of field `name` as `request` asks for it.
+
+    Raises:
+        SchemaError: the field is of a type the loader cannot deliver in a slot.
+        ValueError: a field delivered as stored is given options.
+    """
+    field = schema.field(name)
+    if field.type in IMAGE_TYPES:
+        return _image_spec(
+            name, field.type, request if request is not None else ImageOutput(interpolation=interpolation), stats, reference, base
+        )
+    if field.type == "ndarray":
+        _no_options(name, field.type, request)
+        return OutputSpec(name, "ndarray", tuple(field.shape or ()), NDARRAY_DTYPES[field.dtype or ""])
+    if field.type in _SCALARS:
+        _no_options(name, field.type, request)
+        return OutputSpec(name, field.type, (), _SCALARS[field.type])
+    raise SchemaError(f"field {name!r} is {field.type!r}: the loader delivers jpeg, raw, ndarray, int64 and float64 fields")
 
 
 def normalise_request(fields: FieldRequest, interpolation: str = "bilinear") -> dict[str, Any]:
