@@ -20,12 +20,12 @@ from .._dataset.locate import classify_location
 from .._sampling.mixture import Mixture
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
+from .chunk import WorkerConfig
 from .gpudecode import GpuDecodeStage
 from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
 from .outputs import OutputSpec, resolve_outputs
 from .shm import SlotLayout
 from .values import split_values
-from .worker import WorkerConfig
 
 __all__ = ["Configured", "configure", "distributed_defaults", "loader_path", "settings"]
 
