@@ -46,7 +46,7 @@ TASK, STOP, READY, DONE, ERROR, SEGMENT = 1, 2, 3, 4, 5, 6
 HEADER = struct.Struct("<qqqqqq")  # op, slot, serial, row, epoch, count
 
 
-def worker_main(  # noqa: C901
+def worker_main(
     worker_id: int,
     conn: Any,
     config: WorkerConfig,
@@ -69,15 +69,7 @@ def worker_main(  # noqa: C901
     parent = lifeline.hold()
     for end in inherited:
         end.close()
-    import cv2
-    import torch
-
-    torch.set_num_threads(1)
-    if cv2.getNumThreads() != 1:
-        # OpenCV's own pool would compete with the other workers for the cores. A forked worker
-        # has it at 1 already (set around the fork: calling this in a child forked from a process
-        # whose pool ran hangs); a spawned one starts fresh.
-        cv2.setNumThreads(1)
+    _one_thread_each()
     segments: dict[int, Any] = {}  # serial -> a mapping received and not yet taken by a task
 
     def slot_arrays_of(slot: int, serial: int) -> dict[str, np.ndarray]:
@@ -98,6 +90,24 @@ def worker_main(  # noqa: C901
         _send_error(conn, err, None, None, -1, None)
         return
     _reply(conn, HEADER.pack(READY, 0, 0, 0, 0, 0))
+    _serve(conn, processor, config, segments, parent)
+
+
+def _one_thread_each() -> None:
+    """Keep torch and OpenCV to one thread: the workers are the loader's parallelism."""
+    import cv2
+    import torch
+
+    torch.set_num_threads(1)
+    if cv2.getNumThreads() != 1:
+        # OpenCV's own pool would compete with the other workers for the cores. A forked worker
+        # has it at 1 already (set around the fork: calling this in a child forked from a process
+        # whose pool ran hangs); a spawned one starts fresh.
+        cv2.setNumThreads(1)
+
+
+def _serve(conn: Any, processor: ChunkProcessor, config: WorkerConfig, segments: dict[int, Any], parent: Any) -> None:
+    """Answer the loader's messages until STOP, or until the loader is gone."""
     while True:
         try:
             if not conn.poll(WATCH_SECONDS):
@@ -107,27 +117,37 @@ def worker_main(  # noqa: C901
             message = conn.recv_bytes()
             op, slot, serial, row, epoch, count = HEADER.unpack_from(message)
             if op == SEGMENT:
-                handle = reduction.recv_handle(conn)
-                try:
-                    segments[serial] = map_segment(handle, config.layout)
-                finally:
-                    os.close(handle)
+                _receive_segment(conn, serial, config, segments)
                 continue
         except (EOFError, OSError):
             return  # the loader is gone
         if op == STOP:
             processor.close()
             return
-        indices = np.frombuffer(message, np.int64, count=count, offset=HEADER.size)
-        try:
-            processor.process(slot, serial, row, epoch, indices)
-        except ChunkFailure as failure:
-            _send(conn, ERROR, failure.fields)
-            continue
-        except BaseException as err:
-            _send_error(conn, err, None, None, int(processor.current[0]), None)
-            continue
-        _reply(conn, HEADER.pack(DONE, slot, serial, row, epoch, count))
+        _run_task(conn, processor, message, slot, serial, row, epoch, count)
+
+
+def _receive_segment(conn: Any, serial: int, config: WorkerConfig, segments: dict[int, Any]) -> None:
+    """Map the segment whose file descriptor follows a SEGMENT message, for the task that names it."""
+    handle = reduction.recv_handle(conn)
+    try:
+        segments[serial] = map_segment(handle, config.layout)
+    finally:
+        os.close(handle)
+
+
+def _run_task(conn: Any, processor: ChunkProcessor, message: bytes, slot: int, serial: int, row: int, epoch: int, count: int) -> None:
+    """Fill the rows a TASK names and answer DONE, or ERROR naming the record that failed."""
+    indices = np.frombuffer(message, np.int64, count=count, offset=HEADER.size)
+    try:
+        processor.process(slot, serial, row, epoch, indices)
+    except ChunkFailure as failure:
+        _send(conn, ERROR, failure.fields)
+        return
+    except BaseException as err:
+        _send_error(conn, err, None, None, int(processor.current[0]), None)
+        return
+    _reply(conn, HEADER.pack(DONE, slot, serial, row, epoch, count))
 
 
 def _send_error(conn: Any, err: BaseException, shard: str | None, record: int | None, index: int, offset: int | None) -> None:
