@@ -162,7 +162,7 @@ class ChunkProcessor:
         self._targets[slot] = (serial, targets)
         return targets
 
-    def process(self, slot: int, serial: int, row: int, epoch: int, indices: np.ndarray) -> None:  # noqa: C901 (merged at the deadline; to be split into named steps)
+    def process(self, slot: int, serial: int, row: int, epoch: int, indices: np.ndarray) -> None:
         """Fill rows [row, row + len(indices)) of slot `slot` (segment `serial`) with records `indices`.
 
         Raises:
@@ -172,33 +172,57 @@ class ChunkProcessor:
         if self.config.repeats > 1:
             copies, indices = np.divmod(indices, self.config.num_records)
             draw_epoch = _draw_epochs(epoch, copies, self.config.repeats)
-        count = len(indices)
-        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
-        local = (indices - self.dataset.cumulative[shard_array]).tolist()
-        shards, numbers = shard_array.tolist(), indices.tolist()
-        readers = []
-        rows = []
-        for k in range(count):
-            reader = self.dataset.shard(shards[k])
-            readers.append(reader)
-            rows.append(reader.table[local[k]])
-        if self.reads_payload:
-            _prefetch_spans(readers, rows)
+        readers, rows, local = self._read_rows(indices)
         boxes = {
             name: list(
                 zip(plan.top.tolist(), plan.left.tolist(), plan.height.tolist(), plan.width.tolist(), plan.flip.tolist(), strict=True)
             )
             for name, plan in self._boxes(rows, draw_epoch, indices).items()
         }
-        transform, transformed = self.transform, self.transformed
-        draws = transform.draw(self.seed, draw_epoch, indices) if transform is not None else []
+        draws = self.transform.draw(self.seed, draw_epoch, indices) if self.transform is not None else []
         targets = self.targets(slot, serial)
+        self._fill(targets, row, readers, rows, local, indices.tolist(), boxes, draws)
+        for name in self.index_outputs:
+            targets[name][row : row + len(indices)] = indices
+        self.current[0] = -1
+
+    def _read_rows(self, indices: np.ndarray) -> tuple[list[Any], list[Any], list[int]]:
+        """The shard reader, table row and record number in its shard of each dataset record in
+        `indices`; a remote source is asked for all of their bytes at once."""
+        shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
+        local = (indices - self.dataset.cumulative[shard_array]).tolist()
+        shards = shard_array.tolist()
+        readers = []
+        rows = []
+        for k in range(len(indices)):
+            reader = self.dataset.shard(shards[k])
+            readers.append(reader)
+            rows.append(reader.table[local[k]])
+        if self.reads_payload:
+            _prefetch_spans(readers, rows)
+        return readers, rows, local
+
+    def _fill(
+        self,
+        targets: dict[str, Any],
+        row: int,
+        readers: list[Any],
+        rows: list[Any],
+        local: list[int],
+        numbers: list[int],
+        boxes: dict[str, list[tuple[int, int, int, int, bool]]],
+        draws: Any,
+    ) -> None:
+        """Fill rows [row, row + len(readers)) of `targets`, record by record: check its bytes
+        where that is due, fill every field (or write a GPU row's bytes and box), mark it checked,
+        then run the transform on its scratch sample."""
+        transform, transformed = self.transform, self.transformed
         checked = self.checked.data  # a memoryview: plain int reads and writes, cheaper than numpy's
         whole_only = self.whole_only.data
         current = self.current
         writer = self.jpeg_bytes
         on_gpu = targets[ON_GPU] if writer is not None else None
-        for k in range(count):
+        for k in range(len(readers)):
             reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
             current[0] = index
             filler = None
@@ -226,18 +250,8 @@ class ChunkProcessor:
                     # a transformed image is decoded into the scratch sample, then transformed into its row
                     out, at = (self._scratch_rows, 0) if filler.name == transformed else (targets[filler.name], row + k)
                     filler.fill(reader, table_row, box[k] if box is not None else None, out, at, trusted=same_bytes)
-            except ChecksumError as err:
-                raise self._failure(err, reader.path, record, index, err.offset) from err
-            except (ShardfmtError, ValueError) as err:
-                if filler is None:  # the record's bytes could not be had (a remote read, the shard cache)
-                    raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
-                start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
-                wrapped = DecodeError(
-                    f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record
-                )
-                raise self._failure(wrapped, reader.path, record, index, start) from err
             except Exception as err:
-                raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
+                raise self._record_failure(err, reader, table_row, record, index, filler) from err
             if not trusted and not gpu_row:  # a GPU row is not decoded here: it earns no trust
                 checked[byte] |= bit
             if transform is not None and transformed is not None:
@@ -247,9 +261,20 @@ class ChunkProcessor:
                     raise self._failure(err, reader.path, record, index, int(table_row["offset"])) from err
             if writer is not None:
                 targets[SECONDS][row + k] = time.perf_counter() - began
-        for name in self.index_outputs:
-            targets[name][row : row + count] = indices
-        self.current[0] = -1
+
+    def _record_failure(self, err: Exception, reader: Any, table_row: Any, record: int, index: int, filler: Any) -> ChunkFailure:
+        """The failure of a record's check or fill, at the offset it names: a checksum's own; a
+        field's that does not decode, as a DecodeError at the field's bytes; else the record's
+        (its bytes could not be had: a remote read, the shard cache)."""
+        if isinstance(err, ChecksumError):
+            return self._failure(err, reader.path, record, index, err.offset)
+        if isinstance(err, (ShardfmtError, ValueError)) and filler is not None:
+            start = int(table_row[column_name(filler.name, "offset")] if filler.reads_payload else table_row["offset"])
+            wrapped = DecodeError(
+                f"{filler.spec.type} field {filler.name!r} does not decode: {err}", path=reader.path, offset=start, record=record
+            )
+            return self._failure(wrapped, reader.path, record, index, start)
+        return self._failure(err, reader.path, record, index, int(table_row["offset"]))
 
     def _boxes(self, rows: list[Any], epoch: int | np.ndarray, indices: np.ndarray) -> dict[str, CropPlan]:
         """The crop of every image field: the pipeline's boxes on the reference (the first image
