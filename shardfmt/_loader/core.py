@@ -45,10 +45,7 @@ import torch
 
 from .._dataset.concat import open_records
 from .._dataset.reader import DatasetReader
-from .._sampling.keys import check_split, check_subset
 from .._sampling.mixture import Mixture
-from .._sampling.orders import epoch_order, resolve_order
-from .._sampling.permutation import RepeatedOrder
 from .._sampling.ranks import split_batches
 from .._storage import RemoteOptions
 from ..ops import Pipeline
@@ -57,7 +54,7 @@ from ..ops._batch import BatchStep, apply_batch_steps
 from . import gpudecode
 from .config import configure, distributed_defaults, loader_path, settings
 from .cursor import Cursor, SavedState
-from .epoch import EpochRecords, EpochSampler
+from .epoch import EpochRecords, Epochs, EpochSampler
 from .options import (
     LoaderOptions,
     pipeline_at,
@@ -251,27 +248,13 @@ class Loader:
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self._fingerprint = self._dataset.fingerprint
         self._fields = fields is not None
-        self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
+        self._epochs = Epochs(options, self._dataset, mixture=self._mixture, rank=self.rank, world_size=self.world_size)
+        self.num_records = self._epochs.num_records
         """Records of the dataset, or the mixture's epoch size."""
-        if subset is not None and self._mixture is not None:
-            raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
-        self._subset = None if subset is None else check_subset(subset, self.num_records)
-        self._epoch_records = self.num_records if self._subset is None else len(self._subset)
-        self._epoch_positions = self._epoch_records * options.repeats
-        """Positions of an epoch's order: its records, each `repeats` times."""
-        self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
-        self._source_counts = self._mixture.counts if self._mixture is not None else None
-        if self._mixture is not None:
-            for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts, strict=True):  # type: ignore[union-attr, arg-type]
-                if count and not records:
-                    raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
-        check_split(self._epoch_positions, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
-        self._shard_sizes = np.diff(self._dataset.cumulative)
+        self.order = self._epochs.order
         self.cursor = Cursor(
-            self._order,
-            epoch_records=self._epoch_positions,
+            self._epochs.order_of,
+            epoch_records=self._epochs.epoch_positions,
             batch_size=batch_size,
             rank=self.rank,
             world_size=self.world_size,
@@ -331,7 +314,7 @@ class Loader:
     @property
     def dataset(self) -> EpochRecords:
         """The records an epoch draws from, as torch's ``DataLoader.dataset``."""
-        return EpochRecords(self._dataset, subset=self._subset, epoch_records=self._epoch_records)
+        return EpochRecords(self._dataset, subset=self._epochs.subset, epoch_records=self._epochs.epoch_records)
 
     @property
     def sampler(self) -> EpochSampler:
@@ -352,7 +335,7 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch: one resumed on other ranks may have fewer)."""
-        return split_batches(self._epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+        return split_batches(self._epochs.epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration start at the beginning of `epoch`.
@@ -445,24 +428,6 @@ class Loader:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _order(self, epoch: int) -> Any:
-        order = self._base_order(epoch)
-        return RepeatedOrder(order, self.options.repeats) if self.options.repeats > 1 else order
-
-    def _base_order(self, epoch: int) -> Any:
-        return epoch_order(
-            self.order,
-            num_records=self.num_records,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            shard_sizes=self._shard_sizes if self.window is not None else None,
-            window=self.window,
-            source_sizes=self._dataset.sizes if self._mixture is not None else None,  # type: ignore[union-attr]
-            source_counts=self._source_counts,
-            subset=self._subset,
-        )
-
     def _configure(self, size: tuple[int, int] | None) -> None:
         """Resolve the outputs and the workers' config: at `size`, or as the loader was made.
 
@@ -484,7 +449,7 @@ class Loader:
             self.options,
             pipeline=pipeline,
             outputs=self.outputs,
-            subset=self._subset,
+            subset=self._epochs.subset,
             mixture=mixture,
             num_records=self.num_records,
             rank=self.rank,
