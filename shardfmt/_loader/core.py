@@ -44,15 +44,13 @@ import numpy as np
 import torch
 
 from .._dataset.concat import open_records
-from .._dataset.reader import DatasetReader
 from .._sampling.mixture import Mixture
 from .._sampling.ranks import split_batches
 from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
 from ..ops._batch import BatchStep, apply_batch_steps
-from . import gpudecode
-from .config import configure, distributed_defaults, loader_path, settings
+from .config import configure, distributed_defaults, loader_path, open_stages, settings
 from .cursor import Cursor, SavedState
 from .epoch import EpochRecords, Epochs, EpochSampler
 from .options import (
@@ -62,7 +60,6 @@ from .options import (
 )
 from .outputs import FieldRequest
 from .pool import WorkerPool
-from .prefetch import ShardPrefetcher
 from .scheduler import Scheduler
 from .shm import check_slot_memory
 from .values import read_values, split_values
@@ -260,32 +257,11 @@ class Loader:
             world_size=self.world_size,
             drop_last=drop_last,
         )
-        prefetcher = None
-        if (
-            isinstance(self._dataset, DatasetReader)
-            and self._dataset.location.cache is not None
-            and remote is not None
-            and remote.prefetch_shards
-        ):
-            prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
-        self._gpu = gpudecode.open_stage(
-            options.decode,
-            device=torch.device(options.device) if options.device is not None else None,
-            dataset=self._dataset,
-            field=options.image_field,
-            workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
-            fields=self._fields,
-            augment=bool(options.augment),
-        )
-        self._device = self._gpu.device if self._gpu is not None else (torch.device(options.device) if options.device is not None else None)
-        stage: Any = None
-        if self._device is not None and (self._gpu is None or self._device.type == "cuda"):
-            from .cuda import DeviceStage
-
-            stage = DeviceStage(self._device, mean=options.mean, std=options.std, layout=layout)
+        stages = open_stages(options, self._dataset)
+        self._gpu = stages.gpu
         self._values = split_values(self._dataset.schema, fields)[1]
         """Fields delivered as lists, read here for each batch (`values.read_values`)."""
-        self.scheduler = Scheduler(options, self._dataset, prefetcher=prefetcher, stage=stage, gpu=self._gpu)
+        self.scheduler = Scheduler(options, self._dataset, prefetcher=stages.prefetcher, stage=stages.device, gpu=self._gpu)
         self._configure(None)
         self._finalizer = self.scheduler.finalizer(self)
         self._closed = False
