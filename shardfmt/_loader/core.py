@@ -29,8 +29,8 @@ With ``mean``/``std`` and no device, images are float32 (4 bytes a value). After
 ring is reallocated only if the new size needs more than it has.
 
 The loader is a facade: its keyword arguments become a frozen `LoaderOptions` (`options`), the
-stream's position is a `Cursor` (`cursor`), and the slots, workers, queue and device stage are a
-`Scheduler` (`scheduler`).
+stream's position is a `Cursor` (`cursor`), the slots, workers, queue and device stage are a
+`Scheduler` (`scheduler`), and an iteration runs the two together (`stream`).
 """
 
 from __future__ import annotations
@@ -49,20 +49,17 @@ from .._sampling.ranks import split_batches
 from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
-from ..ops._batch import BatchStep, apply_batch_steps
+from ..ops._batch import BatchStep
 from .config import configure, distributed_defaults, loader_path, open_stages, settings
 from .cursor import Cursor, SavedState
 from .epoch import EpochRecords, Epochs, EpochSampler
-from .options import (
-    LoaderOptions,
-    pipeline_at,
-    size_pair,
-)
+from .options import LoaderOptions, pipeline_at, size_pair
 from .outputs import FieldRequest
 from .pool import WorkerPool
 from .scheduler import Scheduler
 from .shm import check_slot_memory
-from .values import read_values, split_values
+from .stream import stream_batches
+from .values import split_values
 
 __all__ = ["Loader"]
 
@@ -400,7 +397,7 @@ class Loader:
         except BaseException:
             self.close()
             raise
-        return self._stream(generation)
+        return stream_batches(self.cursor, self.scheduler, generation, dataset=self._dataset, values=self._values, close=self.close)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -434,65 +431,3 @@ class Loader:
             dataset=self._fingerprint,
             values=self._values,
         )
-
-    def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
-        """The batch as handed out: images NCHW (a channels_last view) if asked and not already
-        on the device, then the dict of every field, or (images, labels[, indices])."""
-        if self.layout == "NCHW" and self.scheduler.stage is None:
-            tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
-        if self._fields:
-            return tensors
-        if len(self.outputs) == 1:  # a dataset without labels: the images alone
-            return tensors[self.outputs[0].name]
-        return tuple(tensors[spec.name] for spec in self.outputs)
-
-    def _stream(self, generation: int) -> Iterator[Any]:
-        cursor, scheduler = self.cursor, self.scheduler
-        if generation != cursor.generation:  # replaced before its first next(): its epoch is not this one
-            raise RuntimeError(
-                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
-                "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
-            )
-        epoch = cursor.epoch
-        expected = cursor.expected()
-        replaced = False
-        try:
-            scheduler.release()
-            position = scheduler.reconcile(epoch, cursor.plan_start(epoch), expected)
-            remaining = len(expected)
-            while remaining:
-                position = scheduler.schedule(cursor, position, expected)
-                scheduler.pool.feed(scheduler.pending)  # type: ignore[union-attr]
-                item = scheduler.take_ready(epoch)
-                if item is None:
-                    scheduler.pool.wait()  # type: ignore[union-attr]
-                    continue
-                remaining -= 1
-                cursor.deliver(item.batch)
-                batch = self._package(scheduler.hand_out(item))
-                if self._values:
-                    batch.update(read_values(self._dataset, self._values, cursor.plan(item.epoch).batch(item.batch)))
-                if self.options.batch_augment:
-                    mixed = apply_batch_steps(
-                        self.options.batch_augment, batch[0], batch[1], seed=self.seed, epoch=epoch, batch=item.batch, layout=self.layout
-                    )
-                    batch = (*mixed, *batch[2:])
-                yield batch
-                del batch  # only the caller's references may keep the slot
-                if generation != cursor.generation:
-                    replaced = True
-                    break
-                if remaining:  # the next batch is asked for (at the end, the next iter() asks)
-                    scheduler.release()
-            if not replaced:
-                cursor.finish(epoch)
-        except GeneratorExit:
-            raise
-        except BaseException:
-            self.close()
-            raise
-        if replaced:
-            raise RuntimeError(
-                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
-                "load_state_dict, set_size): each iter() starts an epoch of its own"
-            )
