@@ -1,6 +1,7 @@
 """What a loader derives from its options and dataset: where the dataset is, this process's rank,
-the outputs, slot layout and workers' `WorkerConfig` at a size, and the settings that its state
-dict saves and a resume checks."""
+the stages around its workers (shard prefetcher, GPU decode, device copy), the outputs, slot
+layout and workers' `WorkerConfig` at a size, and the settings that its state dict saves and a
+resume checks."""
 
 from __future__ import annotations
 
@@ -17,16 +18,20 @@ import torch
 from .._checksum import checksum, format_checksum
 from .._dataset.concat import RecordSource
 from .._dataset.locate import classify_location
+from .._dataset.reader import DatasetReader
 from .._sampling.mixture import Mixture
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
+from . import gpudecode
+from .chunk import WorkerConfig
 from .gpudecode import GpuDecodeStage
 from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
-from .outputs import OutputSpec, resolve_outputs, split_values
+from .outputs import OutputSpec, resolve_outputs
+from .prefetch import ShardPrefetcher
 from .shm import SlotLayout
-from .worker import WorkerConfig
+from .values import split_values
 
-__all__ = ["Configured", "configure", "distributed_defaults", "loader_path", "settings"]
+__all__ = ["Configured", "Stages", "configure", "distributed_defaults", "loader_path", "open_stages", "settings"]
 
 
 def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
@@ -47,6 +52,48 @@ def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int,
     if dist.is_available() and dist.is_initialized():
         return (dist.get_rank() if rank is None else rank, dist.get_world_size() if world_size is None else world_size)
     return (0 if rank is None else rank, 1 if world_size is None else world_size)
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The stages around a loader's workers that its options ask for, each None where not."""
+
+    prefetcher: ShardPrefetcher | None
+    """Downloads the shards of coming batches into a remote dataset's shard cache."""
+    gpu: GpuDecodeStage | None
+    """Decodes JPEGs on the device (``decode="gpu"``/``"hybrid"``)."""
+    device: Any
+    """The `cuda.DeviceStage` that copies each batch to the device."""
+
+
+def open_stages(options: LoaderOptions, dataset: RecordSource) -> Stages:
+    """Make the stages the options ask for, in this order: the shard prefetcher (a cached remote
+    dataset with `RemoteOptions.prefetch_shards`), the GPU decode stage, the device stage.
+
+    Raises:
+        ValueError: the decode mode cannot serve the other options, or has no device to use
+            (`gpudecode.open_stage`).
+    """
+    remote = options.remote
+    prefetcher = None
+    if isinstance(dataset, DatasetReader) and dataset.location.cache is not None and remote is not None and remote.prefetch_shards:
+        prefetcher = ShardPrefetcher(dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
+    gpu = gpudecode.open_stage(
+        options.decode,
+        device=torch.device(options.device) if options.device is not None else None,
+        dataset=dataset,
+        field=options.image_field,
+        workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
+        fields=options.fields is not None,
+        augment=bool(options.augment),
+    )
+    device = gpu.device if gpu is not None else (torch.device(options.device) if options.device is not None else None)
+    stage: Any = None
+    if device is not None and (gpu is None or device.type == "cuda"):
+        from .cuda import DeviceStage
+
+        stage = DeviceStage(device, mean=options.mean, std=options.std, layout=options.layout)
+    return Stages(prefetcher, gpu, stage)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ With ``mean``/``std`` and no device, images are float32 (4 bytes a value). After
 ring is reallocated only if the new size needs more than it has.
 
 The loader is a facade: its keyword arguments become a frozen `LoaderOptions` (`options`), the
-stream's position is a `Cursor` (`cursor`), and the slots, workers, queue and device stage are a
-`Scheduler` (`scheduler`).
+stream's position is a `Cursor` (`cursor`), the slots, workers, queue and device stage are a
+`Scheduler` (`scheduler`), and an iteration runs the two together (`stream`).
 """
 
 from __future__ import annotations
@@ -44,30 +44,22 @@ import numpy as np
 import torch
 
 from .._dataset.concat import open_records
-from .._dataset.reader import DatasetReader
-from .._sampling.keys import check_split, check_subset
 from .._sampling.mixture import Mixture
-from .._sampling.orders import epoch_order, resolve_order
-from .._sampling.permutation import RepeatedOrder
 from .._sampling.ranks import split_batches
 from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
-from ..ops._batch import BatchStep, apply_batch_steps
-from . import gpudecode
-from .config import configure, distributed_defaults, loader_path, settings
+from ..ops._batch import BatchStep
+from .config import configure, distributed_defaults, loader_path, open_stages, settings
 from .cursor import Cursor, SavedState
-from .epoch import EpochRecords, EpochSampler
-from .options import (
-    LoaderOptions,
-    pipeline_at,
-    size_pair,
-)
-from .outputs import FieldRequest, read_values, split_values
+from .epoch import EpochRecords, Epochs, EpochSampler
+from .options import LoaderOptions, pipeline_at, size_pair
+from .outputs import FieldRequest
 from .pool import WorkerPool
-from .prefetch import ShardPrefetcher
 from .scheduler import Scheduler
 from .shm import check_slot_memory
+from .stream import stream_batches
+from .values import split_values
 
 __all__ = ["Loader"]
 
@@ -250,58 +242,23 @@ class Loader:
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self._fingerprint = self._dataset.fingerprint
         self._fields = fields is not None
-        self.num_records = self._mixture.epoch_size if self._mixture is not None else len(self._dataset)
+        self._epochs = Epochs(options, self._dataset, mixture=self._mixture, rank=self.rank, world_size=self.world_size)
+        self.num_records = self._epochs.num_records
         """Records of the dataset, or the mixture's epoch size."""
-        if subset is not None and self._mixture is not None:
-            raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
-        self._subset = None if subset is None else check_subset(subset, self.num_records)
-        self._epoch_records = self.num_records if self._subset is None else len(self._subset)
-        self._epoch_positions = self._epoch_records * options.repeats
-        """Positions of an epoch's order: its records, each `repeats` times."""
-        self.order = resolve_order(order, num_records=self.num_records, mixture=self._mixture is not None)
-        self._source_counts = self._mixture.counts if self._mixture is not None else None
-        if self._mixture is not None:
-            for name, records, count in zip(self._mixture.names, self._dataset.sizes, self._source_counts, strict=True):  # type: ignore[union-attr, arg-type]
-                if count and not records:
-                    raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
-        check_split(self._epoch_positions, batch_size=batch_size, world_size=self.world_size, drop_last=drop_last)
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is outside [0, {self.world_size})")
-        self._shard_sizes = np.diff(self._dataset.cumulative)
+        self.order = self._epochs.order
         self.cursor = Cursor(
-            self._order,
-            epoch_records=self._epoch_positions,
+            self._epochs.order_of,
+            epoch_records=self._epochs.epoch_positions,
             batch_size=batch_size,
             rank=self.rank,
             world_size=self.world_size,
             drop_last=drop_last,
         )
-        prefetcher = None
-        if (
-            isinstance(self._dataset, DatasetReader)
-            and self._dataset.location.cache is not None
-            and remote is not None
-            and remote.prefetch_shards
-        ):
-            prefetcher = ShardPrefetcher(self._dataset, ahead=remote.prefetch_shards, threads=remote.prefetch_threads)
-        self._gpu = gpudecode.open_stage(
-            options.decode,
-            device=torch.device(options.device) if options.device is not None else None,
-            dataset=self._dataset,
-            field=options.image_field,
-            workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
-            fields=self._fields,
-            augment=bool(options.augment),
-        )
-        self._device = self._gpu.device if self._gpu is not None else (torch.device(options.device) if options.device is not None else None)
-        stage: Any = None
-        if self._device is not None and (self._gpu is None or self._device.type == "cuda"):
-            from .cuda import DeviceStage
-
-            stage = DeviceStage(self._device, mean=options.mean, std=options.std, layout=layout)
+        stages = open_stages(options, self._dataset)
+        self._gpu = stages.gpu
         self._values = split_values(self._dataset.schema, fields)[1]
-        """Fields delivered as lists, read here for each batch (`fields.read_values`)."""
-        self.scheduler = Scheduler(options, self._dataset, prefetcher=prefetcher, stage=stage, gpu=self._gpu)
+        """Fields delivered as lists, read here for each batch (`values.read_values`)."""
+        self.scheduler = Scheduler(options, self._dataset, prefetcher=stages.prefetcher, stage=stages.device, gpu=self._gpu)
         self._configure(None)
         self._finalizer = self.scheduler.finalizer(self)
         self._closed = False
@@ -330,7 +287,7 @@ class Loader:
     @property
     def dataset(self) -> EpochRecords:
         """The records an epoch draws from, as torch's ``DataLoader.dataset``."""
-        return EpochRecords(self._dataset, subset=self._subset, epoch_records=self._epoch_records)
+        return EpochRecords(self._dataset, subset=self._epochs.subset, epoch_records=self._epochs.epoch_records)
 
     @property
     def sampler(self) -> EpochSampler:
@@ -351,7 +308,7 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch: one resumed on other ranks may have fewer)."""
-        return split_batches(self._epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+        return split_batches(self._epochs.epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration start at the beginning of `epoch`.
@@ -440,27 +397,9 @@ class Loader:
         except BaseException:
             self.close()
             raise
-        return self._stream(generation)
+        return stream_batches(self.cursor, self.scheduler, generation, dataset=self._dataset, values=self._values, close=self.close)
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _order(self, epoch: int) -> Any:
-        order = self._base_order(epoch)
-        return RepeatedOrder(order, self.options.repeats) if self.options.repeats > 1 else order
-
-    def _base_order(self, epoch: int) -> Any:
-        return epoch_order(
-            self.order,
-            num_records=self.num_records,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            shard_sizes=self._shard_sizes if self.window is not None else None,
-            window=self.window,
-            source_sizes=self._dataset.sizes if self._mixture is not None else None,  # type: ignore[union-attr]
-            source_counts=self._source_counts,
-            subset=self._subset,
-        )
 
     def _configure(self, size: tuple[int, int] | None) -> None:
         """Resolve the outputs and the workers' config: at `size`, or as the loader was made.
@@ -483,7 +422,7 @@ class Loader:
             self.options,
             pipeline=pipeline,
             outputs=self.outputs,
-            subset=self._subset,
+            subset=self._epochs.subset,
             mixture=mixture,
             num_records=self.num_records,
             rank=self.rank,
@@ -492,65 +431,3 @@ class Loader:
             dataset=self._fingerprint,
             values=self._values,
         )
-
-    def _package(self, tensors: dict[str, torch.Tensor]) -> Any:
-        """The batch as handed out: images NCHW (a channels_last view) if asked and not already
-        on the device, then the dict of every field, or (images, labels[, indices])."""
-        if self.layout == "NCHW" and self.scheduler.stage is None:
-            tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in self.outputs}
-        if self._fields:
-            return tensors
-        if len(self.outputs) == 1:  # a dataset without labels: the images alone
-            return tensors[self.outputs[0].name]
-        return tuple(tensors[spec.name] for spec in self.outputs)
-
-    def _stream(self, generation: int) -> Iterator[Any]:
-        cursor, scheduler = self.cursor, self.scheduler
-        if generation != cursor.generation:  # replaced before its first next(): its epoch is not this one
-            raise RuntimeError(
-                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
-                "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
-            )
-        epoch = cursor.epoch
-        expected = cursor.expected()
-        replaced = False
-        try:
-            scheduler.release()
-            position = scheduler.reconcile(epoch, cursor.plan_start(epoch), expected)
-            remaining = len(expected)
-            while remaining:
-                position = scheduler.schedule(cursor, position, expected)
-                scheduler.pool.feed(scheduler.pending)  # type: ignore[union-attr]
-                item = scheduler.take_ready(epoch)
-                if item is None:
-                    scheduler.pool.wait()  # type: ignore[union-attr]
-                    continue
-                remaining -= 1
-                cursor.deliver(item.batch)
-                batch = self._package(scheduler.hand_out(item))
-                if self._values:
-                    batch.update(read_values(self._dataset, self._values, cursor.plan(item.epoch).batch(item.batch)))
-                if self.options.batch_augment:
-                    mixed = apply_batch_steps(
-                        self.options.batch_augment, batch[0], batch[1], seed=self.seed, epoch=epoch, batch=item.batch, layout=self.layout
-                    )
-                    batch = (*mixed, *batch[2:])
-                yield batch
-                del batch  # only the caller's references may keep the slot
-                if generation != cursor.generation:
-                    replaced = True
-                    break
-                if remaining:  # the next batch is asked for (at the end, the next iter() asks)
-                    scheduler.release()
-            if not replaced:
-                cursor.finish(epoch)
-        except GeneratorExit:
-            raise
-        except BaseException:
-            self.close()
-            raise
-        if replaced:
-            raise RuntimeError(
-                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
-                "load_state_dict, set_size): each iter() starts an epoch of its own"
-            )

@@ -1,5 +1,7 @@
-"""`EpochRecords`: what a `Loader` offers as ``loader.dataset``, as torch's DataLoader does, and
-`EpochSampler`, its ``loader.sampler`` (only ``set_epoch``, what training loops call on it)."""
+"""A loader's epochs: `Epochs`, how many records and positions each holds and the order that
+shuffles them; `EpochRecords`, what a `Loader` offers as ``loader.dataset``, as torch's
+DataLoader does; and `EpochSampler`, its ``loader.sampler`` (only ``set_epoch``, what training
+loops call on it)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EpochRecords", "EpochSampler"]
+from .._dataset.concat import RecordSource
+from .._sampling.keys import check_split, check_subset
+from .._sampling.mixture import Mixture
+from .._sampling.orders import epoch_order, resolve_order
+from .._sampling.permutation import RepeatedOrder
+from .options import LoaderOptions
+
+__all__ = ["EpochRecords", "EpochSampler", "Epochs"]
 
 
 class EpochRecords:
@@ -45,3 +54,58 @@ class EpochSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self._set_epoch(epoch)
+
+
+class Epochs:
+    """The epochs a loader draws from its records: how many records and positions each holds,
+    the order that shuffles them (`order_of`), and the checks that the batches split over the
+    ranks. Made once by the loader from its options; no state of the stream (`cursor` has it).
+
+    Raises:
+        ValueError: a subset of a `Mixture`, or a malformed subset; an unknown order; a source of
+            the mixture that holds no records but is to give some; a batch split that is
+            impossible (e.g. fewer records than ranks); `rank` outside [0, `world_size`).
+    """
+
+    def __init__(self, options: LoaderOptions, dataset: RecordSource, *, mixture: Mixture | None, rank: int, world_size: int) -> None:
+        self.options = options
+        self.dataset = dataset
+        self.mixture = mixture
+        self.num_records = mixture.epoch_size if mixture is not None else len(dataset)
+        """Records of the dataset, or the mixture's epoch size."""
+        if options.subset is not None and mixture is not None:
+            raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
+        self.subset = None if options.subset is None else check_subset(options.subset, self.num_records)
+        self.epoch_records = self.num_records if self.subset is None else len(self.subset)
+        self.epoch_positions = self.epoch_records * options.repeats
+        """Positions of an epoch's order: its records, each `repeats` times."""
+        self.order = resolve_order(options.order, num_records=self.num_records, mixture=mixture is not None)
+        self.source_counts = mixture.counts if mixture is not None else None
+        if mixture is not None:
+            for name, records, count in zip(mixture.names, dataset.sizes, self.source_counts, strict=True):  # type: ignore[union-attr, arg-type]
+                if count and not records:
+                    raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
+        check_split(self.epoch_positions, batch_size=options.batch_size, world_size=world_size, drop_last=options.drop_last)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside [0, {world_size})")
+        self.shard_sizes = np.diff(dataset.cumulative)
+
+    def order_of(self, epoch: int) -> Any:
+        """Epoch `epoch`'s order of positions: each record `repeats` times in a row of copies."""
+        order = self._base_order(epoch)
+        return RepeatedOrder(order, self.options.repeats) if self.options.repeats > 1 else order
+
+    def _base_order(self, epoch: int) -> Any:
+        options = self.options
+        return epoch_order(
+            self.order,
+            num_records=self.num_records,
+            seed=options.seed,
+            epoch=epoch,
+            shuffle=options.shuffle,
+            shard_sizes=self.shard_sizes if options.window is not None else None,
+            window=options.window,
+            source_sizes=self.dataset.sizes if self.mixture is not None else None,  # type: ignore[union-attr]
+            source_counts=self.source_counts,
+            subset=self.subset,
+        )

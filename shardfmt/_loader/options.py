@@ -28,9 +28,9 @@ from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasi
 from ..ops._augment import AugmentStep, as_step
 from ..ops._batch import BatchStep
 from ..ops._resize import INTERPOLATIONS
+from .chunk import TransformSpec
 from .gpudecode import check_request
 from .outputs import FieldRequest, OutputSpec, resolve_pipeline
-from .worker import TransformSpec
 
 __all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
 

@@ -42,20 +42,9 @@ import torch
 from .._dataset.concat import RecordSource
 from .._errors import WorkerError, WorkerTraceback, worker_error_class
 from .._forks import Lifeline, frozen_heap
+from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig, checked_bytes
 from .shm import SlotRing
-from .worker import (
-    DONE,
-    ERROR,
-    HEADER,
-    READY,
-    SEGMENT,
-    TASK,
-    ChunkFailure,
-    ChunkProcessor,
-    WorkerConfig,
-    checked_bytes,
-    worker_main,
-)
+from .worker import DONE, ERROR, HEADER, READY, SEGMENT, TASK, worker_main
 
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
 
@@ -73,7 +62,7 @@ class WorkerPool:
         start_method: multiprocessing start method, None for the platform default.
         timeout: seconds without any completion before the pool reports a stall.
         dataset: used only to name the shard and record in error messages.
-        checked: the shared bitmap of checked records (`worker.checked_bytes`) of an earlier
+        checked: the shared bitmap of checked records (`chunk.checked_bytes`) of an earlier
             pool of the same loader and start method, or None for a new one.
     """
 

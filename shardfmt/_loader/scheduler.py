@@ -26,13 +26,13 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .._dataset.concat import RecordSource
+from .chunk import WorkerConfig, encode_copies
 from .gpudecode import GpuDecodeStage
 from .options import LoaderOptions
 from .outputs import OutputSpec
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
-from .worker import WorkerConfig, encode_copies
 
 __all__ = ["KEPT_WARNING", "Item", "Scheduler"]
 
@@ -303,7 +303,7 @@ class Scheduler:
                 batch = index
             plan = cursor.plan(epoch)
             indices = plan.batch(batch)
-            if self.options.repeats > 1:  # the copy numbers travel inside the indices (worker.encode_copies)
+            if self.options.repeats > 1:  # the copy numbers travel inside the indices (chunk.encode_copies)
                 indices = encode_copies(indices, plan.order.copies(plan.positions(batch)), len(self.dataset))
             if self.prefetcher is not None:
                 self.prefetcher.schedule(epoch, plan, batch)

@@ -221,9 +221,9 @@ def test_shared_memory_holds_every_field(pairs: Path) -> None:
 
 
 def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
-    from shardfmt._loader.outputs import _RawFiller
+    from shardfmt._loader.chunk import ChunkProcessor
+    from shardfmt._loader.fillers import _RawFiller
     from shardfmt._loader.shm import SlotRing
-    from shardfmt._loader.worker import ChunkProcessor
 
     with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
         layout = loader.layout_spec
@@ -326,8 +326,8 @@ def chunk_boxes(
 ) -> tuple[Any, dict[str, list[CropPlan]], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """The boxes a worker draws for every record in a few epochs, per image field, and each
     field's stored sizes."""
+    from shardfmt._loader.chunk import ChunkProcessor
     from shardfmt._loader.shm import SlotRing
-    from shardfmt._loader.worker import ChunkProcessor
     from shardfmt.format._layout import column_name
 
     with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=pipeline, fields=fields, layout="NHWC") as loader:
@@ -400,8 +400,8 @@ def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
     box of the same JPEG: the strided view of the decode buffer handles 1 and 3 channels."""
     import io
 
+    from shardfmt._loader.chunk import ChunkProcessor
     from shardfmt._loader.shm import SlotRing
-    from shardfmt._loader.worker import ChunkProcessor
 
     fields = {"lr_jpeg": ImageOutput(8), "hr_jpeg": ImageOutput(8, channels=1)}
     with Loader(

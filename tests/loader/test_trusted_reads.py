@@ -12,8 +12,8 @@ import pytest
 
 from shardfmt import DatasetWriter, Loader, ManifestError
 from shardfmt._convert.run import convert
+from shardfmt._loader.chunk import ChunkProcessor
 from shardfmt._loader.shm import SlotRing
-from shardfmt._loader.worker import ChunkProcessor
 from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
 from shardfmt._synthetic import make_imagefolder
 from shardfmt.format import IMAGE_CLASSIFICATION, Manifest

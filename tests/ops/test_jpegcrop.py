@@ -174,7 +174,7 @@ def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(
 def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpegs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same record, partially decoded without fault, then the worker exits: that is no
     libjpeg error, so the loader stops with WorkerError naming the record, as for any death."""
-    from shardfmt._loader.outputs import _JpegFiller
+    from shardfmt._loader.fillers import _JpegFiller
 
     target = last_record_of_epoch_1(small_jpegs)
     with open_dataset(small_jpegs) as dataset:

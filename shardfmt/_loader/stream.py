@@ -1,0 +1,109 @@
+"""An iteration of a `Loader`: the loop that has the scheduler fill slots with the cursor's
+batches and hands them out in turn (`stream_batches`), and each batch in the form the caller
+receives it (`package_batch`, then the value fields and the batch steps).
+
+An iterator is tied to the cursor's `generation` when it is made: once a newer ``iter()`` (or
+`set_epoch`, `load_state_dict`, `set_size`, `close`) moves the generation on, advancing it
+raises RuntimeError. Any other failure closes the loader before it propagates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .._dataset.concat import RecordSource
+from ..ops._batch import apply_batch_steps
+from .cursor import Cursor
+from .scheduler import Item, Scheduler
+from .values import read_values
+
+__all__ = ["package_batch", "stream_batches"]
+
+
+def stream_batches(
+    cursor: Cursor,
+    scheduler: Scheduler,
+    generation: int,
+    *,
+    dataset: RecordSource,
+    values: Sequence[str],
+    close: Callable[[], None],
+) -> Iterator[Any]:
+    """Yield the batches of `cursor`'s epoch, from where it stands, for the iterator made at
+    `generation`. `values` name the fields read from `dataset` for each batch
+    (`values.read_values`); `close` closes the loader when a failure ends the iteration.
+
+    Raises:
+        RuntimeError: the iterator was replaced, before its first batch or after one.
+    """
+    if generation != cursor.generation:  # replaced before its first next(): its epoch is not this one
+        raise RuntimeError(
+            "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
+            "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
+        )
+    epoch = cursor.epoch
+    expected = cursor.expected()
+    replaced = False
+    try:
+        scheduler.release()
+        position = scheduler.reconcile(epoch, cursor.plan_start(epoch), expected)
+        remaining = len(expected)
+        while remaining:
+            position = scheduler.schedule(cursor, position, expected)
+            scheduler.pool.feed(scheduler.pending)  # type: ignore[union-attr]
+            item = scheduler.take_ready(epoch)
+            if item is None:
+                scheduler.pool.wait()  # type: ignore[union-attr]
+                continue
+            remaining -= 1
+            cursor.deliver(item.batch)
+            batch = _deliver(item, epoch, cursor, scheduler, dataset=dataset, values=values)
+            yield batch
+            del batch  # only the caller's references may keep the slot
+            if generation != cursor.generation:
+                replaced = True
+                break
+            if remaining:  # the next batch is asked for (at the end, the next iter() asks)
+                scheduler.release()
+        if not replaced:
+            cursor.finish(epoch)
+    except GeneratorExit:
+        raise
+    except BaseException:
+        close()
+        raise
+    if replaced:
+        raise RuntimeError(
+            "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
+            "load_state_dict, set_size): each iter() starts an epoch of its own"
+        )
+
+
+def _deliver(item: Item, epoch: int, cursor: Cursor, scheduler: Scheduler, *, dataset: RecordSource, values: Sequence[str]) -> Any:
+    """`item`'s batch as the caller gets it: packaged, with its value fields, through the batch steps."""
+    options = scheduler.options
+    batch = package_batch(scheduler.hand_out(item), scheduler)
+    if values:
+        batch.update(read_values(dataset, values, cursor.plan(item.epoch).batch(item.batch)))
+    if options.batch_augment:
+        mixed = apply_batch_steps(
+            options.batch_augment, batch[0], batch[1], seed=options.seed, epoch=epoch, batch=item.batch, layout=options.layout
+        )
+        batch = (*mixed, *batch[2:])
+    return batch
+
+
+def package_batch(tensors: dict[str, torch.Tensor], scheduler: Scheduler) -> Any:
+    """The batch as handed out: images NCHW (a channels_last view) if asked and not already
+    on the device, then the dict of every field, or (images, labels[, indices])."""
+    options, outputs = scheduler.options, scheduler.outputs
+    if options.layout == "NCHW" and scheduler.stage is None:
+        tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in outputs}
+    if options.fields is not None:
+        return tensors
+    if len(outputs) == 1:  # a dataset without labels: the images alone
+        return tensors[outputs[0].name]
+    return tuple(tensors[spec.name] for spec in outputs)
