@@ -422,7 +422,7 @@ class SampleTransform:
                 fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
                 cv2.rectangle(out, (left, top), (left + box_w - 1, top + box_h - 1), tuple(float(v) for v in fill), thickness=-1)
 
-    def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:  # noqa: C901 (merged at the deadline; to be split into named steps)
+    def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""
         if isinstance(step, RandomErasing):
             assert self._ops is not None
@@ -431,19 +431,7 @@ class SampleTransform:
             assert self._ops is not None
             return step.run(self._ops, image, params)
         if isinstance(step, ColorJitter):
-            colour = self._colour
-            for n in params[:4].astype(np.int64).tolist():
-                factor = float(params[4 + n])
-                if math.isnan(factor):
-                    continue
-                if n == 0:
-                    colour.brightness(image, factor)
-                elif n == 1:
-                    colour.contrast(image, factor)
-                elif n == 2:
-                    colour.saturation(image, factor)
-                else:
-                    colour.hue(image, factor)
+            self._jitter(params, image)
             return image
         if isinstance(step, RandomRotation):
             if self._rotator is None:
@@ -451,16 +439,36 @@ class SampleTransform:
             self._rotator.rotate(image, float(params[0]), step.fill)  # type: ignore[arg-type]
             return image
         if isinstance(step, RandomVerticalFlip):
-            if not params[0]:
-                return image
-            np.copyto(self._spare, image[:, ::-1])  # image is self._image or a buffer of self._ops, never self._spare
-            self._image, self._spare = self._spare, self._image
-            return self._image
+            return self._flip_vertically(params, image)
         if isinstance(step, RandomGrayscale):
             if params[0]:
                 self._colour.grayscale(image)
             return image
         return self._call(step, int(params[0]), int(params[1]), image)
+
+    def _jitter(self, params: Any, image: np.ndarray) -> None:
+        """ColorJitter's adjustments in their drawn order, in place; a NaN factor is one not applied."""
+        colour = self._colour
+        for n in params[:4].astype(np.int64).tolist():
+            factor = float(params[4 + n])
+            if math.isnan(factor):
+                continue
+            if n == 0:
+                colour.brightness(image, factor)
+            elif n == 1:
+                colour.contrast(image, factor)
+            elif n == 2:
+                colour.saturation(image, factor)
+            else:
+                colour.hue(image, factor)
+
+    def _flip_vertically(self, params: Any, image: np.ndarray) -> np.ndarray:
+        """RandomVerticalFlip: the flipped rows land in the spare buffer, which becomes the image."""
+        if not params[0]:
+            return image
+        np.copyto(self._spare, image[:, ::-1])  # image is self._image or a buffer of self._ops, never self._spare
+        self._image, self._spare = self._spare, self._image
+        return self._image
 
     def _call(
         self, step: Callable[[torch.Tensor, torch.Generator], torch.Tensor], seed: int, global_seed: int, image: np.ndarray
