@@ -147,29 +147,44 @@ class _Tables:
 _TABLES = _Tables()
 
 
-def apply_operation(  # noqa: C901
+_GEOMETRIC = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"))
+"""The operations that warp the image (into a new array, `fill` outside it)."""
+
+
+def apply_operation(
     ops: ImageOps | PixelOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]
 ) -> np.ndarray:
     """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image` (float
     planes with `ImageOps`, uint8 pixels with `PixelOps`); return the array now holding the sample."""
     name = OPERATIONS[operation]
-    height, width = ops.size
-    colour = ops.colour
     if name == "Identity":
         return image
+    if name in _GEOMETRIC:
+        return ops.warp(image, _affine(name, magnitude, ops.size), fill)
+    _adjust(ops, image, name, magnitude)
+    return image
+
+
+def _affine(name: str, magnitude: float, size: tuple[int, int]) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """The 2 x 3 matrix of a geometric operation: a shear, a shift, or a rotation about the centre."""
     if name == "ShearX":
-        return ops.warp(image, ((1.0, magnitude, 0.5 * magnitude), (0.0, 1.0, 0.0)), fill)
+        return ((1.0, magnitude, 0.5 * magnitude), (0.0, 1.0, 0.0))
     if name == "ShearY":
-        return ops.warp(image, ((1.0, 0.0, 0.0), (magnitude, 1.0, 0.5 * magnitude)), fill)
+        return ((1.0, 0.0, 0.0), (magnitude, 1.0, 0.5 * magnitude))
     if name == "TranslateX":
-        return ops.warp(image, ((1.0, 0.0, -float(int(magnitude))), (0.0, 1.0, 0.0)), fill)
+        return ((1.0, 0.0, -float(int(magnitude))), (0.0, 1.0, 0.0))
     if name == "TranslateY":
-        return ops.warp(image, ((1.0, 0.0, 0.0), (0.0, 1.0, -float(int(magnitude)))), fill)
-    if name == "Rotate":
-        radians = math.radians(magnitude)
-        cos, sin = math.cos(radians), math.sin(radians)
-        cx, cy = (width - 1) / 2, (height - 1) / 2
-        return ops.warp(image, ((cos, -sin, cx - cos * cx + sin * cy), (sin, cos, cy - sin * cx - cos * cy)), fill)
+        return ((1.0, 0.0, 0.0), (0.0, 1.0, -float(int(magnitude))))
+    height, width = size
+    radians = math.radians(magnitude)
+    cos, sin = math.cos(radians), math.sin(radians)
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    return ((cos, -sin, cx - cos * cx + sin * cy), (sin, cos, cy - sin * cx - cos * cy))
+
+
+def _adjust(ops: ImageOps | PixelOps, image: np.ndarray, name: str, magnitude: float) -> None:
+    """Run a colour or pixel operation on `image`, in place."""
+    colour = ops.colour
     if name == "Brightness":
         colour.brightness(image, 1.0 + magnitude)
     elif name == "Color":
@@ -188,7 +203,6 @@ def apply_operation(  # noqa: C901
         ops.equalize(image)
     else:
         ops.invert(image)
-    return image
 
 
 def _run_triples(
