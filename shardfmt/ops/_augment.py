@@ -30,14 +30,14 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Union, cast
 
 import cv2
 import numpy as np
 import torch
 
 from .._sampling.keys import RNG_STREAM, STEP_STREAM, keys_by_epoch, uniforms
-from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide, fill_triple, stored_fill
 from ._colour import ColourKernels
 from ._erasing import RandomErasing
 from ._imageops import ImageOps
@@ -132,22 +132,22 @@ class RandomRotation:
             raise ValueError(f"degrees must be a number or (low, high), got {degrees!r}")
         if not all(math.isfinite(d) for d in pair):
             raise ValueError(f"degrees must be finite, got {degrees!r}")
-        fill = self.fill
-        values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)  # type: ignore[arg-type]
-        if len(values) == 1:
-            values = values * 3
-        if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
-            raise ValueError(f"fill must be one value or three, each in [0, 255], got {fill!r}")
+        fill = fill_triple(self.fill)
         object.__setattr__(self, "degrees", pair)
-        object.__setattr__(self, "fill", tuple(float(int(v)) for v in values))
+        object.__setattr__(self, "fill", fill)
+
+    @property
+    def _range(self) -> tuple[float, float]:
+        """`degrees` as __post_init__ stored it, (low, high); the field's type is what callers may pass."""
+        return cast("tuple[float, float]", self.degrees)
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: the angle in degrees."""
-        low, high = self.degrees  # type: ignore[misc]
+        low, high = self._range
         return low + (high - low) * u[:, :1]
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": self.op, "degrees": list(self.degrees), "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": self.op, "degrees": list(self._range), "fill": list(stored_fill(self.fill))}
 
 
 def _jitter_range(
@@ -198,7 +198,8 @@ class ColorJitter:
 
     @property
     def ranges(self) -> tuple[tuple[float, float] | None, ...]:
-        return (self.brightness, self.contrast, self.saturation, self.hue)  # type: ignore[return-value]
+        # as __post_init__ stored them: (low, high) or None; the fields' type is what callers may pass
+        return cast("tuple[tuple[float, float] | None, ...]", (self.brightness, self.contrast, self.saturation, self.hue))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: the order of the four adjustments, then the four factors (NaN where an
@@ -383,7 +384,7 @@ class SampleTransform:
             rotation, rotator = steps[-1], self._rotator
             if not isinstance(rotation, RandomRotation) or rotator is None:
                 raise TypeError(f"the last step rotates straight into the output only if it is a RandomRotation, got {rotation!r}")
-            rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), rotation.fill, out)  # type: ignore[arg-type]
+            rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), stored_fill(rotation.fill), out)
             return
         if self._mean is not None and self._std is not None:
             for channel in range(3):
@@ -436,7 +437,7 @@ class SampleTransform:
         if isinstance(step, RandomRotation):
             if self._rotator is None:
                 raise TypeError("a RandomRotation step runs only in a transform made with it")
-            self._rotator.rotate(image, float(params[0]), step.fill)  # type: ignore[arg-type]
+            self._rotator.rotate(image, float(params[0]), stored_fill(step.fill))
             return image
         if isinstance(step, RandomVerticalFlip):
             return self._flip_vertically(params, image)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -114,13 +114,19 @@ def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, 
     return [0.0]
 
 
-def _fill_triple(fill: Any) -> tuple[float, float, float]:
+def fill_triple(fill: Any) -> tuple[float, float, float]:
+    """Check a step's `fill` (one value or three, each in [0, 255]); return three whole numbers as floats."""
     values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)
     if len(values) == 1:
         values = values * 3
     if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
         raise ValueError(f"fill must be one value or three, each in [0, 255], got {fill!r}")
     return (float(int(values[0])), float(int(values[1])), float(int(values[2])))
+
+
+def stored_fill(fill: float | tuple[float, ...]) -> tuple[float, float, float]:
+    """A step's `fill` as its __post_init__ stored it (`fill_triple`'s three floats); the field's type is what callers may pass."""
+    return cast("tuple[float, float, float]", fill)
 
 
 def _check_bins(num_bins: Any) -> int:
@@ -238,7 +244,7 @@ class TrivialAugmentWide:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_magnitude_bins", _check_bins(self.num_magnitude_bins))
-        object.__setattr__(self, "fill", _fill_triple(self.fill))
+        object.__setattr__(self, "fill", fill_triple(self.fill))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign)."""
@@ -247,10 +253,10 @@ class TrivialAugmentWide:
         return np.stack([operation, bin_index, (u[:, 2] < 0.5).astype(np.float64)], axis=1)
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
+        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, stored_fill(self.fill))
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(stored_fill(self.fill))}
 
 
 @dataclass(frozen=True)
@@ -272,7 +278,7 @@ class RandAugment:
             raise ValueError(f"num_ops must be an integer in [0, 64], got {self.num_ops!r}")
         if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, int) or not 0 <= self.magnitude < bins:
             raise ValueError(f"magnitude must be a bin in [0, {bins}), got {self.magnitude!r}")
-        object.__setattr__(self, "fill", _fill_triple(self.fill))
+        object.__setattr__(self, "fill", fill_triple(self.fill))
 
     @property
     def draws(self) -> int:
@@ -286,7 +292,7 @@ class RandAugment:
         return np.stack(columns, axis=1) if columns else np.zeros((len(u), 0))
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
+        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, stored_fill(self.fill))
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -294,7 +300,7 @@ class RandAugment:
             "num_ops": self.num_ops,
             "magnitude": self.magnitude,
             "num_magnitude_bins": self.num_magnitude_bins,
-            "fill": list(self.fill),  # type: ignore[arg-type]
+            "fill": list(stored_fill(self.fill)),
         }
 
 
@@ -315,7 +321,7 @@ class AutoAugment:
     def __post_init__(self) -> None:
         if self.policy != "imagenet":
             raise ValueError(f"policy must be 'imagenet' (the one policy offered), got {self.policy!r}")
-        object.__setattr__(self, "fill", _fill_triple(self.fill))
+        object.__setattr__(self, "fill", fill_triple(self.fill))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign) for the two operations; operation -1 where one does not run."""
@@ -331,7 +337,7 @@ class AutoAugment:
         return rows
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", 10, self.fill)  # type: ignore[arg-type]
+        return _run_triples(ops, image, params, "standard", 10, stored_fill(self.fill))
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "auto_augment", "policy": self.policy, "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": "auto_augment", "policy": self.policy, "fill": list(stored_fill(self.fill))}
