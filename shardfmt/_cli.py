@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
@@ -24,7 +24,8 @@ from .format._writer import DEFAULT_SHARD_SIZE
 
 __all__ = ["main"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
           "g": 1000**3, "gb": 1000**3, "gib": 1 << 30}
 
@@ -50,12 +51,12 @@ class ByteSize(_IntParamType):
         return int(float(match.group(1)) * _UNITS[unit])
 
 
-def _reports_errors(command: F) -> F:
+def _reports_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Turn shardfmt and OS errors into one line on stderr and exit status 1; end quietly when
     the reader of stdout has gone (`_end_closed_pipe`)."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except BrokenPipeError:
@@ -65,7 +66,7 @@ def _reports_errors(command: F) -> F:
                 raise
             raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 CLOSED_PIPE_STATUS = 128 + getattr(signal, "SIGPIPE", 13)

@@ -1236,8 +1236,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:  # noqa: C901 (merged at the deadline; to be split into named steps)
-    """Measure every selected contender once, in a fixed order."""
+def measure_round(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
+    """Measure every selected contender once, in a fixed order: shardfmt's ways of storing and reading, then the others."""
+    return measure_stored(args, source, settings, s3_shards) + measure_others(args, source, settings)
+
+
+def measure_stored(args: argparse.Namespace, source: Source, settings: Settings, s3_shards: Any) -> list[Result]:
+    """The selected contenders among shardfmt's stores: binary shards, tars, raw pixels, patches, S3."""
     results: list[Result] = []
     if "shardfmt" in args.only:
         for name, fast in ((SHARDFMT_FAST, True), (SHARDFMT_EXACT, False)):
@@ -1257,6 +1262,12 @@ def measure_round(args: argparse.Namespace, source: Source, settings: Settings, 
                 results.append(measure_loader(name, functools.partial(open_shardfmt_s3, server, settings, mode=mode), source, settings))
         finally:
             server.stop()
+    return results
+
+
+def measure_others(args: argparse.Namespace, source: Source, settings: Settings) -> list[Result]:
+    """The selected contenders that are not a store: PIL, the augmentations, the recipe, webdataset, the decode limits."""
+    results: list[Result] = []
     if "pil" in args.only:
         results.append(measure_loader(PIL_LOADER, lambda: open_pil_dataloader(source, settings), source, settings))
     if "augment" in args.only:
@@ -1391,19 +1402,17 @@ def run_scaling(args: argparse.Namespace, source: Source, settings: Settings) ->
     return 0
 
 
-def run(args: argparse.Namespace, work_dir: Path) -> int:  # noqa: C901 (merged at the deadline; to be split into named steps)
-    settings = Settings(
-        batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds
-    )
+def bench_source(args: argparse.Namespace, work_dir: Path) -> Source:
+    """The images to measure on: ``--src``, or a generated ImageFolder of ``--images`` (default 5000)."""
     if args.src is not None:
-        source = load_source(args.src, work_dir, args.images)
-    else:
-        images = 5000 if args.images is None else args.images
-        source = load_source(generate_imagefolder(work_dir, images), work_dir, images)
-    if len(source.files) < max(1, settings.workers, *(args.scaling or [])):
-        raise SystemExit(f"{len(source.files)} images are fewer than the workers")
-    if args.scaling is not None:
-        return run_scaling(args, source, settings)
+        return load_source(args.src, work_dir, args.images)
+    images = 5000 if args.images is None else args.images
+    return load_source(generate_imagefolder(work_dir, images), work_dir, images)
+
+
+def prepare_contenders(args: argparse.Namespace, source: Source, settings: Settings) -> Path | None:
+    """Write what the selected contenders read; return the shards of the s3 contenders (None without them)."""
+    s3_shards: Path | None = None
     if "shardfmt" in args.only or "augment" in args.only or "recipe" in args.only:
         prepare_converted(source, settings)
     if "tar" in args.only:
@@ -1416,6 +1425,19 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:  # noqa: C901 (merged 
         s3_shards = prepare_shardfmt(source, shard_size=args.s3_shard_size)
     if "webdataset" in args.only:
         prepare_webdataset(source, settings)
+    return s3_shards
+
+
+def run(args: argparse.Namespace, work_dir: Path) -> int:
+    settings = Settings(
+        batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds
+    )
+    source = bench_source(args, work_dir)
+    if len(source.files) < max(1, settings.workers, *(args.scaling or [])):
+        raise SystemExit(f"{len(source.files)} images are fewer than the workers")
+    if args.scaling is not None:
+        return run_scaling(args, source, settings)
+    s3_shards = prepare_contenders(args, source, settings)
     warm_page_cache(source)
     resource_tracker.ensure_running()  # started now, so that it is not taken for a worker
 
@@ -1428,7 +1450,7 @@ def run(args: argparse.Namespace, work_dir: Path) -> int:  # noqa: C901 (merged 
     rounds = []
     for number in range(args.rounds):
         say(f"round {number + 1} of {args.rounds}")
-        rounds.append(measure_round(args, source, settings, s3_shards if "s3" in args.only else None))
+        rounds.append(measure_round(args, source, settings, s3_shards))
     results = best_of(rounds)
     load_after = os.getloadavg()
 

@@ -160,26 +160,35 @@ def convert(
     paths = isinstance(src, (str, os.PathLike)) or (
         isinstance(src, (list, tuple)) and all(isinstance(item, (str, os.PathLike)) for item in src))
     if _is_hf_dataset(src) or not paths:
-        if resume:
-            raise ConvertError("a source held in memory (a datasets.Dataset or an iterable of records) cannot be resumed: "
-                               "convert it again with overwrite")
-        with tempfile.TemporaryDirectory(prefix="shardfmt-source-") as folder:
-            if _is_hf_dataset(src):
-                dataset: Any = src
-                dataset.save_to_disk(os.path.join(folder, "dataset"))
-                result = _convert_path([os.path.join(folder, "dataset")], out, declared, store, scale, patch, shard_format, table, common)
-            else:
-                sources, declared = _spill_records(cast(Iterable[Mapping[str, Any]], src), Path(folder), declared)
-                result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
+        result = _convert_in_memory(src, out, declared, store, scale, patch, shard_format, table, common)
     else:
         sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(cast(str, src))]
         if not sources:
             raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
         result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
+    return _summary(result)
+
+
+def _summary(result: ConvertResult) -> ConvertSummary:
+    """What a finished conversion did, from its result and manifest."""
     manifest = result.manifest
     by_reason = manifest.rejects.get("by_reason") or {}
     return ConvertSummary(result.path, result.num_records, dict(sorted(by_reason.items())), result.input_bytes,
                           manifest.num_bytes, result.seconds, result)
+
+
+def _convert_in_memory(src: Any, out: str | os.PathLike[str], declared: list[Any], store: str, scale: Any, patch: int | None,
+                       shard_format: str, table: dict[str, Any], common: dict[str, Any]) -> ConvertResult:
+    """Convert a source held in memory: saved or written to a temporary folder, then converted from there."""
+    if common["resume"]:
+        raise ConvertError("a source held in memory (a datasets.Dataset or an iterable of records) cannot be resumed: "
+                           "convert it again with overwrite")
+    with tempfile.TemporaryDirectory(prefix="shardfmt-source-") as folder:
+        if _is_hf_dataset(src):
+            src.save_to_disk(os.path.join(folder, "dataset"))
+            return _convert_path([os.path.join(folder, "dataset")], out, declared, store, scale, patch, shard_format, table, common)
+        sources, declared = _spill_records(cast(Iterable[Mapping[str, Any]], src), Path(folder), declared)
+        return _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
 
 
 def _convert_path(sources: list[str], out: str | os.PathLike[str], declared: list[Any], store: str, scale: Any,

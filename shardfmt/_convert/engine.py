@@ -28,7 +28,7 @@ import pickle
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Final, TypeVar
 
 try:
@@ -58,7 +58,7 @@ class WorkerDied(Exception):
 
 def imap_ordered(
     fn: Callable[..., R], args: Any, items: Iterable[T], *, engine: str, workers: int, window: int, scratch: int = 0
-) -> Iterator[tuple[R, memoryview | None]]:
+) -> Generator[tuple[R, memoryview | None], None, None]:
     """Yield ``(fn(args, item[, scratch]), scratch)`` for each item, in order (see the module
     docstring).
 
@@ -283,10 +283,10 @@ class _RemoteTraceback(Exception):
         return f'\n"""\n{self.trace}"""'
 
 
-def _next_task(tasks: Any) -> bytes:
+def _next_task(tasks: multiprocessing.connection.Connection) -> bytes:
     """The next item's message; empty at the end (an empty message, or the converting process gone)."""
     try:
-        return tasks.recv_bytes()  # type: ignore[no-any-return]
+        return tasks.recv_bytes()
     except (EOFError, OSError):
         return b""
 

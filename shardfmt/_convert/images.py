@@ -139,8 +139,10 @@ class Geometry:
 
     def scaled(self, factor: int) -> Geometry:
         """The same reshaping for an image `factor` times larger on each side."""
-        crop = tuple(v * factor for v in self.crop) if self.crop is not None else None
-        return Geometry((self.size[0] * factor, self.size[1] * factor), crop)  # type: ignore[arg-type]
+        crop = self.crop
+        if crop is not None:
+            crop = (crop[0] * factor, crop[1] * factor, crop[2] * factor, crop[3] * factor)
+        return Geometry((self.size[0] * factor, self.size[1] * factor), crop)
 
     @property
     def final_size(self) -> tuple[int, int]:

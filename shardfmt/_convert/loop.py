@@ -150,7 +150,7 @@ def run_conversion(
                 raise _disk_full(output, err) from err
             raise
         finally:
-            results.close()  # type: ignore[attr-defined]
+            results.close()
             output.drop_staging()
     done = [s for s in sidecars if s is not None]
     manifest, rejects, report = build_outputs(plan, done)
@@ -241,9 +241,10 @@ class _Sink:
             path = self.output.file_path(self.name)
             self.writer = TarShardWriter(path, labelled=self.labelled) if self.tar else ShardWriter(path, schema=self.plan.schema)
         if self.tar:
+            assert key is not None  # a tar record without a key has returned above, as a reject
             members = {name: encode_member(kind, fields[name], f"field {name!r}") for name, kind in self.plan.columns}
             self.writer.write(key, image=fields["image"], label=fields.get("label"), members=members)
-            self.keys.add(key)  # type: ignore[arg-type]
+            self.keys.add(key)
         else:
             self.writer.write(fields)
         for reencoded in built.reencoded:

@@ -93,7 +93,7 @@ from .images import DEFAULT_QUALITY
 from .loop import ConvertResult, already_finished, run_conversion
 from .plan import from_scan
 from .records import builder_for
-from .sources import ParquetColumns, scan_source, source_name
+from .sources import ParquetColumns, scan_source, source_name, source_texts
 
 __all__ = ["ConvertResult", "check_not_all_rejected", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
 
@@ -121,12 +121,11 @@ def convert(
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
     Args:
-        src: an ImageFolder directory, a ``.csv`` / ``.jsonl`` listing, or WebDataset tars: a
-            ``.tar`` file, a brace pattern of them, or a folder holding ``.tar`` files and no
-            sub-folders (read where they are, nothing extracted), or Parquet files: a
-            ``.parquet`` file, a glob pattern of them (``data/train-*.parquet``) or a list of
-            those. A folder, listing or Parquet file (or pattern of file names) may be a URL
-            (``s3://bucket/train``, ``gs://.../listing.csv``); tars must be local.
+        src: an ImageFolder directory; a ``.csv`` / ``.jsonl`` listing; WebDataset tars, read where
+            they are, nothing extracted (a ``.tar`` file, a brace pattern of them, or a folder of
+            ``.tar`` files and no sub-folders); or Parquet files (a ``.parquet`` file, a glob pattern
+            of them such as ``data/train-*.parquet``, or a list of those). Any of these but tars
+            may be a URL (``s3://bucket/train``, ``gs://.../listing.csv``): tars must be local.
         out: the output folder; created if missing. It must be empty unless `resume` or
             `overwrite` is given, and must not lie inside an ImageFolder source. A URL
             (``s3://bucket/prefix``) writes straight to object storage, binary or tar shards.
@@ -168,33 +167,49 @@ def convert(
         OSError: the output cannot be written.
     """
     started = time.perf_counter()
+    sources = _checked_sources(src, out, shard_format=shard_format, shard_size=shard_size, max_side=max_side, quality=quality,
+                               workers=workers, resume=resume, overwrite=overwrite, engine=engine)
+    with Output.open(os.fspath(out), remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output, \
+            output.scratch_folder("tars") as work:
+        if output.finished is not None:
+            return already_finished(output, started=started)
+        result = _convert_into(output, work, sources, options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
+                               shard_format=shard_format, columns=columns, members=members, workers=workers, strict=strict,
+                               progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
+    check_not_all_rejected(result, allow_empty=allow_empty)
+    return result
+
+
+def _checked_sources(src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+                     shard_format: str, shard_size: int, max_side: int | None, quality: int, workers: int | None, resume: bool,
+                     overwrite: bool, engine: str) -> list[str]:
+    """Refuse options out of range or in conflict, and an output inside a source; return the sources as paths or URLs."""
     check_options(
         shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite, engine=engine
     )
     if shard_format not in ("binary", "tar"):
         raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
-    sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(src)]  # type: ignore[arg-type]
-    out = os.fspath(out)
-    check_not_inside(sources, out)
-    with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output, \
-            output.scratch_folder("tars") as work:
-        if output.finished is not None:
-            return already_finished(output, started=started)
-        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
-        root = os.fspath(scan.root)
-        if not scan.inputs and not allow_empty:
-            raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=sources[0])
-        options: dict[str, Any] = {"max_side": max_side, "quality": quality, "shard_size": shard_size}
-        if scan.kind == "parquet":
-            options.update((columns or ParquetColumns()).to_options())
-        named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
-        plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
-        result = run_conversion(
-            plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
-            progress=progress, strict=strict, started=started,
-        )
-    check_not_all_rejected(result, allow_empty=allow_empty)
-    return result
+    sources = source_texts(src)
+    check_not_inside(sources, os.fspath(out))
+    return sources
+
+
+def _convert_into(output: Output, work: Path, sources: list[str], *, options: dict[str, Any], shard_format: str,
+                  columns: ParquetColumns | None, members: Mapping[str, str] | None, workers: int | None, strict: bool,
+                  progress: bool, engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
+    """Scan the sources, plan the shards and run the conversion into `output`."""
+    scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
+    root = os.fspath(scan.root)
+    if not scan.inputs and not allow_empty:
+        raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=sources[0])
+    if scan.kind == "parquet":
+        options.update((columns or ParquetColumns()).to_options())
+    named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
+    plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
+    return run_conversion(
+        plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
+        progress=progress, strict=strict, started=started,
+    )
 
 
 def check_not_all_rejected(result: ConvertResult, *, allow_empty: bool) -> None:

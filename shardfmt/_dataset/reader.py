@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,7 +55,8 @@ class DatasetReader:
         tars = tar_sources(path)
         self._confine = tars is None  # shards a manifest names stay inside its root; tars named directly need not
         if tars is None:
-            self.location = locate_dataset(path, remote=remote)  # type: ignore[arg-type]
+            # tar_sources took every list or tuple: what is left names one dataset
+            self.location = locate_dataset(cast("str | os.PathLike[str]", path), remote=remote)
             self.manifest = self.location.load_manifest()
             self.root = self.location.root
             self.index_root = self.root
@@ -141,7 +142,8 @@ class DatasetReader:
             )
         if reader.schema != self.schema:
             raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=manifest_path)
-        major, minor = reader.index.version if isinstance(reader, TarShardReader) else reader.version  # type: ignore[attr-defined]
+        # a shard reader is a TarShardReader or a ShardReader
+        major, minor = reader.index.version if isinstance(reader, TarShardReader) else cast(ShardReader, reader).version
         stated = self.manifest.format_version
         if major != stated[0] or minor > stated[1]:
             raise ManifestError(

@@ -206,16 +206,7 @@ def index_tars(
         FormatError, LimitError, ShardNotFoundError: a tar is malformed or missing.
     """
     tars = _find_tars(sources)
-    root = Path(out) if out is not None else _common_root(tars)
-    root.mkdir(parents=True, exist_ok=True)
-    root = Path(os.path.abspath(root))
-    for path in tars:
-        if _relative(path, root).startswith("../"):
-            raise ConvertError(
-                f"tar {path} lies outside the output folder; a manifest names shards inside its folder, "
-                "so choose an --out that contains every tar",
-                path=root,
-            )
+    root = _output_root(tars, out)
     if (root / MANIFEST_NAME).exists() and not overwrite:
         raise ConvertError("already holds manifest.json; pass overwrite to replace it", path=root)
     infos = [index_tar(path, index=root / (_relative(path, root) + INDEX_SUFFIX), name=_relative(path, root)) for path in tars]
@@ -224,11 +215,7 @@ def index_tars(
                                                       name=_relative(path, root), labelled=True)
                  for path, info in zip(tars, infos, strict=True)]
     rejects = [reject for info in infos for reject in info.rejects]
-    if rejects:
-        lines = "".join(json.dumps(r.to_json(), sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
-        atomic_write_bytes(root / REJECTS_NAME, lines.encode())
-    elif (root / REJECTS_NAME).exists():
-        (root / REJECTS_NAME).unlink()
+    _write_rejects(root, rejects)
     max_label = max((info.max_label for info in infos), default=-1)
     labelled = any(info.labelled for info in infos)
     if classes is not None and not labelled:
@@ -250,6 +237,30 @@ def index_tars(
     )
     manifest.write(root)
     return manifest
+
+
+def _output_root(tars: Sequence[Path], out: str | os.PathLike[str] | None) -> Path:
+    """Make the dataset root (`out`, or the tars' deepest common folder) and check that it holds every tar."""
+    root = Path(out) if out is not None else _common_root(tars)
+    root.mkdir(parents=True, exist_ok=True)
+    root = Path(os.path.abspath(root))
+    for path in tars:
+        if _relative(path, root).startswith("../"):
+            raise ConvertError(
+                f"tar {path} lies outside the output folder; a manifest names shards inside its folder, "
+                "so choose an --out that contains every tar",
+                path=root,
+            )
+    return root
+
+
+def _write_rejects(root: Path, rejects: Sequence[TarReject]) -> None:
+    """Write the rejects report, or remove a stale one when nothing was left out."""
+    if rejects:
+        lines = "".join(json.dumps(r.to_json(), sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
+        atomic_write_bytes(root / REJECTS_NAME, lines.encode())
+    elif (root / REJECTS_NAME).exists():
+        (root / REJECTS_NAME).unlink()
 
 
 def _decimal_classes(max_label: int) -> list[str] | None:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 
@@ -95,7 +95,7 @@ class Mixture:
 def _plain_path(path: SourcePath) -> Any:
     if isinstance(path, (list, tuple)):
         return tuple(os.fspath(p) for p in path)
-    return os.fspath(path)  # type: ignore[arg-type]
+    return os.fspath(cast("str | os.PathLike[str]", path))  # anything but a list or tuple is one path: os.fspath refuses the rest
 
 
 def allocate(weights: Sequence[float], *, epoch_size: int) -> list[int]:

@@ -30,14 +30,14 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Union, cast
 
 import cv2
 import numpy as np
 import torch
 
 from .._sampling.keys import RNG_STREAM, STEP_STREAM, keys_by_epoch, uniforms
-from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide, fill_triple, stored_fill
 from ._colour import ColourKernels
 from ._erasing import RandomErasing
 from ._imageops import ImageOps
@@ -132,22 +132,22 @@ class RandomRotation:
             raise ValueError(f"degrees must be a number or (low, high), got {degrees!r}")
         if not all(math.isfinite(d) for d in pair):
             raise ValueError(f"degrees must be finite, got {degrees!r}")
-        fill = self.fill
-        values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)  # type: ignore[arg-type]
-        if len(values) == 1:
-            values = values * 3
-        if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
-            raise ValueError(f"fill must be one value or three, each in [0, 255], got {fill!r}")
+        fill = fill_triple(self.fill)
         object.__setattr__(self, "degrees", pair)
-        object.__setattr__(self, "fill", tuple(float(int(v)) for v in values))
+        object.__setattr__(self, "fill", fill)
+
+    @property
+    def _range(self) -> tuple[float, float]:
+        """`degrees` as __post_init__ stored it, (low, high); the field's type is what callers may pass."""
+        return cast("tuple[float, float]", self.degrees)
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: the angle in degrees."""
-        low, high = self.degrees  # type: ignore[misc]
+        low, high = self._range
         return low + (high - low) * u[:, :1]
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": self.op, "degrees": list(self.degrees), "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": self.op, "degrees": list(self._range), "fill": list(stored_fill(self.fill))}
 
 
 def _jitter_range(
@@ -198,7 +198,8 @@ class ColorJitter:
 
     @property
     def ranges(self) -> tuple[tuple[float, float] | None, ...]:
-        return (self.brightness, self.contrast, self.saturation, self.hue)  # type: ignore[return-value]
+        # as __post_init__ stored them: (low, high) or None; the fields' type is what callers may pass
+        return cast("tuple[tuple[float, float] | None, ...]", (self.brightness, self.contrast, self.saturation, self.hue))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: the order of the four adjustments, then the four factors (NaN where an
@@ -383,7 +384,7 @@ class SampleTransform:
             rotation, rotator = steps[-1], self._rotator
             if not isinstance(rotation, RandomRotation) or rotator is None:
                 raise TypeError(f"the last step rotates straight into the output only if it is a RandomRotation, got {rotation!r}")
-            rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), rotation.fill, out)  # type: ignore[arg-type]
+            rotator.rotate_to_pixels(image, float(draws[-1][row, 0]), stored_fill(rotation.fill), out)
             return
         if self._mean is not None and self._std is not None:
             for channel in range(3):
@@ -422,7 +423,7 @@ class SampleTransform:
                 fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
                 cv2.rectangle(out, (left, top), (left + box_w - 1, top + box_h - 1), tuple(float(v) for v in fill), thickness=-1)
 
-    def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:  # noqa: C901 (merged at the deadline; to be split into named steps)
+    def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""
         if isinstance(step, RandomErasing):
             assert self._ops is not None
@@ -431,36 +432,44 @@ class SampleTransform:
             assert self._ops is not None
             return step.run(self._ops, image, params)
         if isinstance(step, ColorJitter):
-            colour = self._colour
-            for n in params[:4].astype(np.int64).tolist():
-                factor = float(params[4 + n])
-                if math.isnan(factor):
-                    continue
-                if n == 0:
-                    colour.brightness(image, factor)
-                elif n == 1:
-                    colour.contrast(image, factor)
-                elif n == 2:
-                    colour.saturation(image, factor)
-                else:
-                    colour.hue(image, factor)
+            self._jitter(params, image)
             return image
         if isinstance(step, RandomRotation):
             if self._rotator is None:
                 raise TypeError("a RandomRotation step runs only in a transform made with it")
-            self._rotator.rotate(image, float(params[0]), step.fill)  # type: ignore[arg-type]
+            self._rotator.rotate(image, float(params[0]), stored_fill(step.fill))
             return image
         if isinstance(step, RandomVerticalFlip):
-            if not params[0]:
-                return image
-            np.copyto(self._spare, image[:, ::-1])  # image is self._image or a buffer of self._ops, never self._spare
-            self._image, self._spare = self._spare, self._image
-            return self._image
+            return self._flip_vertically(params, image)
         if isinstance(step, RandomGrayscale):
             if params[0]:
                 self._colour.grayscale(image)
             return image
         return self._call(step, int(params[0]), int(params[1]), image)
+
+    def _jitter(self, params: Any, image: np.ndarray) -> None:
+        """ColorJitter's adjustments in their drawn order, in place; a NaN factor is one not applied."""
+        colour = self._colour
+        for n in params[:4].astype(np.int64).tolist():
+            factor = float(params[4 + n])
+            if math.isnan(factor):
+                continue
+            if n == 0:
+                colour.brightness(image, factor)
+            elif n == 1:
+                colour.contrast(image, factor)
+            elif n == 2:
+                colour.saturation(image, factor)
+            else:
+                colour.hue(image, factor)
+
+    def _flip_vertically(self, params: Any, image: np.ndarray) -> np.ndarray:
+        """RandomVerticalFlip: the flipped rows land in the spare buffer, which becomes the image."""
+        if not params[0]:
+            return image
+        np.copyto(self._spare, image[:, ::-1])  # image is self._image or a buffer of self._ops, never self._spare
+        self._image, self._spare = self._spare, self._image
+        return self._image
 
     def _call(
         self, step: Callable[[torch.Tensor, torch.Generator], torch.Tensor], seed: int, global_seed: int, image: np.ndarray

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -114,13 +114,19 @@ def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, 
     return [0.0]
 
 
-def _fill_triple(fill: Any) -> tuple[float, float, float]:
+def fill_triple(fill: Any) -> tuple[float, float, float]:
+    """Check a step's `fill` (one value or three, each in [0, 255]); return three whole numbers as floats."""
     values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)
     if len(values) == 1:
         values = values * 3
     if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
         raise ValueError(f"fill must be one value or three, each in [0, 255], got {fill!r}")
     return (float(int(values[0])), float(int(values[1])), float(int(values[2])))
+
+
+def stored_fill(fill: float | tuple[float, ...]) -> tuple[float, float, float]:
+    """A step's `fill` as its __post_init__ stored it (`fill_triple`'s three floats); the field's type is what callers may pass."""
+    return cast("tuple[float, float, float]", fill)
 
 
 def _check_bins(num_bins: Any) -> int:
@@ -147,29 +153,44 @@ class _Tables:
 _TABLES = _Tables()
 
 
-def apply_operation(  # noqa: C901
+_GEOMETRIC = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"))
+"""The operations that warp the image (into a new array, `fill` outside it)."""
+
+
+def apply_operation(
     ops: ImageOps | PixelOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]
 ) -> np.ndarray:
     """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image` (float
     planes with `ImageOps`, uint8 pixels with `PixelOps`); return the array now holding the sample."""
     name = OPERATIONS[operation]
-    height, width = ops.size
-    colour = ops.colour
     if name == "Identity":
         return image
+    if name in _GEOMETRIC:
+        return ops.warp(image, _affine(name, magnitude, ops.size), fill)
+    _adjust(ops, image, name, magnitude)
+    return image
+
+
+def _affine(name: str, magnitude: float, size: tuple[int, int]) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """The 2 x 3 matrix of a geometric operation: a shear, a shift, or a rotation about the centre."""
     if name == "ShearX":
-        return ops.warp(image, ((1.0, magnitude, 0.5 * magnitude), (0.0, 1.0, 0.0)), fill)
+        return ((1.0, magnitude, 0.5 * magnitude), (0.0, 1.0, 0.0))
     if name == "ShearY":
-        return ops.warp(image, ((1.0, 0.0, 0.0), (magnitude, 1.0, 0.5 * magnitude)), fill)
+        return ((1.0, 0.0, 0.0), (magnitude, 1.0, 0.5 * magnitude))
     if name == "TranslateX":
-        return ops.warp(image, ((1.0, 0.0, -float(int(magnitude))), (0.0, 1.0, 0.0)), fill)
+        return ((1.0, 0.0, -float(int(magnitude))), (0.0, 1.0, 0.0))
     if name == "TranslateY":
-        return ops.warp(image, ((1.0, 0.0, 0.0), (0.0, 1.0, -float(int(magnitude)))), fill)
-    if name == "Rotate":
-        radians = math.radians(magnitude)
-        cos, sin = math.cos(radians), math.sin(radians)
-        cx, cy = (width - 1) / 2, (height - 1) / 2
-        return ops.warp(image, ((cos, -sin, cx - cos * cx + sin * cy), (sin, cos, cy - sin * cx - cos * cy)), fill)
+        return ((1.0, 0.0, 0.0), (0.0, 1.0, -float(int(magnitude))))
+    height, width = size
+    radians = math.radians(magnitude)
+    cos, sin = math.cos(radians), math.sin(radians)
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    return ((cos, -sin, cx - cos * cx + sin * cy), (sin, cos, cy - sin * cx - cos * cy))
+
+
+def _adjust(ops: ImageOps | PixelOps, image: np.ndarray, name: str, magnitude: float) -> None:
+    """Run a colour or pixel operation on `image`, in place."""
+    colour = ops.colour
     if name == "Brightness":
         colour.brightness(image, 1.0 + magnitude)
     elif name == "Color":
@@ -188,7 +209,6 @@ def apply_operation(  # noqa: C901
         ops.equalize(image)
     else:
         ops.invert(image)
-    return image
 
 
 def _run_triples(
@@ -224,7 +244,7 @@ class TrivialAugmentWide:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_magnitude_bins", _check_bins(self.num_magnitude_bins))
-        object.__setattr__(self, "fill", _fill_triple(self.fill))
+        object.__setattr__(self, "fill", fill_triple(self.fill))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign)."""
@@ -233,10 +253,10 @@ class TrivialAugmentWide:
         return np.stack([operation, bin_index, (u[:, 2] < 0.5).astype(np.float64)], axis=1)
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
+        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, stored_fill(self.fill))
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(stored_fill(self.fill))}
 
 
 @dataclass(frozen=True)
@@ -258,7 +278,7 @@ class RandAugment:
             raise ValueError(f"num_ops must be an integer in [0, 64], got {self.num_ops!r}")
         if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, int) or not 0 <= self.magnitude < bins:
             raise ValueError(f"magnitude must be a bin in [0, {bins}), got {self.magnitude!r}")
-        object.__setattr__(self, "fill", _fill_triple(self.fill))
+        object.__setattr__(self, "fill", fill_triple(self.fill))
 
     @property
     def draws(self) -> int:
@@ -272,7 +292,7 @@ class RandAugment:
         return np.stack(columns, axis=1) if columns else np.zeros((len(u), 0))
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, self.fill)  # type: ignore[arg-type]
+        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, stored_fill(self.fill))
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -280,7 +300,7 @@ class RandAugment:
             "num_ops": self.num_ops,
             "magnitude": self.magnitude,
             "num_magnitude_bins": self.num_magnitude_bins,
-            "fill": list(self.fill),  # type: ignore[arg-type]
+            "fill": list(stored_fill(self.fill)),
         }
 
 
@@ -301,7 +321,7 @@ class AutoAugment:
     def __post_init__(self) -> None:
         if self.policy != "imagenet":
             raise ValueError(f"policy must be 'imagenet' (the one policy offered), got {self.policy!r}")
-        object.__setattr__(self, "fill", _fill_triple(self.fill))
+        object.__setattr__(self, "fill", fill_triple(self.fill))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign) for the two operations; operation -1 where one does not run."""
@@ -317,7 +337,7 @@ class AutoAugment:
         return rows
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", 10, self.fill)  # type: ignore[arg-type]
+        return _run_triples(ops, image, params, "standard", 10, stored_fill(self.fill))
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "auto_augment", "policy": self.policy, "fill": list(self.fill)}  # type: ignore[arg-type]
+        return {"op": "auto_augment", "policy": self.policy, "fill": list(stored_fill(self.fill))}

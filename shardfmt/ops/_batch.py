@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 import torch
@@ -141,7 +141,7 @@ class MixUp:
         self, images: torch.Tensor, labels: torch.Tensor, u: np.ndarray, *, layout: str = "NCHW"
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mix a batch with its draws `u`; return (images, soft labels)."""
-        images, soft = _prepare(images, labels, self.num_classes)  # type: ignore[arg-type]
+        images, soft = _prepare(images, labels, cast(int, self.num_classes))  # __post_init__ refused None
         lam = self.lam(u)
         return _mix(images, lam), _mix(soft, lam)
 
@@ -176,7 +176,7 @@ class CutMix:
         """Cut and mix a batch with its draws `u`; return (images, soft labels)."""
         if layout not in _LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
-        images, soft = _prepare(images, labels, self.num_classes)  # type: ignore[arg-type]
+        images, soft = _prepare(images, labels, cast(int, self.num_classes))  # __post_init__ refused None
         height, width = (images.shape[2], images.shape[3]) if layout == "NCHW" else (images.shape[1], images.shape[2])
         x1, y1, x2, y2, lam = self.box(u, height=height, width=width)
         output = images.clone()

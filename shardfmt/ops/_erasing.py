@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -58,6 +58,16 @@ def erasing_boxes(
     return boxes
 
 
+def _value_triple(value: Any) -> tuple[float, ...]:
+    """Check a `value` other than a string (one value or three, each in [0, 255]); return three floats."""
+    values = (value,) * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else tuple(value)
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
+        raise ValueError(f"value must be 'mean', or one value or three, each in [0, 255], got {value!r}")
+    return tuple(float(v) for v in values)
+
+
 @dataclass(frozen=True)
 class RandomErasing:
     """torchvision's RandomErasing: with probability `p`, a box of area fraction drawn from
@@ -92,12 +102,7 @@ class RandomErasing:
             if value != "mean":
                 raise ValueError(f"value must be 'mean', a number or three numbers, got {value!r}")
         else:
-            values = (value,) * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else tuple(value)  # type: ignore[arg-type]
-            if len(values) == 1:
-                values = values * 3
-            if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
-                raise ValueError(f"value must be 'mean', or one value or three, each in [0, 255], got {value!r}")
-            value = tuple(float(v) for v in values)
+            value = _value_triple(value)
         object.__setattr__(self, "p", float(self.p))
         object.__setattr__(self, "scale", (float(scale[0]), float(scale[1])))
         object.__setattr__(self, "ratio", (float(ratio[0]), float(ratio[1])))
@@ -123,7 +128,7 @@ class RandomErasing:
                     "RandomErasing(value='mean') fills with the normalisation mean; give the loader mean= (and std=), or a value"
                 )
             return (float(mean[0]), float(mean[1]), float(mean[2]))
-        return self.value  # type: ignore[return-value]
+        return cast("tuple[float, float, float]", self.value)  # not "mean": the three floats __post_init__ stored
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, box: np.ndarray, mean: Sequence[float] | None = None) -> np.ndarray:
         """Erase `box` (top, left, height, width: a row of `boxes`) of `image`; return it."""
@@ -133,5 +138,5 @@ class RandomErasing:
         return image
 
     def to_config(self) -> dict[str, Any]:
-        value = self.value if isinstance(self.value, str) else list(self.value)  # type: ignore[arg-type]
+        value = self.value if isinstance(self.value, str) else list(cast("tuple[float, float, float]", self.value))
         return {"op": "random_erasing", "p": self.p, "scale": list(self.scale), "ratio": list(self.ratio), "value": value}

@@ -66,7 +66,8 @@ unsigned int jpeg_read_scanlines(void *cinfo, unsigned char **scanlines, unsigne
 void jpeg_abort_decompress(void *cinfo);
 """
 
-_loaded: tuple[Any, Any] | None | bool = False  # (ffi, lib), None when unavailable, False before the first look
+_loaded: tuple[Any, Any] | None = None  # (ffi, lib), None when unavailable or not looked for yet
+_looked = False  # whether _load has looked for the library
 
 
 def _library_path() -> str | None:
@@ -84,9 +85,9 @@ def _library_path() -> str | None:
 
 
 def _load() -> tuple[Any, Any] | None:
-    global _loaded
-    if _loaded is False:
-        _loaded = None
+    global _loaded, _looked
+    if not _looked:
+        _looked = True
         path = _library_path()
         if path is not None:
             try:
@@ -98,7 +99,7 @@ def _load() -> tuple[Any, Any] | None:
                 _loaded = (ffi, lib)
             except (ImportError, OSError, AttributeError):
                 _loaded = None
-    return _loaded  # type: ignore[return-value]
+    return _loaded
 
 
 def _fatal_error_handler(ffi: Any) -> Any:

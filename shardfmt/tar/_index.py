@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -168,6 +169,83 @@ def _record_problem(
     return None
 
 
+_Kept = tuple[TarMember, tuple[int, int, int], int, int]
+"""A sample that makes a record: its image member, (height, width, channels), checksum and label."""
+
+
+def _choose_members(
+    samples: Sequence[TarSample], image_extensions: tuple[str, ...], label_extension: str, *, labelled: bool
+) -> tuple[dict[int, tuple[str, str]], dict[int, str], list[tuple[TarMember, int, str]]]:
+    """Each sample's problem with its members, or its image extension and the members to read (image, label)."""
+    problems: dict[int, tuple[str, str]] = {}
+    chosen: dict[int, str] = {}
+    roles: list[tuple[TarMember, int, str]] = []
+    for number, sample in enumerate(samples):
+        image_ext = next((ext for ext in image_extensions if ext in sample.members), None)
+        problem = _member_problem(sample, image_ext, image_extensions)
+        if problem is not None:
+            problems[number] = problem
+        elif image_ext is not None:  # always so when there is no problem
+            chosen[number] = image_ext
+            roles.append((sample.members[image_ext], number, "image"))
+            if labelled and label_extension in sample.members:
+                roles.append((sample.members[label_extension], number, "label"))
+    return problems, chosen, roles
+
+
+def _judge_records(
+    images: dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]],
+    labels: dict[int, int | tuple[str, str]],
+    label_extension: str,
+    *,
+    labelled: bool,
+    problems: dict[int, tuple[str, str]],
+) -> dict[int, _Kept]:
+    """Add to `problems` the samples whose image or label member is bad; return the others."""
+    kept: dict[int, _Kept] = {}
+    for number, (member, found, digest) in images.items():  # image problems come before label problems
+        label = labels.get(number)
+        problem = _record_problem(found, label, label_extension, labelled=labelled)
+        if problem is not None:
+            problems[number] = problem
+        elif len(found) == 3:  # always so when there is no problem, as is an int label when labelled
+            kept[number] = (member, found, digest, label if labelled and isinstance(label, int) else -1)
+    return kept
+
+
+def _write_index(
+    index_path: Path, samples: Sequence[TarSample], kept: dict[int, _Kept], chosen: dict[int, str], label_extension: str, *, labelled: bool
+) -> tuple[ShardInfo, int, dict[str, int]]:
+    """Write a record per kept sample; return the index written, the largest label and the other members' counts."""
+    max_label = -1
+    counts: dict[str, int] = {}
+    with ShardWriter(index_path, schema=INDEX_SCHEMA) as writer:
+        for number, sample in enumerate(samples):
+            if number not in kept:
+                continue
+            image, (height, width, channels), digest, label = kept[number]
+            max_label = max(max_label, label)
+            for ext in sample.members:
+                if ext != chosen[number] and not (labelled and ext == label_extension):
+                    counts[display_key(ext)] = counts.get(display_key(ext), 0) + 1
+            writer.write(
+                {
+                    "key": sample.key.encode("utf-8", "surrogateescape"),
+                    "image_offset": image.data_offset,
+                    "image_size": image.size,
+                    "image_height": height,
+                    "image_width": width,
+                    "image_channels": channels,
+                    "image_checksum": digest - (1 << 64) if digest >= 1 << 63 else digest,
+                    "label": label,
+                    # the index's JSON is UTF-8: an extension's bytes that are not are written as \xNN
+                    "members": {display_key(ext): [m.data_offset, m.size] for ext, m in sample.members.items()},
+                }
+            )
+        index_info = writer.close()
+    return index_info, max_label, counts
+
+
 def index_tar(
     path: str | os.PathLike[str],
     *,
@@ -212,55 +290,14 @@ def index_tar(
     try:
         scan = scan_members(source)
         shown = source.path if name is None else name
-        problems: dict[int, tuple[str, str]] = {}
-        roles: list[tuple[TarMember, int, str]] = []
         has_labels = any(label_extension in sample.members for sample in scan.samples)
         if labelled is None:
             labelled = has_labels
-        chosen: dict[int, str] = {}
-        for number, sample in enumerate(scan.samples):
-            image_ext = next((ext for ext in image_extensions if ext in sample.members), None)
-            problem = _member_problem(sample, image_ext, image_extensions)
-            if problem is not None:
-                problems[number] = problem
-            elif image_ext is not None:  # always so when there is no problem
-                chosen[number] = image_ext
-                roles.append((sample.members[image_ext], number, "image"))
-                if labelled and label_extension in sample.members:
-                    roles.append((sample.members[label_extension], number, "label"))
+        problems, chosen, roles = _choose_members(scan.samples, image_extensions, label_extension, labelled=labelled)
         images, labels, hasher = _read_members(source, roles)
-        for number, (_, found, _) in images.items():  # image problems come before label problems
-            problem = _record_problem(found, labels.get(number), label_extension, labelled=labelled)
-            if problem is not None:
-                problems[number] = problem
+        kept = _judge_records(images, labels, label_extension, labelled=labelled, problems=problems)
         index_path = index_path_for(path) if index is None else Path(index)
-        max_label = -1
-        counts: dict[str, int] = {}
-        with ShardWriter(index_path, schema=INDEX_SCHEMA) as writer:
-            for number, sample in enumerate(scan.samples):
-                if number in problems:
-                    continue
-                image, (height, width, channels), digest = images[number]  # type: ignore[misc]
-                label = int(labels[number]) if labelled else -1  # type: ignore[arg-type]
-                max_label = max(max_label, label)
-                for ext in sample.members:
-                    if ext != chosen[number] and not (labelled and ext == label_extension):
-                        counts[display_key(ext)] = counts.get(display_key(ext), 0) + 1
-                writer.write(
-                    {
-                        "key": sample.key.encode("utf-8", "surrogateescape"),
-                        "image_offset": image.data_offset,
-                        "image_size": image.size,
-                        "image_height": height,
-                        "image_width": width,
-                        "image_channels": channels,
-                        "image_checksum": digest - (1 << 64) if digest >= 1 << 63 else digest,
-                        "label": label,
-                        # the index's JSON is UTF-8: an extension's bytes that are not are written as \xNN
-                        "members": {display_key(ext): [m.data_offset, m.size] for ext, m in sample.members.items()},
-                    }
-                )
-            index_info = writer.close()
+        index_info, max_label, counts = _write_index(index_path, scan.samples, kept, chosen, label_extension, labelled=labelled)
         tar = ShardInfo(Path(source.path), index_info.num_records, source.size, hasher.intdigest())
         rejects = tuple(TarReject(shown, scan.samples[n].key, *problems[n]) for n in sorted(problems))
         return TarIndexInfo(tar, index_info, rejects, max_label, scan.skipped, labelled, tuple(sorted(counts.items())), has_labels)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tarfile
 from collections.abc import Iterator
@@ -72,6 +73,13 @@ class _Reader:
     def tell(self) -> int:
         return self._position
 
+    def write(self, data: bytes) -> int:
+        """Refused: tarfile's file objects may write, this one only reads."""
+        raise io.UnsupportedOperation("write")
+
+    def close(self) -> None:
+        """Nothing to release: the view belongs to the caller."""
+
 
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 
@@ -98,13 +106,13 @@ def scan_members(source: ByteSource) -> MemberScan:
     skipped = 0
     position = 0
     try:
-        archive = tarfile.open(fileobj=_Reader(view), mode="r:", encoding="utf-8", errors="surrogateescape")  # type: ignore[call-overload]
+        archive = tarfile.open(fileobj=_Reader(view), mode="r:", encoding="utf-8", errors="surrogateescape")
         while True:
             position = archive.offset
             info = archive.next()
             if info is None:
                 break
-            archive.members.clear()  # keep memory flat over millions of members
+            archive.members.clear()  # type: ignore[attr-defined]  # (not in typeshed) keep memory flat over millions of members
             if info.issparse():
                 raise FormatError(
                     f"member {display_key(info.name)!r} is a GNU sparse file, which a tar shard cannot hold", path=path, offset=info.offset

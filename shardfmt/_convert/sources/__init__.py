@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from ..._dataset.locate import classify_location
 from ..._errors import ConvertError
@@ -65,6 +66,7 @@ __all__ = [
     "scan_fields",
     "scan_source",
     "source_name",
+    "source_texts",
 ]
 
 Location = str | os.PathLike[str]
@@ -76,6 +78,14 @@ SOURCE_KINDS = (
     "or an iterable of records"
 )
 """Every kind of source, as messages list them."""
+
+
+def source_texts(location: Location | Sequence[Location]) -> list[str]:
+    """The paths or URLs a source names: each item of a list or tuple, else the one given."""
+    if isinstance(location, (list, tuple)):
+        return [os.fspath(item) for item in location]
+    # anything but a list or tuple is one path: os.fspath refuses what is not, as it always has
+    return [os.fspath(cast(Location, location))]
 
 
 def scan_source(
@@ -104,7 +114,7 @@ def scan_source(
             for a source that is not Parquet.
         RemoteError: the store failed.
     """
-    texts = [os.fspath(item) for item in location] if isinstance(location, (list, tuple)) else [os.fspath(location)]  # type: ignore[arg-type]
+    texts = source_texts(location)
     if any(names_parquet(text) for text in texts):
         return _scan_parquet(texts, columns or ParquetColumns(), remote)
     saved = saved_dataset_files(Path(texts[0])) if len(texts) == 1 and not classify_location(texts[0]).is_remote else None
