@@ -396,9 +396,10 @@ class SampleTransform:
                 np.copyto(out[:, :, channel], image[channel], casting="unsafe")
 
     def _apply_pixels(self, source: np.ndarray, draws: list[np.ndarray], row: int, out: np.ndarray) -> None:
-        """`apply` for steps that all run on uint8 pixels (`PixelOps`)."""
+        """`apply` for steps that all run on uint8 pixels (`PixelOps`); called only when they do."""
         ops = self._pixel_ops
-        assert ops is not None
+        if ops is None:
+            raise RuntimeError("no pixel operations were set up for these steps")
         image = ops.spare(source)
         np.copyto(image, source)
         erased: tuple[RandomErasing, np.ndarray] | None = None
@@ -425,12 +426,13 @@ class SampleTransform:
 
     def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""
-        if isinstance(step, RandomErasing):
-            assert self._ops is not None
-            return step.run(self._ops, image, params, self._mean_values)
         if isinstance(step, _PLANE_STEPS):
-            assert self._ops is not None
-            return step.run(self._ops, image, params)
+            ops = self._ops
+            if ops is None:
+                raise RuntimeError(f"no image operations were set up for {type(step).__name__}")
+            if isinstance(step, RandomErasing):
+                return step.run(ops, image, params, self._mean_values)
+            return step.run(ops, image, params)
         if isinstance(step, ColorJitter):
             self._jitter(params, image)
             return image

@@ -212,8 +212,7 @@ class RandomChoice:
         return 1 + max(int(step.draws) for step in self.steps)
 
     def choose(self, u: np.ndarray) -> int:
-        weights = self.p
-        assert weights is not None
+        weights = cast(Sequence[float], self.p)  # __post_init__ stored a weight per step
         bounds = np.cumsum(weights) / sum(weights)
         return min(int(np.searchsorted(bounds, float(u[0]), side="right")), len(self.steps) - 1)
 
