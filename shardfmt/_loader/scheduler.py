@@ -140,6 +140,13 @@ class Scheduler:
             raise RuntimeError("the loader's workers are not configured")
         return self.config.layout
 
+    @property
+    def running_pool(self) -> WorkerPool | InlinePool:
+        """The pool `start` made, which an iteration feeds and waits on."""
+        if self.pool is None:
+            raise RuntimeError("the loader's workers are not running: it is closed, or was never iterated")
+        return self.pool
+
     def start(self) -> None:
         """Start the workers (and make or reuse the ring) unless they run."""
         if self.pool is not None:
@@ -280,7 +287,7 @@ class Scheduler:
         )
         if not keep:
             self.pending.clear()
-            self.pool.drain()  # type: ignore[union-attr]
+            self.running_pool.drain()
             self.queue.clear()
             self.free = [slot for slot in range(self.layout.num_slots) if slot not in self.out]
             return epoch, 0
@@ -318,7 +325,7 @@ class Scheduler:
         return epoch, index
 
     def take_ready(self, epoch: int) -> Item | None:
-        busy = self.pool.busy_slots | {chunk[0] for chunk in self.pending}  # type: ignore[union-attr]
+        busy = self.running_pool.busy_slots | {chunk[0] for chunk in self.pending}
         for position, item in enumerate(self.queue):
             if item.epoch != epoch:
                 return None
