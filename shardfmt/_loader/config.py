@@ -83,7 +83,7 @@ def open_stages(options: LoaderOptions, dataset: RecordSource) -> Stages:
         device=torch.device(options.device) if options.device is not None else None,
         dataset=dataset,
         field=options.image_field,
-        workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
+        workers=options.num_workers,
         fields=options.fields is not None,
         augment=bool(options.augment),
     )
@@ -177,7 +177,7 @@ def settings(
         "window": options.window,
         "order": order,
         "pipeline": json.dumps(shape, sort_keys=True),
-        "augment": describe_steps(options.augment),  # type: ignore[arg-type]
+        "augment": describe_steps(options.augment),
         "dataset": dataset,
     }
     if options.fields is not None:

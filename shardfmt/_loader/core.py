@@ -233,7 +233,7 @@ class Loader:
         batch_augment: Sequence[BatchStep] | None = None,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
-        self.options = options = LoaderOptions(**arguments)
+        self.options = options = LoaderOptions.parse(**arguments)
         self.path: Mixture | str | Path | list[str] = loader_path(path)
         self._mixture = self.path if isinstance(self.path, Mixture) else None
         if self._mixture is not None and window is not None:

@@ -111,8 +111,7 @@ class Scheduler:
         self.prefetcher = prefetcher
         self.stage = stage
         self.gpu = gpu
-        workers = int(options.num_workers)  # type: ignore[arg-type]
-        self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, workers)))))
+        self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, options.num_workers)))))
         self.resources = _Resources()
         if prefetcher is not None:
             self.resources.extra.append(prefetcher)
@@ -169,7 +168,7 @@ class Scheduler:
             self.pool = WorkerPool(
                 config=self.config,
                 ring=self.ring,
-                num_workers=int(self.options.num_workers),  # type: ignore[arg-type]
+                num_workers=self.options.num_workers,
                 start_method=self.options.start_method,
                 timeout=self.options.timeout,
                 dataset=self.dataset,
