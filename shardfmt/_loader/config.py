@@ -113,13 +113,15 @@ def configure(
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
     slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
-    fields = {
-        "fields": slotted,
-        "image_field": options.image_field,
-        "label_field": options.label_field,
-        "interpolation": options.interpolation,
-    }
-    pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
+    pipeline, outputs = resolve_outputs(
+        dataset,
+        fields=slotted,
+        pipeline=request,
+        size=size or options.size,
+        image_field=options.image_field,
+        label_field=options.label_field,
+        interpolation=options.interpolation,
+    )
     here = options.device is None and gpu is None  # a GPU stage delivers on its device
     outputs, transform = transform_outputs(
         outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None
