@@ -35,12 +35,18 @@ __all__ = ["Configured", "Stages", "configure", "distributed_defaults", "loader_
 
 
 def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
-    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
+    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped).
+
+    Raises:
+        TypeError: `path` is none of these (a str, an `os.PathLike`, a list or tuple, a `Mixture`).
+    """
     if isinstance(path, Mixture):
         return path
     if isinstance(path, (list, tuple)):
         return [os.fspath(p) for p in path]
-    where = classify_location(os.fspath(path))  # type: ignore[arg-type]
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got {type(path).__name__}")
+    where = classify_location(path)
     return where.url if where.url is not None else Path(where.path or where.text)
 
 
