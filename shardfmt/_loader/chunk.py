@@ -222,6 +222,7 @@ class ChunkProcessor:
         current = self.current
         writer = self.jpeg_bytes
         on_gpu = targets[ON_GPU] if writer is not None else None
+        gpu_field, write_gpu_row, gpu_boxes = _gpu_rows(writer, boxes)
         for k in range(len(readers)):
             reader, table_row, record, index = readers[k], rows[k], local[k], numbers[k]
             current[0] = index
@@ -242,10 +243,12 @@ class ChunkProcessor:
                 ] & bit
                 for filler in self.fillers:
                     box = boxes.get(filler.name)
-                    if gpu_row and filler.name == writer.field:  # type: ignore[union-attr]
+                    if gpu_row and filler.name == gpu_field:
                         # the bytes as stored and the box as drawn: the training process decodes them
                         height, width = (int(table_row[column]) for column in self._size_columns)
-                        writer.write(targets, row + k, filler.payload(reader, table_row), box[k], height=height, width=width, index=index)  # type: ignore[index, union-attr]
+                        write_gpu_row(
+                            targets, row + k, filler.payload(reader, table_row), gpu_boxes[k], height=height, width=width, index=index
+                        )
                         continue
                     # a transformed image is decoded into the scratch sample, then transformed into its row
                     out, at = (self._scratch_rows, 0) if filler.name == transformed else (targets[filler.name], row + k)
@@ -325,6 +328,29 @@ class ChunkProcessor:
 
     def close(self) -> None:
         self.dataset.close()
+
+
+def _gpu_rows(
+    writer: JpegBytesWriter | None, boxes: dict[str, list[tuple[int, int, int, int, bool]]]
+) -> tuple[str | None, Callable[..., None], list[tuple[int, int, int, int, bool]]]:
+    """What the fill loop needs of GPU decoding, taken once a chunk: the field whose GPU rows
+    are written (None without GPU decoding, which no filler is called), the writer's ``write``,
+    and the field's crop boxes.
+
+    Raises:
+        RuntimeError: the field has no crop boxes (it is not an image field of the outputs).
+    """
+    if writer is None:
+        return None, _no_gpu_rows, []
+    field_boxes = boxes.get(writer.field)
+    if field_boxes is None:
+        raise RuntimeError(f"GPU decoding writes field {writer.field!r}, which has no crop boxes: it is not an image field of the outputs")
+    return writer.field, writer.write, field_boxes
+
+
+def _no_gpu_rows(*args: Any, **kwargs: Any) -> None:
+    """The writer of GPU rows without GPU decoding: no row is marked for the GPU then."""
+    raise RuntimeError("a row is marked for the GPU, but the workers decode none there")
 
 
 def _row_views(images: Any) -> list[Any]:

@@ -35,12 +35,18 @@ __all__ = ["Configured", "Stages", "configure", "distributed_defaults", "loader_
 
 
 def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
-    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped)."""
+    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped).
+
+    Raises:
+        TypeError: `path` is none of these (a str, an `os.PathLike`, a list or tuple, a `Mixture`).
+    """
     if isinstance(path, Mixture):
         return path
     if isinstance(path, (list, tuple)):
         return [os.fspath(p) for p in path]
-    where = classify_location(os.fspath(path))  # type: ignore[arg-type]
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got {type(path).__name__}")
+    where = classify_location(path)
     return where.url if where.url is not None else Path(where.path or where.text)
 
 
@@ -83,7 +89,7 @@ def open_stages(options: LoaderOptions, dataset: RecordSource) -> Stages:
         device=torch.device(options.device) if options.device is not None else None,
         dataset=dataset,
         field=options.image_field,
-        workers=options.num_workers if options.num_workers is not None else 0,  # LoaderOptions made None the cores
+        workers=options.num_workers,
         fields=options.fields is not None,
         augment=bool(options.augment),
     )
@@ -113,13 +119,15 @@ def configure(
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)
     slotted, _ = split_values(dataset.schema, options.fields)  # fields of VALUE_TYPES are read by the loader itself
-    fields = {
-        "fields": slotted,
-        "image_field": options.image_field,
-        "label_field": options.label_field,
-        "interpolation": options.interpolation,
-    }
-    pipeline, outputs = resolve_outputs(dataset, pipeline=request, size=size or options.size, **fields)  # type: ignore[arg-type]
+    pipeline, outputs = resolve_outputs(
+        dataset,
+        fields=slotted,
+        pipeline=request,
+        size=size or options.size,
+        image_field=options.image_field,
+        label_field=options.label_field,
+        interpolation=options.interpolation,
+    )
     here = options.device is None and gpu is None  # a GPU stage delivers on its device
     outputs, transform = transform_outputs(
         outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None
@@ -177,7 +185,7 @@ def settings(
         "window": options.window,
         "order": order,
         "pipeline": json.dumps(shape, sort_keys=True),
-        "augment": describe_steps(options.augment),  # type: ignore[arg-type]
+        "augment": describe_steps(options.augment),
         "dataset": dataset,
     }
     if options.fields is not None:

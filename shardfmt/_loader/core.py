@@ -233,7 +233,7 @@ class Loader:
         batch_augment: Sequence[BatchStep] | None = None,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
-        self.options = options = LoaderOptions(**arguments)
+        self.options = options = LoaderOptions.parse(**arguments)
         self.path: Mixture | str | Path | list[str] = loader_path(path)
         self._mixture = self.path if isinstance(self.path, Mixture) else None
         if self._mixture is not None and window is not None:
@@ -417,13 +417,12 @@ class Loader:
     def _settings(self, size: tuple[int, int] | None = None) -> dict[str, Any]:
         """The fingerprint of what decides the stream, saved in the state and checked on resume."""
         pipeline = pipeline_at(self.options.pipeline, size) if size is not None and size != self.size else self.pipeline
-        mixture = None if self._mixture is None else self._mixture.to_config() | {"sizes": self._dataset.sizes}  # type: ignore[union-attr]
         return settings(
             self.options,
             pipeline=pipeline,
             outputs=self.outputs,
             subset=self._epochs.subset,
-            mixture=mixture,
+            mixture=self._epochs.mixture_settings(),
             num_records=self.num_records,
             rank=self.rank,
             world_size=self.world_size,

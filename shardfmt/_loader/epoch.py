@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dataset.concat import RecordSource
+from .._dataset.concat import ConcatReader, RecordSource
 from .._sampling.keys import check_split, check_subset
 from .._sampling.mixture import Mixture
 from .._sampling.orders import epoch_order, resolve_order
@@ -80,15 +80,26 @@ class Epochs:
         self.epoch_positions = self.epoch_records * options.repeats
         """Positions of an epoch's order: its records, each `repeats` times."""
         self.order = resolve_order(options.order, num_records=self.num_records, mixture=mixture is not None)
-        self.source_counts = mixture.counts if mixture is not None else None
+        self.source_sizes: list[int] | None = None
+        """Records in each source of the mixture; None without one."""
+        self.source_counts: list[int] | None = None
+        """Records each source of the mixture gives an epoch; None without one."""
         if mixture is not None:
-            for name, records, count in zip(mixture.names, dataset.sizes, self.source_counts, strict=True):  # type: ignore[union-attr, arg-type]
+            sizes, counts = _source_sizes(dataset), mixture.counts
+            for name, records, count in zip(mixture.names, sizes, counts, strict=True):
                 if count and not records:
                     raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
+            self.source_sizes, self.source_counts = sizes, counts
         check_split(self.epoch_positions, batch_size=options.batch_size, world_size=world_size, drop_last=options.drop_last)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside [0, {world_size})")
         self.shard_sizes = np.diff(dataset.cumulative)
+
+    def mixture_settings(self) -> dict[str, Any] | None:
+        """The mixture as a state's settings record it: its config and its sources' sizes; None without one."""
+        if self.mixture is None:
+            return None
+        return self.mixture.to_config() | {"sizes": self.source_sizes}
 
     def order_of(self, epoch: int) -> Any:
         """Epoch `epoch`'s order of positions: each record `repeats` times in a row of copies."""
@@ -105,7 +116,18 @@ class Epochs:
             shuffle=options.shuffle,
             shard_sizes=self.shard_sizes if options.window is not None else None,
             window=options.window,
-            source_sizes=self.dataset.sizes if self.mixture is not None else None,  # type: ignore[union-attr]
+            source_sizes=self.source_sizes,
             source_counts=self.source_counts,
             subset=self.subset,
         )
+
+
+def _source_sizes(dataset: RecordSource) -> list[int]:
+    """Records in each source of a mixture's dataset, which `open_records` opened as a `ConcatReader`.
+
+    Raises:
+        RuntimeError: the dataset is not a `ConcatReader` (a mixture's records read otherwise).
+    """
+    if not isinstance(dataset, ConcatReader):
+        raise RuntimeError(f"a Mixture's records are read through a ConcatReader (open_records), not a {type(dataset).__name__}")
+    return dataset.sizes

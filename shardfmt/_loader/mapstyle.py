@@ -25,7 +25,7 @@ from .outputs import resolve_pipeline
 __all__ = ["Dataset"]
 
 
-class Dataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
     """Record i -> (image, label): image a uint8 tensor CHW (or HWC), label an int.
 
     Args:

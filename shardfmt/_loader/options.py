@@ -4,7 +4,9 @@ sample in the workers (``augment=``, ``mean``/``std`` without a device), and the
 `Loader.set_size` changes between epochs.
 
 Adding an option is one typed field of `LoaderOptions` (and the same keyword of `Loader`) plus
-one ``_check_<name>`` method, which `LoaderOptions` calls when it is made.
+one ``_check_<name>`` method, which `LoaderOptions` calls when it is made. An option whose
+argument is converted (a default resolved, a sequence made a tuple) is converted in
+`LoaderOptions.parse`, so that its field has the type of what it holds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import multiprocessing
 import os
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,13 +37,17 @@ from .outputs import FieldRequest, OutputSpec, resolve_pipeline
 __all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
 
 
+def _default_workers() -> int:
+    """The workers of ``num_workers=None``: one a core."""
+    return os.cpu_count() or 1
+
+
 @dataclass(frozen=True, eq=False)
 class LoaderOptions:
     """Every keyword argument of `Loader`, parsed once (see `Loader` for what each means).
 
-    Made from the arguments as given: `num_workers` None becomes the number of cores, `device` a
-    `torch.device`, `mean`/`std` tuples, `augment` a tuple of steps (a user's callable wrapped by
-    `ops.augment.as_step`). Each field with a ``_check_<name>`` method is checked by it.
+    `parse` makes it from the arguments as given; each field holds its value as parsed, and each
+    field with a ``_check_<name>`` method is checked by it when the options are made.
 
     Raises:
         ValueError, TypeError: an argument is malformed (the message names it).
@@ -50,7 +56,7 @@ class LoaderOptions:
     batch_size: int
     shuffle: bool = True
     seed: int = 0
-    num_workers: int | None = None
+    num_workers: int = field(default_factory=_default_workers)
     pipeline: Pipeline | str = "train"
     size: int | tuple[int, int] = 224
     drop_last: bool = False
@@ -60,7 +66,7 @@ class LoaderOptions:
     ordered: bool = True
     prefetch: int = 2
     copy: bool = False
-    device: str | torch.device | None = None
+    device: torch.device | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     verify: bool | str = True
@@ -75,23 +81,34 @@ class LoaderOptions:
     order: str = "auto"
     return_indices: bool = False
     subset: Sequence[int] | np.ndarray | None = None
-    augment: Sequence[AugmentStep] | None = None
+    augment: tuple[AugmentStep, ...] = ()
     decode: str = "cpu"
     interpolation: str = "bilinear"
     repeats: int = 1
-    batch_augment: Sequence[BatchStep] | None = None
+    batch_augment: tuple[BatchStep, ...] = ()
+
+    @classmethod
+    def parse(cls, **arguments: Any) -> LoaderOptions:
+        """The options that `Loader`'s keyword arguments, as given, make: `num_workers` None
+        becomes the number of cores, `device` a `torch.device`, `mean`/`std` tuples of floats,
+        `augment` a tuple of steps (a user's callable wrapped by `ops.augment.as_step`),
+        `batch_augment` a tuple (None an empty one); the others are kept as they are.
+
+        Raises:
+            ValueError, TypeError: an argument is malformed (the message names it).
+        """
+        num_workers = arguments.get("num_workers")
+        parsed = {
+            "num_workers": _default_workers() if num_workers is None else num_workers,
+            "device": _device(arguments.get("device")),
+            "mean": _numbers("mean", arguments.get("mean")),
+            "std": _numbers("std", arguments.get("std")),
+            "augment": tuple(as_step(step) for step in _steps(arguments.get("augment"))),
+            "batch_augment": tuple(arguments.get("batch_augment") or ()),
+        }
+        return cls(**(arguments | parsed))
 
     def __post_init__(self) -> None:
-        normalised = {
-            "num_workers": (os.cpu_count() or 1) if self.num_workers is None else self.num_workers,
-            "device": _device(self.device),
-            "mean": _numbers("mean", self.mean),
-            "std": _numbers("std", self.std),
-            "augment": tuple(as_step(step) for step in _steps(self.augment)),
-            "batch_augment": tuple(self.batch_augment or ()),
-        }
-        for name, value in normalised.items():
-            object.__setattr__(self, name, value)
         for option in dataclasses.fields(self):
             check = getattr(self, f"_check_{option.name}", None)
             if check is not None:
@@ -183,34 +200,35 @@ class LoaderOptions:
         object.__setattr__(self, "repeats", check_repeats(self.repeats))
 
     def _check_batch_augment(self) -> None:
-        for step in self.batch_augment:  # type: ignore[union-attr]
+        for step in self.batch_augment:
             if not isinstance(step, (MixUp, CutMix, RandomChoice)):
                 raise ValueError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
         if self.batch_augment and self.fields is not None:
             raise ValueError(
                 "batch_augment mixes the (images, labels) form; with fields=..., mix the batches yourself (shardfmt.ops.apply_batch_steps)"
             )
-        if len(self.batch_augment) > MAX_STEPS:  # type: ignore[arg-type]
-            raise ValueError(f"batch_augment holds {len(self.batch_augment)} steps; at most {MAX_STEPS}")  # type: ignore[arg-type]
+        if len(self.batch_augment) > MAX_STEPS:
+            raise ValueError(f"batch_augment holds {len(self.batch_augment)} steps; at most {MAX_STEPS}")
 
     def _check_augment(self) -> None:
         """A RandomErasing that fills with the mean needs one; a user's step must reach the
         workers: pickled as it is unless they are forked."""
-        for step in self.augment:  # type: ignore[union-attr]
+        for step in self.augment:
             if isinstance(step, RandomErasing) and step.value == "mean" and self.mean is None:
                 raise ValueError(
                     "RandomErasing(value='mean') fills with the normalisation mean: give the loader mean= and std=, or the step a value"
                 )
         if not self.num_workers or self.resolved_start_method == "fork":
             return
-        for step in self.augment:  # type: ignore[union-attr]
-            if getattr(step, "function", None) is None:
+        for step in self.augment:
+            function = getattr(step, "function", None)
+            if function is None:
                 continue
             try:
                 pickle.dumps(step)
             except Exception as err:
                 raise TypeError(
-                    f"augment step {step.function!r} cannot be pickled, which the {self.resolved_start_method!r} start method needs "  # type: ignore[union-attr]
+                    f"augment step {function!r} cannot be pickled, which the {self.resolved_start_method!r} start method needs "
                     f"to send it to the workers ({type(err).__name__}: {err}); define it at the top level of a module (not a lambda "
                     "or a local function)"
                 ) from err
@@ -367,9 +385,9 @@ def worker_steps(options: LoaderOptions) -> tuple[AugmentStep, ...]:
     normalises, so a RandomErasing that fills with the mean fills with its nearest whole values
     (after the device's normalisation, within 0.5 / std of 0)."""
     if options.device is None or options.mean is None:
-        return tuple(options.augment)  # type: ignore[arg-type]
+        return options.augment
     mean = tuple(float(round(v)) for v in options.mean)
     return tuple(
         dataclasses.replace(step, value=mean) if isinstance(step, RandomErasing) and step.value == "mean" else step
-        for step in options.augment  # type: ignore[union-attr]
+        for step in options.augment
     )

@@ -111,8 +111,7 @@ class Scheduler:
         self.prefetcher = prefetcher
         self.stage = stage
         self.gpu = gpu
-        workers = int(options.num_workers)  # type: ignore[arg-type]
-        self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, workers)))))
+        self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, options.num_workers)))))
         self.resources = _Resources()
         if prefetcher is not None:
             self.resources.extra.append(prefetcher)
@@ -140,6 +139,13 @@ class Scheduler:
             raise RuntimeError("the loader's workers are not configured")
         return self.config.layout
 
+    @property
+    def running_pool(self) -> WorkerPool | InlinePool:
+        """The pool `start` made, which an iteration feeds and waits on."""
+        if self.pool is None:
+            raise RuntimeError("the loader's workers are not running: it is closed, or was never iterated")
+        return self.pool
+
     def start(self) -> None:
         """Start the workers (and make or reuse the ring) unless they run."""
         if self.pool is not None:
@@ -162,7 +168,7 @@ class Scheduler:
             self.pool = WorkerPool(
                 config=self.config,
                 ring=self.ring,
-                num_workers=int(self.options.num_workers),  # type: ignore[arg-type]
+                num_workers=self.options.num_workers,
                 start_method=self.options.start_method,
                 timeout=self.options.timeout,
                 dataset=self.dataset,
@@ -280,7 +286,7 @@ class Scheduler:
         )
         if not keep:
             self.pending.clear()
-            self.pool.drain()  # type: ignore[union-attr]
+            self.running_pool.drain()
             self.queue.clear()
             self.free = [slot for slot in range(self.layout.num_slots) if slot not in self.out]
             return epoch, 0
@@ -318,7 +324,7 @@ class Scheduler:
         return epoch, index
 
     def take_ready(self, epoch: int) -> Item | None:
-        busy = self.pool.busy_slots | {chunk[0] for chunk in self.pending}  # type: ignore[union-attr]
+        busy = self.running_pool.busy_slots | {chunk[0] for chunk in self.pending}
         for position, item in enumerate(self.queue):
             if item.epoch != epoch:
                 return None

@@ -53,10 +53,11 @@ def stream_batches(
         remaining = len(expected)
         while remaining:
             position = scheduler.schedule(cursor, position, expected)
-            scheduler.pool.feed(scheduler.pending)  # type: ignore[union-attr]
+            pool = scheduler.running_pool
+            pool.feed(scheduler.pending)
             item = scheduler.take_ready(epoch)
             if item is None:
-                scheduler.pool.wait()  # type: ignore[union-attr]
+                pool.wait()
                 continue
             remaining -= 1
             cursor.deliver(item.batch)

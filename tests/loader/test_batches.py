@@ -215,7 +215,7 @@ def test_loader_options_is_the_loaders_keywords() -> None:
 
     keywords = [name for name in inspect.signature(Loader).parameters if name != "path"]
     assert keywords == [field.name for field in __import__("dataclasses").fields(LoaderOptions)]
-    options = LoaderOptions(batch_size=4, num_workers=0, augment=[takes_sample_and_generator])
+    options = LoaderOptions.parse(batch_size=4, num_workers=0, augment=[takes_sample_and_generator])
     assert pickle.loads(pickle.dumps(options)).augment[0].takes_generator
 
 

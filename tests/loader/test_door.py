@@ -80,6 +80,13 @@ def test_arguments_are_checked_at_the_door(datasets: tuple[Path, Path], changes:
         Loader(datasets[0], **(BASE | changes))
 
 
+@pytest.mark.parametrize("path", [b"ds", range(3), 5])
+def test_a_path_of_another_type_is_refused_by_name(path: Any) -> None:
+    message = rf"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got {type(path).__name__}$"
+    with pytest.raises(TypeError, match=message):
+        Loader(path, **BASE)
+
+
 def test_a_batch_too_large_for_dev_shm_says_the_largest_that_fits(datasets: tuple[Path, Path]) -> None:
     """Before: batch_size=10**12 gave OSError ENOMEM and a resource_tracker traceback."""
     with pytest.raises(
