@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 S3_CREDENTIALS = {"key": "shardfmt-test-key", "secret": "shardfmt-test-secret"}
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
@@ -278,8 +278,9 @@ def azure_options(endpoint: str) -> dict[str, Any]:
 
 
 class StorageServer(ThreadingHTTPServer):
-    """Answers 503 to everything while `down`; otherwise serves `objects` the way the GCS JSON
-    API does (metadata at ``/storage/v1/b/B/o/K``, bytes with ``alt=media`` and a Range)."""
+    """Answers 503 to everything while `down`; otherwise serves `objects` (read-only) the way
+    the GCS JSON API does: metadata at ``/storage/v1/b/B/o/K``, bytes with ``alt=media`` and a
+    Range, listings at ``/storage/v1/b/B/o?prefix=P&delimiter=/``."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _StorageHandler)
@@ -322,6 +323,10 @@ class _StorageHandler(BaseHTTPRequestHandler):
             self._reply(503, json.dumps({"error": {"code": 503, "message": "service unavailable"}}).encode())
             return
         url = urlsplit(self.path)
+        listing = re.match(r"/storage/v1/b/([^/]+)/o/?\Z", url.path)
+        if listing is not None and self.command == "GET":
+            self._list(listing.group(1), parse_qs(url.query))
+            return
         match = re.match(r"/(?:download/)?storage/v1/b/([^/]+)/o/(.+)\Z", url.path)
         data = self.server.objects.get(unquote(match.group(2))) if match else None
         if match is None or data is None:
@@ -336,6 +341,20 @@ class _StorageHandler(BaseHTTPRequestHandler):
             stop = min(len(data), int(found.group(2)) + 1) if found and found.group(2) else len(data)
             status = 206 if found else 200
             self._reply(status, data[start:stop], "application/octet-stream", Content_Range=f"bytes {start}-{stop - 1}/{len(data)}")
+
+    def _list(self, bucket: str, query: dict[str, list[str]]) -> None:
+        """The JSON API's listing: objects under ``prefix``, folded at ``delimiter`` when given."""
+        prefix, delimiter = query.get("prefix", [""])[0], query.get("delimiter", [""])[0]
+        items, prefixes = [], set()
+        for name, data in sorted(self.server.objects.items()):
+            if not name.startswith(prefix):
+                continue
+            rest = name[len(prefix) :]
+            if delimiter and delimiter in rest:
+                prefixes.add(prefix + rest.split(delimiter, 1)[0] + delimiter)
+            else:
+                items.append({"kind": "storage#object", "bucket": bucket, "name": name, "size": str(len(data)), "generation": "1"})
+        self._reply(200, json.dumps({"kind": "storage#objects", "items": items, "prefixes": sorted(prefixes)}).encode())
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 

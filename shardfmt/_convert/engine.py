@@ -57,7 +57,7 @@ class WorkerDied(Exception):
 
 
 def imap_ordered(
-    fn: Callable[..., R], args: Any, items: Iterable[T], *, engine: str, workers: int, window: int, scratch: int = 0
+    fn: Callable[..., R], args: Any, items: Iterable[T], *, engine: str, workers: int, window: int, scratch: int = 0, fork: bool = True
 ) -> Generator[tuple[R, memoryview | None], None, None]:
     """Yield ``(fn(args, item[, scratch]), scratch)`` for each item, in order (see the module
     docstring).
@@ -74,6 +74,9 @@ def imap_ordered(
             item, as a third argument of `fn` (forked workers only; elsewhere `fn` gets two
             arguments). It comes back beside the result and stays as it is until the next
             result is asked for. The pool holds ``(window + 1) * scratch`` bytes of it.
+        fork: False when the workers must not be forked from this process (they are spawned,
+            with no scratch memory): what they read is reached through state that does not
+            survive fork (`_storage.remote.forks_safely`).
 
     Raises:
         WorkerDied: a worker process died holding an item (local engine).
@@ -88,13 +91,13 @@ def imap_ordered(
         for item in items:
             yield fn(args, item), None
     else:
-        yield from _pool_map(fn, args, items, workers=workers, window=window, scratch=scratch)
+        yield from _pool_map(fn, args, items, workers=workers, window=window, scratch=scratch, fork=fork)
 
 
 def _pool_map(
-    fn: Callable[..., R], args: Any, items: Iterable[T], *, workers: int, window: int, scratch: int
+    fn: Callable[..., R], args: Any, items: Iterable[T], *, workers: int, window: int, scratch: int, fork: bool
 ) -> Iterator[tuple[R, memoryview | None]]:
-    forking = "fork" in multiprocessing.get_all_start_methods()
+    forking = fork and "fork" in multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if forking else "spawn")
     pool = _Pool(fn, args, context=context, workers=workers, slots=window + 1, scratch=scratch if forking else 0)
     try:

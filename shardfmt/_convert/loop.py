@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from .._checksum import format_checksum, parse_checksum
 from .._errors import ConvertError, SchemaError, WorkerError
+from .._storage.remote import forks_safely
 from .._storage.urls import is_url, join_url
 from .._version import __version__
 from ..format._layout import MAX_CLASSES
@@ -141,7 +142,8 @@ def run_conversion(
         per_shard = {index: list(_chunks(plan, index)) for index in todo}
         chunks = [chunk for index in todo for chunk in per_shard[index]]
         window = max(1, workers) * _WINDOW_PER_WORKER
-        results = imap_ordered(build_chunk, builder, chunks, engine=engine, workers=workers, window=window, scratch=CHUNK_BYTES)
+        fork = forks_safely(plan.root)
+        results = imap_ordered(build_chunk, builder, chunks, engine=engine, workers=workers, window=window, scratch=CHUNK_BYTES, fork=fork)
         try:
             for index in todo:
                 sidecars[index] = _write_shard(plan, output, index, per_shard[index], results, bar)

@@ -6,6 +6,7 @@ resume checks."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from .._dataset.concat import RecordSource
 from .._dataset.locate import classify_location
 from .._dataset.reader import DatasetReader
 from .._sampling.mixture import Mixture
+from .._storage.remote import forks_safely
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
 from . import gpudecode
@@ -48,6 +50,29 @@ def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathL
         raise TypeError(f"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got {type(path).__name__}")
     where = classify_location(path)
     return where.url if where.url is not None else Path(where.path or where.text)
+
+
+def worker_start_method(path: Mixture | str | Path | list[str], start_method: str | None) -> str | None:
+    """The start method of the workers: `start_method` as given, except for a dataset that a
+    forked worker cannot read (`forks_safely`: ``gs://`` through gcsfs's gRPC): there the
+    platform's default of fork becomes forkserver (spawn where there is none).
+
+    Raises:
+        ValueError: `start_method` is ``"fork"`` for such a dataset.
+    """
+    paths = path.paths if isinstance(path, Mixture) else [path]
+    locations = [os.fspath(p) for item in paths for p in (item if isinstance(item, (list, tuple)) else [item])]
+    unsafe = next((location for location in locations if not forks_safely(location)), None)
+    if unsafe is None:
+        return start_method
+    if start_method == "fork":
+        raise ValueError(
+            f"start_method='fork' cannot read {unsafe}: gcsfs reads it over gRPC, whose state does not "
+            "survive fork (the workers would abort or hang); pass 'forkserver' or 'spawn', or None to have forkserver"
+        )
+    if start_method is None and multiprocessing.get_start_method(allow_none=False) == "fork":
+        return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    return start_method
 
 
 def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -50,7 +50,7 @@ from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
 from ..ops._batch import BatchStep
-from .config import configure, distributed_defaults, loader_path, open_stages, settings
+from .config import configure, distributed_defaults, loader_path, open_stages, settings, worker_start_method
 from .cursor import Cursor, SavedState
 from .epoch import EpochRecords, Epochs, EpochSampler
 from .options import LoaderOptions, pipeline_at, size_pair
@@ -101,7 +101,8 @@ class Loader:
             fetched. "always": before every use. False: never.
         fast_decode: libjpeg-turbo's fast IDCT and upsampling (default): about 5% faster; crops
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
-        start_method: multiprocessing start method; default the platform's.
+        start_method: multiprocessing start method; default the platform's, but forkserver for a
+            ``gs://`` dataset, which gcsfs reads over gRPC (gRPC does not survive fork).
         timeout: seconds without progress after which a stalled worker is reported.
         image_field, label_field: field names (label_field=None gives zero labels; over a dataset
             without labels, such as image-text tars, the default "label" gives the images alone).
@@ -233,8 +234,9 @@ class Loader:
         batch_augment: Sequence[BatchStep] | None = None,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
-        self.options = options = LoaderOptions.parse(**arguments)
         self.path: Mixture | str | Path | list[str] = loader_path(path)
+        arguments["start_method"] = worker_start_method(self.path, start_method)
+        self.options = options = LoaderOptions.parse(**arguments)
         self._mixture = self.path if isinstance(self.path, Mixture) else None
         if self._mixture is not None and window is not None:
             raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")

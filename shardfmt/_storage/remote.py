@@ -11,6 +11,7 @@ close together) and served from memory; any other read is one ranged GET.
 from __future__ import annotations
 
 import shutil
+import sys
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
@@ -19,7 +20,7 @@ from .._errors import RemoteError, ShardNotFoundError
 from .retry import RetryPolicy, ShortReadError, call_with_retries
 from .urls import Redactor, join_url
 
-__all__ = ["FsspecStore", "RemoteFile", "single_attempt_filesystem", "single_attempt_options"]
+__all__ = ["FsspecStore", "RemoteFile", "forks_safely", "single_attempt_filesystem", "single_attempt_options"]
 
 T = TypeVar("T")
 MERGE_GAP = 256 * 1024
@@ -249,6 +250,24 @@ def single_attempt_options(url: str, storage_options: Mapping[str, Any]) -> dict
     elif scheme in _AZURE:
         options.setdefault("skip_instance_cache", True)
     return options
+
+
+def forks_safely(url: str) -> bool:
+    """False if a process forked from this one may be unable to read `url`: gcsfs's filesystem
+    (2025 and later) talks gRPC to find a bucket's layout, and gRPC's state does not survive
+    ``fork`` (a forked worker that uses it aborts with SIGABRT or hangs). Decided by whether
+    loading the filesystem class for `url` loaded gRPC; any URL of another scheme forks safely.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in _GCS:
+        return True
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError):
+        return True  # opening the URL will say that gcsfs is missing
+    return "grpc" not in sys.modules
 
 
 def single_attempt_filesystem(fs: Any) -> bool:
