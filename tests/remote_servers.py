@@ -270,17 +270,21 @@ def gcs_options(endpoint: str) -> dict[str, Any]:
     return {"endpoint_url": endpoint, "token": "anon"}
 
 
+AZURE_ACCOUNT = "devstoreaccount1"
+
+
 def azure_options(endpoint: str) -> dict[str, Any]:
     """fsspec storage options for adlfs against `endpoint`, with Azurite's development account."""
-    account = "devstoreaccount1"
+    account = AZURE_ACCOUNT
     connection = f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint}/{account};"
     return {"connection_string": connection}
 
 
 class StorageServer(ThreadingHTTPServer):
-    """Answers 503 to everything while `down`; otherwise serves `objects` (read-only) the way
-    the GCS JSON API does: metadata at ``/storage/v1/b/B/o/K``, bytes with ``alt=media`` and a
-    Range, listings at ``/storage/v1/b/B/o?prefix=P&delimiter=/``."""
+    """Answers 503 to everything while `down`; otherwise serves `objects` (read-only, whatever
+    the bucket or container) the way the GCS JSON API does (metadata at ``/storage/v1/b/B/o/K``,
+    bytes with ``alt=media`` and a Range, listings at ``/storage/v1/b/B/o?prefix=P``), and the
+    way Azure Blob Storage does for Get Blob and its properties (``/ACCOUNT/CONTAINER/K``)."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _StorageHandler)
@@ -323,6 +327,10 @@ class _StorageHandler(BaseHTTPRequestHandler):
             self._reply(503, json.dumps({"error": {"code": 503, "message": "service unavailable"}}).encode())
             return
         url = urlsplit(self.path)
+        blob = re.match(rf"/{AZURE_ACCOUNT}/[^/]+/(.+)\Z", url.path)
+        if blob is not None:
+            self._blob(unquote(blob.group(1)))
+            return
         listing = re.match(r"/storage/v1/b/([^/]+)/o/?\Z", url.path)
         if listing is not None and self.command == "GET":
             self._list(listing.group(1), parse_qs(url.query))
@@ -341,6 +349,19 @@ class _StorageHandler(BaseHTTPRequestHandler):
             stop = min(len(data), int(found.group(2)) + 1) if found and found.group(2) else len(data)
             status = 206 if found else 200
             self._reply(status, data[start:stop], "application/octet-stream", Content_Range=f"bytes {start}-{stop - 1}/{len(data)}")
+
+    def _blob(self, name: str) -> None:
+        """Azure Blob Storage's Get Blob and Get Blob Properties, with an ``x-ms-range``."""
+        data = self.server.objects.get(name)
+        if data is None:
+            self._reply(404, b"", "application/xml", x_ms_error_code="BlobNotFound")
+            return
+        found = _GCS_RANGE.match(self.headers.get("x-ms-range") or self.headers.get("Range") or "")
+        start = int(found.group(1)) if found else 0
+        stop = min(len(data), int(found.group(2)) + 1) if found and found.group(2) else len(data)
+        headers = {"Content_Range": f"bytes {start}-{stop - 1}/{len(data)}", "ETag": '"0x1"', "x_ms_blob_type": "BlockBlob"}
+        headers["Last_Modified"] = "Thu, 26 Nov 2026 00:00:00 GMT"
+        self._reply(206 if found else 200, data[start:stop], "application/octet-stream", **headers)
 
     def _list(self, bucket: str, query: dict[str, list[str]]) -> None:
         """The JSON API's listing: objects under ``prefix``, folded at ``delimiter`` when given."""

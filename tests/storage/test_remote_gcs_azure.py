@@ -91,25 +91,29 @@ def test_what_the_caller_sets_is_kept() -> None:
 
 
 @pytest.mark.parametrize("mode", ["range", "cache"])
-def test_a_loader_reads_a_gs_dataset_whole(server: StorageServer, small_dataset: Path, tmp_path: Path, mode: str) -> None:
-    """A dataset served as GCS serves it loads the labels of the local copy, by range reads and
-    through the shard cache (whose downloads are streamed); the workers are started by
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_a_loader_reads_a_dataset_whole(server: StorageServer, small_dataset: Path, tmp_path: Path, scheme: str, mode: str) -> None:
+    """A dataset served as GCS or Azure serves it loads the labels of the local copy, by range
+    reads and through the shard cache (gcsfs's downloads are streamed). gs:// workers start by
     forkserver, since gcsfs's gRPC does not survive fork (they used to abort with SIGABRT)."""
-    pytest.importorskip("gcsfs", reason="gs:// URLs need gcsfs")
+    pytest.importorskip("gcsfs" if scheme == "gs" else "adlfs", reason=f"{scheme}:// URLs need their fsspec backend")
     from shardfmt import Loader, RemoteOptions
 
     for path in sorted(small_dataset.rglob("*")):
         if path.is_file():
             server.objects[f"ds/{path.relative_to(small_dataset).as_posix()}"] = path.read_bytes()
     server.down = False
-    remote = RemoteOptions(mode=mode, cache_dir=str(tmp_path / "cache"), storage_options=gcs_options(server.endpoint), retry=POLICY)
+    storage_options = gcs_options(server.endpoint) if scheme == "gs" else azure_options(server.endpoint)
+    remote = RemoteOptions(mode=mode, cache_dir=str(tmp_path / "cache"), storage_options=storage_options, retry=POLICY)
+    url = f"{scheme}://bucket/ds"
     labels = {}
-    for source, options in ((str(small_dataset), None), ("gs://bucket/ds", remote)):
+    for source, options in ((str(small_dataset), None), (url, remote)):
         with Loader(source, batch_size=4, num_workers=1, size=16, shuffle=False, remote=options) as loader:
             labels[source] = [int(v) for batch in loader for v in batch[1]]
-            assert loader.options.resolved_start_method == ("forkserver" if options else multiprocessing.get_start_method())
-    assert labels["gs://bucket/ds"] == labels[str(small_dataset)]
-    if mode == "cache":  # every shard downloaded whole, by the stream through open()
+            expected = "forkserver" if source.startswith("gs://") else multiprocessing.get_start_method()
+            assert loader.options.resolved_start_method == expected
+    assert labels[url] == labels[str(small_dataset)]
+    if mode == "cache":  # every shard downloaded whole
         shards = sorted(data for name, data in server.objects.items() if name.endswith(".shard"))
         assert sorted(path.read_bytes() for path in (tmp_path / "cache").rglob("*.shard")) == shards
 
