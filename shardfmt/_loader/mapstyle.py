@@ -17,6 +17,7 @@ import torch
 from .._dataset.reader import DatasetReader
 from .._errors import DecodeError, SchemaError
 from .._storage import RemoteOptions
+from .._storage.remote import forks_safely
 from ..format._layout import column_name
 from ..ops import Pipeline
 from ..ops._decode import ImageDecoder, as_target
@@ -37,6 +38,10 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         fast_decode: libjpeg-turbo's fast IDCT and upsampling (see `Loader`).
         image_field, label_field: field names.
         remote: for a dataset given by URL, how to read it (see `RemoteOptions`).
+
+    A ``gs://`` dataset needs DataLoader workers that are not forked
+    (``multiprocessing_context="forkserver"``): gcsfs reads it over gRPC, whose state does not
+    survive fork; a forked worker raises RuntimeError saying so.
 
     Random crops and flips draw from torch's random generator, so DataLoader's per-worker
     seeding makes them differ between workers and epochs.
@@ -73,17 +78,26 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
             raise SchemaError(f"field {image_field!r} is {kind!r}: Dataset decodes jpeg fields; use Loader(fields=...) for raw ones")
         self._reader: DatasetReader | None = None
         self._decoder: ImageDecoder | None = None
+        self._opened_in = os.getpid()
+        """The process that opened the dataset: one forked from it inherits this object unpickled."""
+        locations = [self.path] if isinstance(self.path, str) else self.path
+        self._forks_safely = all(forks_safely(location) for location in locations)
 
     def __len__(self) -> int:
         return self._length
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_reader"] = state["_decoder"] = None
+        state["_reader"] = state["_decoder"] = state["_opened_in"] = None
         return state
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self._reader is None:
+            if not self._forks_safely and self._opened_in not in (None, os.getpid()):
+                raise RuntimeError(
+                    f"{self.path} cannot be read in a forked DataLoader worker: gcsfs reads it over gRPC, whose state "
+                    "does not survive fork; pass multiprocessing_context='forkserver' (or 'spawn') to the DataLoader"
+                )
             self._reader = DatasetReader(self.path, verify=self.verify, remote=self.remote)
         shard_index, local = self._reader.locate(index)
         shard = self._reader.shard(shard_index)

@@ -147,3 +147,25 @@ def test_convert_from_gs_with_worker_processes_writes_the_local_bytes(server: St
     assert shards and sorted(path.name for path in (tmp_path / "by-url").glob("*.shard")) == shards
     for name in shards:
         assert (tmp_path / "by-url" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+
+
+def test_a_map_style_gs_dataset_asks_for_workers_that_are_not_forked(server: StorageServer, small_dataset: Path) -> None:
+    """shardfmt.Dataset in torch's DataLoader: forked workers get a RuntimeError naming the fix
+    (not a SIGABRT from gRPC); forkserver workers read the records of the local copy."""
+    pytest.importorskip("gcsfs", reason="gs:// URLs need gcsfs")
+    pytest.importorskip("grpc", reason="gcsfs before its gRPC layout lookup forks safely")
+    import torch.utils.data
+
+    from shardfmt import Dataset, RemoteOptions
+
+    for path in sorted(small_dataset.rglob("*")):
+        if path.is_file():
+            server.objects[f"ds/{path.relative_to(small_dataset).as_posix()}"] = path.read_bytes()
+    server.down = False
+    remote = RemoteOptions(storage_options=gcs_options(server.endpoint), retry=POLICY)
+    dataset = Dataset("gs://bucket/ds", pipeline="eval", size=16, remote=remote)
+    with pytest.raises(RuntimeError, match="multiprocessing_context='forkserver'"):
+        next(iter(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, multiprocessing_context="fork")))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, multiprocessing_context="forkserver")
+    labels = [int(v) for _, batch in loader for v in batch]
+    assert labels == [int(label) for _, label in Dataset(small_dataset, pipeline="eval", size=16)]
