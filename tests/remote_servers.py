@@ -297,6 +297,13 @@ class StorageServer(ThreadingHTTPServer):
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def serve_tree(self, root: Path, prefix: str) -> None:
+        """Serve every file under `root` as the object ``prefix/<its relative path>``, and come up."""
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                self.objects[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+        self.down = False
+
 
 class _StorageHandler(BaseHTTPRequestHandler):
     server: StorageServer

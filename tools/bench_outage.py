@@ -73,7 +73,7 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the retries' log lines
     if args.backend_retries:
         shardfmt._storage.remote.single_attempt_options = lambda url, options: dict(options)
-        shardfmt._storage.remote.single_attempt_filesystem = lambda fs: False
+        shardfmt._storage.remote.single_attempt_filesystem = lambda fs: None
     with storage_server() as server:
         for store in args.store or STORES:
             for attempts in args.attempts or (1, 5):

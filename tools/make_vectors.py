@@ -1933,7 +1933,7 @@ STEP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (7, 3, 12), (2024, 7, 123456), (1
 def sampling_steps() -> dict[str, Any]:
     from shardfmt import ops
     from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
-    from shardfmt.ops._autoaugment import OPERATIONS, magnitude_table
+    from shardfmt.ops._autoaugment import OPERATIONS, SIGNED_OPERATIONS, magnitude_table
 
     cases = []
     for case in STEP_CASES:
@@ -1961,17 +1961,7 @@ def sampling_steps() -> dict[str, Any]:
                         continue
                     table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
                     magnitude = table[bin_index] if len(table) > 1 else 0.0
-                    signed = OPERATIONS[operation] in (
-                        "ShearX",
-                        "ShearY",
-                        "TranslateX",
-                        "TranslateY",
-                        "Rotate",
-                        "Brightness",
-                        "Color",
-                        "Contrast",
-                        "Sharpness",
-                    )
+                    signed = OPERATIONS[operation] in SIGNED_OPERATIONS
                     applied.append(
                         [
                             OPERATIONS[operation],

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 
 from .._errors import RemoteError, ShardNotFoundError
 from .retry import RetryPolicy, ShortReadError, call_with_retries
-from .urls import Redactor, join_url
+from .urls import Redactor, join_url, url_scheme
 
 __all__ = ["FsspecStore", "RemoteFile", "forks_safely", "single_attempt_filesystem", "single_attempt_options"]
 
@@ -58,7 +58,9 @@ class FsspecStore:
             self.fs, self._base = fsspec.core.url_to_fs(self._url, **single_attempt_options(self._url, storage_options or {}))
         except (ImportError, ValueError) as err:
             raise RemoteError(f"cannot open this URL: {self.redact(str(err))}", path=self.root) from None
-        self._streams_downloads = single_attempt_filesystem(self.fs)
+        single_attempt_filesystem(self.fs)
+        self._streams_downloads = type(self.fs).__module__.startswith("gcsfs")
+        """gcsfs's own download retries where no setting reaches (`single_attempt_filesystem`)."""
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self.supports_writes = self.supports_listing = not protocols & _READ_ONLY_PROTOCOLS
         self.requests = 0
@@ -240,7 +242,7 @@ def single_attempt_options(url: str, storage_options: Mapping[str, Any]) -> dict
       `single_attempt_filesystem` changes its client's retry policy.
     """
     options = dict(storage_options)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = url_scheme(url)
     if scheme in _S3:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("retries", {"mode": "standard", "total_max_attempts": 1})  # botocore: tries in all
@@ -258,7 +260,7 @@ def forks_safely(url: str) -> bool:
     ``fork`` (a forked worker that uses it aborts with SIGABRT or hangs). Decided by whether
     loading the filesystem class for `url` loaded gRPC; any URL of another scheme forks safely.
     """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = url_scheme(url)
     if scheme not in _GCS:
         return True
     import fsspec
@@ -270,7 +272,7 @@ def forks_safely(url: str) -> bool:
     return "grpc" not in sys.modules
 
 
-def single_attempt_filesystem(fs: Any) -> bool:
+def single_attempt_filesystem(fs: Any) -> None:
     """Turn off the retrying that lives on the filesystem object rather than in its options.
 
     One call against a server that fails every request, with the packages' defaults: s3fs 5
@@ -280,8 +282,8 @@ def single_attempt_filesystem(fs: Any) -> bool:
     - s3fs: its own loop is an attribute, ``retries``.
     - gcsfs: ``_request`` is wrapped in a loop of 6 tries fixed when the class is defined; this
       filesystem gets the unwrapped method. Its whole-object download goes through other wrapped
-      methods that a subclass calls with ``super()``, out of reach: the return value True says
-      that `FsspecStore.get_file` must stream the object through ``open()`` instead.
+      methods that a subclass calls with ``super()``, out of reach, so
+      `FsspecStore.get_file` streams gcsfs's objects through ``open()`` instead.
     - adlfs: the retry policy of azure-storage-blob's client, shared by every request it makes,
       is set to no retries.
 
@@ -294,12 +296,10 @@ def single_attempt_filesystem(fs: Any) -> bool:
         inner = getattr(getattr(type(fs), "_request", None), "__wrapped__", None)
         if inner is not None:
             fs._request = types.MethodType(inner, fs)
-            return True
     elif module.startswith("adlfs"):
         policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
         if policy is not None and isinstance(getattr(policy, "total_retries", None), int):
             policy.total_retries = 0
-    return False
 
 
 def _stream_to_file(fs: Any, remote: str, path: str) -> None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Redactor", "is_url", "join_url", "local_path"]
+__all__ = ["Redactor", "is_url", "join_url", "local_path", "url_scheme"]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+://)(?P<userinfo>[^/@\s]*@)")
@@ -30,6 +30,12 @@ def is_url(location: object) -> bool:
         return False
     match = _SCHEME.match(location)
     return match is not None and match.group(1).lower() != "file"
+
+
+def url_scheme(location: str) -> str:
+    """The scheme of a URL in lower case (``"gs"`` for ``gs://b/k``); "" for anything else."""
+    match = _SCHEME.match(location)
+    return "" if match is None else match.group(1).lower()
 
 
 def local_path(location: str) -> str:

@@ -289,15 +289,9 @@ def _parse_shard(raw: Any, where: str, shard_format: str, seen: dict[str, str], 
         raise check.fail(f"{where} is not an object")
     shard_path = _claim_path(check.need(raw, "path", str, where), where, seen, check.fail)
     num_records = check.need(raw, "num_records", int, where)
-    size = check.need(raw, "size", int, where)
     if not 0 <= num_records <= MAX_RECORDS_PER_SHARD:
         raise check.fail(f"{where}: num_records {num_records} is outside [0, {MAX_RECORDS_PER_SHARD}]")
-    if not 0 < size <= MAX_SHARD_SIZE:
-        raise check.fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
-    try:
-        digest = parse_checksum(check.need(raw, "checksum", str, where))
-    except ValueError as err:
-        raise check.fail(f"{where}: {err}") from err
+    size, digest = _size_and_checksum(raw, where, check)
     index = None
     if shard_format == "tar":
         index = _parse_index(check.need(raw, "index", dict, where), f"{where}.index", seen, check)
@@ -369,6 +363,11 @@ def _claim_path(path: str, where: str, seen: dict[str, str], fail: Callable[[str
 def _parse_index(raw: dict[str, Any], where: str, seen: dict[str, str], check: _Check) -> IndexEntry:
     """Parse a tar shard's "index" object; its path joins `seen`, shared with the shard paths."""
     index_path = _claim_path(check.need(raw, "path", str, where), where, seen, check.fail)
+    return IndexEntry(index_path, *_size_and_checksum(raw, where, check))
+
+
+def _size_and_checksum(raw: dict[str, Any], where: str, check: _Check) -> tuple[int, int]:
+    """The "size" (in (0, MAX_SHARD_SIZE]) and "checksum" of a shard or index entry."""
     size = check.need(raw, "size", int, where)
     if not 0 < size <= MAX_SHARD_SIZE:
         raise check.fail(f"{where}: size {size} is outside (0, {MAX_SHARD_SIZE}]")
@@ -376,7 +375,7 @@ def _parse_index(raw: dict[str, Any], where: str, seen: dict[str, str], check: _
         digest = parse_checksum(check.need(raw, "checksum", str, where))
     except ValueError as err:
         raise check.fail(f"{where}: {err}") from err
-    return IndexEntry(index_path, size, digest)
+    return size, digest
 
 
 def _show(value: Any, limit: int = 60) -> str:

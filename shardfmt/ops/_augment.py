@@ -64,18 +64,18 @@ def _probability(name: str, value: float) -> float:
 
 
 @dataclass(frozen=True)
-class RandomVerticalFlip:
-    """Flip the sample upside down with probability `p`: when ``u[0] < p``."""
+class _CoinStep:
+    """A step taken with probability `p`: when ``u[0] < p``."""
 
     p: float = 0.5
-    op: ClassVar[str] = "random_vertical_flip"
+    op: ClassVar[str]
     draws: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "p", _probability("p", self.p))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
-        """Per record: 1.0 to flip, else 0.0."""
+        """Per record: 1.0 to take the step, else 0.0."""
         return (u[:, :1] < self.p).astype(np.float64)
 
     def to_config(self) -> dict[str, Any]:
@@ -83,23 +83,20 @@ class RandomVerticalFlip:
 
 
 @dataclass(frozen=True)
-class RandomGrayscale:
+class RandomVerticalFlip(_CoinStep):
+    """Flip the sample upside down with probability `p`: when ``u[0] < p``."""
+
+    p: float = 0.5
+    op: ClassVar[str] = "random_vertical_flip"
+
+
+@dataclass(frozen=True)
+class RandomGrayscale(_CoinStep):
     """Replace the sample by its gray image in all three channels with probability `p`
     (torchvision's default 0.1): when ``u[0] < p``."""
 
     p: float = 0.1
     op: ClassVar[str] = "random_grayscale"
-    draws: ClassVar[int] = 1
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "p", _probability("p", self.p))
-
-    def parameters(self, u: np.ndarray) -> np.ndarray:
-        """Per record: 1.0 to turn gray, else 0.0."""
-        return (u[:, :1] < self.p).astype(np.float64)
-
-    def to_config(self) -> dict[str, Any]:
-        return {"op": self.op, "p": self.p}
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ OPERATIONS = (
 """Every operation, numbered as the steps' parameters name them; TrivialAugmentWide and
 RandAugment choose among the first 14 (all but Invert), in this order, as torchvision does."""
 
-_SIGNED = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"))
+SIGNED_OPERATIONS = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"))
+"""The operations whose magnitude takes a random sign."""
 
 IMAGENET_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, int | None]], ...] = (
     (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
@@ -223,7 +224,7 @@ def _run_triples(
             continue
         table = tables[operation]
         magnitude = table[bin_index] if len(table) > 1 else 0.0
-        if sign and OPERATIONS[operation] in _SIGNED:
+        if sign and OPERATIONS[operation] in SIGNED_OPERATIONS:
             magnitude = -magnitude
         image = apply_operation(ops, image, operation, magnitude, fill)
     return image

@@ -130,20 +130,6 @@ def scan_members(source: ByteSource) -> MemberScan:
     return MemberScan(source, list(samples.values()), skipped, end)
 
 
-def _whole_tar(source: ByteSource) -> memoryview:
-    """The bytes of an uncompressed tar of at most MAX_SHARD_SIZE bytes."""
-    path, size = source.path, source.size
-    if size > MAX_SHARD_SIZE:
-        raise LimitError(f"file is {size} bytes, over the shard limit of {MAX_SHARD_SIZE}", path=path, offset=0)
-    if size == 0:
-        raise FormatError("file is empty: not a tar (an empty tar is 1024 zero bytes)", path=path, offset=0)
-    view = source.read(0, size)
-    for magic, kind in _COMPRESSED.items():
-        if bytes(view[: len(magic)]) == magic:
-            raise FormatError(f"a {kind}-compressed tar cannot be memory-mapped; decompress it first", path=path, offset=0)
-    return view
-
-
 def _check_member(info: tarfile.TarInfo, *, next_header: int, size: int, path: str) -> None:
     """A regular member's size is not negative, places the next header, and stays in the file."""
     if info.size < 0:  # tarfile takes a PAX "GNU.sparse.realsize" record for the size

@@ -99,10 +99,7 @@ def test_a_loader_reads_a_dataset_whole(server: StorageServer, small_dataset: Pa
     pytest.importorskip("gcsfs" if scheme == "gs" else "adlfs", reason=f"{scheme}:// URLs need their fsspec backend")
     from shardfmt import Loader, RemoteOptions
 
-    for path in sorted(small_dataset.rglob("*")):
-        if path.is_file():
-            server.objects[f"ds/{path.relative_to(small_dataset).as_posix()}"] = path.read_bytes()
-    server.down = False
+    server.serve_tree(small_dataset, "ds")
     storage_options = gcs_options(server.endpoint) if scheme == "gs" else azure_options(server.endpoint)
     remote = RemoteOptions(mode=mode, cache_dir=str(tmp_path / "cache"), storage_options=storage_options, retry=POLICY)
     url = f"{scheme}://bucket/ds"
@@ -135,10 +132,7 @@ def test_convert_from_gs_with_worker_processes_writes_the_local_bytes(server: St
     pytest.importorskip("gcsfs", reason="gs:// URLs need gcsfs")
     from shardfmt import RemoteOptions, convert
 
-    for path in sorted(imagefolder.rglob("*")):
-        if path.is_file():
-            server.objects[f"raw/{path.relative_to(imagefolder).as_posix()}"] = path.read_bytes()
-    server.down = False
+    server.serve_tree(imagefolder, "raw")
     remote = RemoteOptions(storage_options=gcs_options(server.endpoint), retry=POLICY)
     by_url = convert("gs://bucket/raw", tmp_path / "by-url", workers=2, remote=remote)
     local = convert(imagefolder, tmp_path / "local", workers=2)
@@ -158,10 +152,7 @@ def test_a_map_style_gs_dataset_asks_for_workers_that_are_not_forked(server: Sto
 
     from shardfmt import Dataset, RemoteOptions
 
-    for path in sorted(small_dataset.rglob("*")):
-        if path.is_file():
-            server.objects[f"ds/{path.relative_to(small_dataset).as_posix()}"] = path.read_bytes()
-    server.down = False
+    server.serve_tree(small_dataset, "ds")
     remote = RemoteOptions(storage_options=gcs_options(server.endpoint), retry=POLICY)
     dataset = Dataset("gs://bucket/ds", pipeline="eval", size=16, remote=remote)
     with pytest.raises(RuntimeError, match="multiprocessing_context='forkserver'"):
