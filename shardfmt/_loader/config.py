@@ -33,7 +33,7 @@ from .prefetch import ShardPrefetcher
 from .shm import SlotLayout
 from .values import split_values
 
-__all__ = ["Configured", "Stages", "configure", "distributed_defaults", "loader_path", "open_stages", "settings"]
+__all__ = ["Configured", "Stages", "configure", "distributed_defaults", "loader_path", "open_stages", "settings", "worker_start_method"]
 
 
 def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
