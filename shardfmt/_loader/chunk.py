@@ -327,6 +327,7 @@ class ChunkProcessor:
         return self.dataset.shard_path(shard), local
 
     def close(self) -> None:
+        self._targets = {}  # the views of the slots, which would keep them mapped
         self.dataset.close()
 
 

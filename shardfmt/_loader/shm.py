@@ -20,8 +20,9 @@ over the worker's pipe before the first task that names it (`map_segment`). So n
 left in /dev/shm, whatever process is killed and when: the kernel frees a segment once the last
 process that maps it or holds its descriptor is gone. A segment still counts against /dev/shm's
 size while it lives (a container's ``--shm-size``), and the loader checks the free space before
-it makes one (`shared_memory_free`). Memory that a caller still references stays mapped until
-it is garbage-collected. Elsewhere named `multiprocessing.shared_memory` segments serve, each
+it makes one (`shared_memory_free`). `SlotRing.close` unmaps every slot at once but those a
+batch of the caller still views: that memory stays valid and is unmapped with the batch's last
+reference. Elsewhere named `multiprocessing.shared_memory` segments serve, each
 unlinked when its slot is set aside for the caller or on close.
 """
 
@@ -129,6 +130,21 @@ class Slot:
                 owner.unlink()
             except FileNotFoundError:
                 pass
+
+    def close(self) -> bool:
+        """Give up the segment (`unlink`) and unmap it now unless a caller's batch still views
+        it; such memory stays valid and is unmapped with the batch's last reference. Returns
+        whether it was unmapped. Idempotent."""
+        self.unlink()
+        self.arrays = {}  # this slot's own views: what is left are the caller's
+        try:
+            if isinstance(self.buffer, mmap.mmap):
+                self.buffer.close()
+            else:
+                self.buffer.release()
+        except BufferError:  # exported to an array the caller holds
+            return False
+        return True
 
 
 def slot_arrays(buffer: mmap.mmap | memoryview, layout: SlotLayout) -> dict[str, np.ndarray]:
@@ -262,6 +278,13 @@ class SlotRing:
         """Remove the names of every slot's segment; mappings stay valid until their last user goes."""
         for slot in self.slots:
             slot.unlink()
+
+    def close(self) -> None:
+        """Give up every slot and unmap those no batch of the caller views (`Slot.close`): the
+        ring holds no memory afterwards. Idempotent."""
+        for slot in self.slots:
+            slot.close()
+        self.slots, self.serials = [], []
 
 
 def map_segment(fd: int, layout: SlotLayout) -> mmap.mmap:

@@ -1,0 +1,111 @@
+"""What a loader holds of the machine, and how it gives it back: `close()` unmaps the ring at once
+but for the slots of batches the caller still holds; held batches at the descriptor limit give
+an error that names EMFILE and the fix; `timeout` holds when the loader decodes in its own
+process; a shard truncated under the loader is a typed error, never a death by SIGBUS.
+
+What is looked at is /proc/self/maps and /proc/self/fd, only for this process's own rings
+(``shardfmt-PID-...``): the segments have no name in /dev/shm, and the kernel frees one once no
+process maps it or holds its descriptor. Whatever could hang runs under a pytest timeout.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+
+from shardfmt import DatasetWriter, FormatError, Loader, WorkerError
+from shardfmt.format import IMAGE_CLASSIFICATION
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """48 flat gray images whose value is 255 - record, in shards of about 6 KB (8 records)."""
+    out = tmp_path_factory.mktemp("resources") / "ds"
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, shard_size=6_000) as writer:
+        for i in range(48):
+            pixels = np.full((16, 16, 3), 255 - i, np.uint8)
+            writer.write({"image": simplejpeg.encode_jpeg(pixels, quality=100), "label": i, "key": f"m{i}"})
+    return out
+
+
+def ring_mappings() -> set[str]:
+    """The ring segments this process maps (named after it, unlinked: ``... (deleted)``)."""
+    mine = f"/shardfmt-{os.getpid()}-"
+    with open("/proc/self/maps") as maps:
+        return {line.split(None, 5)[5].strip() for line in maps if mine in line}
+
+
+def ring_descriptors() -> set[str]:
+    """The ring segments this process holds a file descriptor of."""
+    mine = f"/shardfmt-{os.getpid()}-"
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the descriptor listdir itself used
+            continue
+        if mine in target:
+            found.add(target)
+    return found
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env, timeout=90, capture_output=True, text=True)
+
+
+# -- close() ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_close_unmaps_the_ring_at_once_but_for_a_held_batch(dataset: Path) -> None:
+    """Before, every slot stayed mapped (and its memory allocated) until the Loader object was
+    garbage-collected, whatever the caller held."""
+    before, descriptors = ring_mappings(), ring_descriptors()
+    loader = Loader(dataset, batch_size=4, num_workers=2, size=8, pipeline="resize", shuffle=False)
+    iterator = iter(loader)
+    held = next(iterator)
+    next(iterator)
+    next(iterator)  # `held` is still referenced: its slot is set aside and a fresh one takes its place
+    expected = held[0].clone()
+    assert len(ring_mappings() - before) == 4, "3 slots (prefetch + 1) and the one set aside"
+    workers = loader.worker_pids
+    loader.close()
+    assert loader.worker_pids == [] and len(workers) == 2
+    left = ring_mappings() - before
+    assert len(left) == 1, "only the held batch's slot stays mapped, the iterator still alive"
+    assert torch.equal(held[0], expected) and held[1].tolist() == [0, 1, 2, 3]
+    assert int(held[0][0, 0, 0, 0]) == 255
+    del held
+    assert ring_mappings() - before == set()
+    assert ring_descriptors() - descriptors == set()
+    with pytest.raises(RuntimeError, match="replaced"):
+        next(iterator)
+
+
+@pytest.mark.timeout(60)
+def test_close_unmaps_every_slot_when_no_batch_is_held(dataset: Path) -> None:
+    before = ring_mappings(), ring_descriptors()
+    loader = Loader(dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False)
+    firsts = [int(labels[0]) for _, labels in loader]  # no batch outlives the comprehension
+    assert firsts == list(range(0, 48, 4))
+    assert len(ring_mappings() - before[0]) == 3
+    loader.close()
+    assert ring_mappings() - before[0] == set()
+    assert ring_descriptors() - before[1] == set()
