@@ -43,7 +43,7 @@ from .._dataset.concat import RecordSource
 from .._errors import WorkerError, WorkerTraceback, worker_error_class
 from .._forks import Lifeline, frozen_heap
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig, checked_bytes
-from .shm import SlotRing
+from .shm import SlotRing, descriptor_error
 from .worker import DONE, ERROR, HEADER, READY, SEGMENT, TASK, worker_main
 
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
@@ -160,8 +160,11 @@ class WorkerPool:
                 reduction.send_handle(conn, handle, self.processes[worker_id].pid)
                 self._sent[worker_id].add(serial)
             conn.send_bytes(HEADER.pack(TASK, slot, serial, row, epoch, len(indices)) + indices.tobytes())
-        except OSError:  # the worker is gone: replaced with this chunk resent, or reported
-            self._worker_died(worker_id)
+        except OSError as err:
+            limit = descriptor_error(err, f"send a batch slot to worker {worker_id}")
+            if limit is not None:  # this process is out of descriptors, not the worker gone
+                raise limit from err
+            self._worker_died(worker_id)  # the worker is gone: replaced with this chunk resent, or reported
             return
         self.load[worker_id] += 1
 

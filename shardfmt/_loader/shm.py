@@ -28,6 +28,7 @@ unlinked when its slot is set aside for the caller or on close.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import secrets
@@ -37,6 +38,9 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+if sys.platform != "win32":
+    import resource
+
 __all__ = [
     "Slot",
     "SlotArray",
@@ -44,6 +48,7 @@ __all__ = [
     "SlotRing",
     "attach",
     "check_slot_memory",
+    "descriptor_error",
     "map_segment",
     "segment_name",
     "shared_memory_free",
@@ -234,15 +239,21 @@ class SlotRing:
             return serial, Slot(name, layout, segment.buf, segment)
         import _posixshmem  # the module multiprocessing.shared_memory itself uses
 
-        fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
         try:
-            _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
-            os.ftruncate(fd, max(size, 1))
-            _reserve(fd, size)
-            buffer = mmap.mmap(fd, max(size, 1))
-        except BaseException:
-            os.close(fd)
-            raise
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
+            try:
+                _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
+                os.ftruncate(fd, max(size, 1))
+                _reserve(fd, size)
+                buffer = _map(fd, max(size, 1))
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as err:
+            limit = descriptor_error(err, "make a batch slot")
+            if limit is None:
+                raise
+            raise limit from err
         return serial, Slot(name, layout, buffer, fd)
 
     def replace(self, index: int) -> None:
@@ -290,9 +301,47 @@ class SlotRing:
 def map_segment(fd: int, layout: SlotLayout) -> mmap.mmap:
     """Map a segment whose file descriptor a worker received from the loader (POSIX); the caller
     may close the descriptor afterwards."""
-    buffer = mmap.mmap(fd, max(layout.slot_bytes, 1))
+    buffer = _map(fd, max(layout.slot_bytes, 1))
     _populate(buffer)
     return buffer
+
+
+MAPPING_HOLDS_DESCRIPTOR = sys.version_info < (3, 13)
+"""Whether a slot's mapping keeps a file descriptor of its own until it is unmapped: Python's mmap
+duplicates the descriptor it maps, unless told not to (``trackfd=False``, Python 3.13 and later).
+Then each batch a caller holds past the next one costs the loader's process one descriptor."""
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """Map `size` bytes of the segment `fd`, shared and writable, keeping no descriptor where
+    Python allows (`MAPPING_HOLDS_DESCRIPTOR`)."""
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, size, trackfd=False)
+    return mmap.mmap(fd, size)
+
+
+def descriptor_error(err: OSError, doing: str) -> OSError | None:
+    """The error to raise instead of `err` when it says that no file descriptor was left
+    (EMFILE: this process's limit; ENFILE: the system's) as the loader tried `doing`: it names
+    the errno, the limit, what holds descriptors and the fix. None for any other error."""
+    if err.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    if err.errno == errno.ENFILE:
+        reached = "the system's table of open files is full (ENFILE)"
+    else:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if sys.platform != "win32" else None
+        reached = f"this process has no file descriptor left (EMFILE: its limit, ulimit -n, is {limit})"
+    held = (
+        "Each batch of a Loader held past the next one keeps one descriptor (and its shared memory) until its last "
+        "reference goes, so a program that keeps many batches runs out of them. "
+        if MAPPING_HOLDS_DESCRIPTOR
+        else ""
+    )
+    return OSError(
+        err.errno,
+        f"the loader could not {doing}: {reached}. {held}Release the batches you keep (keep clones, or pass copy=True), "
+        "or raise the limit (ulimit -n, or resource.setrlimit(resource.RLIMIT_NOFILE, ...) at start)",
+    )
 
 
 def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:

@@ -109,3 +109,50 @@ def test_close_unmaps_every_slot_when_no_batch_is_held(dataset: Path) -> None:
     loader.close()
     assert ring_mappings() - before[0] == set()
     assert ring_descriptors() - before[1] == set()
+
+
+# -- file descriptors ---------------------------------------------------------------------------
+
+HOARDER = """
+import json, os, resource, sys, warnings
+from shardfmt import Loader
+
+warnings.simplefilter("ignore", ResourceWarning)  # said at 16 held batches; this test holds more
+loader = Loader(sys.argv[1], batch_size=1, num_workers=1, size=8, pipeline="resize", shuffle=False)
+limit = len(os.listdir("/proc/self/fd")) + 24
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    for batch in loader:
+        held.append(batch)
+    error = None
+except OSError as err:
+    error = {"errno": err.errno, "message": str(err), "class": type(err).__name__}
+labels = [int(label) for _, labels in held for label in labels]
+print(json.dumps({"limit": limit, "held": len(held), "labels": labels, "error": error}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_held_batches_at_the_descriptor_limit_name_emfile_and_the_fix(dataset: Path) -> None:
+    """Before, the loader took the failed send for a dead worker and killed it: "worker 0 ...
+    was killed by signal 9 (SIGKILL)", EMFILE only in the chained context."""
+    child = run_child(HOARDER, str(dataset))
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout)
+    assert result["labels"] == list(range(result["held"])), "every batch held stays valid"
+    if sys.version_info >= (3, 13):  # a mapping keeps no descriptor: nothing runs out
+        assert result["error"] is None and result["held"] == 48
+        return
+    error = result["error"]
+    assert error is not None and 8 < result["held"] < 48
+    assert error["class"] == "OSError" and error["errno"] == errno.EMFILE
+    message = error["message"]
+    assert message.startswith("[Errno 24] the loader could not ")
+    assert f"this process has no file descriptor left (EMFILE: its limit, ulimit -n, is {result['limit']})" in message
+    assert "Each batch of a Loader held past the next one keeps one descriptor" in message
+    assert message.endswith(
+        "Release the batches you keep (keep clones, or pass copy=True), or raise the limit "
+        "(ulimit -n, or resource.setrlimit(resource.RLIMIT_NOFILE, ...) at start)"
+    )
+    assert "signal" not in message
