@@ -163,7 +163,7 @@ class Scheduler:
             self.ring = SlotRing.create(layout) if shared else SlotRing.in_process(layout)
         self.resources.ring = self.ring
         if not shared:
-            self.pool = InlinePool(config=self.config, ring=self.ring, checked=self.checked)
+            self.pool = InlinePool(config=self.config, ring=self.ring, timeout=self.options.timeout, checked=self.checked)
             self.checked = self.pool.processor.checked
         else:
             self.pool = WorkerPool(

@@ -27,6 +27,7 @@ import simplejpeg
 import torch
 
 from shardfmt import DatasetWriter, FormatError, Loader, WorkerError
+from shardfmt._loader.watchdog import Stalled
 from shardfmt.format import IMAGE_CLASSIFICATION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,3 +157,48 @@ def test_held_batches_at_the_descriptor_limit_name_emfile_and_the_fix(dataset: P
         "(ulimit -n, or resource.setrlimit(resource.RLIMIT_NOFILE, ...) at start)"
     )
     assert "signal" not in message
+
+
+# -- timeout with num_workers=0 -----------------------------------------------------------------
+
+
+def stall_on_record_five(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    if int(sample[0, 0, 0]) == 255 - 5:
+        time.sleep(3600)
+    return sample
+
+
+# pytest-timeout's own "signal" method arms the process's real-time timer, and the loader leaves
+# a timer it did not arm alone (see _loader/watchdog.py): this test's limit runs in a thread
+@pytest.mark.timeout(60, method="thread")
+def test_a_stall_in_the_loaders_own_process_is_a_worker_error(dataset: Path) -> None:
+    """Before, a step that hung with num_workers=0 hung the loop, whatever the timeout."""
+    handler = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(WorkerError) as info:
+        with Loader(
+            dataset, batch_size=4, num_workers=0, size=8, pipeline="resize", shuffle=False, timeout=1, augment=[stall_on_record_five]
+        ) as loader:
+            list(loader)
+    error = info.value
+    shard = str(dataset / "shard-00000.shard")
+    assert error.path == shard and error.record == 5
+    assert error.message == (
+        f"no progress for 1 s (the timeout); the loader's process (num_workers=0) is on {shard} record 5 (dataset record 5)"
+    )
+    assert isinstance(error.__cause__, Stalled)
+    assert signal.getsignal(signal.SIGALRM) == handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.timeout(60, method="thread")
+def test_the_timer_lets_steps_that_finish_in_time_run_and_puts_the_handler_back(dataset: Path) -> None:
+    rang = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: rang.append(signum))
+    try:
+        with Loader(dataset, batch_size=4, num_workers=0, size=8, pipeline="resize", shuffle=False, timeout=5) as loader:
+            labels = [int(label) for _, batch in loader for label in batch]
+        assert labels == list(range(48))
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and rang == []
+        os.kill(os.getpid(), signal.SIGALRM)  # the caller's handler is back
+        assert rang == [signal.SIGALRM]
+    finally:
+        signal.signal(signal.SIGALRM, previous)
