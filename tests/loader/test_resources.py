@@ -202,3 +202,92 @@ def test_the_timer_lets_steps_that_finish_in_time_run_and_puts_the_handler_back(
         assert rang == [signal.SIGALRM]
     finally:
         signal.signal(signal.SIGALRM, previous)
+
+
+# -- a shard truncated under the loader ---------------------------------------------------------
+
+TRUNCATER = """
+import json, os, sys
+from shardfmt import Loader
+
+fields = {"image": 8, "label": None, "key": None} if sys.argv[3] == "keys" else None  # keys: read by the loader's process
+loader = Loader(sys.argv[1], batch_size=2, num_workers=int(sys.argv[2]), size=8, pipeline="resize", shuffle=False, prefetch=1,
+                fields=fields)
+iterator = iter(loader)
+first = next(iterator)
+loader.scheduler.running_pool.drain()  # batch 1 is decoded: the next one read is batch 2 (records 4 and 5)
+shard = os.path.join(sys.argv[1], "shard-00000.shard")
+size = os.path.getsize(shard)
+os.truncate(shard, size // 3)
+try:
+    for batch in iterator:
+        pass
+    print(json.dumps(None))
+except Exception as err:
+    print(json.dumps({"classes": [c.__name__ for c in type(err).__mro__], "path": err.path, "record": err.record,
+                      "offset": err.offset, "message": err.message, "size": size}))
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_shard_truncated_under_the_loader_is_a_format_error(dataset: Path, tmp_path: Path, num_workers: int) -> None:
+    """Before, the loader's process died of SIGBUS without a word with num_workers=0, and with
+    workers the loader said a worker "was killed by signal 7 (SIGBUS) between records"."""
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    child = run_child(TRUNCATER, str(copy), str(num_workers), "images")
+    assert child.returncode == 0, f"the child ended with {child.returncode}: {child.stderr}"
+    result = json.loads(child.stdout)
+    shard = str(copy / "shard-00000.shard")
+    assert result is not None and {"FormatError", "WorkerError"} <= set(result["classes"])
+    assert result["path"] == shard and result["record"] == 4 and result["offset"] == result["size"] // 3
+    who = "decoding" if num_workers == 0 else "worker 0"
+    assert result["message"] == (
+        f"{who} failed on dataset record 4: the shard file was truncated to {result['size'] // 3} bytes after it was opened "
+        f"({result['size']} bytes then): it changed while it was being read; restore it (or convert the dataset again) and start anew"
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_shard_truncated_under_the_values_the_loader_reads_itself_is_a_format_error(dataset: Path, tmp_path: Path) -> None:
+    """Keys (str, json, bytes fields) are read in the loader's process from its own mapping: the
+    batch decoded before the file was truncated (records 2 and 3) fails when its keys are read."""
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    child = run_child(TRUNCATER, str(copy), "1", "keys")
+    assert child.returncode == 0, f"the child ended with {child.returncode}: {child.stderr}"
+    result = json.loads(child.stdout)
+    assert result is not None and "FormatError" in result["classes"] and "WorkerError" not in result["classes"]
+    assert (result["path"], result["record"], result["offset"]) == (str(copy / "shard-00000.shard"), 2, result["size"] // 3)
+    assert result["message"].startswith(f"the shard file was truncated to {result['size'] // 3} bytes after it was opened")
+
+
+def test_a_shard_replaced_by_another_file_is_read_as_it_was_opened(dataset: Path, tmp_path: Path) -> None:
+    """A file renamed over the shard is not the mapped one: the mapping keeps the old file whole."""
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    with Loader(copy, batch_size=2, num_workers=0, size=8, pipeline="resize", shuffle=False, prefetch=1) as loader:
+        iterator = iter(loader)
+        labels = next(iterator)[1].tolist()
+        shard = copy / "shard-00000.shard"
+        (copy / "new").write_bytes(shard.read_bytes()[:100])
+        os.replace(copy / "new", shard)
+        labels += [int(label) for _, batch in iterator for label in batch]
+    assert labels == list(range(48))
+
+
+def test_check_file_names_the_file_and_record(dataset: Path, tmp_path: Path) -> None:
+    from shardfmt import open_dataset
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    reader = open_dataset(copy)
+    shard = reader.shard(1)
+    shard.check_file(3)  # unchanged: nothing to say
+    size = os.path.getsize(shard.path)
+    os.truncate(shard.path, size - 1)
+    with pytest.raises(FormatError) as info:
+        shard.check_file(3)
+    assert (info.value.path, info.value.offset, info.value.record) == (shard.path, size - 1, 3)
+    reader.close()
