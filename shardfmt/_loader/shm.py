@@ -192,7 +192,7 @@ class SlotRing:
                 self.serials.append(serial)
                 self.slots.append(slot)
         except BaseException:
-            self.unlink()
+            self.close()  # nothing of a ring that failed stays mapped
             raise
 
     @classmethod
