@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from .._dataset.concat import open_records
-from .._errors import ChecksumError, DecodeError, ShardfmtError, worker_error_kind
+from .._errors import ChecksumError, DecodeError, FormatError, ShardfmtError, worker_error_kind
 from .._sampling.keys import AUGMENT_STREAM, keys_by_epoch
 from .._sampling.permutation import draw_epoch as _draw_epochs
 from .._storage import RemoteOptions
@@ -192,10 +192,15 @@ class ChunkProcessor:
         shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
         local = (indices - self.dataset.cumulative[shard_array]).tolist()
         shards = shard_array.tolist()
-        readers = []
+        readers: list[Any] = []
         rows = []
         for k in range(len(indices)):
             reader = self.dataset.shard(shards[k])
+            if not readers or reader is not readers[-1]:  # a chunk's records run shard by shard, mostly
+                try:  # a truncated file is an error, not SIGBUS (its table is mapped too)
+                    reader.check_file(local[k])
+                except FormatError as err:
+                    raise self._failure(err, reader.path, local[k], int(indices[k]), err.offset) from err
             readers.append(reader)
             rows.append(reader.table[local[k]])
         if self.reads_payload:
@@ -327,6 +332,7 @@ class ChunkProcessor:
         return self.dataset.shard_path(shard), local
 
     def close(self) -> None:
+        self._targets = {}  # the views of the slots, which would keep them mapped
         self.dataset.close()
 
 

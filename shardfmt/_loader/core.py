@@ -103,7 +103,8 @@ class Loader:
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
         start_method: multiprocessing start method; default the platform's, but forkserver for a
             ``gs://`` dataset, which gcsfs reads over gRPC (gRPC does not survive fork).
-        timeout: seconds without progress after which a stalled worker is reported.
+        timeout: seconds without progress after which a stall is reported, in a worker or, with
+            num_workers=0, in this process's main thread (docs/limits.md).
         image_field, label_field: field names (label_field=None gives zero labels; over a dataset
             without labels, such as image-text tars, the default "label" gives the images alone).
         remote: for a dataset given by URL, how to read it (range reads or a local shard cache,

@@ -43,7 +43,8 @@ from .._dataset.concat import RecordSource
 from .._errors import WorkerError, WorkerTraceback, worker_error_class
 from .._forks import Lifeline, frozen_heap
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig, checked_bytes
-from .shm import SlotRing
+from .shm import SlotRing, descriptor_error
+from .watchdog import Stalled, stall_alarm
 from .worker import DONE, ERROR, HEADER, READY, SEGMENT, TASK, worker_main
 
 __all__ = ["Chunk", "InlinePool", "WorkerPool"]
@@ -160,8 +161,11 @@ class WorkerPool:
                 reduction.send_handle(conn, handle, self.processes[worker_id].pid)
                 self._sent[worker_id].add(serial)
             conn.send_bytes(HEADER.pack(TASK, slot, serial, row, epoch, len(indices)) + indices.tobytes())
-        except OSError:  # the worker is gone: replaced with this chunk resent, or reported
-            self._worker_died(worker_id)
+        except OSError as err:
+            limit = descriptor_error(err, f"send a batch slot to worker {worker_id}")
+            if limit is not None:  # this process is out of descriptors, not the worker gone
+                raise limit from err
+            self._worker_died(worker_id)  # the worker is gone: replaced with this chunk resent, or reported
             return
         self.load[worker_id] += 1
 
@@ -293,9 +297,12 @@ class WorkerPool:
 
 
 class InlinePool:
-    """The same interface, decoding in the calling process (num_workers=0, for debugging)."""
+    """The same interface, decoding in the calling process (num_workers=0, for debugging). A chunk
+    that runs `timeout` seconds is stopped by a timer in the main thread (`watchdog`) and
+    reported as a stall, as the workers' are."""
 
-    def __init__(self, *, config: WorkerConfig, ring: SlotRing, checked: np.ndarray | None = None) -> None:
+    def __init__(self, *, config: WorkerConfig, ring: SlotRing, timeout: float, checked: np.ndarray | None = None) -> None:
+        self.timeout = timeout
         self.processor = ChunkProcessor(config, lambda slot, serial: ring.arrays[slot])
         self._user_steps = config.transform is not None and bool(config.transform.steps)
         if checked is not None:
@@ -315,9 +322,12 @@ class InlinePool:
             while pending:
                 slot, serial, row, epoch, indices = pending.popleft()
                 try:
-                    self.processor.process(slot, serial, row, epoch, indices)
+                    with stall_alarm(self.timeout):
+                        self.processor.process(slot, serial, row, epoch, indices)
                 except ChunkFailure as failure:
                     raise failure_error(failure.fields, "decoding") from (failure.__cause__ or failure)
+                except Stalled as stalled:
+                    raise self._stall_error() from stalled
         finally:
             cv2.setNumThreads(opencv)
             torch.set_num_threads(threads)
@@ -325,6 +335,18 @@ class InlinePool:
                 torch.set_rng_state(states[0])
                 np.random.set_state(states[1])
                 random.setstate(states[2])
+
+    def _stall_error(self) -> WorkerError:
+        index = int(self.processor.current[0])
+        if index < 0:
+            return WorkerError(f"no progress for {self.timeout:g} s (the timeout) in the loader's process (num_workers=0), between records")
+        shard, record = self.processor.locate(index)
+        return WorkerError(
+            f"no progress for {self.timeout:g} s (the timeout); the loader's process (num_workers=0) is on {shard} record {record} "
+            f"(dataset record {index})",
+            path=shard,
+            record=record,
+        )
 
     def wait(self) -> None:
         return

@@ -68,7 +68,8 @@ class _Out:
 @dataclass
 class _Resources:
     """What must be released even if the loader is never closed: a weakref finaliser calls
-    `release` at garbage collection or interpreter exit."""
+    `release` at close, garbage collection or interpreter exit. The ring is unmapped then, but
+    for the slots a batch of the caller still views (`shm.SlotRing.close`)."""
 
     pool: Any = None
     ring: SlotRing | None = None
@@ -79,7 +80,7 @@ class _Resources:
             self.pool.shutdown()
             self.pool = None
         if self.ring is not None:
-            self.ring.unlink()
+            self.ring.close()
             self.ring = None
         for item in self.extra:
             item.close()
@@ -158,11 +159,11 @@ class Scheduler:
             self.ring = self.ring.with_layout(layout)
         else:
             if self.ring is not None:
-                self.ring.unlink()
+                self.ring.close()
             self.ring = SlotRing.create(layout) if shared else SlotRing.in_process(layout)
         self.resources.ring = self.ring
         if not shared:
-            self.pool = InlinePool(config=self.config, ring=self.ring, checked=self.checked)
+            self.pool = InlinePool(config=self.config, ring=self.ring, timeout=self.options.timeout, checked=self.checked)
             self.checked = self.pool.processor.checked
         else:
             self.pool = WorkerPool(
@@ -199,6 +200,7 @@ class Scheduler:
         if self.stage is not None:
             self.stage.unpin()  # before the slots' memory can go
         finalizer()
+        self.ring = None
 
     @property
     def shared_memory_bytes(self) -> int:

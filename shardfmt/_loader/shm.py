@@ -20,13 +20,15 @@ over the worker's pipe before the first task that names it (`map_segment`). So n
 left in /dev/shm, whatever process is killed and when: the kernel frees a segment once the last
 process that maps it or holds its descriptor is gone. A segment still counts against /dev/shm's
 size while it lives (a container's ``--shm-size``), and the loader checks the free space before
-it makes one (`shared_memory_free`). Memory that a caller still references stays mapped until
-it is garbage-collected. Elsewhere named `multiprocessing.shared_memory` segments serve, each
+it makes one (`shared_memory_free`). `SlotRing.close` unmaps every slot at once but those a
+batch of the caller still views: that memory stays valid and is unmapped with the batch's last
+reference. Elsewhere named `multiprocessing.shared_memory` segments serve, each
 unlinked when its slot is set aside for the caller or on close.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import secrets
@@ -36,6 +38,9 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+if sys.platform != "win32":
+    import resource
+
 __all__ = [
     "Slot",
     "SlotArray",
@@ -43,6 +48,7 @@ __all__ = [
     "SlotRing",
     "attach",
     "check_slot_memory",
+    "descriptor_error",
     "map_segment",
     "segment_name",
     "shared_memory_free",
@@ -130,6 +136,21 @@ class Slot:
             except FileNotFoundError:
                 pass
 
+    def close(self) -> bool:
+        """Give up the segment (`unlink`) and unmap it now unless a caller's batch still views
+        it; such memory stays valid and is unmapped with the batch's last reference. Returns
+        whether it was unmapped. Idempotent."""
+        self.unlink()
+        self.arrays = {}  # this slot's own views: what is left are the caller's
+        try:
+            if isinstance(self.buffer, mmap.mmap):
+                self.buffer.close()
+            else:
+                self.buffer.release()
+        except BufferError:  # exported to an array the caller holds
+            return False
+        return True
+
 
 def slot_arrays(buffer: mmap.mmap | memoryview, layout: SlotLayout) -> dict[str, np.ndarray]:
     """The arrays of one slot, page-aligned one after the other from the start of `buffer`."""
@@ -171,7 +192,7 @@ class SlotRing:
                 self.serials.append(serial)
                 self.slots.append(slot)
         except BaseException:
-            self.unlink()
+            self.close()  # nothing of a ring that failed stays mapped
             raise
 
     @classmethod
@@ -218,15 +239,21 @@ class SlotRing:
             return serial, Slot(name, layout, segment.buf, segment)
         import _posixshmem  # the module multiprocessing.shared_memory itself uses
 
-        fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
         try:
-            _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
-            os.ftruncate(fd, max(size, 1))
-            _reserve(fd, size)
-            buffer = mmap.mmap(fd, max(size, 1))
-        except BaseException:
-            os.close(fd)
-            raise
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
+            try:
+                _posixshmem.shm_unlink("/" + name)  # the descriptor keeps the memory; no name to leak
+                os.ftruncate(fd, max(size, 1))
+                _reserve(fd, size)
+                buffer = _map(fd, max(size, 1))
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as err:
+            limit = descriptor_error(err, "make a batch slot")
+            if limit is None:
+                raise
+            raise limit from err
         return serial, Slot(name, layout, buffer, fd)
 
     def replace(self, index: int) -> None:
@@ -263,13 +290,58 @@ class SlotRing:
         for slot in self.slots:
             slot.unlink()
 
+    def close(self) -> None:
+        """Give up every slot and unmap those no batch of the caller views (`Slot.close`): the
+        ring holds no memory afterwards. Idempotent."""
+        for slot in self.slots:
+            slot.close()
+        self.slots, self.serials = [], []
+
 
 def map_segment(fd: int, layout: SlotLayout) -> mmap.mmap:
     """Map a segment whose file descriptor a worker received from the loader (POSIX); the caller
     may close the descriptor afterwards."""
-    buffer = mmap.mmap(fd, max(layout.slot_bytes, 1))
+    buffer = _map(fd, max(layout.slot_bytes, 1))
     _populate(buffer)
     return buffer
+
+
+MAPPING_HOLDS_DESCRIPTOR = sys.version_info < (3, 13)
+"""Whether a slot's mapping keeps a file descriptor of its own until it is unmapped: Python's mmap
+duplicates the descriptor it maps, unless told not to (``trackfd=False``, Python 3.13 and later).
+Then each batch a caller holds past the next one costs the loader's process one descriptor."""
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """Map `size` bytes of the segment `fd`, shared and writable, keeping no descriptor where
+    Python allows (`MAPPING_HOLDS_DESCRIPTOR`)."""
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, size, trackfd=False)
+    return mmap.mmap(fd, size)
+
+
+def descriptor_error(err: OSError, doing: str) -> OSError | None:
+    """The error to raise instead of `err` when it says that no file descriptor was left
+    (EMFILE: this process's limit; ENFILE: the system's) as the loader tried `doing`: it names
+    the errno, the limit, what holds descriptors and the fix. None for any other error."""
+    if err.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    if err.errno == errno.ENFILE:
+        reached = "the system's table of open files is full (ENFILE)"
+    else:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if sys.platform != "win32" else None
+        reached = f"this process has no file descriptor left (EMFILE: its limit, ulimit -n, is {limit})"
+    held = (
+        "Each batch of a Loader held past the next one keeps one descriptor (and its shared memory) until its last "
+        "reference goes, so a program that keeps many batches runs out of them. "
+        if MAPPING_HOLDS_DESCRIPTOR
+        else ""
+    )
+    return OSError(
+        err.errno,
+        f"the loader could not {doing}: {reached}. {held}Release the batches you keep (keep clones, or pass copy=True), "
+        "or raise the limit (ulimit -n, or resource.setrlimit(resource.RLIMIT_NOFILE, ...) at start)",
+    )
 
 
 def attach(base: str, serial: int, layout: SlotLayout) -> dict[str, np.ndarray]:

@@ -61,9 +61,9 @@ def stream_batches(
                 continue
             remaining -= 1
             cursor.deliver(item.batch)
-            batch = _deliver(item, epoch, cursor, scheduler, dataset=dataset, values=values)
-            yield batch
-            del batch  # only the caller's references may keep the slot
+            # yielded without a name: the suspended frame holds no reference to the batch, so
+            # only the caller's may keep its slot (mapped after close, not refilled)
+            yield _deliver(item, epoch, cursor, scheduler, dataset=dataset, values=values)
             if generation != cursor.generation:
                 replaced = True
                 break

@@ -55,12 +55,17 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
     steps 31 and 32).
 
     Raises:
-        FormatError: a value is not valid for its type.
+        FormatError: a value is not valid for its type, or a shard file was truncated since it
+            was opened (`format.ShardReaderBase.check_file`).
     """
     values: dict[str, list[Any]] = {name: [] for name in names}
+    checked = set()
     for index in indices:
         shard_index, local = dataset.locate(int(index))
         shard = dataset.shard(shard_index)
+        if shard_index not in checked:  # a truncated file is an error, not SIGBUS
+            shard.check_file(local)
+            checked.add(shard_index)
         record = shard.record(local) if isinstance(shard, TarShardReader) else None  # a tar's members are read unhashed
         for name in names:
             if record is not None:

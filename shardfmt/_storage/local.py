@@ -41,6 +41,7 @@ class LocalFile:
             if not stat.S_ISREG(status.st_mode):
                 raise ShardNotFoundError("is not a regular file, so it cannot be a shard", path=self.path)
             self.size = status.st_size
+            self._identity = (status.st_dev, status.st_ino)
             self._map: mmap.mmap | None = (
                 mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
             )
@@ -50,6 +51,20 @@ class LocalFile:
 
     def read(self, start: int, stop: int) -> memoryview:
         return self._view[start:stop]
+
+    def shrunk(self) -> int | None:
+        """The file's size now if the file mapped has become shorter than the mapping (a read of
+        the bytes it lost would end the process with SIGBUS); else None, also when its path now
+        names another file or none (the mapping keeps the file that was opened)."""
+        if self._map is None:
+            return None
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            return None
+        if (status.st_dev, status.st_ino) != self._identity or status.st_size >= self.size:
+            return None
+        return status.st_size
 
     def close(self) -> None:
         """Unmap the file, unless views handed out are still alive: then it unmaps when they go."""

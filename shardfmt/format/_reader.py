@@ -28,7 +28,7 @@ from .._errors import (
     SchemaError,
     UnsupportedVersionError,
 )
-from .._storage import ByteSource, open_source
+from .._storage import ByteSource, LocalFile, open_source
 from ._fieldtypes import InvalidValue
 from ._layout import (
     FOOTER_CHECKED_BYTES,
@@ -179,6 +179,26 @@ class ShardReaderBase(ABC):
         if self.verify:
             self.verify_record(index)
         return self.source.read(start, start + size)
+
+    def check_file(self, index: int) -> None:
+        """Check, before records are read from the memory map, that the file was not truncated
+        since it was opened: reading the bytes it lost would end the process with SIGBUS. One
+        ``stat`` call; a file truncated after it (while its bytes are being read) is not caught.
+
+        Raises:
+            FormatError: naming the file, its size now and then, and record `index` about to be read.
+        """
+        if not isinstance(self.source, LocalFile):
+            return
+        size = self.source.shrunk()
+        if size is not None:
+            raise FormatError(
+                f"the {self._file_noun} file was truncated to {size} bytes after it was opened ({self.source.size} bytes then): "
+                "it changed while it was being read; restore it (or convert the dataset again) and start anew",
+                path=self.path,
+                offset=size,
+                record=index,
+            )
 
     def verify_record(self, index: int) -> None:
         """Check record `index`'s span against its XXH3-64.
