@@ -254,11 +254,11 @@ class TarShardWriter(Transaction):
         spans: dict[str, list[int]] = {}
         for extension, header, payload in pieces:
             self._emit(header)
-            spans[extension] = [self._file.tell(), len(payload)]
+            spans[extension] = [self._file.tell(), len(payload), checksum(payload)]
             self._emit(payload)
             self._emit(_padding(len(payload)))
         self._keys.add(key)
-        digest = checksum(data)
+        digest = spans["jpg"][2]
         return self._index.write(
             {
                 "key": name,
