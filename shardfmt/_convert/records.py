@@ -28,7 +28,7 @@ from .._storage.urls import is_url
 from ..format._fieldtypes import HeadedJpeg
 from ..format._jpeg import JpegInfo
 from ..format._layout import MAX_FIELD_SIZE
-from ..tar._keys import key_problem, tar_key
+from ..tar._keys import MAX_MEMBER_SIZE, key_problem, tar_key
 from .images import (
     IMAGE_KINDS,
     normalise_image,
@@ -202,6 +202,9 @@ class ImageLabelBuilder:
             except SchemaError as err:
                 raise RejectError(err.message, reason="bad-key") from err
         _check_key(key)
+        for (name, _), file in zip(self.members, record.files[1:], strict=True):
+            if file.size > MAX_MEMBER_SIZE:  # before anything is read
+                raise RejectError(f"member {name!r} is {file.size} bytes, over the member limit of {MAX_MEMBER_SIZE}", reason="too-large")
         data = self.reader.read(record.files[0])
         image = normalise_image(data, max_side=self.max_side, quality=self.quality)
         value = image.data if image.info is None else HeadedJpeg(image.data, image.info)  # headers parsed once

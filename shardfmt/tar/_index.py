@@ -22,6 +22,7 @@ from ._keys import (
     INDEX_SUFFIX,
     LABEL_EXTENSION,
     MAX_LABEL_SIZE,
+    MAX_MEMBER_SIZE,
     display_key,
 )
 from ._scan import TarMember, TarSample, scan_members
@@ -123,6 +124,13 @@ def _member_problem(sample: TarSample, image_ext: str | None, image_extensions: 
         return "duplicate-member", f"two members with extension {display_key(sample.duplicate.extension)!r}"
     if len({display_key(ext) for ext in sample.members}) < len(sample.members):
         return "duplicate-member", "two extensions that read the same once bytes that are not UTF-8 are written as \\xNN"
+    if image_ext is not None:
+        large = next((m for ext, m in sample.members.items() if ext != image_ext and m.size > MAX_MEMBER_SIZE), None)
+        if large is not None:
+            return (
+                "too-large",
+                f"the member .{display_key(large.extension)} is {large.size} bytes, over the member limit of {MAX_MEMBER_SIZE}",
+            )
     if image_ext is None:
         other = next((ext for ext in ANY_IMAGE_EXTENSIONS if ext in sample.members), None)
         if other is None:
@@ -273,8 +281,9 @@ def index_tar(
     way, every member of each sample (XXH3-64), its image member's JPEG header and its label.
 
     A sample is left out, as a `TarReject`, when it has two members with one extension
-    ("duplicate-member"), no member with an extension of `image_extensions` ("no-image"), an
-    image member that is empty, too large, not a JPEG, damaged in its headers or not storable
+    ("duplicate-member"), no member with an extension of `image_extensions` ("no-image"), a
+    member besides the image over MAX_MEMBER_SIZE ("too-large"), an image member that is empty,
+    too large, not a JPEG, damaged in its headers or not storable
     ("empty", "too-large", "not-a-jpeg", "corrupt", "unsupported-jpeg"; an image of another
     format, such as ``KEY.png``, is "not-a-jpeg": convert such tars), or, in a labelled tar, no
     valid label member ("no-label", "bad-label"). A tar is labelled when any of its samples has a

@@ -33,6 +33,10 @@ _RESERVED_FIELDS: Final = frozenset({"image", "label", "key", "offset", "size", 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,63}\Z")
 MAX_LABEL_SIZE: Final = 64
 """A ``.cls`` member longer than this is not a label (an int64 needs at most 20 characters)."""
+MAX_MEMBER_SIZE: Final = 1 << 26
+"""The largest member of a sample other than its image (64 MiB): a member field is read whole
+(decoded as text or JSON, copied as bytes), so this bounds that allocation; the image member is
+bounded by ``MAX_FIELD_SIZE`` as a binary shard's image is (spec/tar.md, section 10)."""
 REJECT_REASONS: Final = (
     "duplicate-member",
     "no-image",

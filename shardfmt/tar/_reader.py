@@ -15,7 +15,7 @@ from typing import Any, Final
 import numpy as np
 
 from .._checksum import checksum
-from .._errors import ChecksumError, FormatError
+from .._errors import ChecksumError, FormatError, LimitError
 from .._jsontext import JsonTextError, parse_json
 from .._storage import ByteSource
 from ..format._fieldtypes import JpegType
@@ -23,7 +23,7 @@ from ..format._layout import MAX_CLASSES, MAX_FIELD_SIZE, MAX_IMAGE_SIDE
 from ..format._reader import Record, ShardReader, ShardReaderBase, close_on_error
 from ..format._schema import IMAGE_CLASSIFICATION, Schema, tar_schema_problem
 from ._index import INDEX_SCHEMA, index_path_for
-from ._keys import BLOCK_SIZE, display_key, member_field
+from ._keys import BLOCK_SIZE, MAX_MEMBER_SIZE, display_key, member_field
 
 __all__ = ["TarRecord", "TarShardReader"]
 
@@ -103,6 +103,7 @@ class TarShardReader(ShardReaderBase):
     Raises:
         ShardNotFoundError: the tar or the index does not exist.
         FormatError: the index is not a valid member index, or does not fit the tar.
+        LimitError: a member field is over MAX_MEMBER_SIZE (64 MiB), checked before it is read.
     """
 
     _record_type = TarRecord
@@ -208,6 +209,11 @@ class TarShardReader(ShardReaderBase):
                     raise FormatError(
                         f"members has no valid span for field {name!r} (a [data offset, size] or [data offset, size, "
                         "checksum] inside the tar)",
+                        path=index.path, offset=index.locate_column(i, "members.offset")[1], record=i,
+                    )
+                if span[1] > MAX_MEMBER_SIZE:
+                    raise LimitError(
+                        f"member field {name!r} is {span[1]} bytes, over the member limit of {MAX_MEMBER_SIZE}",
                         path=index.path, offset=index.locate_column(i, "members.offset")[1], record=i,
                     )
                 table[i][f"{name}.offset"], table[i][f"{name}.size"] = span[:2]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import ChecksumError, DatasetWriter, Loader, open_dataset
+from shardfmt import ChecksumError, DatasetWriter, LimitError, Loader, SchemaError, open_dataset
 from shardfmt._checksum import checksum
 from shardfmt._dataset.tars import index_tars
 from shardfmt.format import ShardWriter
@@ -134,3 +134,48 @@ def test_an_index_without_member_checksums_is_read_with_its_members_unchecked(tm
     flip_bit(tmp_path / "d" / "shard-00000.tar", start + 9)
     with open_dataset(tmp_path / "d") as dataset:
         assert [r["txt"] for r in dataset] == ["caption 000000000", "caption 080000001", "caption 000000002"]
+
+
+def test_members_over_the_member_limit_are_refused_before_they_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardfmt.tar._index as index_module
+    import shardfmt.tar._reader as reader_module
+    import shardfmt.tar._writer as writer_module
+
+    write_captions(tmp_path / "d")  # captions of 17 bytes; the limit made 16 to test it small
+    for module in (index_module, reader_module, writer_module):
+        monkeypatch.setattr(module, "MAX_MEMBER_SIZE", 16)
+    with pytest.raises(LimitError) as info:
+        open_dataset(tmp_path / "d")[0]
+    index = str(tmp_path / "d" / "shard-00000.tar.idx")
+    assert info.value.message == "member field 'txt' is 17 bytes, over the member limit of 16"
+    assert (info.value.path, info.value.record) == (index, 0)
+    tar = tmp_path / "d" / "shard-00000.tar"
+    found = index_tar(tar, index=tmp_path / "again.idx")
+    assert found.tar.num_records == 0
+    assert [(r.key, r.reason, r.detail) for r in found.rejects] == [
+        (f"{i:09d}", "too-large", "the member .txt is 17 bytes, over the member limit of 16") for i in range(3)
+    ]
+    with pytest.raises(SchemaError, match=r"record 0 \(key 'k'\): member 'txt' is 17 bytes, over the member limit of 16"):
+        with DatasetWriter(tmp_path / "w", schema=SCHEMA, shard_format="tar") as writer:
+            writer.write({"image": jpeg_bytes(8, 8), "key": "k", "json": None, "txt": "caption 000000000"})
+
+
+def test_a_conversion_rejects_a_member_over_the_limit_without_reading_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shardfmt._convert.records as records_module
+    from shardfmt._convert.run import convert
+
+    tar = tmp_path / "src" / "a.tar"
+    tar.parent.mkdir()
+    with tarfile.open(tar, "w") as archive:
+        for i, caption in enumerate([b"short", b"a caption of 30 bytes, too big"]):
+            for name, data in ((f"k{i}.jpg", jpeg_bytes(8, 8, seed=i)), (f"k{i}.txt", caption)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    monkeypatch.setattr(records_module, "MAX_MEMBER_SIZE", 16)
+    result = convert(tar, tmp_path / "out", workers=1)
+    assert result.num_records == 1
+    rejects = [json.loads(line) for line in (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["reason"], r["detail"]) for r in rejects] == [
+        ("k1", "too-large", "member 'txt' is 30 bytes, over the member limit of 16")
+    ]
