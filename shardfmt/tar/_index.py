@@ -142,14 +142,18 @@ def _member_problem(sample: TarSample, image_ext: str | None, image_extensions: 
     return None
 
 
+_Digests = dict[tuple[int, str], int]
+"""The XXH3-64 of each member of the samples read, by (sample number, extension)."""
+
+
 def _read_members(
     source: ByteSource, roles: list[tuple[TarMember, int, str]]
-) -> tuple[dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]], dict[int, int | tuple[str, str]], dict[tuple[int, str], int], Hasher]:
+) -> tuple[dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]], dict[int, int | tuple[str, str]], _Digests, Hasher]:
     """One sequential pass over the tar: hash all of it and, on the way, each member of a sample
     that may make a record (its XXH3-64), its image (JPEG header or problem) and label member."""
     images: dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]] = {}
     labels: dict[int, int | tuple[str, str]] = {}
-    digests: dict[tuple[int, str], int] = {}
+    digests: _Digests = {}
     hasher = Hasher()
     hashed = 0
     for member, number, role in sorted(roles, key=lambda role: role[0].data_offset):  # in file order
@@ -230,7 +234,7 @@ def _write_index(
     samples: Sequence[TarSample],
     kept: dict[int, _Kept],
     chosen: dict[int, str],
-    digests: dict[tuple[int, str], int],
+    digests: _Digests,
     label_extension: str,
     *,
     labelled: bool,

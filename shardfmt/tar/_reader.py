@@ -10,7 +10,7 @@ therefore the same for both shard formats.
 from __future__ import annotations
 
 import os
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import numpy as np
 
@@ -44,7 +44,7 @@ _FROM_INDEX: Final = {
 span is its image member, so a record's checksum is the image's; ``image.reserved`` stays zero."""
 
 
-def _is_span(span: Any, tar_size: int) -> bool:
+def _is_span(span: Any, tar_size: int) -> TypeGuard[list[int]]:
     """Whether `span` is ``[data offset, size]`` or ``[data offset, size, checksum]`` of integers
     inside a tar of `tar_size` bytes, the size at most MAX_FIELD_SIZE, the checksum a u64."""
     return (
