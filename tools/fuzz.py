@@ -16,7 +16,8 @@ and quick) and summarised by `summarise_dataset`. The rule under test: whatever 
 shardfmt raises only `ShardfmtError`. A finding is
 
 - any other exception, or no result within ``--hang-seconds``;
-- an inconsistency: a tar that `index_tar` indexed but whose index `TarShardReader` refuses, or a
+- an inconsistency: a tar that `index_tar` indexed but whose index `TarShardReader` refuses (read
+  with the schema the indexing found: without labels when no sample has a label member), or a
   dataset that `verify_dataset` passes but that cannot be read;
 - a record read from a file outside the dataset root (the datasets lie beside a shard, a tar
   and an index named ``outside.*`` whose keys start with "outside").
@@ -88,6 +89,7 @@ from shardfmt._synthetic import make_image  # noqa: E402
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.format._fieldtypes import IMAGE_TYPES  # noqa: E402
 from shardfmt.format._reader import ShardReader  # noqa: E402
+from shardfmt.format._schema import tar_schema  # noqa: E402
 from shardfmt.tar._index import index_tar  # noqa: E402
 from shardfmt.tar._reader import TarShardReader  # noqa: E402
 from shardfmt.tar._scan import iter_tar_samples  # noqa: E402
@@ -354,7 +356,9 @@ def check_tar(folder: Path, changed: Sequence[str]) -> None:
     info = attempt(lambda: index_tar(tar, index=rebuilt))
     if info is not None:
         try:
-            with TarShardReader(tar, index=rebuilt, verify=True) as reader:
+            # a tar left without any label member is indexed unlabelled (spec/tar.md, section 3):
+            # its index is read as a dataset without labels, as open_dataset and index_tars read it
+            with TarShardReader(tar, index=rebuilt, verify=True, schema=tar_schema(labelled=info.labelled)) as reader:
                 whole = read_records(reader)
         except ShardfmtError as err:
             raise Inconsistency(f"index_tar indexed the tar, but its index cannot be read: {err}") from err

@@ -1463,7 +1463,16 @@ def tar_overlap(rows: list[dict[str, Any]], size: int) -> TarCase:
 @tar_invalid("image-text", "check 9: every member field has a [data offset, size] span inside the tar in members")
 def tar_member_missing(rows: list[dict[str, Any]], size: int) -> TarCase:
     rows[1]["members"] = {ext: span for ext, span in rows[1]["members"].items() if ext != "txt"}
-    return 9, "FormatError", "members has no valid span for field 'txt' (a [data offset, size] inside the tar)", "members.offset", 1, "read"
+    return 9, "FormatError", _NO_SPAN.format("txt"), "members.offset", 1, "read"
+
+
+_NO_SPAN = "members has no valid span for field {!r} (a [data offset, size] or [data offset, size, checksum] inside the tar)"
+
+
+@tar_invalid("image-text", "check 9: a member's checksum is from 0 to 2^64 - 1")
+def tar_member_checksum_range(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["members"]["json"][2] = -1
+    return 9, "FormatError", _NO_SPAN.format("json"), "members.offset", 0, "read"
 
 
 @tar_invalid("labelled", "the index has the schema of a member index")
@@ -1472,6 +1481,69 @@ def tar_index_schema(rows: list[dict[str, Any]], size: int) -> TarCase:
         row["extra"] = 0
     names = ", ".join([*INDEX_SCHEMA.names, "extra"])
     return "schema", "FormatError", f"is not a tar member index: its fields are {names}", None, None, "read"
+
+
+def _rewrite_index(directory: Path, rows: list[dict[str, Any]], schema: Schema = INDEX_SCHEMA) -> None:
+    """Write `rows` as the member index of ``directory/shard-00000.tar`` and update the manifest."""
+    index_path = directory / "shard-00000.tar.idx"
+    index_path.unlink()
+    with ShardWriter(index_path, schema=schema) as writer:
+        for row in rows:
+            writer.write(row)
+    manifest = json.loads((directory / M).read_text())
+    size, digest = checksum_of_file(index_path)
+    manifest["shards"][0]["index"].update(size=size, checksum=format_checksum(digest))
+    write_manifest(directory, manifest)
+
+
+def write_older_tar_index(out: Path, name: str, base: str) -> str:
+    """A copy of valid tar dataset `base` whose member index has the spans of an index written
+    before member checksums ([data offset, size]): still read, its members unchecked."""
+    description, schema, classes, records = TAR_VALID[base]
+    _write_tar_base(out / name, schema, classes, records)
+    rows = _index_rows(out / name / "shard-00000.tar.idx")
+    for row in rows:
+        row["members"] = {ext: span[:2] for ext, span in row["members"].items()}
+    _rewrite_index(out / name, rows)
+    described = f"{description}; its member index written before member checksums (spans of two numbers): read, members unchecked"
+    _write_valid_tar_json(out, name, described, schema, classes, records)
+    return described
+
+
+def write_flipped_member(out: Path, name: str, base: str) -> str:
+    """A copy of valid tar dataset `base` with one bit of record 0's txt member flipped in the tar."""
+    rule = "a member field is checked against the checksum of its span when it is read"
+    _write_tar_base(out / name, *TAR_VALID[base][1:])
+    start, size, _ = _index_rows(out / name / "shard-00000.tar.idx")[0]["members"]["txt"]
+    tar = out / name / "shard-00000.tar"
+    data = bytearray(tar.read_bytes())
+    data[start] ^= 0x01
+    tar.write_bytes(bytes(data))
+    key = TAR_VALID[base][3][0]["key"]
+    message = f"member field 'txt' of sample {key!r} [{start}, {start + size}) does not match its checksum: the tar is corrupt"
+    expected = {"base": base, "rule": rule, "check": "member-checksum", "error": "ChecksumError", "message": message,
+                "path": "shard-00000.tar", "offset": start, "record": 0, "when": "read"}
+    (out / f"{name}.json").write_bytes(dump_json(expected))
+    return rule
+
+
+def _write_valid_tar_json(
+    out: Path, name: str, description: str, schema: Schema, classes: list[str] | None, records: list[dict[str, Any]]
+) -> None:
+    values = []
+    for record in records:
+        values.append({key: (value.hex() if isinstance(value, bytes) else value) for key, value in record.items()})
+    rows = [{**row, "key": row["key"].hex(), "image_checksum": hex64(row["image_checksum"] % (1 << 64))}
+            for row in _index_rows(out / name / "shard-00000.tar.idx")]
+    expected = {
+        "description": description,
+        "valid": True,
+        "schema": schema.to_json(),
+        "classes": classes,
+        "records": values,
+        "index": rows,
+    }
+    (out / f"{name}.json").write_bytes(dump_json(expected))
 
 
 def _write_tar_base(directory: Path, schema: Schema, classes: list[str] | None, records: list[dict[str, Any]]) -> None:
@@ -1492,21 +1564,10 @@ def write_tar_datasets(out: Path) -> dict[str, str]:
     described: dict[str, str] = {}
     for name, (description, schema, classes, records) in TAR_VALID.items():
         _write_tar_base(out / name, schema, classes, records)
-        values = []
-        for record in records:
-            values.append({key: (value.hex() if isinstance(value, bytes) else value) for key, value in record.items()})
-        rows = [{**row, "key": row["key"].hex(), "image_checksum": hex64(row["image_checksum"] % (1 << 64))}
-                for row in _index_rows(out / name / "shard-00000.tar.idx")]
-        expected = {
-            "description": description,
-            "valid": True,
-            "schema": schema.to_json(),
-            "classes": classes,
-            "records": values,
-            "index": rows,
-        }
-        (out / f"{name}.json").write_bytes(dump_json(expected))
+        _write_valid_tar_json(out, name, description, schema, classes, records)
         described[name] = description
+    described["image-text-older-index"] = write_older_tar_index(out, "image-text-older-index", "image-text")
+    described["tar-member-flipped"] = write_flipped_member(out, "tar-member-flipped", "image-text")
     for name, (base, rule, break_rule) in TAR_INVALID.items():
         directory = out / name
         _write_tar_base(directory, *TAR_VALID[base][1:])
@@ -1514,14 +1575,7 @@ def write_tar_datasets(out: Path) -> dict[str, str]:
         rows = _index_rows(index_path)
         check, error, message, column, record, when = break_rule(rows, (directory / "shard-00000.tar").stat().st_size)
         schema = INDEX_SCHEMA if "extra" not in rows[0] else Schema((*INDEX_SCHEMA.fields, Field("extra", "int64")))
-        index_path.unlink()
-        with ShardWriter(index_path, schema=schema) as writer:
-            for row in rows:
-                writer.write(row)
-        manifest = json.loads((directory / M).read_text())
-        size, digest = checksum_of_file(index_path)
-        manifest["shards"][0]["index"].update(size=size, checksum=format_checksum(digest))
-        write_manifest(directory, manifest)
+        _rewrite_index(directory, rows, schema)
         offset = None
         path = "shard-00000.tar.idx"
         if column is not None:

@@ -149,7 +149,7 @@ def run_conversion(
                 sidecars[index] = _write_shard(plan, output, index, per_shard[index], results, bar)
         except OSError as err:
             if err.errno == errno.ENOSPC:
-                raise _disk_full(output, err) from err
+                raise disk_full_error(output) from err
             raise
         finally:
             results.close()
@@ -160,7 +160,7 @@ def run_conversion(
         output.finish(manifest, report)
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise _disk_full(output, err) from err
+            raise disk_full_error(output) from err
         raise
     if strict and rejects:
         first = rejects[0]
@@ -327,9 +327,11 @@ def _write_shard(
         sink.abort()
 
 
-def _disk_full(output: Output, err: OSError) -> ConvertError:
+def disk_full_error(output: Output, *, device: str = "the output", doing: str = "") -> ConvertError:
+    """The one line a full disk (ENOSPC) ends a conversion with (spec/conversion.md): `device`
+    names whose device filled up, `doing` what was being written when it did."""
     return ConvertError(
-        "no space left on the device of the output; nothing unfinished was kept under a final name: "
+        f"no space left on the device of {device}{doing}; nothing unfinished was kept under a final name: "
         "free some space, then run the same command with --resume to keep the finished shards and do the rest",
         path=output.location,
     )

@@ -28,7 +28,7 @@ from .._storage.urls import is_url
 from ..format._fieldtypes import HeadedJpeg
 from ..format._jpeg import JpegInfo
 from ..format._layout import MAX_FIELD_SIZE
-from ..tar._keys import tar_key
+from ..tar._keys import MAX_MEMBER_SIZE, key_problem, tar_key
 from .images import (
     IMAGE_KINDS,
     normalise_image,
@@ -180,9 +180,10 @@ def _read_whole(fd: int, size_hint: int) -> bytes:
 
 @dataclass(frozen=True)
 class ImageLabelBuilder:
-    """(image, label, key) records: the image normalised (`normalise.normalise_image`). For a tar
-    shard the key must also read back as a tar key (`tar.keys.tar_key`), or the record is a
-    "bad-key" reject before its file is read. Records from tars may have no label
+    """(image, label, key) records: the image normalised (`normalise.normalise_image`). The key
+    must obey the key rule of every output (`tar.keys.key_problem`), and for a tar shard also
+    read back as a tar key (`tar.keys.tar_key`), or the record is a "bad-key" reject before
+    its file is read. Records from tars may have no label
     (`labelled`) and further members (`members`: field name and kind, one file each): text
     must be UTF-8 and JSON strict JSON text, or the record is a "bad-member" reject."""
 
@@ -200,6 +201,10 @@ class ImageLabelBuilder:
                 key = tar_key(key)
             except SchemaError as err:
                 raise RejectError(err.message, reason="bad-key") from err
+        _check_key(key)
+        for (name, _), file in zip(self.members, record.files[1:], strict=True):
+            if file.size > MAX_MEMBER_SIZE:  # before anything is read
+                raise RejectError(f"member {name!r} is {file.size} bytes, over the member limit of {MAX_MEMBER_SIZE}", reason="too-large")
         data = self.reader.read(record.files[0])
         image = normalise_image(data, max_side=self.max_side, quality=self.quality)
         value = image.data if image.info is None else HeadedJpeg(image.data, image.info)  # headers parsed once
@@ -232,7 +237,8 @@ def member_value(data: bytes, kind: str, name: str) -> Any:
 class FieldsBuilder:
     """Records of several columns: each image read, its size checked against the first image's
     times its stated scale (a mismatch is a "size-mismatch" reject, read from the headers
-    before decoding), reshaped by one geometry and stored in its kind; values as planned."""
+    before decoding), reshaped by one geometry and stored in its kind; values as planned. A key
+    that breaks the key rule (`tar.keys.key_problem`) is a "bad-key" reject before any read."""
 
     reader: InputReader
     columns: tuple[tuple[str, str], ...]
@@ -242,6 +248,7 @@ class FieldsBuilder:
     quality: int
 
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
+        _check_key(record.key)
         images = [(name, kind) for name, kind in self.columns if kind in IMAGE_KINDS]
         datas, sizes = [], []
         for n, (file, (name, _)) in enumerate(zip(record.files, images, strict=True)):
@@ -276,6 +283,13 @@ class FieldsBuilder:
         fields.update(zip(value_columns, record.values, strict=True))
         fields["key"] = record.key
         return fields, tuple(reasons)
+
+
+def _check_key(key: str) -> None:
+    """Reject a record whose key breaks the key rule of every output (`tar.keys.key_problem`)."""
+    problem = key_problem(key)
+    if problem is not None:
+        raise RejectError(problem, reason="bad-key")
 
 
 Builder = ImageLabelBuilder | FieldsBuilder

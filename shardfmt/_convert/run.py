@@ -75,6 +75,7 @@ in place with ``pread``).
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections import Counter
@@ -90,7 +91,7 @@ from ..format._writer import DEFAULT_SHARD_SIZE
 from .destination import Output
 from .engine import ENGINES
 from .images import DEFAULT_QUALITY
-from .loop import ConvertResult, already_finished, run_conversion
+from .loop import ConvertResult, already_finished, disk_full_error, run_conversion
 from .plan import from_scan
 from .records import builder_for
 from .sources import ParquetColumns, scan_source, source_name, source_texts
@@ -198,7 +199,12 @@ def _convert_into(output: Output, work: Path, sources: list[str], *, options: di
                   columns: ParquetColumns | None, members: Mapping[str, str] | None, workers: int | None, strict: bool,
                   progress: bool, engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
     """Scan the sources, plan the shards and run the conversion into `output`."""
-    scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
+    try:
+        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
+    except OSError as err:  # decompressing tars into `work` (in the output's work folder when it is local)
+        if err.errno == errno.ENOSPC:
+            raise disk_full_error(output, device=f"the work folder {work}", doing=" while decompressing the compressed tars") from err
+        raise
     root = os.fspath(scan.root)
     if not scan.inputs and not allow_empty:
         raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=sources[0])

@@ -320,7 +320,12 @@ def open_dataset(
             first open into a cache, and found there afterwards (see `tars.open_tars` for
             where); a directory without manifest.json is never a dataset, even one full of tars
             (index it with `tars.index_tars`).
-        verify: check each record's checksum when its payload is read.
+        verify: check each record's checksum when its payload is read: a binary shard's record
+            checksum covers every field; in a tar shard the image member and each member
+            field (a caption, JSON, bytes) are checked against their own checksums in the
+            member index when read (labels and keys are index values, checked on open); an
+            index written before member checksums existed has none, and its member fields
+            are read unchecked.
         remote: for a URL, how to read it: range reads (default) or a local shard cache,
             credentials, retries (see `RemoteOptions`).
 

@@ -33,7 +33,8 @@ __all__ = ["CACHE_NAME", "cache_dirs", "expand_braces", "index_tars", "member_fi
 CACHE_NAME: Final = ".shardfmt-index"
 """The cache folder beside tars that are opened directly."""
 REJECTS_NAME: Final = "rejects.jsonl"
-_CACHE_VERSION: Final = 2
+_CACHE_VERSION: Final = 3
+"""3: member indexes carry each member's checksum (an entry of an older version is indexed again)."""
 _RANGE = re.compile(r"(-?\d+)\.\.(-?\d+)")
 _MAX_EXPANSION: Final = 1 << 20
 """Brace patterns name at most MAX_SHARDS tars."""
@@ -402,7 +403,7 @@ def open_tars(tars: Sequence[Path]) -> tuple[Manifest, Path, Path]:
     two folders of `cache_dirs` and used if its entry records the tar's current size and
     modification time; otherwise the tar is indexed into the first of those folders that can be
     written. A changed tar is therefore indexed again; a tar rewritten with the same size and
-    modification time is not noticed (its image checksums still are, on read).
+    modification time is not noticed (its members' checksums still are, on read).
 
     Returns:
         (manifest, root of the tars, root of the indexes) for `DatasetReader`.

@@ -98,7 +98,13 @@ class Loader:
             dataset, the first time this loader reads the record (the workers share one bit
             per record; a memory-mapped shard cannot change under the loader, since writers
             replace files rather than edit them), and for a URL every time its bytes are
-            fetched. "always": before every use. False: never.
+            fetched. "always": before every use. False: never. What is checked: a binary
+            shard's record checksum covers every field of the record; a tar shard's image
+            member is checked against its checksum and every member field (captions, JSON,
+            bytes: checked each time it is read, with True as with "always") against the
+            member's own checksum in the member index; labels and keys are values of the
+            index, checked when it is opened. An index written before member checksums
+            existed has none: its member fields are then read unchecked.
         fast_decode: libjpeg-turbo's fast IDCT and upsampling (default): about 5% faster; crops
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
         start_method: multiprocessing start method; default the platform's, but forkserver for a

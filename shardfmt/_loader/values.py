@@ -49,14 +49,16 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
     """The values of fields `names` (of `VALUE_TYPES`) of dataset records `indices`, one list per
     field in the order of `indices`: a str, the parsed JSON value, or bytes (a copy).
 
-    They are read from the memory-mapped shards without hashing the records again: the workers
-    check each record's checksum when they read its image, and a tar's further members have no
-    checksum of their own (spec/tar.md, section 7). Text and JSON are still checked (format.md
-    steps 31 and 32).
+    They are read from the memory-mapped shards. A binary shard's record is not hashed again here:
+    the workers check each record's checksum (which covers all its fields) when they read its
+    image. A tar's member is checked against its own checksum when the dataset is opened with
+    `verify` (spec/tar.md, section 7; an index without member checksums has none to check).
+    Text and JSON are always checked (format.md steps 31 and 32).
 
     Raises:
         FormatError: a value is not valid for its type, or a shard file was truncated since it
             was opened (`format.ShardReaderBase.check_file`).
+        ChecksumError: a tar member does not match its checksum (with `verify`).
     """
     values: dict[str, list[Any]] = {name: [] for name in names}
     checked = set()
@@ -66,7 +68,7 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
         if shard_index not in checked:  # a truncated file is an error, not SIGBUS
             shard.check_file(local)
             checked.add(shard_index)
-        record = shard.record(local) if isinstance(shard, TarShardReader) else None  # a tar's members are read unhashed
+        record = shard.record(local) if isinstance(shard, TarShardReader) else None  # a tar's member is checked on its own
         for name in names:
             if record is not None:
                 value = record[name]

@@ -3,7 +3,7 @@
 A tar shard holds samples as members named ``KEY.EXTENSION``; shardfmt writes ``KEY.cls`` (the
 label in ASCII decimal), ``KEY.jpg`` and optionally ``KEY.json``. Next to each tar lies its member
 index ``NAME.tar.idx``: a binary shard with one record per sample that says where the image
-member's bytes are, its size, checksum and label. `TarShardReader` turns that index into the same
+member's bytes are, its size, checksum and label, and every member's span and checksum. `TarShardReader` turns that index into the same
 record table a `shardfmt.format.ShardReader` has, over a memory map of the tar, so the loader
 reads a tar exactly as it reads a binary shard.
 

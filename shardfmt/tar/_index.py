@@ -22,6 +22,7 @@ from ._keys import (
     INDEX_SUFFIX,
     LABEL_EXTENSION,
     MAX_LABEL_SIZE,
+    MAX_MEMBER_SIZE,
     display_key,
 )
 from ._scan import TarMember, TarSample, scan_members
@@ -43,7 +44,9 @@ INDEX_SCHEMA: Final = Schema.of(
 
 `key` holds the key's bytes as they are in the member names; `image_offset` and `image_size` the
 span of the image member's data in the tar; `image_checksum` its XXH3-64 as a two's-complement
-int64; `members` every member of the sample as ``{extension: [data offset, size]}``."""
+int64; `members` every member of the sample as ``{extension: [data offset, size, XXH3-64]}``, the
+checksum as an unsigned integer (an index written before member checksums has
+``[data offset, size]`` spans, read with those members unchecked)."""
 
 
 def index_path_for(tar_path: str | os.PathLike[str]) -> Path:
@@ -121,6 +124,13 @@ def _member_problem(sample: TarSample, image_ext: str | None, image_extensions: 
         return "duplicate-member", f"two members with extension {display_key(sample.duplicate.extension)!r}"
     if len({display_key(ext) for ext in sample.members}) < len(sample.members):
         return "duplicate-member", "two extensions that read the same once bytes that are not UTF-8 are written as \\xNN"
+    if image_ext is not None:
+        large = next((m for ext, m in sample.members.items() if ext != image_ext and m.size > MAX_MEMBER_SIZE), None)
+        if large is not None:
+            return (
+                "too-large",
+                f"the member .{display_key(large.extension)} is {large.size} bytes, over the member limit of {MAX_MEMBER_SIZE}",
+            )
     if image_ext is None:
         other = next((ext for ext in ANY_IMAGE_EXTENSIONS if ext in sample.members), None)
         if other is None:
@@ -132,13 +142,18 @@ def _member_problem(sample: TarSample, image_ext: str | None, image_extensions: 
     return None
 
 
+_Digests = dict[tuple[int, str], int]
+"""The XXH3-64 of each member of the samples read, by (sample number, extension)."""
+
+
 def _read_members(
     source: ByteSource, roles: list[tuple[TarMember, int, str]]
-) -> tuple[dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]], dict[int, int | tuple[str, str]], Hasher]:
-    """One sequential pass over the tar: hash all of it and, on the way, read each sample's image
-    (its JPEG header or problem, and checksum) and label member."""
+) -> tuple[dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]], dict[int, int | tuple[str, str]], _Digests, Hasher]:
+    """One sequential pass over the tar: hash all of it and, on the way, each member of a sample
+    that may make a record (its XXH3-64), its image (JPEG header or problem) and label member."""
     images: dict[int, tuple[TarMember, tuple[str, str] | tuple[int, int, int], int]] = {}
     labels: dict[int, int | tuple[str, str]] = {}
+    digests: _Digests = {}
     hasher = Hasher()
     hashed = 0
     for member, number, role in sorted(roles, key=lambda role: role[0].data_offset):  # in file order
@@ -146,12 +161,13 @@ def _read_members(
         hasher.update(source.read(hashed, stop))
         hashed = stop
         data = source.read(member.data_offset, stop)
+        digest = digests[number, member.extension] = checksum(data)
         if role == "label":
             labels[number] = parse_label(data)
-        else:
-            images[number] = (member, _image_problem(data), checksum(data))
+        elif role == "image":
+            images[number] = (member, _image_problem(data), digest)
     hasher.update(source.read(hashed, source.size))
-    return images, labels, hasher
+    return images, labels, digests, hasher
 
 
 def _record_problem(
@@ -187,9 +203,9 @@ def _choose_members(
             problems[number] = problem
         elif image_ext is not None:  # always so when there is no problem
             chosen[number] = image_ext
-            roles.append((sample.members[image_ext], number, "image"))
-            if labelled and label_extension in sample.members:
-                roles.append((sample.members[label_extension], number, "label"))
+            for ext, member in sample.members.items():
+                role = "image" if ext == image_ext else "label" if labelled and ext == label_extension else "member"
+                roles.append((member, number, role))
     return problems, chosen, roles
 
 
@@ -214,7 +230,14 @@ def _judge_records(
 
 
 def _write_index(
-    index_path: Path, samples: Sequence[TarSample], kept: dict[int, _Kept], chosen: dict[int, str], label_extension: str, *, labelled: bool
+    index_path: Path,
+    samples: Sequence[TarSample],
+    kept: dict[int, _Kept],
+    chosen: dict[int, str],
+    digests: _Digests,
+    label_extension: str,
+    *,
+    labelled: bool,
 ) -> tuple[ShardInfo, int, dict[str, int]]:
     """Write a record per kept sample; return the index written, the largest label and the other members' counts."""
     max_label = -1
@@ -239,7 +262,7 @@ def _write_index(
                     "image_checksum": digest - (1 << 64) if digest >= 1 << 63 else digest,
                     "label": label,
                     # the index's JSON is UTF-8: an extension's bytes that are not are written as \xNN
-                    "members": {display_key(ext): [m.data_offset, m.size] for ext, m in sample.members.items()},
+                    "members": {display_key(ext): [m.data_offset, m.size, digests[number, ext]] for ext, m in sample.members.items()},
                 }
             )
         index_info = writer.close()
@@ -259,11 +282,12 @@ def index_tar(
 
     The headers are parsed first (USTAR, PAX and GNU long names, through Python's tarfile, on a
     memory map: nothing is extracted); then one sequential pass hashes the whole file and, on the
-    way, each sample's image member (XXH3-64 and JPEG header) and label member.
+    way, every member of each sample (XXH3-64), its image member's JPEG header and its label.
 
     A sample is left out, as a `TarReject`, when it has two members with one extension
-    ("duplicate-member"), no member with an extension of `image_extensions` ("no-image"), an
-    image member that is empty, too large, not a JPEG, damaged in its headers or not storable
+    ("duplicate-member"), no member with an extension of `image_extensions` ("no-image"), a
+    member besides the image over MAX_MEMBER_SIZE ("too-large"), an image member that is empty,
+    too large, not a JPEG, damaged in its headers or not storable
     ("empty", "too-large", "not-a-jpeg", "corrupt", "unsupported-jpeg"; an image of another
     format, such as ``KEY.png``, is "not-a-jpeg": convert such tars), or, in a labelled tar, no
     valid label member ("no-label", "bad-label"). A tar is labelled when any of its samples has a
@@ -294,10 +318,10 @@ def index_tar(
         if labelled is None:
             labelled = has_labels
         problems, chosen, roles = _choose_members(scan.samples, image_extensions, label_extension, labelled=labelled)
-        images, labels, hasher = _read_members(source, roles)
+        images, labels, digests, hasher = _read_members(source, roles)
         kept = _judge_records(images, labels, label_extension, labelled=labelled, problems=problems)
         index_path = index_path_for(path) if index is None else Path(index)
-        index_info, max_label, counts = _write_index(index_path, scan.samples, kept, chosen, label_extension, labelled=labelled)
+        index_info, max_label, counts = _write_index(index_path, scan.samples, kept, chosen, digests, label_extension, labelled=labelled)
         tar = ShardInfo(Path(source.path), index_info.num_records, source.size, hasher.intdigest())
         rejects = tuple(TarReject(shown, scan.samples[n].key, *problems[n]) for n in sorted(problems))
         return TarIndexInfo(tar, index_info, rejects, max_label, scan.skipped, labelled, tuple(sorted(counts.items())), has_labels)

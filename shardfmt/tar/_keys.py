@@ -33,6 +33,10 @@ _RESERVED_FIELDS: Final = frozenset({"image", "label", "key", "offset", "size", 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,63}\Z")
 MAX_LABEL_SIZE: Final = 64
 """A ``.cls`` member longer than this is not a label (an int64 needs at most 20 characters)."""
+MAX_MEMBER_SIZE: Final = 1 << 26
+"""The largest member of a sample other than its image (64 MiB): a member field is read whole
+(decoded as text or JSON, copied as bytes), so this bounds that allocation; the image member is
+bounded by ``MAX_FIELD_SIZE`` as a binary shard's image is (spec/tar.md, section 10)."""
 REJECT_REASONS: Final = (
     "duplicate-member",
     "no-image",
@@ -82,17 +86,37 @@ def is_meta(name: str) -> bool:
     return _META_NAME.match(name) is not None
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot be the key of a record that shardfmt writes, or None: the one rule of every
+    output of a conversion (binary and tar) and of `TarShardWriter` (spec/conversion.md, "Key").
+
+    A key is a relative, "/"-separated path: not empty, no empty, "." or ".." part (so no leading
+    "/"), and no control character (U+0000 to U+001F and U+007F: NUL, a newline, a tab, ...),
+    which would break the lines of tar listings and the paths that tools make of keys.
+    """
+    if not key or any(part in ("", ".", "..") for part in key.split("/")):
+        return f"key {display_key(key)!r} must be a relative path without empty, '.' or '..' parts"
+    control = _CONTROL.search(key)
+    if control is not None:
+        return f"key {display_key(key)!r} holds the control character U+{ord(control.group()):04X} at position {control.start()}"
+    return None
+
+
 def encode_key(key: Any) -> bytes:
-    """Check that a writer key survives the round trip through a member name; return its bytes."""
+    """Check that a writer key obeys `key_problem`'s rule and survives the round trip through a
+    member name; return its bytes."""
     if not isinstance(key, str):
         raise SchemaError(f"a key must be a str, got {type(key).__name__}")
     try:
         raw = key.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as err:
         raise SchemaError(f"key {key!r} cannot be encoded: {err}") from err
-    parts = key.split("/")
-    if not key or "\x00" in key or any(part in ("", ".", "..") for part in parts):
-        raise SchemaError(f"key {display_key(key)!r} must be a relative path without empty, '.' or '..' parts or NUL")
+    problem = key_problem(key)
+    if problem is not None:
+        raise SchemaError(problem)
     if split_key(key + ".jpg") != (key, "jpg") or is_meta(key + ".jpg"):
         raise SchemaError(
             f"key {display_key(key)!r} would not read back: its last part must not start with or contain a "
@@ -106,8 +130,8 @@ def tar_key(name: str) -> str:
     (``n01/img.001`` -> ``n01/img_001``), since there a dot would start the extension.
 
     Raises:
-        SchemaError: the name cannot be a key even so (an empty, "." or ".." part, NUL, or a
-            first part that marks webdataset metadata).
+        SchemaError: the name cannot be a key even so (`key_problem`, or a first part that
+            marks webdataset metadata).
     """
     head, slash, last = name.rpartition("/")
     key = head + slash + last.replace(".", "_")

@@ -10,11 +10,12 @@ therefore the same for both shard formats.
 from __future__ import annotations
 
 import os
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import numpy as np
 
-from .._errors import FormatError
+from .._checksum import checksum
+from .._errors import ChecksumError, FormatError, LimitError
 from .._jsontext import JsonTextError, parse_json
 from .._storage import ByteSource
 from ..format._fieldtypes import JpegType
@@ -22,7 +23,7 @@ from ..format._layout import MAX_CLASSES, MAX_FIELD_SIZE, MAX_IMAGE_SIDE
 from ..format._reader import Record, ShardReader, ShardReaderBase, close_on_error
 from ..format._schema import IMAGE_CLASSIFICATION, Schema, tar_schema_problem
 from ._index import INDEX_SCHEMA, index_path_for
-from ._keys import BLOCK_SIZE, member_field
+from ._keys import BLOCK_SIZE, MAX_MEMBER_SIZE, display_key, member_field
 
 __all__ = ["TarRecord", "TarShardReader"]
 
@@ -43,6 +44,20 @@ _FROM_INDEX: Final = {
 span is its image member, so a record's checksum is the image's; ``image.reserved`` stays zero."""
 
 
+def _is_span(span: Any, tar_size: int) -> TypeGuard[list[int]]:
+    """Whether `span` is ``[data offset, size]`` or ``[data offset, size, checksum]`` of integers
+    inside a tar of `tar_size` bytes, the size at most MAX_FIELD_SIZE, the checksum a u64."""
+    return (
+        isinstance(span, list)
+        and len(span) in (2, 3)
+        and all(type(x) is int for x in span)
+        and 0 <= span[0]
+        and 0 <= span[1] <= MAX_FIELD_SIZE
+        and span[0] + span[1] <= tar_size
+        and (len(span) == 2 or 0 <= span[2] < 1 << 64)
+    )
+
+
 class TarRecord(Record):
     """A record of a tar shard; its key keeps bytes that are not UTF-8 (as surrogate escapes)."""
 
@@ -61,25 +76,34 @@ class TarShardReader(ShardReaderBase):
     `table` has the columns and dtypes of a binary shard's record table for the
     ``IMAGE_CLASSIFICATION`` schema, built once from the index: a record's span (``offset``,
     ``size``, ``checksum``) and its ``image.*`` columns are those of the image member's data in
-    the tar, so `verify_record` hashes exactly that member and the loader reads it from `source`
-    (the memory-mapped tar) as it reads a binary shard. ``key.offset`` and ``key.size`` locate the
-    key in the index shard (`index`), not in the tar: read keys with `payload` or `key`.
+    the tar, so the loader reads it from `source` (the memory-mapped tar) as it reads a binary
+    shard. ``key.offset`` and ``key.size`` locate the key in the index shard (`index`), not in the
+    tar: read keys with `payload` or `key`.
+
+    What `verify` checks: the image member against ``image_checksum``, and each member field
+    (and each member `members` returns) against the XXH3-64 its span in the index carries.
+    The label and the key are values of the index, whose table and records are checksummed as
+    any binary shard's. An index written before member checksums existed (spans of two
+    numbers) has none: its member fields are then read unchecked, only the image is checked
+    (`shardfmt verify` still compares the whole tar with the manifest's checksum).
 
     Args:
         path: the tar.
         index: its member index; default ``NAME.tar.idx`` beside it.
-        verify: check a record's image checksum whenever its image is read.
+        verify: check a record's image member whenever it is read (`verify_record`,
+            `payload`), and a member field whenever it is read; see above.
         expected_size, expected_index_size: sizes the manifest states; a mismatch raises first.
         source, index_source: the tar and the index as byte sources (a remote object, a cached
             shard); default: memory-mapped local files.
         schema: the dataset's schema (`format.schema.tar_schema`); default image, label, key.
             Without a label field every label in the index must be -1; with one, none may be.
             A field past the key is read from the sample's member of that name
-            (`keys.member_field`), unverified: only the image member has a checksum.
+            (`keys.member_field`).
 
     Raises:
         ShardNotFoundError: the tar or the index does not exist.
         FormatError: the index is not a valid member index, or does not fit the tar.
+        LimitError: a member field is over MAX_MEMBER_SIZE (64 MiB), checked before it is read.
     """
 
     _record_type = TarRecord
@@ -104,6 +128,7 @@ class TarShardReader(ShardReaderBase):
             self.source.close()
             raise FormatError(f"cannot be read with this schema: {problem}", path=self.path)
         self.schema = schema
+        self._member_checksums: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
         with close_on_error(self.source):
             if expected_size is not None and self.source.size != expected_size:
                 raise FormatError(f"file is {self.source.size} bytes but the manifest says {expected_size}", path=self.path)
@@ -167,8 +192,11 @@ class TarShardReader(ShardReaderBase):
 
     def _fill_members(self, table: np.ndarray[Any, Any], names: list[str]) -> None:
         """Set the offset and size columns of each member field from the index's `members`
-        (parsed here, once per record, only when the schema has member fields)."""
+        (parsed here, once per record, only when the schema has member fields), and keep each
+        member's checksum where the index has one."""
         index = self.index
+        for name in names:
+            self._member_checksums[name] = (np.zeros(len(table), np.uint64), np.zeros(len(table), bool))
         for i in range(len(table)):
             try:
                 spans = parse_json(bytes(index.payload(i, "members")))
@@ -177,36 +205,78 @@ class TarShardReader(ShardReaderBase):
             by_field = {member_field(ext): span for ext, span in spans.items()} if isinstance(spans, dict) else {}
             for name in names:
                 span = by_field.get(name)
-                if not (isinstance(span, list) and len(span) == 2 and all(type(x) is int for x in span)
-                        and BLOCK_SIZE <= span[0] and span[0] % BLOCK_SIZE == 0 and 0 <= span[1] <= MAX_FIELD_SIZE
-                        and span[0] + span[1] <= self.source.size):
+                if not (_is_span(span, self.source.size) and BLOCK_SIZE <= span[0] and span[0] % BLOCK_SIZE == 0):
                     raise FormatError(
-                        f"members has no valid span for field {name!r} (a [data offset, size] inside the tar)",
+                        f"members has no valid span for field {name!r} (a [data offset, size] or [data offset, size, "
+                        "checksum] inside the tar)",
                         path=index.path, offset=index.locate_column(i, "members.offset")[1], record=i,
                     )
-                table[i][f"{name}.offset"], table[i][f"{name}.size"] = span
+                if span[1] > MAX_MEMBER_SIZE:
+                    raise LimitError(
+                        f"member field {name!r} is {span[1]} bytes, over the member limit of {MAX_MEMBER_SIZE}",
+                        path=index.path, offset=index.locate_column(i, "members.offset")[1], record=i,
+                    )
+                table[i][f"{name}.offset"], table[i][f"{name}.size"] = span[:2]
+                if len(span) == 3:
+                    digests, checked = self._member_checksums[name]
+                    digests[i], checked[i] = span[2], True
 
     def locate_column(self, index: int, column: str) -> tuple[str, int]:
         """Return where `column` of record `index` is stored: in the member index."""
         return self.index.locate_column(index, _FROM_INDEX.get(column, "members.offset"))
 
     def payload(self, index: int, field: str) -> memoryview:
-        """Return the bytes of "image" (from the tar, verified), "key" (from the index) or a
-        member field (from the tar; a member other than the image has no checksum)."""
+        """Return the bytes of "image" (from the tar), "key" (from the index) or a member field
+        (from the tar); with `verify`, the image or member is checked against its checksum
+        first (a member of an index without member checksums is not: see the class)."""
         if field == "key":
             return self.index.payload(index, "key")
         if field == "image" or field not in self.schema.names or not self.schema.field(field).is_variable:
             return super().payload(index, field)
         row = self.table[index]
         start = int(row[f"{field}.offset"])
-        return self.source.read(start, start + int(row[f"{field}.size"]))
+        data = self.source.read(start, start + int(row[f"{field}.size"]))
+        if self.verify:
+            self._check_member(index, field, start, data)
+        return data
+
+    def verify_record(self, index: int) -> None:
+        """Check record `index`'s image member, then each of its member fields that has a
+        checksum in the index, against their XXH3-64.
+
+        Raises:
+            ChecksumError: naming the tar, the record (and for a member, its extension and the
+                sample's key) and the first byte of the member's data.
+        """
+        super().verify_record(index)
+        row = self.table[index]
+        for name in self._member_checksums:
+            start = int(row[f"{name}.offset"])
+            self._check_member(index, name, start, self.source.read(start, start + int(row[f"{name}.size"])))
+
+    def _check_member(self, index: int, name: str, start: int, data: memoryview) -> None:
+        """Compare member field `name` of record `index` with its checksum, if the index has one."""
+        digests, checked = self._member_checksums[name]
+        if checked[index]:
+            self._check_bytes(index, f"member field {name!r}", start, data, int(digests[index]))
+
+    def _check_bytes(self, index: int, what: str, start: int, data: memoryview, expected: int) -> None:
+        if checksum(data) != expected:
+            raise ChecksumError(
+                f"{what} of sample {display_key(self.key(index))!r} [{start}, {start + len(data)}) "
+                "does not match its checksum: the tar is corrupt",
+                path=self.path,
+                offset=start,
+                record=index,
+            )
 
     def key(self, index: int) -> str:
         """Return record `index`'s key, decoded as tarfile decodes names (UTF-8, surrogateescape)."""
         return bytes(self.payload(index, "key")).decode("utf-8", "surrogateescape")
 
     def members(self, index: int) -> dict[str, memoryview]:
-        """Return every member of record `index`'s sample, by lower-cased extension, unverified."""
+        """Return every member of record `index`'s sample, by lower-cased extension; with
+        `verify`, each member that has a checksum in the index is checked first."""
         spans = self.index.record(index)["members"]
         if not isinstance(spans, dict):
             raise FormatError(
@@ -214,16 +284,12 @@ class TarShardReader(ShardReaderBase):
             )
         result = {}
         for extension, span in spans.items():
-            if not (
-                isinstance(span, list)
-                and len(span) == 2
-                and all(isinstance(x, int) for x in span)
-                and 0 <= span[0]
-                and 0 <= span[1]
-                and span[0] + span[1] <= self.source.size
-            ):
+            if not _is_span(span, self.source.size):
                 raise FormatError(f"member {extension!r} has no valid span in the tar", path=self.index.path, record=index)
-            result[extension] = self.source.read(span[0], span[0] + span[1])
+            data = self.source.read(span[0], span[0] + span[1])
+            if self.verify and len(span) == 3:
+                self._check_bytes(index, f"member {extension!r}", span[0], data, span[2])
+            result[extension] = data
         return result
 
     def close(self) -> None:

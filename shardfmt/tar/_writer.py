@@ -28,6 +28,7 @@ from ._index import INDEX_SCHEMA, index_path_for
 from ._keys import (
     BLOCK_SIZE,
     LABEL_EXTENSION,
+    MAX_MEMBER_SIZE,
     META_EXTENSION,
     RECORD_SIZE,
     display_key,
@@ -145,6 +146,9 @@ def _sample_members(
                 f"{where}: {extension!r} cannot be a member extension here (a lower-case identifier, not cls, jpg, or json beside meta)"
             )
         members_out[extension] = value
+    for extension, value in members_out.items():
+        if extension != "jpg" and len(value) > MAX_MEMBER_SIZE:  # what a reader refuses to read whole
+            raise SchemaError(f"{where}: member {extension!r} is {len(value)} bytes, over the member limit of {MAX_MEMBER_SIZE}")
     return members_out
 
 
@@ -254,11 +258,11 @@ class TarShardWriter(Transaction):
         spans: dict[str, list[int]] = {}
         for extension, header, payload in pieces:
             self._emit(header)
-            spans[extension] = [self._file.tell(), len(payload)]
+            spans[extension] = [self._file.tell(), len(payload), checksum(payload)]
             self._emit(payload)
             self._emit(_padding(len(payload)))
         self._keys.add(key)
-        digest = checksum(data)
+        digest = spans["jpg"][2]
         return self._index.write(
             {
                 "key": name,

@@ -141,6 +141,42 @@ def test_the_cli_names_the_lock_in_one_line(source: Path, tmp_path: Path) -> Non
     assert len(lines) == 1 and lines[0].startswith(f"Error: {out}: another run is converting into this output (process ")
 
 
+def test_a_disk_filled_by_decompressing_tars_stops_with_the_disk_full_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import tarfile
+
+    from conftest import jpeg_bytes
+
+    from shardfmt._convert.sources import tars as tar_sources
+
+    (tmp_path / "src").mkdir()
+    with tarfile.open(tmp_path / "src" / "a.tar.gz", "w:gz") as archive:
+        for i in range(3):
+            for name, data in ((f"k{i}.jpg", jpeg_bytes(8, 8, seed=i)), (f"k{i}.cls", b"1")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+
+    def filling(source: Any, target: Any, length: int = 0) -> None:  # a bomb meets a small disk
+        target.write(source.read(1000))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tar_sources.shutil, "copyfileobj", filling)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "src"), str(out), "--workers", "1", "-q"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    work = out / ".shardfmt-work" / "tars"
+    assert lines == [
+        f"Error: {out}: no space left on the device of the work folder {work} while decompressing the compressed tars; "
+        "nothing unfinished was kept under a final name: free some space, then run the same command with --resume to keep "
+        "the finished shards and do the rest"
+    ]
+    assert sorted(p.name for p in out.rglob("*")) == []  # the partial copy is gone, and the work folder with it
+    monkeypatch.undo()
+    assert convert(tmp_path / "src", out, workers=1, resume=True).num_records == 3
+
+
 def test_a_full_disk_stops_with_one_line_keeps_nothing_partial_and_resume_finishes(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

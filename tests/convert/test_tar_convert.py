@@ -128,8 +128,9 @@ def test_tar_to_tar_keeps_keys_that_are_not_utf8(tmp_path: Path) -> None:
         assert [(r["key"], r["label"]) for r in reader] == [("caf\udce9", 3)]
     assert [(r["key"], r["reason"]) for r in read_rejects(tmp_path / "tar")] == [("x/", "bad-key")]
     convert(path, tmp_path / "bin", workers=1)
-    with open_dataset(tmp_path / "bin") as reader:
-        assert [r["key"] for r in reader] == ["caf\\xe9", "x/"]
+    with open_dataset(tmp_path / "bin") as reader:  # "x/" breaks the key rule of every output
+        assert [r["key"] for r in reader] == ["caf\\xe9"]
+    assert [(r["key"], r["reason"]) for r in read_rejects(tmp_path / "bin")] == [("x/", "bad-key")]
 
 
 def test_resume_and_overwrite_know_tar_shards(imagefolder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,3 +208,29 @@ def test_cli_format_tar_takes_classification_records_only(imagefolder: Path, tmp
     assert code == 0 and output == ""
     with open_dataset(tmp_path / "raw") as reader:
         assert len(reader) == 5 and reader.schema.field("image").type == "raw"
+
+
+def test_both_outputs_apply_one_key_rule(tmp_path: Path) -> None:
+    image = jpeg_bytes(8, 8)
+    path = tmp_path / "in.tar"
+    names = ["ok", "../up", "/etc/abs", "line\nbreak", "tab\there", "n/ok2"]
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as archive:
+        for key in names:
+            for extension, data in (("jpg", image), ("cls", b"1")):
+                info = tarfile.TarInfo(f"{key}.{extension}")
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    expected = [
+        ("../up", "bad-key", "key '../up' must be a relative path without empty, '.' or '..' parts"),
+        ("/etc/abs", "bad-key", "key '/etc/abs' must be a relative path without empty, '.' or '..' parts"),
+        ("line\nbreak", "bad-key", "key 'line\\nbreak' holds the control character U+000A at position 4"),
+        ("tab\there", "bad-key", "key 'tab\\there' holds the control character U+0009 at position 3"),
+    ]
+    for shard_format in ("binary", "tar"):
+        out = tmp_path / shard_format
+        convert(path, out, workers=1, shard_format=shard_format)
+        with open_dataset(out) as reader:
+            assert [r["key"] for r in reader] == ["ok", "n/ok2"]
+        assert [(r["key"], r["reason"], r["detail"]) for r in read_rejects(out)] == expected
+    with tarfile.open(tmp_path / "tar" / "shard-00000.tar") as written:
+        assert written.getnames() == ["ok.cls", "ok.jpg", "n/ok2.cls", "n/ok2.jpg"]

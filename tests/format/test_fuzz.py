@@ -41,6 +41,7 @@ from shardfmt._errors import ManifestError
 from shardfmt.format import ShardReader
 from shardfmt.format._fieldtypes import IMAGE_TYPES
 from shardfmt.format._layout import FOOTER_SIZE
+from shardfmt.format._schema import tar_schema
 from shardfmt.tar._index import INDEX_SCHEMA, index_tar
 from shardfmt.tar._reader import TarShardReader
 from shardfmt.tar._writer import TarShardWriter
@@ -210,6 +211,27 @@ def test_tar_header_field_set_and_resealed(corpus: fuzz.Corpus, worker: fuzz.Wor
     if data.draw(st.booleans()):
         fuzz_mutations.reseal_header(tar, offset)
     assert_no_finding(worker, mutant("tar", seed, {"fuzz.tar": bytes(tar)}, f"header field [{start}, +{width}) at {offset}"))
+
+
+def test_a_tar_whose_label_members_were_all_renamed_is_read_as_indexed(corpus: fuzz.Corpus, worker: fuzz.Worker, tmp_path: Path) -> None:
+    # Mutation 56945 of the campaign of seed 0 (two header names set and resealed): no sample
+    # keeps a .cls member, so index_tar indexes the tar without labels (label -1), and its
+    # index reads as a dataset without labels; read as labelled it is a FormatError, typed.
+    seed = next(s for s in corpus.tar if s.name == "small")
+    tar = bytearray(seed.files["fuzz.tar"])
+    assert fuzz_mutations.header_blocks(bytes(tar))[:4] == [0, 1024, 2560, 3584]
+    for offset, name in ((0, b"a/../../b.jpg"), (2560, b"img.json")):
+        tar[offset : offset + 100] = name.ljust(100, b"\0")
+        fuzz_mutations.reseal_header(tar, offset)
+    assert_no_finding(worker, mutant("tar", seed, {"fuzz.tar": bytes(tar)}, "the .cls headers renamed and resealed"))
+    (tmp_path / "t.tar").write_bytes(bytes(tar))
+    info = index_tar(tmp_path / "t.tar")
+    assert (info.labelled, info.tar.num_records) == (False, 2)
+    assert [(r.key, r.reason) for r in info.rejects] == [("a/../../b", "not-a-jpeg"), ("img", "no-image")]
+    with TarShardReader(tmp_path / "t.tar", schema=tar_schema(labelled=False)) as reader:
+        assert [(r["key"], r.image_info().height) for r in reader] == [("a", 10), ("b", 13)]
+    with pytest.raises(FormatError, match=r"label is -1 \(no label member\) in a labelled dataset"):
+        TarShardReader(tmp_path / "t.tar")
 
 
 @MORE

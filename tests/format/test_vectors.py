@@ -278,7 +278,7 @@ def test_tar_dataset_vector_reads_or_fails_as_stated(expected_path: Path) -> Non
 
 def test_every_tar_reading_check_has_an_invalid_vector() -> None:
     checks = {json.loads(path.read_text()).get("check") for path in TAR_DATASETS}
-    assert set(range(1, 10)) | {"schema", "checksum"} <= checks
+    assert set(range(1, 10)) | {"schema", "checksum", "member-checksum"} <= checks
 
 
 def test_every_manifest_step_has_an_invalid_dataset() -> None:

@@ -143,7 +143,7 @@ def test_writer_uses_pax_only_for_long_or_non_ascii_names(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    "key", ["", "a.b", ".x", "a/", "/abs", "a//b", "a/../b", "./a", "x\x00y", "__meta__/k", "a/.b", 7, "\ud800"]
+    "key", ["", "a.b", ".x", "a/", "/abs", "a//b", "a/../b", "./a", "x\x00y", "a\nb", "a\tb", "a\x7fb", "__meta__/k", "a/.b", 7, "\ud800"]
 )
 def test_writer_refuses_keys_that_would_not_read_back(tmp_path: Path, key: Any) -> None:
     with pytest.raises(SchemaError):

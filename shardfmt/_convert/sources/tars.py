@@ -89,7 +89,8 @@ def decompress_tars(tars: list[Path], folder: Path, *, threads: int | None = Non
     of a file that is not gzip, or is cut short, holds what came out, and its scan finds it corrupt.
 
     Raises:
-        ConvertError: a tar does not exist. OSError: a copy cannot be written.
+        ConvertError: a tar does not exist. OSError: a copy cannot be written (its partial
+            copy is removed first; ENOSPC when the disk fills, as a decompression bomb makes it).
     """
     root = Path(os.path.commonpath([os.path.dirname(os.path.abspath(tar)) for tar in tars]))
 
@@ -113,16 +114,16 @@ def decompress_tars(tars: list[Path], folder: Path, *, threads: int | None = Non
         if target.exists() and marker.exists() and marker.read_text() == stamp:
             return target
         temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        with open(temporary, "wb") as plain:
-            try:
-                with gzip.open(tar, "rb") as compressed:
-                    shutil.copyfileobj(compressed, plain, 1 << 20)
-            except (EOFError, zlib.error, gzip.BadGzipFile):
-                pass
-            except BaseException:
-                plain.close()
-                temporary.unlink(missing_ok=True)
-                raise
+        try:
+            with open(temporary, "wb") as plain:  # closing flushes, which may fail too (a full disk)
+                try:
+                    with gzip.open(tar, "rb") as compressed:
+                        shutil.copyfileobj(compressed, plain, 1 << 20)
+                except (EOFError, zlib.error, gzip.BadGzipFile):
+                    pass
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
         os.replace(temporary, target)
         marker.write_text(stamp)
         return target
