@@ -1917,6 +1917,45 @@ def sampling_crops() -> dict[str, Any]:
     }
 
 
+EVAL_CASES: list[dict[str, Any]] = [
+    {"size": [224, 224], "resize": 256, "height": 375, "width": 500},
+    {"size": [224, 224], "resize": 256, "height": 1001, "width": 333},
+    {"size": [224, 224], "resize": 256, "height": 256, "width": 257},
+    {"size": [24, 32], "resize": 40, "height": 81, "width": 95},
+    {"size": [64, 64], "resize": 73, "height": 500, "width": 375},
+    {"size": [64, 64], "resize": 73, "height": 64, "width": 64},
+    {"size": [224, 224], "resize": 256, "height": 375, "width": 500, "field_size": [112, 112]},
+    {"size": [32, 32], "resize": 40, "height": 90, "width": 61, "field_size": [33, 33]},
+]
+"""CenterCrop's evaluation rule: the pipeline's size and resize, the image's size and, optionally,
+the output size of a further image field, whose resize is scaled from the pipeline's."""
+
+
+def sampling_eval_crops() -> dict[str, Any]:
+    from shardfmt.ops._crop import CenterCrop, field_resize
+
+    cases = []
+    for case in EVAL_CASES:
+        pipeline = CenterCrop(tuple(case["size"]), resize=case["resize"])
+        field_size = tuple(case.get("field_size", case["size"]))
+        resized_h, resized_w, top, left = pipeline.resized_crop(case["height"], case["width"], size=field_size)
+        cases.append(
+            {
+                **case,
+                "field_resize": field_resize(pipeline.resize, pipeline.size, field_size),
+                "resized": [resized_h, resized_w],
+                "crop": [top, left, field_size[0], field_size[1]],
+            }
+        )
+    return {
+        "description": (
+            "CenterCrop's evaluation rule (torchvision's Resize then CenterCrop): the size the whole image is resized "
+            "to and the box [top, left, height, width] cut from it, for given image sizes (spec/sampling.md)"
+        ),
+        "cases": cases,
+    }
+
+
 STEP_CASES: list[dict[str, Any]] = [
     {"step": "TrivialAugmentWide", "args": {}, "height": 224, "width": 224, "position": 0},
     {"step": "RandAugment", "args": {"num_ops": 2, "magnitude": 9}, "height": 224, "width": 224, "position": 0},
@@ -2139,6 +2178,7 @@ def generate(out: Path) -> None:
     (out / "sampling").mkdir()
     (out / "sampling" / "sorted-keys-batches.json").write_bytes(dump_cases(sampling_batches()))
     (out / "sampling" / "crops.json").write_bytes(dump_cases(sampling_crops()))
+    (out / "sampling" / "eval-crops.json").write_bytes(dump_cases(sampling_eval_crops()))
     (out / "sampling" / "feistel-batches.json").write_bytes(dump_cases(sampling_feistel()))
     (out / "sampling" / "mixture-batches.json").write_bytes(dump_cases(sampling_mixture()))
     (out / "sampling" / "elastic-batches.json").write_bytes(dump_cases(sampling_elastic()))
@@ -2151,6 +2191,7 @@ def generate(out: Path) -> None:
         "mixture-batches": "mixtures: per-source counts and every rank's batches of chosen epochs",
         "elastic-batches": "an epoch resumed on other numbers of ranks, hop by hop",
         "crops": "crop boxes and flips of every pipeline, carried to further image fields",
+        "eval-crops": "CenterCrop's evaluation rule: the resized size and the box cut from it",
         "augment-steps": "the operations, magnitudes and erased boxes the auto-augment steps and random erasing draw",
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
         "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",

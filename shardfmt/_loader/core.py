@@ -101,6 +101,8 @@ class Loader:
             fetched. "always": before every use. False: never.
         fast_decode: libjpeg-turbo's fast IDCT and upsampling (default): about 5% faster; crops
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
+            A `CenterCrop` (``pipeline="eval"``) always decodes exactly, to give torchvision's
+            ``Resize`` + ``CenterCrop`` pixels (spec/sampling.md, "The evaluation rule").
         start_method: multiprocessing start method; default the platform's, but forkserver for a
             ``gs://`` dataset, which gcsfs reads over gRPC (gRPC does not survive fork).
         timeout: seconds without progress after which a stalled worker is reported.
@@ -154,8 +156,9 @@ class Loader:
             rounding (docs/gpu.md). "gpu" and "hybrid" deliver on ``device`` (default "cuda"),
             for the (images, labels) form of a jpeg field, without ``augment``.
         interpolation: the crop's resize, "bilinear" (default) or "bicubic", both antialiased
-            (PIL's and torchvision's results), for every pipeline; an `ImageOutput` given in
-            `fields` keeps its own.
+            (PIL's and torchvision's results), or "nearest" (PIL's ``NEAREST``, torchvision's
+            ``NEAREST`` on PIL images and ``NEAREST_EXACT`` on tensors; no DCT-scaled decode),
+            for every pipeline; an `ImageOutput` given in `fields` keeps its own.
         repeats: repeated augmentation (DeiT's RASampler): each record `repeats` times an
             epoch, every copy with its own crop and draws, the copies of a record on
             consecutive ranks; `len()` and the state count the copies (spec/sampling.md).

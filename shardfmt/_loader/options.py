@@ -193,8 +193,12 @@ class LoaderOptions:
         check_request(self.decode, fields=self.fields is not None, augment=bool(self.augment))
 
     def _check_interpolation(self) -> None:
-        if self.interpolation not in INTERPOLATIONS or self.interpolation == "nearest":
-            raise ValueError(f"interpolation must be 'bilinear' or 'bicubic' (antialiased), got {self.interpolation!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"interpolation must be 'bilinear' or 'bicubic' (antialiased) or 'nearest', got {self.interpolation!r}"
+            )
+        if self.interpolation == "nearest" and self.decode != "cpu":
+            raise ValueError(f"decode={self.decode!r} resizes with an antialiased kernel; interpolation='nearest' needs decode='cpu'")
 
     def _check_repeats(self) -> None:
         object.__setattr__(self, "repeats", check_repeats(self.repeats))

@@ -34,6 +34,7 @@ from shardfmt.format._layout import (
     NDARRAY_DTYPES,
     column_name,
 )
+from shardfmt.ops import CenterCrop
 from shardfmt.ops._crop import pipeline_from_config, scale_plan, snap_to_scale
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -366,6 +367,24 @@ def test_sampling_vectors_give_the_crops() -> None:
                     carried = snap_to_scale(carried, fh, fw, tuple(field["size"]))
                 assert [int(carried.top[0]), int(carried.left[0]), int(carried.height[0]), int(carried.width[0])] == box
     assert ops == {"random_resized_crop", "random_crop", "center_crop", "resize"}
+
+
+def test_eval_crop_vectors_follow_the_written_rule() -> None:
+    vector = sampling_vector("eval-crops")
+    for case in vector["cases"]:
+        size = tuple(case["size"])
+        field_size = tuple(case.get("field_size", size))
+        resize = max(int(round(case["resize"] * field_size[0] / size[0])), max(field_size))  # spec/sampling.md
+        assert resize == case["field_resize"]
+        height, width = case["height"], case["width"]
+        short, long = min(height, width), max(height, width)
+        new_long = int((resize * long) / short)
+        new_h, new_w = (new_long, resize) if width <= height else (resize, new_long)
+        top, left = int(round((new_h - field_size[0]) / 2.0)), int(round((new_w - field_size[1]) / 2.0))
+        assert [new_h, new_w] == case["resized"] and [top, left, *field_size] == case["crop"]
+        pipeline = CenterCrop(size, resize=case["resize"])
+        assert list(pipeline.resized_crop(height, width, size=field_size)) == [new_h, new_w, top, left]
+    assert len(vector["cases"]) == 8
 
 
 def test_annotated_listing_covers_every_byte() -> None:

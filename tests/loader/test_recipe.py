@@ -153,3 +153,16 @@ def test_repeats_resume_on_other_ranks_with_the_rest_of_the_epoch(dataset: Path)
             rest += [batch[2] for batch in loader]
     everything = Counter(torch.cat(taken + rest).tolist())
     assert everything == {i: 2 for i in range(NUM_RECORDS)}
+
+
+def test_nearest_interpolation_is_accepted_and_takes_pils_nearest_pixels(dataset: Path) -> None:
+    images = collect(dataset, pipeline="resize", size=40, interpolation="nearest", fast_decode=False, shuffle=False, return_indices=True)
+    with open_dataset(dataset) as data:
+        for batch, _, indices in images:
+            for image, index in zip(batch, indices.tolist(), strict=True):
+                pixels = simplejpeg.decode_jpeg(bytes(data[index]["image"]), colorspace="RGB")
+                source = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)
+                want = torch.nn.functional.interpolate(source, size=(40, 40), mode="nearest-exact")[0]  # PIL's NEAREST
+                assert torch.equal(image, want)
+    with pytest.raises(ValueError, match="interpolation=.nearest. needs decode=.cpu."):
+        Loader(dataset, batch_size=4, interpolation="nearest", decode="gpu")
