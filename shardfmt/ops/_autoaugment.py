@@ -18,7 +18,9 @@ An operation's magnitude is bin ``b`` of its table (below), negated when the sig
 | AutoContrast, Equalize, Invert | - | - | as in `imageops` |
 
 "0 to 0.99" is torch's float32 ``linspace`` of n bins (n = `num_magnitude_bins`). Geometric
-operations use nearest pixels and `fill` outside the image (torchvision's defaults).
+operations use nearest pixels and `fill` outside the image (torchvision's defaults), or, with
+``interpolation="bilinear"`` or ``"bicubic"`` (what torchvision's reference recipe passes from
+its ``--interpolation``), that kernel (`imageops.resample_affine`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
-from ._imageops import ImageOps
+from ._imageops import WARP_INTERPOLATIONS, ImageOps
 from ._pixelops import PixelOps
 
 __all__ = ["AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
@@ -130,6 +132,18 @@ def stored_fill(fill: float | tuple[float, ...]) -> tuple[float, float, float]:
     return cast("tuple[float, float, float]", fill)
 
 
+def check_interpolation(interpolation: Any) -> str:
+    """Check a step's `interpolation` (of `imageops.WARP_INTERPOLATIONS`)."""
+    if interpolation not in WARP_INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {', '.join(WARP_INTERPOLATIONS)}, got {interpolation!r}")
+    return str(interpolation)
+
+
+def _with_interpolation(config: dict[str, Any], interpolation: str) -> dict[str, Any]:
+    """A step's config, naming its interpolation where it is not the default "nearest"."""
+    return config if interpolation == "nearest" else {**config, "interpolation": interpolation}
+
+
 def _check_bins(num_bins: Any) -> int:
     if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
         raise ValueError(f"num_magnitude_bins must be an integer of at least 2, got {num_bins!r}")
@@ -159,15 +173,21 @@ _GEOMETRIC = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"
 
 
 def apply_operation(
-    ops: ImageOps | PixelOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]
+    ops: ImageOps | PixelOps,
+    image: np.ndarray,
+    operation: int,
+    magnitude: float,
+    fill: tuple[float, float, float],
+    interpolation: str = "nearest",
 ) -> np.ndarray:
     """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image` (float
-    planes with `ImageOps`, uint8 pixels with `PixelOps`); return the array now holding the sample."""
+    planes with `ImageOps`, uint8 pixels with `PixelOps`), a geometric one with `interpolation`;
+    return the array now holding the sample."""
     name = OPERATIONS[operation]
     if name == "Identity":
         return image
     if name in _GEOMETRIC:
-        return ops.warp(image, _affine(name, magnitude, ops.size), fill)
+        return ops.warp(image, _affine(name, magnitude, ops.size), fill, interpolation)
     _adjust(ops, image, name, magnitude)
     return image
 
@@ -213,7 +233,13 @@ def _adjust(ops: ImageOps | PixelOps, image: np.ndarray, name: str, magnitude: f
 
 
 def _run_triples(
-    ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray, family: str, num_bins: int, fill: tuple[float, float, float]
+    ops: ImageOps | PixelOps,
+    image: np.ndarray,
+    params: np.ndarray,
+    family: str,
+    num_bins: int,
+    fill: tuple[float, float, float],
+    interpolation: str = "nearest",
 ) -> np.ndarray:
     """Apply the (operation, bin, sign) triples of one record's row; an operation of -1 is skipped."""
     height, width = ops.size
@@ -226,7 +252,7 @@ def _run_triples(
         magnitude = table[bin_index] if len(table) > 1 else 0.0
         if sign and OPERATIONS[operation] in SIGNED_OPERATIONS:
             magnitude = -magnitude
-        image = apply_operation(ops, image, operation, magnitude, fill)
+        image = apply_operation(ops, image, operation, magnitude, fill, interpolation)
     return image
 
 
@@ -236,16 +262,19 @@ class TrivialAugmentWide:
     magnitude bin of `num_magnitude_bins` and a random sign.
 
     Draws: operation ``floor(14 u[0])``, bin ``floor(n u[1])``, negative if ``u[2] < 0.5`` (for
-    the signed operations); three draws whatever the operation.
+    the signed operations); three draws whatever the operation. `interpolation`: the geometric
+    operations' kernel, "nearest" (torchvision's default), "bilinear" or "bicubic".
     """
 
     num_magnitude_bins: int = 31
     fill: float | tuple[float, ...] = 0
+    interpolation: str = "nearest"
     draws: ClassVar[int] = 3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_magnitude_bins", _check_bins(self.num_magnitude_bins))
         object.__setattr__(self, "fill", fill_triple(self.fill))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign)."""
@@ -254,10 +283,11 @@ class TrivialAugmentWide:
         return np.stack([operation, bin_index, (u[:, 2] < 0.5).astype(np.float64)], axis=1)
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, stored_fill(self.fill))
+        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, stored_fill(self.fill), self.interpolation)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(stored_fill(self.fill))}
+        config = {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(stored_fill(self.fill))}
+        return _with_interpolation(config, self.interpolation)
 
 
 @dataclass(frozen=True)
@@ -266,12 +296,14 @@ class RandAugment:
     (repeats allowed), all at bin `magnitude` of `num_magnitude_bins`, each with a random sign.
 
     Draws: for op k (from 0), operation ``floor(14 u[2k])``, negative if ``u[2k + 1] < 0.5``.
+    `interpolation` as `TrivialAugmentWide`'s.
     """
 
     num_ops: int = 2
     magnitude: int = 9
     num_magnitude_bins: int = 31
     fill: float | tuple[float, ...] = 0
+    interpolation: str = "nearest"
 
     def __post_init__(self) -> None:
         bins = _check_bins(self.num_magnitude_bins)
@@ -280,6 +312,7 @@ class RandAugment:
         if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, int) or not 0 <= self.magnitude < bins:
             raise ValueError(f"magnitude must be a bin in [0, {bins}), got {self.magnitude!r}")
         object.__setattr__(self, "fill", fill_triple(self.fill))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     @property
     def draws(self) -> int:
@@ -293,16 +326,17 @@ class RandAugment:
         return np.stack(columns, axis=1) if columns else np.zeros((len(u), 0))
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, stored_fill(self.fill))
+        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, stored_fill(self.fill), self.interpolation)
 
     def to_config(self) -> dict[str, Any]:
-        return {
+        config = {
             "op": "rand_augment",
             "num_ops": self.num_ops,
             "magnitude": self.magnitude,
             "num_magnitude_bins": self.num_magnitude_bins,
             "fill": list(stored_fill(self.fill)),
         }
+        return _with_interpolation(config, self.interpolation)
 
 
 @dataclass(frozen=True)
@@ -312,17 +346,19 @@ class AutoAugment:
     random sign.
 
     Draws: sub-policy ``floor(25 u[0])``; operation i (0, 1) runs if ``u[1 + i] <= p_i`` and is
-    negative if ``u[3 + i] < 0.5``.
+    negative if ``u[3 + i] < 0.5``. `interpolation` as `TrivialAugmentWide`'s.
     """
 
     policy: str = "imagenet"
     fill: float | tuple[float, ...] = 0
+    interpolation: str = "nearest"
     draws: ClassVar[int] = 5
 
     def __post_init__(self) -> None:
         if self.policy != "imagenet":
             raise ValueError(f"policy must be 'imagenet' (the one policy offered), got {self.policy!r}")
         object.__setattr__(self, "fill", fill_triple(self.fill))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign) for the two operations; operation -1 where one does not run."""
@@ -338,7 +374,8 @@ class AutoAugment:
         return rows
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", 10, stored_fill(self.fill))
+        return _run_triples(ops, image, params, "standard", 10, stored_fill(self.fill), self.interpolation)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "auto_augment", "policy": self.policy, "fill": list(stored_fill(self.fill))}
+        config = {"op": "auto_augment", "policy": self.policy, "fill": list(stored_fill(self.fill))}
+        return _with_interpolation(config, self.interpolation)

@@ -128,7 +128,8 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
 def test_a_loaders_eval_batches_are_torchvisions_pixels(photos: tuple[Path, list[bytes]], interpolation: str) -> None:
     path, payloads = photos
-    with Loader(path, batch_size=len(SIZES), num_workers=0, shuffle=False, pipeline="eval", size=224, interpolation=interpolation) as loader:
+    settings = dict(batch_size=len(SIZES), num_workers=0, shuffle=False, pipeline="eval", size=224, interpolation=interpolation)
+    with Loader(path, **settings) as loader:
         assert loader.pipeline == CenterCrop(224, resize=256)
         images = next(iter(loader))[0]
     for image, data in zip(images, payloads, strict=True):
