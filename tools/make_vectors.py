@@ -1961,6 +1961,8 @@ STEP_CASES: list[dict[str, Any]] = [
     {"step": "RandAugment", "args": {"num_ops": 2, "magnitude": 9}, "height": 224, "width": 224, "position": 0},
     {"step": "RandAugment", "args": {"num_ops": 3, "magnitude": 15, "num_magnitude_bins": 21}, "height": 160, "width": 331, "position": 2},
     {"step": "AutoAugment", "args": {}, "height": 224, "width": 224, "position": 1},
+    {"step": "AutoAugment", "args": {"policy": "cifar10"}, "height": 32, "width": 32, "position": 0},
+    {"step": "AutoAugment", "args": {"policy": "svhn", "interpolation": "bilinear"}, "height": 32, "width": 32, "position": 0},
     {"step": "RandomErasing", "args": {"p": 0.5}, "height": 224, "width": 224, "position": 3},
     {"step": "RandomErasing", "args": {"p": 1.0, "scale": [0.1, 0.9], "ratio": [0.5, 2.0]}, "height": 40, "width": 30, "position": 0},
 ]

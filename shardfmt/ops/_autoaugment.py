@@ -1,5 +1,6 @@
 """The auto-augment family of steps: `TrivialAugmentWide`, `RandAugment` and `AutoAugment` (the
-ImageNet policy), with torchvision's operation sets, magnitude bins and sampling rules.
+ImageNet, CIFAR-10 and SVHN policies), with torchvision's operation sets, magnitude bins and
+sampling rules.
 
 Each step draws which operations run, their magnitude bins and signs from its uniforms ``u``
 (``u[0]`` is draw 1 of the step's key; spec/sampling.md), as a row of (operation, bin, sign)
@@ -35,7 +36,7 @@ import torch
 from ._imageops import WARP_INTERPOLATIONS, ImageOps
 from ._pixelops import PixelOps
 
-__all__ = ["AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
+__all__ = ["POLICIES", "AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
 
 OPERATIONS = (
     "Identity",
@@ -88,6 +89,67 @@ IMAGENET_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, in
     (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
 )
 """AutoAugment's ImageNet policy: 25 sub-policies of two (operation, probability, bin) each."""
+
+CIFAR10_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, int | None]], ...] = (
+    (("Invert", 0.1, None), ("Contrast", 0.2, 6)),
+    (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+    (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)),
+    (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)),
+    (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+    (("Color", 0.4, 3), ("Brightness", 0.6, 7)),
+    (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+    (("Equalize", 0.6, None), ("Equalize", 0.5, None)),
+    (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+    (("Color", 0.7, 7), ("TranslateX", 0.5, 8)),
+    (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+    (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)),
+    (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+    (("Solarize", 0.5, 2), ("Invert", 0.0, None)),
+    (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.2, None), ("Equalize", 0.6, None)),
+    (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+    (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)),
+    (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+    (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)),
+    (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)),
+    (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+    (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
+)
+"""AutoAugment's CIFAR-10 policy (torchvision's table): 25 sub-policies."""
+
+SVHN_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, int | None]], ...] = (
+    (("ShearX", 0.9, 4), ("Invert", 0.2, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.6, None), ("Solarize", 0.6, 6)),
+    (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.4, None)),
+    (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+    (("Invert", 0.9, None), ("AutoContrast", 0.8, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)),
+    (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)),
+    (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)),
+    (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+    (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)),
+    (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+    (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)),
+    (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+    (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)),
+    (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+    (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)),
+    (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+    (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
+)
+"""AutoAugment's SVHN policy (torchvision's table): 25 sub-policies."""
+
+POLICIES = {"imagenet": IMAGENET_POLICY, "cifar10": CIFAR10_POLICY, "svhn": SVHN_POLICY}
+"""AutoAugment's policies by the names torchvision's ``AutoAugmentPolicy`` gives them."""
 
 
 def _linspace(start: float, end: float, count: int) -> list[float]:
@@ -341,9 +403,9 @@ class RandAugment:
 
 @dataclass(frozen=True)
 class AutoAugment:
-    """torchvision's AutoAugment with the ImageNet policy: one of its 25 sub-policies chosen
-    uniformly; each of its two operations runs with its probability, at its bin of 10, with a
-    random sign.
+    """torchvision's AutoAugment with one of its policies, "imagenet" (default), "cifar10" or
+    "svhn" (`POLICIES`): one of the policy's 25 sub-policies chosen uniformly; each of its two
+    operations runs with its probability, at its bin of 10, with a random sign.
 
     Draws: sub-policy ``floor(25 u[0])``; operation i (0, 1) runs if ``u[1 + i] <= p_i`` and is
     negative if ``u[3 + i] < 0.5``. `interpolation` as `TrivialAugmentWide`'s.
@@ -355,19 +417,20 @@ class AutoAugment:
     draws: ClassVar[int] = 5
 
     def __post_init__(self) -> None:
-        if self.policy != "imagenet":
-            raise ValueError(f"policy must be 'imagenet' (the one policy offered), got {self.policy!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(repr(name) for name in POLICIES)}, got {self.policy!r}")
         object.__setattr__(self, "fill", fill_triple(self.fill))
         object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign) for the two operations; operation -1 where one does not run."""
-        chosen = np.floor(u[:, 0] * len(IMAGENET_POLICY)).astype(np.int64)
+        policy = POLICIES[self.policy]
+        chosen = np.floor(u[:, 0] * len(policy)).astype(np.int64)
         rows = np.zeros((len(u), 6))
         for i in range(2):
-            operation = np.array([OPERATIONS.index(IMAGENET_POLICY[c][i][0]) for c in chosen], np.float64)
-            probability = np.array([IMAGENET_POLICY[c][i][1] for c in chosen])
-            bins = np.array([IMAGENET_POLICY[c][i][2] or 0 for c in chosen], np.float64)
+            operation = np.array([OPERATIONS.index(policy[c][i][0]) for c in chosen], np.float64)
+            probability = np.array([policy[c][i][1] for c in chosen])
+            bins = np.array([policy[c][i][2] or 0 for c in chosen], np.float64)
             rows[:, 3 * i] = np.where(u[:, 1 + i] <= probability, operation, -1.0)
             rows[:, 3 * i + 1] = bins
             rows[:, 3 * i + 2] = u[:, 3 + i] < 0.5

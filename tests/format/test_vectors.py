@@ -504,7 +504,7 @@ def _erasing_box(u: list[float], args: dict[str, Any], height: int, width: int) 
 
 
 def test_augment_step_vectors_follow_the_written_rules() -> None:
-    from shardfmt.ops._autoaugment import IMAGENET_POLICY
+    from shardfmt.ops._autoaugment import POLICIES
 
     names = [
         "Identity",
@@ -539,7 +539,7 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
             elif case["step"] == "RandAugment":
                 chosen = [(names[math.floor(14 * u[2 * k])], args["magnitude"], u[2 * k + 1] < 0.5) for k in range(args["num_ops"])]
             else:
-                policy = IMAGENET_POLICY[math.floor(25 * u[0])]
+                policy = POLICIES[args.get("policy", "imagenet")][math.floor(25 * u[0])]
                 chosen = [
                     (name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)
                 ]

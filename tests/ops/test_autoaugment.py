@@ -27,7 +27,7 @@ from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import AutoAugment, RandAugment, RandomErasing, TrivialAugmentWide
 from shardfmt.ops._augment import SampleTransform
-from shardfmt.ops._autoaugment import IMAGENET_POLICY, OPERATIONS, apply_operation, magnitude_table
+from shardfmt.ops._autoaugment import IMAGENET_POLICY, OPERATIONS, POLICIES, apply_operation, magnitude_table
 from shardfmt.ops._erasing import erasing_boxes
 from shardfmt.ops._imageops import ImageOps
 from shardfmt.ops._pixelops import PixelOps
@@ -251,7 +251,7 @@ def test_draws_follow_the_stated_rules() -> None:
     for bad in (
         lambda: RandAugment(magnitude=31),
         lambda: RandAugment(num_ops=-1),
-        lambda: AutoAugment("cifar10"),
+        lambda: AutoAugment("mnist"),
         lambda: TrivialAugmentWide(fill=300),
     ):
         with pytest.raises(ValueError):
@@ -505,3 +505,29 @@ def test_the_steps_take_and_name_their_interpolation() -> None:
     magnitude = magnitude_table("wide", "Rotate", 31, height=32, width=32)[30]
     assert np.array_equal(bilinear, torchvision_affine(image, "Rotate", magnitude, None, "bilinear"))
     assert not np.array_equal(bilinear, TrivialAugmentWide().run(ops, image.copy(), rows[0]))
+
+
+@pytest.mark.parametrize("policy", ["cifar10", "svhn"])
+def test_autoaugment_offers_torchvisions_cifar10_and_svhn_policies(policy: str) -> None:
+    table = POLICIES[policy]
+    assert len(table) == 25 and all(len(pair) == 2 and name in OPERATIONS for pair in table for name, _, _ in pair)
+    # spot checks against torchvision's AutoAugmentPolicy tables
+    if policy == "cifar10":
+        assert table[0] == (("Invert", 0.1, None), ("Contrast", 0.2, 6))
+        assert table[21] == (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9))
+        assert table[24] == (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None))
+    else:
+        assert table[0] == (("ShearX", 0.9, 4), ("Invert", 0.2, None))
+        assert table[15] == (("Invert", 0.8, None), ("TranslateY", 0.0, 2))
+        assert table[24] == (("ShearX", 0.7, 2), ("Invert", 0.1, None))
+    u = uniforms(record_keys(4, STEP_STREAM, 0, np.arange(2000, dtype=np.uint64)), 5)
+    rows = AutoAugment(policy).parameters(u)
+    chosen = np.floor(25 * u[:, 0]).astype(int)
+    for row in range(200):
+        for i in range(2):
+            name, p, bin_index = table[chosen[row]][i]
+            assert rows[row, 3 * i] == (OPERATIONS.index(name) if u[row, 1 + i] <= p else -1)
+            assert rows[row, 3 * i + 1] == (bin_index or 0)
+            assert rows[row, 3 * i + 2] == (u[row, 3 + i] < 0.5)
+    assert AutoAugment(policy).to_config()["policy"] == policy
+    assert not np.array_equal(rows, AutoAugment().parameters(u))
