@@ -2028,19 +2028,29 @@ REPEAT_CASES: list[dict[str, Any]] = [
     {"order": "sorted-key", "num_records": 10, "repeats": 3, "batch_size": 4, "seed": 0, "epoch": 0, "world_size": 3},
     {"order": "sorted-key", "num_records": 7, "repeats": 2, "batch_size": 3, "seed": 5, "epoch": 1, "world_size": 1},
     {"order": "feistel", "num_records": 9, "repeats": 4, "batch_size": 2, "seed": 11, "epoch": 2, "world_size": 2},
+    {
+        "order": "sorted-key", "num_records": 12, "repeats": 3, "batch_size": 2, "seed": 0, "epoch": 0, "world_size": 3,
+        "repeats_epoch": "records",
+    },
+    {
+        "order": "feistel", "num_records": 10, "repeats": 4, "batch_size": 3, "seed": 11, "epoch": 2, "world_size": 2,
+        "repeats_epoch": "records",
+    },
 ]
-"""Repeated augmentation: (order, N, copies, batch size, seed, epoch, world size)."""
+"""Repeated augmentation: (order, N, copies, batch size, seed, epoch, world size), and the epoch's
+length where it is RASampler's ("records": N positions) rather than every copy (k N)."""
 
 
 def sampling_repeats() -> dict[str, Any]:
     from shardfmt._sampling.orders import epoch_order
-    from shardfmt._sampling.permutation import RepeatedOrder, draw_epoch
+    from shardfmt._sampling.permutation import RepeatedOrder, draw_epoch, repeated_size
     from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in REPEAT_CASES:
         base = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
-        order = RepeatedOrder(base, case["repeats"])
+        size = repeated_size(case["num_records"], case["repeats"], case.get("repeats_epoch", "copies"))
+        order = RepeatedOrder(base, case["repeats"], size=size)
         ranks = []
         for rank in range(case["world_size"]):
             plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=case["world_size"], drop_last=False)

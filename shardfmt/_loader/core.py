@@ -162,6 +162,10 @@ class Loader:
         repeats: repeated augmentation (DeiT's RASampler): each record `repeats` times an
             epoch, every copy with its own crop and draws, the copies of a record on
             consecutive ranks; `len()` and the state count the copies (spec/sampling.md).
+        repeats_epoch: with `repeats` k, "copies" (default): an epoch of k N samples, every
+            copy of every record; "records": an epoch of N samples, as RASampler's (the first
+            N of those positions: about N / k records, k copies each), so that epoch-based
+            schedules need no dividing by k.
         batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`) run on
             each batch as it leaves the loader (on the device after the transfer with
             `device`): the labels become soft labels (N x num_classes float32), the images
@@ -235,6 +239,7 @@ class Loader:
         interpolation: str = "bilinear",
         repeats: int = 1,
         batch_augment: Sequence[BatchStep] | None = None,
+        repeats_epoch: str = "copies",
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
         self.path: Mixture | str | Path | list[str] = loader_path(path)
@@ -286,6 +291,7 @@ class Loader:
     batch_augment = property(lambda self: list(self.options.batch_augment))
     interpolation = property(lambda self: self.options.interpolation)
     repeats = property(lambda self: self.options.repeats)
+    repeats_epoch = property(lambda self: self.options.repeats_epoch)
     pin_memory = property(lambda self: self.options.device is not None)
     epoch = property(lambda self: self.cursor.epoch)
 

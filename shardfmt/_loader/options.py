@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .._sampling.keys import MAX_STEPS
-from .._sampling.permutation import check_repeats
+from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
 from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasing
 from ..ops._augment import AugmentStep, as_step
@@ -85,6 +85,7 @@ class LoaderOptions:
     decode: str = "cpu"
     interpolation: str = "bilinear"
     repeats: int = 1
+    repeats_epoch: str = "copies"
     batch_augment: tuple[BatchStep, ...] = ()
 
     @classmethod
@@ -202,6 +203,9 @@ class LoaderOptions:
 
     def _check_repeats(self) -> None:
         object.__setattr__(self, "repeats", check_repeats(self.repeats))
+
+    def _check_repeats_epoch(self) -> None:
+        repeated_size(1, 1, self.repeats_epoch)
 
     def _check_batch_augment(self) -> None:
         for step in self.batch_augment:

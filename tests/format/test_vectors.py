@@ -569,7 +569,11 @@ def test_repeat_vectors_follow_the_written_rule() -> None:
             assert flat == [[records[p // k], p % k] for p in positions]
         assert len({len(batches) for batches in case["batches"]}) == 1
         everything = sorted(tuple(pair) for batches in case["batches"] for batch in batches for pair in batch)
-        assert everything == [(r, c) for r in range(case["num_records"]) for c in range(k)]
+        if case.get("repeats_epoch", "copies") == "copies":
+            assert everything == [(r, c) for r in range(case["num_records"]) for c in range(k)]
+        else:  # RASampler's epoch: the first N positions (N a multiple of the world size here)
+            assert everything == sorted((records[p // k], p % k) for p in range(case["num_records"]))
+    assert {case.get("repeats_epoch", "copies") for case in sampling_vector("repeats-batches")["cases"]} == {"copies", "records"}
 
 
 def _beta_quantile(u: float, alpha: float) -> float:
