@@ -1963,6 +1963,9 @@ STEP_CASES: list[dict[str, Any]] = [
     {"step": "AutoAugment", "args": {}, "height": 224, "width": 224, "position": 1},
     {"step": "AutoAugment", "args": {"policy": "cifar10"}, "height": 32, "width": 32, "position": 0},
     {"step": "AutoAugment", "args": {"policy": "svhn", "interpolation": "bilinear"}, "height": 32, "width": 32, "position": 0},
+    {"step": "AugMix", "args": {}, "height": 224, "width": 224, "position": 0},
+    {"step": "AugMix", "args": {"severity": 5, "mixture_width": 2, "chain_depth": 2, "alpha": 0.5, "all_ops": False}, "height": 32,
+     "width": 48, "position": 1},
     {"step": "RandomErasing", "args": {"p": 0.5}, "height": 224, "width": 224, "position": 3},
     {"step": "RandomErasing", "args": {"p": 1.0, "scale": [0.1, 0.9], "ratio": [0.5, 2.0]}, "height": 40, "width": 30, "position": 0},
 ]
@@ -1994,6 +1997,9 @@ def sampling_steps() -> dict[str, Any]:
                     if isinstance(step, ops.TrivialAugmentWide)
                     else ("standard", getattr(step, "num_magnitude_bins", 10))
                 )
+                if isinstance(step, ops.AugMix):  # the weights first, then the chains' slots
+                    entry["weights"] = [float(v) for v in params[: 1 + step.mixture_width]]
+                    params, family = params[1 + step.mixture_width :], "augmix"
                 applied = []
                 for slot in range(len(params) // 3):
                     operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])

@@ -36,7 +36,7 @@ import torch
 from ._imageops import WARP_INTERPOLATIONS, ImageOps
 from ._pixelops import PixelOps
 
-__all__ = ["POLICIES", "AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
+__all__ = ["POLICIES", "AutoAugment", "RandAugment", "TrivialAugmentWide", "apply_operation", "check_interpolation", "magnitude_table"]
 
 OPERATIONS = (
     "Identity",
@@ -158,8 +158,10 @@ def _linspace(start: float, end: float, count: int) -> list[float]:
 
 def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, width: int) -> list[float]:
     """The magnitudes of `operation`'s bins in `family` ("wide" for TrivialAugmentWide, "standard"
-    for RandAugment and AutoAugment) for an image of `height` x `width`; [0.0] for an operation
-    without magnitude."""
+    for RandAugment and AutoAugment, "augmix" for AugMix) for an image of `height` x `width`;
+    [0.0] for an operation without magnitude."""
+    if family == "augmix":
+        return _augmix_table(operation, num_bins, height=height, width=width)
     wide = family == "wide"
     if operation in ("ShearX", "ShearY"):
         return _linspace(0.0, 0.99 if wide else 0.3, num_bins)
@@ -177,6 +179,18 @@ def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, 
     if operation == "Solarize":
         return _linspace(255.0, 0.0, num_bins)
     return [0.0]
+
+
+def _augmix_table(operation: str, num_bins: int, *, height: int, width: int) -> list[float]:
+    """AugMix's magnitudes: the standard ones but translations up to a third of the side and
+    posterize from 4 bits down to 0."""
+    if operation == "TranslateX":
+        return _linspace(0.0, width / 3.0, num_bins)
+    if operation == "TranslateY":
+        return _linspace(0.0, height / 3.0, num_bins)
+    if operation == "Posterize":
+        return [float(4 - int(np.round(b / ((num_bins - 1) / 4)))) for b in range(num_bins)]
+    return magnitude_table("standard", operation, num_bins, height=height, width=width)
 
 
 def fill_triple(fill: Any) -> tuple[float, float, float]:
