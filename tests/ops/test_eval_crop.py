@@ -1,13 +1,6 @@
-"""The evaluation crop against torchvision's ``Resize(resize, antialias=True)`` + ``CenterCrop(size)``.
-
-torchvision has no CPU build installable here, so `torchvision_eval` restates its tensor path:
-``transforms.v2.functional._geometry._compute_resized_output_size`` (one int: the shorter side
-becomes `resize`, the longer ``int(resize * long / short)``), ``resize_image`` (an unchanged
-size returns the image; else ``torch.nn.functional.interpolate`` on the uint8 tensor, which
-torchvision hands to that kernel as it is on CPU for bilinear and bicubic, with
-``antialias=True, align_corners=False``) and ``center_crop`` (its anchor
-``int(round((h - crop_h) / 2.0))``, likewise left). The JPEGs are decoded as torchvision's
-``decode_jpeg`` and PIL decode them: libjpeg's exact IDCT and fancy upsampling.
+"""The evaluation crop against torchvision's ``Resize(resize, antialias=True)`` + ``CenterCrop(size)``,
+restated in ``tools/eval_parity.py`` (`torchvision_eval`, which names the torchvision functions it
+restates), on photo-like JPEGs (`photo_jpeg`).
 
 Before the fix the loader resized a box of source pixels whose edges were rounded, so the crop
 sat up to 0.6 output pixels off: about 4-6/255 mean |diff|, 27-32 dB PSNR on these images.
@@ -15,15 +8,13 @@ sat up to 0.6 output pixels off: about 4-6/255 mean |diff|, 27-32 dB PSNR on the
 
 from __future__ import annotations
 
-import io
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import simplejpeg
 import torch
-from PIL import Image
+from eval_parity import photo_jpeg, psnr, torchvision_eval
 
 from shardfmt import DatasetWriter, Loader
 from shardfmt.format import IMAGE_CLASSIFICATION
@@ -32,48 +23,6 @@ from shardfmt.ops._crop import center_offsets, field_resize, resized_size
 from shardfmt.ops._decode import ImageDecoder, as_target
 
 SIZES = [(300, 400), (375, 500), (333, 1001), (480, 319), (257, 256), (417, 555)]
-
-
-def photo_jpeg(height: int, width: int, seed: int) -> bytes:
-    """A photo-like JPEG: smooth colour gradients, sharp-edged shapes, blotchy texture and
-    sensor-like noise, saved by Pillow at quality 90 with 4:2:0 chroma."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
-    image = np.zeros((height, width, 3))
-    for c in range(3):
-        angle, frequency = rng.uniform(0, 2 * np.pi), rng.uniform(0.002, 0.02)
-        image[..., c] = 128 + 80 * np.sin(frequency * (x * np.cos(angle) + y * np.sin(angle)) + rng.uniform(0, 6))
-    for _ in range(12):
-        cy, cx, radius = rng.uniform(0, height), rng.uniform(0, width), rng.uniform(5, min(height, width) / 4)
-        disc = (y - cy) ** 2 + (x - cx) ** 2 < radius * radius
-        shape = disc if rng.random() < 0.5 else (abs(y - cy) < radius) & (abs(x - cx) < radius * 0.6)
-        image[shape] = rng.uniform(0, 255, 3)
-    blotches = rng.normal(0, 20, (height // 4 + 1, width // 4 + 1, 3))
-    image += np.kron(blotches, np.ones((4, 4, 1)))[:height, :width]
-    image += rng.normal(0, 6, image.shape)
-    out = io.BytesIO()
-    Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
-    return out.getvalue()
-
-
-def torchvision_eval(data: bytes, *, resize: int, size: int, interpolation: str) -> torch.Tensor:
-    """torchvision's ``CenterCrop(size)(Resize(resize, interpolation, antialias=True)(decode_jpeg(data)))``,
-    restated (see the module docstring): a (3, size, size) uint8 tensor."""
-    image = torch.from_numpy(simplejpeg.decode_jpeg(data, fastdct=False, fastupsample=False)).permute(2, 0, 1)
-    height, width = image.shape[1:]
-    short, long = (width, height) if width <= height else (height, width)
-    new_short, new_long = resize, int(resize * long / short)
-    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
-    if (new_h, new_w) != (height, width):
-        image = image.reshape(-1, 3, height, width)  # as resize_image does: contiguous, not channels_last
-        image = torch.nn.functional.interpolate(image, size=[new_h, new_w], mode=interpolation, align_corners=False, antialias=True)[0]
-    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
-    return image[:, top : top + size, left : left + size]
-
-
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.double() - b.double()) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(255**2 / mse)
 
 
 def test_resized_size_and_offsets_are_torchvisions() -> None:
