@@ -113,7 +113,9 @@ def parse_args() -> argparse.Namespace:
         "--cutmix-alpha", type=float, default=0.0, help="CutMix on each batch (0: off); with MixUp, one of the two each batch"
     )
     parser.add_argument("--ra-reps", type=int, default=1, help="repeated augmentation: each record this many times an epoch")
-    parser.add_argument("--interpolation", choices=("bilinear", "bicubic"), default="bilinear", help="the crop's resize")
+    parser.add_argument(
+        "--interpolation", choices=("nearest", "bilinear", "bicubic"), default="bilinear", help="the crop's resize and auto-augment's warps"
+    )
     parser.add_argument(
         "--val-resize-size", type=int, default=None, help="validation: shorter side resized to this [default: size / 0.875]"
     )
@@ -125,11 +127,11 @@ def sample_steps(args: argparse.Namespace) -> list[Any]:
     """The per-sample steps the training loader runs in its workers, after the crop and flip."""
     steps: list[Any] = []
     if args.auto_augment == "ta_wide":
-        steps.append(shardfmt.ops.TrivialAugmentWide())
+        steps.append(shardfmt.ops.TrivialAugmentWide(interpolation=args.interpolation))
     elif args.auto_augment == "ra":
-        steps.append(shardfmt.ops.RandAugment(num_ops=2, magnitude=9))
+        steps.append(shardfmt.ops.RandAugment(num_ops=2, magnitude=9, interpolation=args.interpolation))
     elif args.auto_augment == "imagenet":
-        steps.append(shardfmt.ops.AutoAugment("imagenet"))
+        steps.append(shardfmt.ops.AutoAugment("imagenet", interpolation=args.interpolation))
     if args.random_erase > 0:
         steps.append(shardfmt.ops.RandomErasing(p=args.random_erase, value="mean"))
     return steps

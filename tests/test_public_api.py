@@ -48,6 +48,7 @@ TOP = [
     "open_dataset",
 ]
 OPS = [
+    "AugMix",
     "AugmentStep",
     "AutoAugment",
     "BatchStep",

@@ -1971,11 +1971,55 @@ def sampling_crops() -> dict[str, Any]:
     }
 
 
+EVAL_CASES: list[dict[str, Any]] = [
+    {"size": [224, 224], "resize": 256, "height": 375, "width": 500},
+    {"size": [224, 224], "resize": 256, "height": 1001, "width": 333},
+    {"size": [224, 224], "resize": 256, "height": 256, "width": 257},
+    {"size": [24, 32], "resize": 40, "height": 81, "width": 95},
+    {"size": [64, 64], "resize": 73, "height": 500, "width": 375},
+    {"size": [64, 64], "resize": 73, "height": 64, "width": 64},
+    {"size": [224, 224], "resize": 256, "height": 375, "width": 500, "field_size": [112, 112]},
+    {"size": [32, 32], "resize": 40, "height": 90, "width": 61, "field_size": [33, 33]},
+]
+"""CenterCrop's evaluation rule: the pipeline's size and resize, the image's size and, optionally,
+the output size of a further image field, whose resize is scaled from the pipeline's."""
+
+
+def sampling_eval_crops() -> dict[str, Any]:
+    from shardfmt.ops._crop import CenterCrop, field_resize
+
+    cases = []
+    for case in EVAL_CASES:
+        pipeline = CenterCrop(tuple(case["size"]), resize=case["resize"])
+        field_size = tuple(case.get("field_size", case["size"]))
+        resized_h, resized_w, top, left = pipeline.resized_crop(case["height"], case["width"], size=field_size)
+        cases.append(
+            {
+                **case,
+                "field_resize": field_resize(pipeline.resize, pipeline.size, field_size),
+                "resized": [resized_h, resized_w],
+                "crop": [top, left, field_size[0], field_size[1]],
+            }
+        )
+    return {
+        "description": (
+            "CenterCrop's evaluation rule (torchvision's Resize then CenterCrop): the size the whole image is resized "
+            "to and the box [top, left, height, width] cut from it, for given image sizes (spec/sampling.md)"
+        ),
+        "cases": cases,
+    }
+
+
 STEP_CASES: list[dict[str, Any]] = [
     {"step": "TrivialAugmentWide", "args": {}, "height": 224, "width": 224, "position": 0},
     {"step": "RandAugment", "args": {"num_ops": 2, "magnitude": 9}, "height": 224, "width": 224, "position": 0},
     {"step": "RandAugment", "args": {"num_ops": 3, "magnitude": 15, "num_magnitude_bins": 21}, "height": 160, "width": 331, "position": 2},
     {"step": "AutoAugment", "args": {}, "height": 224, "width": 224, "position": 1},
+    {"step": "AutoAugment", "args": {"policy": "cifar10"}, "height": 32, "width": 32, "position": 0},
+    {"step": "AutoAugment", "args": {"policy": "svhn", "interpolation": "bilinear"}, "height": 32, "width": 32, "position": 0},
+    {"step": "AugMix", "args": {}, "height": 224, "width": 224, "position": 0},
+    {"step": "AugMix", "args": {"severity": 5, "mixture_width": 2, "chain_depth": 2, "alpha": 0.5, "all_ops": False}, "height": 32,
+     "width": 48, "position": 1},
     {"step": "RandomErasing", "args": {"p": 0.5}, "height": 224, "width": 224, "position": 3},
     {"step": "RandomErasing", "args": {"p": 1.0, "scale": [0.1, 0.9], "ratio": [0.5, 2.0]}, "height": 40, "width": 30, "position": 0},
 ]
@@ -2007,6 +2051,9 @@ def sampling_steps() -> dict[str, Any]:
                     if isinstance(step, ops.TrivialAugmentWide)
                     else ("standard", getattr(step, "num_magnitude_bins", 10))
                 )
+                if isinstance(step, ops.AugMix):  # the weights first, then the chains' slots
+                    entry["weights"] = [float(v) for v in params[: 1 + step.mixture_width]]
+                    params, family = params[1 + step.mixture_width :], "augmix"
                 applied = []
                 for slot in range(len(params) // 3):
                     operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
@@ -2041,19 +2088,29 @@ REPEAT_CASES: list[dict[str, Any]] = [
     {"order": "sorted-key", "num_records": 10, "repeats": 3, "batch_size": 4, "seed": 0, "epoch": 0, "world_size": 3},
     {"order": "sorted-key", "num_records": 7, "repeats": 2, "batch_size": 3, "seed": 5, "epoch": 1, "world_size": 1},
     {"order": "feistel", "num_records": 9, "repeats": 4, "batch_size": 2, "seed": 11, "epoch": 2, "world_size": 2},
+    {
+        "order": "sorted-key", "num_records": 12, "repeats": 3, "batch_size": 2, "seed": 0, "epoch": 0, "world_size": 3,
+        "repeats_epoch": "records",
+    },
+    {
+        "order": "feistel", "num_records": 10, "repeats": 4, "batch_size": 3, "seed": 11, "epoch": 2, "world_size": 2,
+        "repeats_epoch": "records",
+    },
 ]
-"""Repeated augmentation: (order, N, copies, batch size, seed, epoch, world size)."""
+"""Repeated augmentation: (order, N, copies, batch size, seed, epoch, world size), and the epoch's
+length where it is RASampler's ("records": N positions) rather than every copy (k N)."""
 
 
 def sampling_repeats() -> dict[str, Any]:
     from shardfmt._sampling.orders import epoch_order
-    from shardfmt._sampling.permutation import RepeatedOrder, draw_epoch
+    from shardfmt._sampling.permutation import RepeatedOrder, draw_epoch, repeated_size
     from shardfmt._sampling.ranks import RankPlan
 
     cases = []
     for case in REPEAT_CASES:
         base = epoch_order(case["order"], num_records=case["num_records"], seed=case["seed"], epoch=case["epoch"])
-        order = RepeatedOrder(base, case["repeats"])
+        size = repeated_size(case["num_records"], case["repeats"], case.get("repeats_epoch", "copies"))
+        order = RepeatedOrder(base, case["repeats"], size=size)
         ranks = []
         for rank in range(case["world_size"]):
             plan = RankPlan(order, batch_size=case["batch_size"], rank=rank, world_size=case["world_size"], drop_last=False)
@@ -2193,6 +2250,7 @@ def generate(out: Path) -> None:
     (out / "sampling").mkdir()
     (out / "sampling" / "sorted-keys-batches.json").write_bytes(dump_cases(sampling_batches()))
     (out / "sampling" / "crops.json").write_bytes(dump_cases(sampling_crops()))
+    (out / "sampling" / "eval-crops.json").write_bytes(dump_cases(sampling_eval_crops()))
     (out / "sampling" / "feistel-batches.json").write_bytes(dump_cases(sampling_feistel()))
     (out / "sampling" / "mixture-batches.json").write_bytes(dump_cases(sampling_mixture()))
     (out / "sampling" / "elastic-batches.json").write_bytes(dump_cases(sampling_elastic()))
@@ -2205,6 +2263,7 @@ def generate(out: Path) -> None:
         "mixture-batches": "mixtures: per-source counts and every rank's batches of chosen epochs",
         "elastic-batches": "an epoch resumed on other numbers of ranks, hop by hop",
         "crops": "crop boxes and flips of every pipeline, carried to further image fields",
+        "eval-crops": "CenterCrop's evaluation rule: the resized size and the box cut from it",
         "augment-steps": "the operations, magnitudes and erased boxes the auto-augment steps and random erasing draw",
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
         "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",

@@ -49,7 +49,7 @@ from .._sampling.keys import AUGMENT_STREAM, keys_by_epoch
 from .._sampling.permutation import draw_epoch as _draw_epochs
 from .._storage import RemoteOptions
 from ..format._layout import column_name
-from ..ops import CropPlan, Pipeline
+from ..ops import CenterCrop, CropPlan, Pipeline
 from ..ops._augment import AugmentStep, SampleTransform
 from ..ops._crop import scale_plan, snap_to_scale
 from ..ops._decode import as_target
@@ -120,7 +120,10 @@ class ChunkProcessor:
         specs = list(config.outputs)
         self.specs = specs
         self.index_outputs = [spec.name for spec in specs if spec.type == "index"]
-        self.fillers = [make_filler(spec, fast_decode=config.fast_decode, partial=in_worker) for spec in specs if spec.type != "index"]
+        center = self.pipeline if isinstance(self.pipeline, CenterCrop) else None
+        self.fillers = [
+            make_filler(spec, fast_decode=config.fast_decode, partial=in_worker, center=center) for spec in specs if spec.type != "index"
+        ]
         self.images = [spec for spec in specs if spec.is_image]
         self.reads_payload = any(filler.reads_payload for filler in self.fillers)
         transform = config.transform

@@ -222,6 +222,8 @@ def settings(
         found["interpolation"] = options.interpolation
     if options.repeats != 1:
         found["repeats"] = options.repeats
+    if options.repeats_epoch != "copies":
+        found["repeats_epoch"] = options.repeats_epoch
     if options.batch_augment:
         found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)
     if mixture is not None:

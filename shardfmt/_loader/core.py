@@ -107,6 +107,8 @@ class Loader:
             existed has none: its member fields are then read unchecked.
         fast_decode: libjpeg-turbo's fast IDCT and upsampling (default): about 5% faster; crops
             stay within 44 dB PSNR of PIL's exact decode and resize. False gives PIL's pixels (64 dB).
+            A `CenterCrop` (``pipeline="eval"``) always decodes exactly, to give torchvision's
+            ``Resize`` + ``CenterCrop`` pixels (spec/sampling.md, "The evaluation rule").
         start_method: multiprocessing start method; default the platform's, but forkserver for a
             ``gs://`` dataset, which gcsfs reads over gRPC (gRPC does not survive fork).
         timeout: seconds without progress after which a stall is reported, in a worker or, with
@@ -161,11 +163,16 @@ class Loader:
             rounding (docs/gpu.md). "gpu" and "hybrid" deliver on ``device`` (default "cuda"),
             for the (images, labels) form of a jpeg field, without ``augment``.
         interpolation: the crop's resize, "bilinear" (default) or "bicubic", both antialiased
-            (PIL's and torchvision's results), for every pipeline; an `ImageOutput` given in
-            `fields` keeps its own.
+            (PIL's and torchvision's results), or "nearest" (PIL's ``NEAREST``, torchvision's
+            ``NEAREST`` on PIL images and ``NEAREST_EXACT`` on tensors; no DCT-scaled decode),
+            for every pipeline; an `ImageOutput` given in `fields` keeps its own.
         repeats: repeated augmentation (DeiT's RASampler): each record `repeats` times an
             epoch, every copy with its own crop and draws, the copies of a record on
             consecutive ranks; `len()` and the state count the copies (spec/sampling.md).
+        repeats_epoch: with `repeats` k, "copies" (default): an epoch of k N samples, every
+            copy of every record; "records": an epoch of N samples, as RASampler's (the first
+            N of those positions: about N / k records, k copies each), so that epoch-based
+            schedules need no dividing by k.
         batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`) run on
             each batch as it leaves the loader (on the device after the transfer with
             `device`): the labels become soft labels (N x num_classes float32), the images
@@ -239,6 +246,7 @@ class Loader:
         interpolation: str = "bilinear",
         repeats: int = 1,
         batch_augment: Sequence[BatchStep] | None = None,
+        repeats_epoch: str = "copies",
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "path")}
         self.path: Mixture | str | Path | list[str] = loader_path(path)
@@ -290,6 +298,7 @@ class Loader:
     batch_augment = property(lambda self: list(self.options.batch_augment))
     interpolation = property(lambda self: self.options.interpolation)
     repeats = property(lambda self: self.options.repeats)
+    repeats_epoch = property(lambda self: self.options.repeats_epoch)
     pin_memory = property(lambda self: self.options.device is not None)
     epoch = property(lambda self: self.cursor.epoch)
 

@@ -14,7 +14,7 @@ from .._dataset.concat import ConcatReader, RecordSource
 from .._sampling.keys import check_split, check_subset
 from .._sampling.mixture import Mixture
 from .._sampling.orders import epoch_order, resolve_order
-from .._sampling.permutation import RepeatedOrder
+from .._sampling.permutation import RepeatedOrder, repeated_size
 from .options import LoaderOptions
 
 __all__ = ["EpochRecords", "EpochSampler", "Epochs"]
@@ -77,8 +77,9 @@ class Epochs:
             raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
         self.subset = None if options.subset is None else check_subset(options.subset, self.num_records)
         self.epoch_records = self.num_records if self.subset is None else len(self.subset)
-        self.epoch_positions = self.epoch_records * options.repeats
-        """Positions of an epoch's order: its records, each `repeats` times."""
+        self.epoch_positions = repeated_size(self.epoch_records, options.repeats, options.repeats_epoch)
+        """Positions of an epoch's order: its records, each `repeats` times (or the first
+        `epoch_records` of those, `repeats_epoch="records"`)."""
         self.order = resolve_order(options.order, num_records=self.num_records, mixture=mixture is not None)
         self.source_sizes: list[int] | None = None
         """Records in each source of the mixture; None without one."""
@@ -104,7 +105,7 @@ class Epochs:
     def order_of(self, epoch: int) -> Any:
         """Epoch `epoch`'s order of positions: each record `repeats` times in a row of copies."""
         order = self._base_order(epoch)
-        return RepeatedOrder(order, self.options.repeats) if self.options.repeats > 1 else order
+        return RepeatedOrder(order, self.options.repeats, size=self.epoch_positions) if self.options.repeats > 1 else order
 
     def _base_order(self, epoch: int) -> Any:
         options = self.options

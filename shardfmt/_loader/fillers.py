@@ -24,6 +24,7 @@ import torch
 
 from ..format._layout import column_name
 from ..format._reader import ShardReaderBase
+from ..ops._crop import CenterCrop
 from ..ops._decode import ImageDecoder
 from ..ops._resize import Resizer, match_channels
 from .outputs import OutputSpec
@@ -36,9 +37,11 @@ class _Filler:
 
     reads_payload = True
 
-    def __init__(self, spec: OutputSpec) -> None:
+    def __init__(self, spec: OutputSpec, *, center: CenterCrop | None = None) -> None:
         self.spec = spec
         self.name = spec.name
+        self.center = center
+        self.size = (spec.shape[0], spec.shape[1]) if spec.is_image else (0, 0)
 
     def fill(
         self, reader: ShardReaderBase, row: Any, box: tuple[int, int, int, int, bool] | None, out: Any, index: int, *, trusted: bool = False
@@ -56,8 +59,8 @@ class _Filler:
 
 
 class _JpegFiller(_Filler):
-    def __init__(self, spec: OutputSpec, *, fast: bool, partial: bool) -> None:
-        super().__init__(spec)
+    def __init__(self, spec: OutputSpec, *, fast: bool, partial: bool, center: CenterCrop | None = None) -> None:
+        super().__init__(spec, center=center)
         self.fast, self.partial = fast, partial
         self.capacity = (0, 0)
         self._make_decoder(*spec.max_size)
@@ -87,6 +90,19 @@ class _JpegFiller(_Filler):
         height, width = int(row[column_name(self.name, "height")]), int(row[column_name(self.name, "width")])
         if height > self.capacity[0] or width > self.capacity[1]:
             self._make_decoder(max(height, self.capacity[0]), max(width, self.capacity[1]))
+        if self.center is not None:
+            resized_h, resized_w, crop_top, crop_left = self.center.resized_crop(height, width, size=self.size)
+            self.decoder.decode_resized_crop(
+                self.payload(reader, row),
+                height=height,
+                width=width,
+                resized=(resized_h, resized_w),
+                top=crop_top,
+                left=crop_left,
+                flip=flip,
+                out=out[index],
+            )
+            return
         self.decoder.decode_box(
             self.payload(reader, row),
             height=height,
@@ -102,8 +118,8 @@ class _JpegFiller(_Filler):
 
 
 class _RawFiller(_Filler):
-    def __init__(self, spec: OutputSpec) -> None:
-        super().__init__(spec)
+    def __init__(self, spec: OutputSpec, *, center: CenterCrop | None = None) -> None:
+        super().__init__(spec, center=center)
         height, width, channels = spec.shape
         self.channels = channels
         self.resizer = Resizer(output_size=(height, width), channels=channels, interpolation=spec.interpolation)
@@ -118,6 +134,8 @@ class _RawFiller(_Filler):
         top, left, box_height, box_width, flip = box
         values, names = row.item(), row.dtype.names  # one tuple of the row: cheaper than four reads by name
         offset, height, width, channels = (values[names.index(column)] for column in self._columns)
+        if self.center is not None:  # the whole image is resized, then cut (CenterCrop.resized_crop)
+            top, left, box_height, box_width = 0, 0, height, width
         if reader.source.zero_copy:
             whole = self._files.get(reader.path)
             if whole is None:
@@ -133,6 +151,10 @@ class _RawFiller(_Filler):
         else:
             region = whole.as_strided((box_height, box_width, channels), (width * channels, channels, 1), start)
             source = match_channels(region, self.channels).permute(2, 0, 1).unsqueeze(0)
+        if self.center is not None:
+            resized_h, resized_w, crop_top, crop_left = self.center.resized_crop(height, width, size=self.size)
+            self.resizer.resize_crop(source, resized=(resized_h, resized_w), top=crop_top, left=crop_left, flip=flip, out=out[index])
+            return
         self.resizer.resize(source, flip=flip, out=out[index])
 
 
@@ -170,13 +192,16 @@ class _ZerosFiller(_Filler):
         out[index] = 0
 
 
-def make_filler(spec: OutputSpec, *, fast_decode: bool, partial: bool = False) -> _Filler:
+def make_filler(spec: OutputSpec, *, fast_decode: bool, partial: bool = False, center: CenterCrop | None = None) -> _Filler:
     """Return the step that fills `spec`'s field of a slot row; `partial` lets a jpeg field
-    decode only the crop box of trusted records (in worker processes only: see `ops.jpegcrop`)."""
+    decode only the crop box of trusted records (in worker processes only: see `ops.jpegcrop`).
+    With `center` (the loader's pipeline, when it is a `CenterCrop`), an image field is resized
+    whole and cut as torchvision's ``Resize`` + ``CenterCrop`` (`CenterCrop.resized_crop`), its
+    crop box unused."""
     if spec.type == "jpeg":
-        return _JpegFiller(spec, fast=fast_decode, partial=partial)
+        return _JpegFiller(spec, fast=fast_decode, partial=partial, center=center)
     if spec.type == "raw":
-        return _RawFiller(spec)
+        return _RawFiller(spec, center=center)
     if spec.type == "ndarray":
         return _ArrayFiller(spec)
     if spec.type == "zeros":

@@ -19,7 +19,7 @@ from .._errors import DecodeError, SchemaError
 from .._storage import RemoteOptions
 from .._storage.remote import forks_safely
 from ..format._layout import column_name
-from ..ops import Pipeline
+from ..ops import CenterCrop, CropPlan, Pipeline
 from ..ops._decode import ImageDecoder, as_target
 from .outputs import resolve_pipeline
 
@@ -91,6 +91,30 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         state["_reader"] = state["_decoder"] = state["_opened_in"] = None
         return state
 
+    def _decode(self, data: Any, *, height: int, width: int, plan: CropPlan, out: torch.Tensor) -> None:
+        """Decode the crop into `out`: the plan's box, or for a `CenterCrop` torchvision's
+        resize of the whole image then centered crop (`CenterCrop.resized_crop`)."""
+        decoder = self._decoder
+        if decoder is None:
+            raise RuntimeError("the decoder is made before the first decode")
+        if isinstance(self.pipeline, CenterCrop):
+            resized_h, resized_w, top, left = self.pipeline.resized_crop(height, width)
+            decoder.decode_resized_crop(
+                data, height=height, width=width, resized=(resized_h, resized_w), top=top, left=left, flip=False, out=out
+            )
+            return
+        decoder.decode_box(
+            data,
+            height=height,
+            width=width,
+            top=int(plan.top[0]),
+            left=int(plan.left[0]),
+            box_height=int(plan.height[0]),
+            box_width=int(plan.width[0]),
+            flip=bool(plan.flip[0]),
+            out=out,
+        )
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self._reader is None:
             if not self._forks_safely and self._opened_in not in (None, os.getpid()):
@@ -114,17 +138,7 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
             shard.verify_record(local)
         data = shard.source.read(start, start + int(row[column_name(self.image_field, "size")]))
         try:
-            self._decoder.decode_box(
-                data,
-                height=height,
-                width=width,
-                top=int(plan.top[0]),
-                left=int(plan.left[0]),
-                box_height=int(plan.height[0]),
-                box_width=int(plan.width[0]),
-                flip=bool(plan.flip[0]),
-                out=as_target(out[None]),
-            )
+            self._decode(data, height=height, width=width, plan=plan, out=as_target(out[None]))
         except ValueError as err:
             raise DecodeError(
                 f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .._sampling.keys import MAX_STEPS
-from .._sampling.permutation import check_repeats
+from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
 from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasing
 from ..ops._augment import AugmentStep, as_step
@@ -85,6 +85,7 @@ class LoaderOptions:
     decode: str = "cpu"
     interpolation: str = "bilinear"
     repeats: int = 1
+    repeats_epoch: str = "copies"
     batch_augment: tuple[BatchStep, ...] = ()
 
     @classmethod
@@ -193,11 +194,18 @@ class LoaderOptions:
         check_request(self.decode, fields=self.fields is not None, augment=bool(self.augment))
 
     def _check_interpolation(self) -> None:
-        if self.interpolation not in INTERPOLATIONS or self.interpolation == "nearest":
-            raise ValueError(f"interpolation must be 'bilinear' or 'bicubic' (antialiased), got {self.interpolation!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"interpolation must be 'bilinear' or 'bicubic' (antialiased) or 'nearest', got {self.interpolation!r}"
+            )
+        if self.interpolation == "nearest" and self.decode != "cpu":
+            raise ValueError(f"decode={self.decode!r} resizes with an antialiased kernel; interpolation='nearest' needs decode='cpu'")
 
     def _check_repeats(self) -> None:
         object.__setattr__(self, "repeats", check_repeats(self.repeats))
+
+    def _check_repeats_epoch(self) -> None:
+        repeated_size(1, 1, self.repeats_epoch)
 
     def _check_batch_augment(self) -> None:
         for step in self.batch_augment:

@@ -203,6 +203,22 @@ class WindowedFeistelOrder:
 MAX_REPEATS = 1 << 16
 """The most copies of a record an epoch may hold."""
 
+REPEAT_EPOCHS = ("copies", "records")
+"""How many positions an epoch with repeats holds: "copies", every copy of every record (k N);
+"records", as many as it has records (N: the first N positions of the k N, about N / k records
+with k copies each, as torchvision's and DeiT's RASampler keeps its epochs)."""
+
+
+def repeated_size(num_records: int, repeats: int, repeats_epoch: str = "copies") -> int:
+    """The positions of an epoch of `num_records` records taken `repeats` times (`REPEAT_EPOCHS`).
+
+    Raises:
+        ValueError: `repeats_epoch` is not one of `REPEAT_EPOCHS`.
+    """
+    if repeats_epoch not in REPEAT_EPOCHS:
+        raise ValueError(f"repeats_epoch must be one of {', '.join(repr(e) for e in REPEAT_EPOCHS)}, got {repeats_epoch!r}")
+    return num_records * repeats if repeats_epoch == "copies" else num_records
+
 
 class RepeatedOrder:
     """Repeated augmentation: `base` with every position taken `repeats` times in a row.
@@ -212,16 +228,19 @@ class RepeatedOrder:
     (rank r takes positions r, r + W, ...) puts the k copies of a record on k consecutive ranks,
     as DeiT's and torchvision's RASampler do (on one rank, in one batch, as Hoffer et al.'s
     batch augmentation). Every rule that works on positions (batches, resume, elastic resume)
-    applies unchanged. With k = 1 this is `base`, position for position.
+    applies unchanged. With k = 1 this is `base`, position for position. `size` keeps only the
+    first `size` positions (`repeated_size`: RASampler's epoch of N samples).
 
     Raises:
-        ValueError: `repeats` is not an integer in [1, `MAX_REPEATS`].
+        ValueError: `repeats` is not an integer in [1, `MAX_REPEATS`], or `size` exceeds k N.
     """
 
-    def __init__(self, base: EpochOrder, repeats: int) -> None:
+    def __init__(self, base: EpochOrder, repeats: int, *, size: int | None = None) -> None:
         self.base = base
         self.repeats = check_repeats(repeats)
-        self.size = base.size * self.repeats
+        self.size = base.size * self.repeats if size is None else int(size)
+        if not 0 <= self.size <= base.size * self.repeats:
+            raise ValueError(f"size must be in [0, {base.size * self.repeats}], got {size}")
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         return self.base.at(np.asarray(positions, dtype=np.int64) // self.repeats)

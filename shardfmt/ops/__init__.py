@@ -4,7 +4,7 @@ Pipelines (``Loader(pipeline=...)``) draw one crop box per record from the recor
 decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentation steps
 (``Loader(augment=[...])``) run on each cropped sample in the workers: `RandomVerticalFlip`,
 `RandomRotation`, `ColorJitter`, `RandomGrayscale`, `TrivialAugmentWide`, `RandAugment`,
-`AutoAugment`, `RandomErasing`. Batch steps (``Loader(batch_augment=[...])``) run on each batch:
+`AutoAugment`, `AugMix`, `RandomErasing`. Batch steps (``Loader(batch_augment=[...])``) run on each batch:
 `MixUp`, `CutMix`, `RandomChoice` (`apply_batch_steps` applies them to batches of your own).
 `ImageOutput` states how one image field of several is
 delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan`, `AugmentStep` and `BatchStep` are
@@ -14,6 +14,7 @@ the types a pipeline or step of your own implements. The modules of this package
 from __future__ import annotations
 
 from ._augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
+from ._augmix import AugMix
 from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
 from ._batch import BatchStep, CutMix, MixUp, RandomChoice, apply_batch_steps
 from ._crop import CenterCrop, CropPlan, Pipeline, RandomCrop, RandomResizedCrop, Resize
@@ -21,6 +22,7 @@ from ._erasing import RandomErasing
 from ._output import ImageOutput
 
 __all__ = [
+    "AugMix",
     "AugmentStep",
     "AutoAugment",
     "BatchStep",

@@ -2,8 +2,8 @@
 that applies a list of them (then the normalisation, if any) to one sample.
 
 The steps have torchvision's names, parameters and sampling rules: `RandomVerticalFlip`,
-`RandomRotation`, `ColorJitter` and `RandomGrayscale`, and (`autoaugment`, `erasing`)
-`TrivialAugmentWide`, `RandAugment`, `AutoAugment` and `RandomErasing`, with the results of
+`RandomRotation`, `ColorJitter` and `RandomGrayscale`, and (`autoaugment`, `augmix`, `erasing`)
+`TrivialAugmentWide`, `RandAugment`, `AutoAugment`, `AugMix` and `RandomErasing`, with the results of
 torchvision's tensor functions on uint8 images (`colour`, `rotate`, `imageops` give the
 formulas). A user's own step is any
 picklable callable ``step(sample) -> sample`` or ``step(sample, generator) -> sample`` (a
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .._sampling.keys import RNG_STREAM, STEP_STREAM, keys_by_epoch, uniforms
+from ._augmix import AugMix
 from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide, fill_triple, stored_fill
 from ._colour import ColourKernels
 from ._erasing import RandomErasing
@@ -216,13 +217,13 @@ class ColorJitter:
 
 
 BuiltinStep = Union[
-    RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale, TrivialAugmentWide, RandAugment, AutoAugment, RandomErasing
+    RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomErasing
 ]
 AugmentStep = Union[BuiltinStep, Callable[[torch.Tensor, torch.Generator], torch.Tensor]]
 """What ``Loader(augment=[...])`` takes: the steps above, or a picklable callable taking
 (sample) or (sample, generator)."""
 
-_PLANE_STEPS = (TrivialAugmentWide, RandAugment, AutoAugment, RandomErasing)
+_PLANE_STEPS = (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomErasing)
 """Steps that run themselves on the sample's planes through `ImageOps`."""
 _BUILTIN = (RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale, *_PLANE_STEPS)
 

@@ -1,5 +1,6 @@
 """The auto-augment family of steps: `TrivialAugmentWide`, `RandAugment` and `AutoAugment` (the
-ImageNet policy), with torchvision's operation sets, magnitude bins and sampling rules.
+ImageNet, CIFAR-10 and SVHN policies), with torchvision's operation sets, magnitude bins and
+sampling rules.
 
 Each step draws which operations run, their magnitude bins and signs from its uniforms ``u``
 (``u[0]`` is draw 1 of the step's key; spec/sampling.md), as a row of (operation, bin, sign)
@@ -18,7 +19,9 @@ An operation's magnitude is bin ``b`` of its table (below), negated when the sig
 | AutoContrast, Equalize, Invert | - | - | as in `imageops` |
 
 "0 to 0.99" is torch's float32 ``linspace`` of n bins (n = `num_magnitude_bins`). Geometric
-operations use nearest pixels and `fill` outside the image (torchvision's defaults).
+operations use nearest pixels and `fill` outside the image (torchvision's defaults), or, with
+``interpolation="bilinear"`` or ``"bicubic"`` (what torchvision's reference recipe passes from
+its ``--interpolation``), that kernel (`imageops.resample_affine`).
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
-from ._imageops import ImageOps
+from ._imageops import WARP_INTERPOLATIONS, ImageOps
 from ._pixelops import PixelOps
 
-__all__ = ["AutoAugment", "RandAugment", "TrivialAugmentWide", "magnitude_table"]
+__all__ = ["POLICIES", "AutoAugment", "RandAugment", "TrivialAugmentWide", "apply_operation", "check_interpolation", "magnitude_table"]
 
 OPERATIONS = (
     "Identity",
@@ -87,6 +90,67 @@ IMAGENET_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, in
 )
 """AutoAugment's ImageNet policy: 25 sub-policies of two (operation, probability, bin) each."""
 
+CIFAR10_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, int | None]], ...] = (
+    (("Invert", 0.1, None), ("Contrast", 0.2, 6)),
+    (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+    (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)),
+    (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)),
+    (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+    (("Color", 0.4, 3), ("Brightness", 0.6, 7)),
+    (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+    (("Equalize", 0.6, None), ("Equalize", 0.5, None)),
+    (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+    (("Color", 0.7, 7), ("TranslateX", 0.5, 8)),
+    (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+    (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)),
+    (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+    (("Solarize", 0.5, 2), ("Invert", 0.0, None)),
+    (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.2, None), ("Equalize", 0.6, None)),
+    (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+    (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)),
+    (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+    (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)),
+    (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)),
+    (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+    (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
+)
+"""AutoAugment's CIFAR-10 policy (torchvision's table): 25 sub-policies."""
+
+SVHN_POLICY: tuple[tuple[tuple[str, float, int | None], tuple[str, float, int | None]], ...] = (
+    (("ShearX", 0.9, 4), ("Invert", 0.2, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.6, None), ("Solarize", 0.6, 6)),
+    (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.4, None)),
+    (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+    (("Invert", 0.9, None), ("AutoContrast", 0.8, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)),
+    (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)),
+    (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)),
+    (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+    (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)),
+    (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+    (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)),
+    (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+    (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)),
+    (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+    (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)),
+    (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+    (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
+)
+"""AutoAugment's SVHN policy (torchvision's table): 25 sub-policies."""
+
+POLICIES = {"imagenet": IMAGENET_POLICY, "cifar10": CIFAR10_POLICY, "svhn": SVHN_POLICY}
+"""AutoAugment's policies by the names torchvision's ``AutoAugmentPolicy`` gives them."""
+
 
 def _linspace(start: float, end: float, count: int) -> list[float]:
     return [float(v) for v in torch.linspace(start, end, count).tolist()]
@@ -94,8 +158,10 @@ def _linspace(start: float, end: float, count: int) -> list[float]:
 
 def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, width: int) -> list[float]:
     """The magnitudes of `operation`'s bins in `family` ("wide" for TrivialAugmentWide, "standard"
-    for RandAugment and AutoAugment) for an image of `height` x `width`; [0.0] for an operation
-    without magnitude."""
+    for RandAugment and AutoAugment, "augmix" for AugMix) for an image of `height` x `width`;
+    [0.0] for an operation without magnitude."""
+    if family == "augmix":
+        return _augmix_table(operation, num_bins, height=height, width=width)
     wide = family == "wide"
     if operation in ("ShearX", "ShearY"):
         return _linspace(0.0, 0.99 if wide else 0.3, num_bins)
@@ -115,6 +181,18 @@ def magnitude_table(family: str, operation: str, num_bins: int, *, height: int, 
     return [0.0]
 
 
+def _augmix_table(operation: str, num_bins: int, *, height: int, width: int) -> list[float]:
+    """AugMix's magnitudes: the standard ones but translations up to a third of the side and
+    posterize from 4 bits down to 0."""
+    if operation == "TranslateX":
+        return _linspace(0.0, width / 3.0, num_bins)
+    if operation == "TranslateY":
+        return _linspace(0.0, height / 3.0, num_bins)
+    if operation == "Posterize":
+        return [float(4 - int(np.round(b / ((num_bins - 1) / 4)))) for b in range(num_bins)]
+    return magnitude_table("standard", operation, num_bins, height=height, width=width)
+
+
 def fill_triple(fill: Any) -> tuple[float, float, float]:
     """Check a step's `fill` (one value or three, each in [0, 255]); return three whole numbers as floats."""
     values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)
@@ -128,6 +206,18 @@ def fill_triple(fill: Any) -> tuple[float, float, float]:
 def stored_fill(fill: float | tuple[float, ...]) -> tuple[float, float, float]:
     """A step's `fill` as its __post_init__ stored it (`fill_triple`'s three floats); the field's type is what callers may pass."""
     return cast("tuple[float, float, float]", fill)
+
+
+def check_interpolation(interpolation: Any) -> str:
+    """Check a step's `interpolation` (of `imageops.WARP_INTERPOLATIONS`)."""
+    if interpolation not in WARP_INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {', '.join(WARP_INTERPOLATIONS)}, got {interpolation!r}")
+    return str(interpolation)
+
+
+def _with_interpolation(config: dict[str, Any], interpolation: str) -> dict[str, Any]:
+    """A step's config, naming its interpolation where it is not the default "nearest"."""
+    return config if interpolation == "nearest" else {**config, "interpolation": interpolation}
 
 
 def _check_bins(num_bins: Any) -> int:
@@ -159,15 +249,21 @@ _GEOMETRIC = frozenset(("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"
 
 
 def apply_operation(
-    ops: ImageOps | PixelOps, image: np.ndarray, operation: int, magnitude: float, fill: tuple[float, float, float]
+    ops: ImageOps | PixelOps,
+    image: np.ndarray,
+    operation: int,
+    magnitude: float,
+    fill: tuple[float, float, float],
+    interpolation: str = "nearest",
 ) -> np.ndarray:
     """Run operation number `operation` (of `OPERATIONS`) with `magnitude` on `image` (float
-    planes with `ImageOps`, uint8 pixels with `PixelOps`); return the array now holding the sample."""
+    planes with `ImageOps`, uint8 pixels with `PixelOps`), a geometric one with `interpolation`;
+    return the array now holding the sample."""
     name = OPERATIONS[operation]
     if name == "Identity":
         return image
     if name in _GEOMETRIC:
-        return ops.warp(image, _affine(name, magnitude, ops.size), fill)
+        return ops.warp(image, _affine(name, magnitude, ops.size), fill, interpolation)
     _adjust(ops, image, name, magnitude)
     return image
 
@@ -213,7 +309,13 @@ def _adjust(ops: ImageOps | PixelOps, image: np.ndarray, name: str, magnitude: f
 
 
 def _run_triples(
-    ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray, family: str, num_bins: int, fill: tuple[float, float, float]
+    ops: ImageOps | PixelOps,
+    image: np.ndarray,
+    params: np.ndarray,
+    family: str,
+    num_bins: int,
+    fill: tuple[float, float, float],
+    interpolation: str = "nearest",
 ) -> np.ndarray:
     """Apply the (operation, bin, sign) triples of one record's row; an operation of -1 is skipped."""
     height, width = ops.size
@@ -226,7 +328,7 @@ def _run_triples(
         magnitude = table[bin_index] if len(table) > 1 else 0.0
         if sign and OPERATIONS[operation] in SIGNED_OPERATIONS:
             magnitude = -magnitude
-        image = apply_operation(ops, image, operation, magnitude, fill)
+        image = apply_operation(ops, image, operation, magnitude, fill, interpolation)
     return image
 
 
@@ -236,16 +338,19 @@ class TrivialAugmentWide:
     magnitude bin of `num_magnitude_bins` and a random sign.
 
     Draws: operation ``floor(14 u[0])``, bin ``floor(n u[1])``, negative if ``u[2] < 0.5`` (for
-    the signed operations); three draws whatever the operation.
+    the signed operations); three draws whatever the operation. `interpolation`: the geometric
+    operations' kernel, "nearest" (torchvision's default), "bilinear" or "bicubic".
     """
 
     num_magnitude_bins: int = 31
     fill: float | tuple[float, ...] = 0
+    interpolation: str = "nearest"
     draws: ClassVar[int] = 3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_magnitude_bins", _check_bins(self.num_magnitude_bins))
         object.__setattr__(self, "fill", fill_triple(self.fill))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign)."""
@@ -254,10 +359,11 @@ class TrivialAugmentWide:
         return np.stack([operation, bin_index, (u[:, 2] < 0.5).astype(np.float64)], axis=1)
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, stored_fill(self.fill))
+        return _run_triples(ops, image, params, "wide", self.num_magnitude_bins, stored_fill(self.fill), self.interpolation)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(stored_fill(self.fill))}
+        config = {"op": "trivial_augment_wide", "num_magnitude_bins": self.num_magnitude_bins, "fill": list(stored_fill(self.fill))}
+        return _with_interpolation(config, self.interpolation)
 
 
 @dataclass(frozen=True)
@@ -266,12 +372,14 @@ class RandAugment:
     (repeats allowed), all at bin `magnitude` of `num_magnitude_bins`, each with a random sign.
 
     Draws: for op k (from 0), operation ``floor(14 u[2k])``, negative if ``u[2k + 1] < 0.5``.
+    `interpolation` as `TrivialAugmentWide`'s.
     """
 
     num_ops: int = 2
     magnitude: int = 9
     num_magnitude_bins: int = 31
     fill: float | tuple[float, ...] = 0
+    interpolation: str = "nearest"
 
     def __post_init__(self) -> None:
         bins = _check_bins(self.num_magnitude_bins)
@@ -280,6 +388,7 @@ class RandAugment:
         if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, int) or not 0 <= self.magnitude < bins:
             raise ValueError(f"magnitude must be a bin in [0, {bins}), got {self.magnitude!r}")
         object.__setattr__(self, "fill", fill_triple(self.fill))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     @property
     def draws(self) -> int:
@@ -293,52 +402,57 @@ class RandAugment:
         return np.stack(columns, axis=1) if columns else np.zeros((len(u), 0))
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, stored_fill(self.fill))
+        return _run_triples(ops, image, params, "standard", self.num_magnitude_bins, stored_fill(self.fill), self.interpolation)
 
     def to_config(self) -> dict[str, Any]:
-        return {
+        config = {
             "op": "rand_augment",
             "num_ops": self.num_ops,
             "magnitude": self.magnitude,
             "num_magnitude_bins": self.num_magnitude_bins,
             "fill": list(stored_fill(self.fill)),
         }
+        return _with_interpolation(config, self.interpolation)
 
 
 @dataclass(frozen=True)
 class AutoAugment:
-    """torchvision's AutoAugment with the ImageNet policy: one of its 25 sub-policies chosen
-    uniformly; each of its two operations runs with its probability, at its bin of 10, with a
-    random sign.
+    """torchvision's AutoAugment with one of its policies, "imagenet" (default), "cifar10" or
+    "svhn" (`POLICIES`): one of the policy's 25 sub-policies chosen uniformly; each of its two
+    operations runs with its probability, at its bin of 10, with a random sign.
 
     Draws: sub-policy ``floor(25 u[0])``; operation i (0, 1) runs if ``u[1 + i] <= p_i`` and is
-    negative if ``u[3 + i] < 0.5``.
+    negative if ``u[3 + i] < 0.5``. `interpolation` as `TrivialAugmentWide`'s.
     """
 
     policy: str = "imagenet"
     fill: float | tuple[float, ...] = 0
+    interpolation: str = "nearest"
     draws: ClassVar[int] = 5
 
     def __post_init__(self) -> None:
-        if self.policy != "imagenet":
-            raise ValueError(f"policy must be 'imagenet' (the one policy offered), got {self.policy!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(repr(name) for name in POLICIES)}, got {self.policy!r}")
         object.__setattr__(self, "fill", fill_triple(self.fill))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
     def parameters(self, u: np.ndarray) -> np.ndarray:
         """Per record: (operation, bin, sign) for the two operations; operation -1 where one does not run."""
-        chosen = np.floor(u[:, 0] * len(IMAGENET_POLICY)).astype(np.int64)
+        policy = POLICIES[self.policy]
+        chosen = np.floor(u[:, 0] * len(policy)).astype(np.int64)
         rows = np.zeros((len(u), 6))
         for i in range(2):
-            operation = np.array([OPERATIONS.index(IMAGENET_POLICY[c][i][0]) for c in chosen], np.float64)
-            probability = np.array([IMAGENET_POLICY[c][i][1] for c in chosen])
-            bins = np.array([IMAGENET_POLICY[c][i][2] or 0 for c in chosen], np.float64)
+            operation = np.array([OPERATIONS.index(policy[c][i][0]) for c in chosen], np.float64)
+            probability = np.array([policy[c][i][1] for c in chosen])
+            bins = np.array([policy[c][i][2] or 0 for c in chosen], np.float64)
             rows[:, 3 * i] = np.where(u[:, 1 + i] <= probability, operation, -1.0)
             rows[:, 3 * i + 1] = bins
             rows[:, 3 * i + 2] = u[:, 3 + i] < 0.5
         return rows
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
-        return _run_triples(ops, image, params, "standard", 10, stored_fill(self.fill))
+        return _run_triples(ops, image, params, "standard", 10, stored_fill(self.fill), self.interpolation)
 
     def to_config(self) -> dict[str, Any]:
-        return {"op": "auto_augment", "policy": self.policy, "fill": list(stored_fill(self.fill))}
+        config = {"op": "auto_augment", "policy": self.policy, "fill": list(stored_fill(self.fill))}
+        return _with_interpolation(config, self.interpolation)

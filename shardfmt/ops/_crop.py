@@ -25,8 +25,11 @@ __all__ = [
     "RandomCrop",
     "RandomResizedCrop",
     "Resize",
+    "center_offsets",
     "dct_scale",
+    "field_resize",
     "pipeline_from_config",
+    "resized_size",
     "scale_plan",
     "snap_to_scale",
 ]
@@ -125,8 +128,14 @@ class RandomResizedCrop:
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """Evaluation: resize the shorter side to `resize`, then take the centered `size` crop
-    (torchvision's Resize(resize) + CenterCrop(size)), as one box in source pixels."""
+    """Evaluation: torchvision's ``Resize(resize)`` then ``CenterCrop(size)``.
+
+    The pixels are torchvision's: the whole image is resized so that its shorter side is
+    `resize` (`resized_size`), then the centered `size` box of that is taken at whole pixels
+    (`center_offsets`). `plan` gives that box mapped back to source pixels (rounded): the region
+    the crop shows, which further image fields are carried by; a decoder of the crop itself
+    uses `resized_crop` instead.
+    """
 
     op: ClassVar[str] = "center_crop"
     """The name of this pipeline in its `to_config` form."""
@@ -152,8 +161,38 @@ class CenterCrop:
         left = np.clip(np.round(crop_left * factor), 0, widths - width).astype(np.int64)
         return snap_to_scale(CropPlan(top, left, height, width, np.zeros(len(heights), bool)), heights, widths, self.size)
 
+    def resized_crop(self, height: int, width: int, *, size: tuple[int, int] | None = None) -> tuple[int, int, int, int]:
+        """The crop of an image of `height` x `width` as torchvision makes it: (resized height,
+        resized width, top, left), the box of `size` (default the pipeline's; a further field's
+        output size, with `resize` scaled alike) at (top, left) of the whole image resized."""
+        out = self.size if size is None else size
+        resize = self.resize if size is None else field_resize(self.resize, self.size, out)
+        new_h, new_w = resized_size(height, width, resize)
+        top, left = center_offsets(new_h, new_w, out)
+        return new_h, new_w, top, left
+
     def to_config(self) -> dict[str, Any]:
         return {"op": self.op, "size": list(self.size), "resize": self.resize}
+
+
+def resized_size(height: int, width: int, shorter: int) -> tuple[int, int]:
+    """torchvision's ``Resize(shorter)`` size (``_compute_resized_output_size`` with one int):
+    the shorter side becomes `shorter`, the longer ``int(shorter * long / short)``."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_long = int(shorter * long / short)
+    return (new_long, shorter) if width <= height else (shorter, new_long)
+
+
+def center_offsets(height: int, width: int, size: tuple[int, int]) -> tuple[int, int]:
+    """torchvision's ``center_crop`` anchor of a `size` box in a `height` x `width` image:
+    ``int(round((height - size_h) / 2.0))`` (Python's round, half to even), likewise left."""
+    return int(round((height - size[0]) / 2.0)), int(round((width - size[1]) / 2.0))
+
+
+def field_resize(resize: int, size: tuple[int, int], field_size: tuple[int, int]) -> int:
+    """A further image field's `resize` for a `CenterCrop(size, resize=resize)`: scaled by the
+    ratio of the output heights, rounded half to even, at least the field's larger side."""
+    return max(int(round(resize * field_size[0] / size[0])), max(field_size))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,14 @@ in integers), so the values stay those of the uint8 image torchvision would hold
   computes the coordinates in fixed point with 10 fractional bits and rounds halves up, where
   torchvision's ``grid_sample`` rounds float32 coordinates half to even, so a pixel whose source
   coordinate lies within 2^-9 of a half-way point may take the other neighbour.
+- ``warp(..., interpolation="bilinear" | "bicubic")``: torchvision's ``affine`` on a uint8
+  tensor with that mode: ``grid_sample(mode, padding_mode="zeros", align_corners=False)`` at
+  the same source coordinates, in float32, then rounded (and clamped to [0, 255], which only
+  bicubic's overshoot needs). A `fill` other than 0 blends in as torchvision's does with a fill:
+  ``mask * (x - fill) + fill``, ``mask`` being the sampled weight that fell inside the image; a
+  fill of 0 is torchvision's default (no fill: zeros outside). torchvision's tensor ``affine``
+  takes no bicubic; this bicubic is torch's ``grid_sample`` one (PIL's bicubic affine is what
+  torchvision runs on PIL images).
 - ``posterize(bits)``: ``x & -(2^(8 - bits))``; ``solarize(t)``: ``255 - x`` where ``x >= t``;
   ``invert``: ``255 - x``.
 - ``autocontrast``: per channel, ``trunc(clamp((x - lo) * (255 / (hi - lo)), 0, 255))`` in
@@ -35,10 +43,14 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
+import torch
 
 from ._colour import ColourKernels
 
-__all__ = ["ImageOps"]
+__all__ = ["WARP_INTERPOLATIONS", "ImageOps", "resample_affine"]
+
+WARP_INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+"""The kernels of the geometric operations (torchvision's ``InterpolationMode`` values)."""
 
 _SHARPEN = np.full((3, 3), 1, np.float32)
 _SHARPEN[1, 1] = 5
@@ -67,11 +79,17 @@ class ImageOps:
         first, second = self._buffers
         return second if image is first else first
 
-    def warp(self, image: np.ndarray, matrix: Sequence[Sequence[float]], fill: Sequence[float]) -> np.ndarray:
+    def warp(
+        self, image: np.ndarray, matrix: Sequence[Sequence[float]], fill: Sequence[float], interpolation: str = "nearest"
+    ) -> np.ndarray:
         """Resample `image` through the 2x3 `matrix` (output pixel to source coordinates), nearest
-        pixel, `fill` (one value per channel) outside; return the array holding the result."""
+        pixel (or `interpolation`), `fill` (one value per channel) outside; return the array
+        holding the result."""
         height, width = self.shape[1:]
         target = self.spare(image)
+        if interpolation != "nearest":
+            np.copyto(target, resample_affine(image, matrix, fill, interpolation))
+            return target
         transform = np.asarray(matrix, np.float64)
         for channel in range(3):
             cv2.warpAffine(
@@ -156,3 +174,32 @@ class ImageOps:
         """Set the box (top, left, height, width) of every channel to that channel's value."""
         for channel, value in enumerate(values):
             image[channel, top : top + height, left : left + width] = value
+
+
+def resample_affine(planes: np.ndarray, matrix: Sequence[Sequence[float]], fill: Sequence[float], interpolation: str) -> np.ndarray:
+    """torchvision's ``affine`` of (3, H, W) whole-number planes with "bilinear" or "bicubic"
+    ``grid_sample`` (see the module docstring): output pixel (i, j) samples the source at
+    ``(a j + b i + c, d j + e i + f)``; a new (3, H, W) float32 array of whole numbers."""
+    height, width = planes.shape[1:]
+    (a, b, c), (d, e, f) = matrix
+    # The matrix about the image's centre, applied in float32 to centred pixel coordinates and
+    # divided by half the size (align_corners=False), as torchvision's _affine_grid does.
+    half_w, half_h = (width - 1) / 2, (height - 1) / 2
+    centred = [[a, b, a * half_w + b * half_h + c - half_w], [d, e, d * half_w + e * half_h + f - half_h]]
+    theta = torch.tensor(centred, dtype=torch.float32).reshape(1, 2, 3)
+    base = torch.empty(1, height, width, 3)
+    base[..., 0].copy_(torch.linspace(-half_w, half_w, steps=width))
+    base[..., 1].copy_(torch.linspace(-half_h, half_h, steps=height).unsqueeze_(-1))
+    base[..., 2].fill_(1)
+    scaled = theta.transpose(1, 2).div_(torch.tensor([0.5 * width, 0.5 * height]))
+    grid = base.view(1, height * width, 3).bmm(scaled).view(1, height, width, 2)
+    source = torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32))[None]
+    filled = any(value != 0 for value in fill)
+    if filled:
+        source = torch.cat([source, torch.ones((1, 1, height, width))], dim=1)
+    out = torch.nn.functional.grid_sample(source, grid, mode=interpolation, padding_mode="zeros", align_corners=False)
+    if filled:
+        out, mask = out[:, :3], out[:, 3:]
+        fill_values = torch.tensor([float(v) for v in fill], dtype=torch.float32).view(1, 3, 1, 1)
+        out = (out - fill_values) * mask + fill_values
+    return out[0].round_().clamp_(0, 255).numpy()

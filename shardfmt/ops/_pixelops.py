@@ -7,7 +7,8 @@ which saves the sample's move into float planes and back (about 185 us a 224x224
 the build machine). Each operation gives exactly the values of its float-plane twin:
 
 - a warp is one ``warpAffine`` over the three channels (the coordinates are computed in the
-  same fixed point whatever the type, so the pixels picked are the same);
+  same fixed point whatever the type, so the pixels picked are the same); a bilinear or bicubic
+  warp is `imageops.resample_affine` on the pixels as float planes;
 - brightness, contrast, posterize, solarize, invert, autocontrast and equalize are one lookup
   table (``cv2.LUT``), each entry computed by the float32 formula of the float-plane kernel for
   that level (contrast's mean from the same float32 gray image and reduction);
@@ -22,6 +23,8 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
+
+from ._imageops import resample_affine
 
 __all__ = ["PixelOps"]
 
@@ -67,9 +70,15 @@ class PixelOps:
             cv2.LUT(image, self._table, dst=spare)
         np.copyto(image, spare)
 
-    def warp(self, image: np.ndarray, matrix: Sequence[Sequence[float]], fill: Sequence[float]) -> np.ndarray:
+    def warp(
+        self, image: np.ndarray, matrix: Sequence[Sequence[float]], fill: Sequence[float], interpolation: str = "nearest"
+    ) -> np.ndarray:
         height, width = self.shape[:2]
         target = self.spare(image)
+        if interpolation != "nearest":
+            planes = resample_affine(image.transpose(2, 0, 1).astype(np.float32), matrix, fill, interpolation)
+            np.copyto(target, planes.transpose(1, 2, 0), casting="unsafe")
+            return target
         cv2.warpAffine(
             image, np.asarray(matrix, np.float64), (width, height), dst=target, flags=_WARP_FLAGS, borderMode=cv2.BORDER_CONSTANT,
             borderValue=tuple(float(v) for v in fill),

@@ -69,6 +69,21 @@ class Resizer:
         if flip:
             out.copy_(self._scratch.flip(3))  # 19 us for 224x224; numpy's reversed copy takes 220
 
+    def resize_crop(self, source: torch.Tensor, *, resized: tuple[int, int], top: int, left: int, flip: bool, out: torch.Tensor) -> None:
+        """Resize the whole of `source` ((1, C, h, w)) to `resized`, then write its box of the
+        output size at (`top`, `left`), mirrored if `flip`, into `out`: torchvision's
+        ``resize`` then ``crop`` on a uint8 tensor (a source already of size `resized` is cut
+        as it is, as torchvision returns it unchanged)."""
+        out_h, out_w = self.output_size
+        if (source.shape[2], source.shape[3]) == resized:
+            whole = source
+        elif self.interpolation == "nearest":
+            whole = torch.nn.functional.interpolate(source, size=resized, mode="nearest-exact")
+        else:
+            whole = torch.nn.functional.interpolate(source, size=resized, mode=self.interpolation, antialias=True, align_corners=False)
+        box = whole[:, :, top : top + out_h, left : left + out_w]
+        out.copy_(box.flip(3) if flip else box)
+
 
 def match_channels(pixels: torch.Tensor, channels: int) -> torch.Tensor:
     """Return `pixels` (h x w x c uint8, c in 1, 3, 4) with `channels` channels: a view where

@@ -15,6 +15,7 @@ from typing import Any
 import make_vectors
 import numpy as np
 import pytest
+import torch
 from shardbytes import ShardBytes, build_shard
 
 import shardfmt
@@ -34,6 +35,7 @@ from shardfmt.format._layout import (
     NDARRAY_DTYPES,
     column_name,
 )
+from shardfmt.ops import CenterCrop
 from shardfmt.ops._crop import pipeline_from_config, scale_plan, snap_to_scale
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -368,6 +370,24 @@ def test_sampling_vectors_give_the_crops() -> None:
     assert ops == {"random_resized_crop", "random_crop", "center_crop", "resize"}
 
 
+def test_eval_crop_vectors_follow_the_written_rule() -> None:
+    vector = sampling_vector("eval-crops")
+    for case in vector["cases"]:
+        size = tuple(case["size"])
+        field_size = tuple(case.get("field_size", size))
+        resize = max(int(round(case["resize"] * field_size[0] / size[0])), max(field_size))  # spec/sampling.md
+        assert resize == case["field_resize"]
+        height, width = case["height"], case["width"]
+        short, long = min(height, width), max(height, width)
+        new_long = int((resize * long) / short)
+        new_h, new_w = (new_long, resize) if width <= height else (resize, new_long)
+        top, left = int(round((new_h - field_size[0]) / 2.0)), int(round((new_w - field_size[1]) / 2.0))
+        assert [new_h, new_w] == case["resized"] and [top, left, *field_size] == case["crop"]
+        pipeline = CenterCrop(size, resize=case["resize"])
+        assert list(pipeline.resized_crop(height, width, size=field_size)) == [new_h, new_w, top, left]
+    assert len(vector["cases"]) == 8
+
+
 def test_annotated_listing_covers_every_byte() -> None:
     listing = (VECTORS / make_vectors.VERSION / "valid" / "tiny.txt").read_text().splitlines()[1:]
     data = (VECTORS / make_vectors.VERSION / "valid" / "tiny.shard").read_bytes()
@@ -485,7 +505,7 @@ def _erasing_box(u: list[float], args: dict[str, Any], height: int, width: int) 
 
 
 def test_augment_step_vectors_follow_the_written_rules() -> None:
-    from shardfmt.ops._autoaugment import IMAGENET_POLICY
+    from shardfmt.ops._autoaugment import POLICIES
 
     names = [
         "Identity",
@@ -510,17 +530,20 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
         for draw in case["draws"]:
             key = _key(draw["seed"], 0x53544550530000 + case["position"], draw["epoch"], draw["record"])
             assert f"0x{key:016x}" == draw["key"]
-            u = [_uniform(key, k) for k in range(1, 24)]
+            u = [_uniform(key, k) for k in range(1, 64)]
             assert u[: len(draw["u"])] == draw["u"]
             if case["step"] == "RandomErasing":
                 assert draw["box"] == _erasing_box(u, args, height, width)
                 continue
-            if case["step"] == "TrivialAugmentWide":
+            if case["step"] == "AugMix":
+                chosen = _augmix_operations(u, args)
+                _check_augmix_weights(u, args, draw["weights"])
+            elif case["step"] == "TrivialAugmentWide":
                 chosen = [(names[math.floor(14 * u[0])], math.floor(31 * u[1]), u[2] < 0.5)]
             elif case["step"] == "RandAugment":
                 chosen = [(names[math.floor(14 * u[2 * k])], args["magnitude"], u[2 * k + 1] < 0.5) for k in range(args["num_ops"])]
             else:
-                policy = IMAGENET_POLICY[math.floor(25 * u[0])]
+                policy = POLICIES[args.get("policy", "imagenet")][math.floor(25 * u[0])]
                 chosen = [
                     (name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)
                 ]
@@ -535,7 +558,42 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
                 if have[1] is not None:
                     assert have[1] == bin_index
                     assert (have[2] < 0) == (negative and have[2] != 0 and name not in ("Posterize", "Solarize"))
-    assert kinds == {"TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomErasing"}
+    assert kinds == {"TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomErasing"}
+
+
+AUGMIX_NAMES = [
+    "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Posterize", "Solarize", "AutoContrast", "Equalize",
+    "Brightness", "Color", "Contrast", "Sharpness",
+]
+
+
+def _augmix_operations(u: list[float], args: dict[str, Any]) -> list[Any]:
+    """spec/sampling.md's AugMix slots: chain i from s = 2 + W + i (1 + 3 D); depth 1 + floor(3 u[s])
+    unless fixed; slot d: operation floor(n u[s+1+3d]), bin floor(severity u[s+2+3d]), sign u[s+3+3d] < 0.5."""
+    width, chain_depth, severity = args.get("mixture_width", 3), args.get("chain_depth", -1), args.get("severity", 3)
+    names = AUGMIX_NAMES if args.get("all_ops", True) else AUGMIX_NAMES[:9]
+    depth = chain_depth if chain_depth > 0 else 3
+    chosen: list[Any] = []
+    for i in range(width):
+        start = 2 + width + i * (1 + 3 * depth)
+        drawn = depth if chain_depth > 0 else 1 + math.floor(3 * u[start])
+        for d in range(depth):
+            slot = start + 1 + 3 * d
+            name = names[math.floor(len(names) * u[slot])]
+            chosen.append((name, math.floor(severity * u[slot + 1]), u[slot + 2] < 0.5) if d < drawn else None)
+    return chosen
+
+
+def _check_augmix_weights(u: list[float], args: dict[str, Any], weights: list[float]) -> None:
+    """m = (g0, g1) / (g0 + g1) and chain i's weight m1 g_(2+i) / sum g_(2+j), g_k the u[k]-quantile
+    of Gamma(alpha): in closed form for alpha 1 (-log(1 - u)) and 1/2 (erfinv(u)^2)."""
+    alpha, width = args.get("alpha", 1.0), args.get("mixture_width", 3)
+    values = torch.tensor(u[: 2 + width], dtype=torch.float64)
+    g = -torch.log1p(-values) if alpha == 1.0 else torch.erfinv(values) ** 2
+    assert alpha in (1.0, 0.5)
+    m0 = float(g[0] / (g[0] + g[1]))
+    want = [m0, *((1 - m0) * g[2:] / g[2:].sum()).tolist()]
+    assert weights == pytest.approx(want, rel=1e-6, abs=1e-9)
 
 
 def test_repeat_vectors_follow_the_written_rule() -> None:
@@ -550,7 +608,11 @@ def test_repeat_vectors_follow_the_written_rule() -> None:
             assert flat == [[records[p // k], p % k] for p in positions]
         assert len({len(batches) for batches in case["batches"]}) == 1
         everything = sorted(tuple(pair) for batches in case["batches"] for batch in batches for pair in batch)
-        assert everything == [(r, c) for r in range(case["num_records"]) for c in range(k)]
+        if case.get("repeats_epoch", "copies") == "copies":
+            assert everything == [(r, c) for r in range(case["num_records"]) for c in range(k)]
+        else:  # RASampler's epoch: the first N positions (N a multiple of the world size here)
+            assert everything == sorted((records[p // k], p % k) for p in range(case["num_records"]))
+    assert {case.get("repeats_epoch", "copies") for case in sampling_vector("repeats-batches")["cases"]} == {"copies", "records"}
 
 
 def _beta_quantile(u: float, alpha: float) -> float:

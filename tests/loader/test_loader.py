@@ -181,7 +181,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("fast_decode, floor", [(False, 50.0), (True, 40.0)])
 @pytest.mark.parametrize("pipeline", [RandomResizedCrop((32, 32)), CenterCrop((32, 32), resize=36)])
 def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: object, fast_decode: bool, floor: float) -> None:
-    """Crops match PIL's Image.resize(BILINEAR, box=...) on the same boxes: mean PSNR above `floor`."""
+    """Crops match PIL's Image.resize(BILINEAR, box=...) on the same boxes, and an eval crop PIL's
+    resize of the whole image then the centred crop: mean PSNR above `floor`."""
     reader = open_dataset(indexed_dataset)
     scores = []
     with Loader(
@@ -194,8 +195,14 @@ def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: obj
             widths = np.array([info.width for info in infos])
             plan = pipeline.plan(heights, widths, record_keys(9, AUGMENT_STREAM, 0, indices.astype(np.uint64)))  # type: ignore[attr-defined]
             for k, index in enumerate(indices):
+                data = bytes(reader[int(index)]["image"])
+                if isinstance(pipeline, CenterCrop):  # torchvision's Resize + CenterCrop, PIL's resize of the whole image
+                    resized_h, resized_w, top, left = pipeline.resized_crop(int(heights[k]), int(widths[k]))
+                    whole = Image.open(io.BytesIO(data)).convert("RGB").resize((resized_w, resized_h), Image.BILINEAR)
+                    scores.append(psnr(images[k].numpy(), np.asarray(whole)[top : top + 32, left : left + 32]))
+                    continue
                 expected = reference_crop(
-                    bytes(reader[int(index)]["image"]),
+                    data,
                     int(plan.top[k]),
                     int(plan.left[k]),
                     int(plan.height[k]),

@@ -153,3 +153,35 @@ def test_repeats_resume_on_other_ranks_with_the_rest_of_the_epoch(dataset: Path)
             rest += [batch[2] for batch in loader]
     everything = Counter(torch.cat(taken + rest).tolist())
     assert everything == {i: 2 for i in range(NUM_RECORDS)}
+
+
+def test_nearest_interpolation_is_accepted_and_takes_pils_nearest_pixels(dataset: Path) -> None:
+    images = collect(dataset, pipeline="resize", size=40, interpolation="nearest", fast_decode=False, shuffle=False, return_indices=True)
+    with open_dataset(dataset) as data:
+        for batch, _, indices in images:
+            for image, index in zip(batch, indices.tolist(), strict=True):
+                pixels = simplejpeg.decode_jpeg(bytes(data[index]["image"]), colorspace="RGB")
+                source = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)
+                want = torch.nn.functional.interpolate(source, size=(40, 40), mode="nearest-exact")[0]  # PIL's NEAREST
+                assert torch.equal(image, want)
+    with pytest.raises(ValueError, match="interpolation=.nearest. needs decode=.cpu."):
+        Loader(dataset, batch_size=4, interpolation="nearest", decode="gpu")
+
+
+def test_an_rasampler_epoch_keeps_n_samples(dataset: Path) -> None:
+    batches = collect(dataset, repeats=3, repeats_epoch="records", return_indices=True, augment=[TrivialAugmentWide()])
+    indices = torch.cat([b[2] for b in batches]).tolist()
+    assert len(indices) == NUM_RECORDS and len(batches) == -(-NUM_RECORDS // 4)  # N samples, not 3 N
+    assert Counter(indices) == {i: 3 for i in set(indices)} and len(set(indices)) == NUM_RECORDS // 3
+    copies = collect(dataset, repeats=3, return_indices=True, augment=[TrivialAugmentWide()])
+    assert indices == torch.cat([b[2] for b in copies]).tolist()[:NUM_RECORDS]  # the first N of the 3 N positions
+    assert torch.equal(torch.cat([b[0] for b in batches]), torch.cat([b[0] for b in copies])[:NUM_RECORDS])
+    ranks = [collect(dataset, repeats=3, repeats_epoch="records", return_indices=True, rank=r, world_size=3) for r in range(3)]
+    seen = [torch.cat([b[2] for b in rank]).tolist() for rank in ranks]
+    assert [len(s) for s in seen] == [NUM_RECORDS // 3] * 3
+    assert Counter(seen[0] + seen[1] + seen[2]) == Counter(indices)
+    assert all(len(set(rank)) == len(rank) for rank in seen)  # the 3 copies of a record on 3 ranks
+    with Loader(dataset, batch_size=4, repeats=3, repeats_epoch="records") as loader:
+        assert len(loader) == -(-NUM_RECORDS // 4) and loader.repeats_epoch == "records"
+    with pytest.raises(ValueError, match="repeats_epoch"):
+        Loader(dataset, batch_size=4, repeats=3, repeats_epoch="samples")

@@ -7,7 +7,8 @@ blends (float32, in torchvision's order) match the reference exactly. The geomet
 pick the nearest source pixel; OpenCV computes the source coordinate in fixed point with 10
 fractional bits, so a pixel whose coordinate lies within 2^-9 of a half-way point may take the
 other neighbour: every other pixel equals the reference, and those are at least 98% of the
-image.
+image. With bilinear or bicubic interpolation they equal torchvision's grid and grid_sample
+(restated in `torchvision_affine`) exactly.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import AutoAugment, RandAugment, RandomErasing, TrivialAugmentWide
 from shardfmt.ops._augment import SampleTransform
-from shardfmt.ops._autoaugment import IMAGENET_POLICY, OPERATIONS, apply_operation, magnitude_table
+from shardfmt.ops._autoaugment import IMAGENET_POLICY, OPERATIONS, POLICIES, apply_operation, magnitude_table
 from shardfmt.ops._erasing import erasing_boxes
 from shardfmt.ops._imageops import ImageOps
+from shardfmt.ops._pixelops import PixelOps
 
 F32 = np.float32
 TIE = 2.0**-9
@@ -249,7 +251,7 @@ def test_draws_follow_the_stated_rules() -> None:
     for bad in (
         lambda: RandAugment(magnitude=31),
         lambda: RandAugment(num_ops=-1),
-        lambda: AutoAugment("cifar10"),
+        lambda: AutoAugment("mnist"),
         lambda: TrivialAugmentWide(fill=300),
     ):
         with pytest.raises(ValueError):
@@ -428,3 +430,104 @@ def test_draws_take_one_epoch_per_record_for_repeated_copies() -> None:
         chosen = epochs == epoch
         for step in range(2):
             assert np.array_equal(mixed[step][chosen], alone[step][chosen])
+
+
+# -- interpolation of the geometric operations ------------------------------------------------------
+
+
+def torchvision_affine(image: np.ndarray, name: str, magnitude: float, fill: tuple[float, ...] | None, mode: str) -> np.ndarray:
+    """torchvision's ``_apply_op`` for a geometric operation on a uint8 tensor, restated from
+    ``transforms.v2.functional._geometry``: ``_get_inverse_affine_matrix``, ``_affine_grid`` (in
+    float32), ``_apply_grid_transform`` (``grid_sample`` with zeros padding, the fill blended by
+    the mask channel when one is given, then rounded)."""
+    _, height, width = image.shape
+    if name == "ShearX":
+        center, angle, translate, shear = [-width * 0.5, -height * 0.5], 0.0, [0.0, 0.0], [math.degrees(math.atan(magnitude)), 0.0]
+    elif name == "TranslateY":
+        center, angle, translate, shear = [0.0, 0.0], 0.0, [0.0, float(int(magnitude))], [0.0, 0.0]
+    else:  # Rotate: rotate_image's -angle
+        center, angle, translate, shear = [0.0, 0.0], -magnitude, [0.0, 0.0], [0.0, 0.0]
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
+    matrix = [d, -b, 0.0, -c, a, 0.0]
+    cx, cy = center
+    tx, ty = translate
+    matrix[2] += matrix[0] * (-cx - tx) + matrix[1] * (-cy - ty) + cx
+    matrix[5] += matrix[3] * (-cx - tx) + matrix[4] * (-cy - ty) + cy
+    theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
+    base = torch.empty(1, height, width, 3)
+    base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width))
+    base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height).unsqueeze_(-1))
+    base[..., 2].fill_(1)
+    grid = base.view(1, height * width, 3).bmm(theta.transpose(1, 2).div_(torch.tensor([0.5 * width, 0.5 * height])))
+    source = torch.from_numpy(image)[None]
+    if fill is not None:
+        source = torch.cat([source, torch.ones(1, 1, height, width)], dim=1)
+    out = torch.nn.functional.grid_sample(source, grid.view(1, height, width, 2), mode=mode, padding_mode="zeros", align_corners=False)
+    if fill is not None:
+        out, mask = out[:, :3], out[:, 3:]
+        fills = torch.tensor(fill).view(1, 3, 1, 1)
+        out = (out - fills) * mask + fills
+    return out[0].round().clamp(0, 255).numpy()
+
+
+GEOMETRIC_CASES = [("ShearX", 0.27), ("ShearX", -0.6), ("Rotate", 23.0), ("Rotate", -131.0), ("TranslateY", -9.7)]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(("name", "magnitude"), GEOMETRIC_CASES)
+def test_geometric_operations_take_torchvisions_interpolation(name: str, magnitude: float, mode: str) -> None:
+    image = sample_image(40, 52, seed=3)
+    for fill, torchvision_fill in (((0.0, 0.0, 0.0), None), ((3.0, 100.0, 250.0), (3.0, 100.0, 250.0))):
+        want = torchvision_affine(image, name, magnitude, torchvision_fill, mode)
+        planes = apply_operation(ImageOps(40, 52), image.copy(), OPERATIONS.index(name), magnitude, fill, mode)
+        pixels = np.ascontiguousarray(image.transpose(1, 2, 0)).astype(np.uint8)
+        from_pixels = apply_operation(PixelOps(40, 52), pixels, OPERATIONS.index(name), magnitude, fill, mode)
+        assert np.array_equal(from_pixels.transpose(2, 0, 1), planes)
+        assert np.array_equal(planes, want), fill  # the same float32 grid and kernel: exact
+        nearest = apply_operation(ImageOps(40, 52), image.copy(), OPERATIONS.index(name), magnitude, fill)
+        assert np.array_equal(nearest, planes) == (name == "TranslateY")  # a whole-pixel shift is the same either way
+
+
+def test_the_steps_take_and_name_their_interpolation() -> None:
+    for step in (TrivialAugmentWide(interpolation="bilinear"), RandAugment(interpolation="bicubic"), AutoAugment(interpolation="bilinear")):
+        assert step.to_config()["interpolation"] == step.interpolation
+    assert "interpolation" not in TrivialAugmentWide().to_config()  # the default, nearest, as before
+    with pytest.raises(ValueError, match="interpolation"):
+        RandAugment(interpolation="lanczos")
+    rows = np.array([[OPERATIONS.index("Rotate"), 30.0, 0.0]])
+    image = sample_image(32, 32, seed=5)
+    ops = ImageOps(32, 32)
+    bilinear = TrivialAugmentWide(interpolation="bilinear").run(ops, image.copy(), rows[0]).copy()
+    magnitude = magnitude_table("wide", "Rotate", 31, height=32, width=32)[30]
+    assert np.array_equal(bilinear, torchvision_affine(image, "Rotate", magnitude, None, "bilinear"))
+    assert not np.array_equal(bilinear, TrivialAugmentWide().run(ops, image.copy(), rows[0]))
+
+
+@pytest.mark.parametrize("policy", ["cifar10", "svhn"])
+def test_autoaugment_offers_torchvisions_cifar10_and_svhn_policies(policy: str) -> None:
+    table = POLICIES[policy]
+    assert len(table) == 25 and all(len(pair) == 2 and name in OPERATIONS for pair in table for name, _, _ in pair)
+    # spot checks against torchvision's AutoAugmentPolicy tables
+    if policy == "cifar10":
+        assert table[0] == (("Invert", 0.1, None), ("Contrast", 0.2, 6))
+        assert table[21] == (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9))
+        assert table[24] == (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None))
+    else:
+        assert table[0] == (("ShearX", 0.9, 4), ("Invert", 0.2, None))
+        assert table[15] == (("Invert", 0.8, None), ("TranslateY", 0.0, 2))
+        assert table[24] == (("ShearX", 0.7, 2), ("Invert", 0.1, None))
+    u = uniforms(record_keys(4, STEP_STREAM, 0, np.arange(2000, dtype=np.uint64)), 5)
+    rows = AutoAugment(policy).parameters(u)
+    chosen = np.floor(25 * u[:, 0]).astype(int)
+    for row in range(200):
+        for i in range(2):
+            name, p, bin_index = table[chosen[row]][i]
+            assert rows[row, 3 * i] == (OPERATIONS.index(name) if u[row, 1 + i] <= p else -1)
+            assert rows[row, 3 * i + 1] == (bin_index or 0)
+            assert rows[row, 3 * i + 2] == (u[row, 3 + i] < 0.5)
+    assert AutoAugment(policy).to_config()["policy"] == policy
+    assert not np.array_equal(rows, AutoAugment().parameters(u))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardfmt._sampling.orders import epoch_order
-from shardfmt._sampling.permutation import MAX_REPEATS, RepeatedOrder, check_repeats, draw_epoch
+from shardfmt._sampling.permutation import MAX_REPEATS, RepeatedOrder, check_repeats, draw_epoch, repeated_size
 from shardfmt._sampling.ranks import RankPlan, delivered_records
 
 
@@ -116,3 +116,34 @@ def test_one_copy_is_the_base_order_and_draws_of_copies_differ() -> None:
     for bad in (0, -1, MAX_REPEATS + 1, 2.0, True):
         with pytest.raises(ValueError):
             check_repeats(bad)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=settings_())
+def test_an_rasampler_epoch_holds_n_samples_about_n_over_k_records_k_copies_each(case: dict) -> None:
+    n, k, world_size = case["num_records"], case["repeats"], case["world_size"]
+    if n < world_size:
+        world_size = n
+    size = repeated_size(n, k, "records")
+    assert size == n and repeated_size(n, k, "copies") == n * k
+    full = build(case)
+    order = RepeatedOrder(full.base, k, size=size)
+    assert order.size == n
+    positions = np.arange(n)
+    assert np.array_equal(order.at(positions), full.at(positions)) and np.array_equal(order.copies(positions), full.copies(positions))
+    counts = Counter(order.at(positions).tolist())
+    assert len(counts) == -(-n // k) and all(c == k for c in list(counts.values())[:-1] or [k])  # ceil(N / k) records
+    assert sorted(counts.values())[0] == (n - k * (n // k) or k)  # only the last record may have fewer copies
+    plans = split(order, batch_size=case["batch_size"], world_size=world_size, drop_last=False)
+    assert len({len(plan) for plan in plans}) == 1
+    seen = [pair for plan in plans for b in range(len(plan)) for pair in pairs(plan, order, b)]
+    assert set(seen) == {(int(order.at(np.array([p]))[0]), p % k) for p in range(n)}
+    again = RepeatedOrder(build(case).base, k, size=size)  # a pure function of (seed, epoch)
+    assert np.array_equal(again.at(positions), order.at(positions))
+
+
+def test_repeats_epoch_is_checked() -> None:
+    with pytest.raises(ValueError, match="repeats_epoch"):
+        repeated_size(10, 2, "samples")
+    with pytest.raises(ValueError, match="size"):
+        RepeatedOrder(epoch_order("sorted-key", num_records=4, seed=0, epoch=0), 2, size=9)
