@@ -22,6 +22,7 @@ import shardfmt
 from shardfmt import ConvertError, open_dataset
 from shardfmt._convert.plan import InputFile
 from shardfmt._convert.records import MAX_INPUT_SIZE, InputReader
+from shardfmt._convert.sources import confine
 from shardfmt._errors import RejectError
 
 CANARY = jpeg_bytes(20, 28, seed=99)
@@ -271,3 +272,13 @@ def test_an_image_path_in_records_held_in_memory_is_a_regular_file(world: Path, 
     with pytest.raises(ConvertError) as caught:
         shardfmt.convert([{"image": str(path), "label": 0}], world / "out", workers=1)
     assert caught.value.message == f"record 0: the image file cannot be read: {message}"
+
+
+def test_a_resolved_path_that_became_a_link_is_not_followed(world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the resolution and the open, the file is swapped for a link out: the open does not
+    follow it (lstat, then O_NOFOLLOW)."""
+    monkeypatch.setattr(confine, "resolve_inside", lambda root, path: os.path.join(root, path))  # as if resolved earlier
+    monkeypatch.setattr("shardfmt._convert.records.resolve_inside", confine.resolve_inside)
+    with pytest.raises(RejectError) as caught:
+        InputReader(str(world / "src"), confined=True).read(InputFile("link.jpg", len(CANARY), 0))
+    assert (caught.value.reason, caught.value.message) == ("not-a-regular-file", "a symbolic link, not a regular file")
