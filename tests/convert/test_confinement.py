@@ -282,3 +282,19 @@ def test_a_resolved_path_that_became_a_link_is_not_followed(world: Path, monkeyp
     with pytest.raises(RejectError) as caught:
         InputReader(str(world / "src"), confined=True).read(InputFile("link.jpg", len(CANARY), 0))
     assert (caught.value.reason, caught.value.message) == ("not-a-regular-file", "a symbolic link, not a regular file")
+
+
+@pytest.mark.parametrize("path", ["good.jpg", "./good.jpg", "a//b/../../good.jpg", "inner/link.jpg", "inner/linkdir/../src/good.jpg",
+                                  "missing/x.jpg", "inner", ".", "inner/linkdir/canary.jpg", "a/../../src/good.jpg", "a/../../outside"])
+def test_resolution_is_realpath_and_keeps_inside_only_what_realpath_does(world: Path, path: str) -> None:
+    (world / "src" / "inner").mkdir()
+    os.symlink("../good.jpg", world / "src" / "inner" / "link.jpg")
+    os.symlink("../../outside", world / "src" / "inner" / "linkdir")
+    (world / "src" / "a" / "b").mkdir(parents=True)
+    real = os.path.realpath(world / "src" / path)
+    inside = real == str(world / "src") or real.startswith(f"{world / 'src'}{os.sep}")
+    if inside:
+        assert confine.resolve_inside(world / "src", path) == real
+    else:
+        with pytest.raises(RejectError, match=f"resolves to {real}, outside the root"):
+            confine.resolve_inside(world / "src", path)
