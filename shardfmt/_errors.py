@@ -159,7 +159,7 @@ class RejectError(ShardfmtError, ValueError):
     Args:
         message: what was found, e.g. the decoder's or the operating system's message.
         reason: the reject code: "empty", "corrupt", "not-an-image", "unreadable", "too-large",
-            "hidden", "symlink-loop" or "no-class"; for records of several fields also
+            "not-a-regular-file", "outside-root", "hidden", "symlink-loop" or "no-class"; for records of several fields also
             "no-partner", "ambiguous", "size-mismatch" or "unsupported".
         path: the input file, if known.
     """

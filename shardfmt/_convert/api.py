@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .._errors import ConvertError
+from .._errors import ConvertError, RejectError
 from .._storage import RemoteOptions
 from ..format._manifest import Manifest
 from ..format._writer import DEFAULT_SHARD_SIZE
@@ -31,6 +31,7 @@ from .images import DEFAULT_QUALITY
 from .loop import ConvertResult
 from .run import convert as convert_images
 from .sources import SOURCE_KINDS, ParquetColumns, is_tar_source, names_parquet
+from .sources.confine import read_regular
 from .sources.parquet import saved_dataset_files
 
 __all__ = ["ConvertSummary", "convert"]
@@ -137,8 +138,8 @@ def convert(
         store, scale, patch: how images are stored and related (several fields).
         shard_format: "binary", or "tar" (WebDataset tars with a member index each).
         image_column, label_column, key_column, image_root: for Parquet and Arrow files: the
-            columns, and the folder relative image paths are resolved against (default: the
-            folder of each file).
+            columns, and the folder image paths are resolved against and must stay inside once
+            symbolic links are resolved (default: the folder of each file).
         shard_size, max_side, quality, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as
             for ``shardfmt convert``.
 
@@ -273,7 +274,9 @@ def _image_bytes(value: Any, number: int) -> bytes:
         return bytes(value)
     if isinstance(value, (str, os.PathLike)):
         try:
-            return Path(value).read_bytes()
+            return read_regular(os.fspath(value))  # a regular file within the input limit: never a FIFO or /dev/zero
+        except RejectError as err:
+            raise ConvertError(f"record {number}: the image file cannot be read: {err.message}", path=os.fspath(value)) from err
         except OSError as err:
             raise ConvertError(f"record {number}: the image file cannot be read: {err.strerror or err}", path=os.fspath(value)) from err
     if isinstance(value, Mapping) and ("bytes" in value or "path" in value):

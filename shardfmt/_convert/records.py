@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from .._errors import RejectError, SchemaError, ShardfmtError, WorkerError
 from .._jsontext import JsonTextError, parse_json
@@ -27,7 +27,6 @@ from .._storage import RemoteOptions, Store, open_store
 from .._storage.urls import is_url
 from ..format._fieldtypes import HeadedJpeg
 from ..format._jpeg import JpegInfo
-from ..format._layout import MAX_FIELD_SIZE
 from ..tar._keys import MAX_MEMBER_SIZE, key_problem, tar_key
 from .images import (
     IMAGE_KINDS,
@@ -37,6 +36,8 @@ from .images import (
     upright_size,
 )
 from .plan import ConversionPlan, InputFile, PlannedRecord
+from .sources.confine import MAX_INPUT_SIZE, open_regular, read_regular, resolve_inside
+from .sources.listing import LISTING_KINDS
 from .sources.parquet import RowGroupReader
 from .sources.results import describe_os_error, display_path
 
@@ -52,10 +53,6 @@ __all__ = [
     "builder_for",
     "unplace",
 ]
-
-MAX_INPUT_SIZE: Final = MAX_FIELD_SIZE
-"""Largest input file read, in bytes (1 GiB, the format's field limit); larger is "too-large"."""
-
 
 @dataclass(frozen=True)
 class Chunk:
@@ -101,12 +98,15 @@ class Placed:
 class InputReader:
     """Reads planned files relative to `root`: a local folder, or a URL (a store). A row of a
     Parquet file (an `InputFile` with a row group) is the value of `image_column` in that row,
-    read with the rest of its row group (`sources.parquet.RowGroupReader`)."""
+    read with the rest of its row group (`sources.parquet.RowGroupReader`). Local files are
+    read as `sources.confine` says: regular files only, within `MAX_INPUT_SIZE`, and with
+    `confined` (a listing's files) only inside `root` once symbolic links are resolved."""
 
     root: str
     remote: RemoteOptions | None = None
     image_column: str | None = None
     image_root: str | None = None
+    confined: bool = False
     _store: list[Store] = field(default_factory=list, compare=False, repr=False)
     _rows: list[RowGroupReader] = field(default_factory=list, compare=False, repr=False)
 
@@ -115,7 +115,8 @@ class InputReader:
 
         Raises:
             RejectError: "unreadable" (the operating system's or the store's message, or a tar
-                that ends early), "too-large" (over `MAX_INPUT_SIZE`), or for a Parquet row
+                that ends early), "too-large" (over `MAX_INPUT_SIZE`), "not-a-regular-file",
+                "outside-root" (`confined`, or a Parquet row's path), or for a Parquet row
                 "no-image" (its image is null) or "missing-file" (the file its path names is not there).
         """
         if file.size > MAX_INPUT_SIZE:
@@ -129,18 +130,21 @@ class InputReader:
                 return self._store[0].get(file.path.replace(os.sep, "/"))
             except OSError as err:
                 raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
-        path = os.path.join(self.root, file.path)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+            if self.confined:  # a listing's files: inside its folder once links are resolved
+                path, follow = resolve_inside(self.root, file.path), False
+            else:
+                path, follow = os.path.join(self.root, file.path), True
+            if file.offset is None:
+                return read_regular(path, follow=follow)
+            fd, _ = open_regular(path, follow=follow)
         except OSError as err:
             raise RejectError(describe_os_error(err), reason="unreadable") from err
         try:
-            if file.offset is not None:
-                data = os.pread(fd, file.size, file.offset)
-                if len(data) != file.size:
-                    raise RejectError(f"the tar ends before the member's {file.size} bytes at byte {file.offset}", reason="unreadable")
-                return data
-            return _read_whole(fd, file.size)
+            data = os.pread(fd, file.size, file.offset)
+            if len(data) != file.size:
+                raise RejectError(f"the tar ends before the member's {file.size} bytes at byte {file.offset}", reason="unreadable")
+            return data
         except OSError as err:
             raise RejectError(describe_os_error(err), reason="unreadable") from err
         finally:
@@ -156,26 +160,11 @@ class InputReader:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "remote": self.remote, "image_column": self.image_column, "image_root": self.image_root,
-                "_store": [], "_rows": []}
+                "confined": self.confined, "_store": [], "_rows": []}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
-
-
-def _read_whole(fd: int, size_hint: int) -> bytes:
-    """Read a whole file, normally with one `os.read` of `size_hint` + 1 bytes."""
-    data = os.read(fd, size_hint + 1)
-    if len(data) <= size_hint:
-        return data
-    chunks = [data]  # the file grew since it was planned: read the rest
-    total = len(data)
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-        total += len(chunk)
-        if total > MAX_INPUT_SIZE:
-            raise RejectError(f"over the input limit of {MAX_INPUT_SIZE} bytes", reason="too-large")
-    return b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -297,7 +286,8 @@ Builder = ImageLabelBuilder | FieldsBuilder
 
 def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builder:
     """The record builder of `plan`'s record kind, reading inputs from its root."""
-    reader = InputReader(plan.root, remote, plan.options.get("image_column"), plan.options.get("image_root"))
+    reader = InputReader(plan.root, remote, plan.options.get("image_column"), plan.options.get("image_root"),
+                         confined=plan.kind in LISTING_KINDS and not is_url(plan.root))
     options = plan.options
     if plan.record_kind == "image-label":
         return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar",

@@ -38,7 +38,9 @@ Awkward inputs are handled on purpose, and every file that does not become a rec
 - "empty": a zero-byte file; "corrupt": a decoder failed; "too-large": over 89,478,485 pixels
   (read from the header, before decoding; Pillow's decompression-bomb warnings become this
   reject too), a side over libjpeg's 65,500 pixels, or a file over 1 GiB; "unreadable": the operating
-  system refused (its message is the detail), a broken symbolic link, or not a regular file;
+  system refused (its message is the detail), or a broken symbolic link; "not-a-regular-file": a
+  folder, FIFO, socket or device; "outside-root": a listed path that resolves outside the
+  listing's folder (`sources.confine`);
 - "hidden": a file or folder whose name starts with "." is skipped (a hidden folder is not
   entered and is no class); "symlink-loop": a folder reached through a symbolic link that is one
   of its own ancestors (same st_dev and st_ino) is not entered again; "no-class": a file directly

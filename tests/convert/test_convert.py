@@ -144,8 +144,8 @@ def test_listing_files_csv_with_class_names_and_jsonl_with_integers(tmp_path: Pa
     [
         ("a.csv", "file,label\nx.jpg,1\n", "header must start with 'path,label'"),
         ("b.jsonl", '{"path": "x.jpg", "label": 1}\n{"path": "y.jpg", "label": "cat"}\n', "line 2: labels must be all"),
-        ("c.jsonl", '{"path": "../x.jpg", "label": 1}\n', "line 1: path '../x.jpg' leaves"),
-        ("d.jsonl", '{"path": "/x.jpg", "label": 1}\n', "line 1: path '/x.jpg' must be non-empty and relative"),
+        ("c.jsonl", '{"path": "", "label": 1}\n', "line 1: path '' must be a non-empty path relative"),
+        ("d.csv", "path,label\nx.jpg,1\n,2\n", "line 3: path '' must be a non-empty path relative"),
         ("e.jsonl", "{not json\n", "line 1: not JSON"),
         ("f.jsonl", '{"path": "x.jpg", "label": true}\n', "line 1: label must be an integer or a string"),
     ],

@@ -125,7 +125,7 @@ def test_a_path_label_listing_converts_by_url_as_on_disk(name: str, place: Place
     assert read_rejects(tmp_path / "url") == [
         ("img/missing.jpg", "unreadable", MISSING),
         ("img/notes.txt", "not-an-image", "no image format recognises the file"),
-        ("img", "unreadable", "not a regular file"),
+        ("img", "not-a-regular-file", "a folder, not a regular file"),
     ]
 
 
@@ -148,7 +148,7 @@ def test_a_listing_of_several_columns_converts_by_url_as_on_disk(name: str, plac
         ("img/missing.jpg", "unreadable", MISSING),
         ("img/1.jpg", "no-partner", f"column 'extra': img/nope.jpg: {MISSING}"),
         ("img/notes.txt", "not-an-image", "field 'image': no image format recognises the file"),
-        ("img", "unreadable", "not a regular file"),
+        ("img", "not-a-regular-file", "a folder, not a regular file"),
     ]
 
 

@@ -16,7 +16,9 @@ hands it to the module that owns its rules:
   one record per row;
 - for records of several fields, several parallel local folders (`folders.py`).
 
-What a scan finds, and how inputs and rejects are named, is `results.py`.
+What a scan finds, and how inputs and rejects are named, is `results.py`. What a source may
+read at all (inside its roots once links are resolved, regular files only, at most
+`confine.MAX_INPUT_SIZE` bytes) is `confine.py`, which every source and the worker use.
 
 The key of a record is its path relative to the source root, '/'-separated, without the last
 extension (for a tar sample: its sample key). File names and keys that are not UTF-8 keep their

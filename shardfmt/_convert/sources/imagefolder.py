@@ -9,7 +9,8 @@ decides later whether it is an image. Found here and reported as rejects instead
 - "hidden": a file or folder whose name starts with "." (a hidden folder is not entered and a
   hidden folder at the root is not a class);
 - "no-class": a file directly in the root, which belongs to no class;
-- what the tree itself reports ("symlink-loop", "unreadable": see `trees.py`), and a folder
+- what the tree itself reports ("symlink-loop", "not-a-regular-file", "unreadable": see
+  `trees.py`; links are followed, so a linked file elsewhere is read), and a folder
   below the root that cannot be listed ("unreadable").
 
 A class folder with no images keeps its class, so labels stay those torchvision would give.

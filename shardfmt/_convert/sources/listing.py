@@ -18,12 +18,15 @@ object given by URL (the `Tree` it lies in differs, nothing else):
   sorted as plain strings, label = index); in a CSV, where every cell is text, the labels are
   integers when every one reads as an integer (``[+-]?[0-9]+``, spaces trimmed); an integer
   label must fit in int64; a class name must not be empty;
-- paths are relative to the listing's folder and stay inside it; the first path of a row names
+- paths are relative to the listing's folder and stay inside it, judged lexically (a ``..``
+  that leaves it, or an absolute path, is a `ConvertError` naming the line) and, for a local
+  listing, again once symbolic links are resolved (`confine.resolve_inside`: a file or folder
+  link that leads out of the folder is rejected as "outside-root"); the first path of a row names
   the record's reference file, so it must not be empty (a later one may be: the record is then
   rejected as "no-partner"); inputs keep the listing's order;
-- a listed path that names no regular file is rejected as "unreadable" (in a later path
-  column: the record is rejected as "no-partner"); the hidden-file rule does not apply, since a
-  listing names its files on purpose.
+- a listed path that names nothing is rejected as "unreadable", one that names a folder, a
+  FIFO or a device as "not-a-regular-file" (in a later path column: the record is rejected as
+  "no-partner"); the hidden-file rule does not apply, since a listing names its files on purpose.
 
 The key of a record is its first path without the last extension.
 """
@@ -39,6 +42,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..._errors import ConvertError
+from .confine import OUTSIDE_ROOT
 from .results import (
     FieldColumn,
     FieldInput,
@@ -50,14 +54,17 @@ from .results import (
     is_field_name,
     record_key,
 )
-from .trees import Tree
+from .trees import Entry, Tree
 
-__all__ = ["LISTING_SUFFIXES", "columns_of", "scan_listing", "scan_table"]
+__all__ = ["LISTING_KINDS", "LISTING_SUFFIXES", "columns_of", "scan_listing", "scan_table"]
 
 LISTING_SUFFIXES: Final = (".csv", ".jsonl")
+LISTING_KINDS: Final = ("csv", "jsonl")
+"""The kinds of scan a listing gives (`SourceScan.kind`): its files are read confined to its folder."""
 _LABELLED: Final = ("path", "label")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_LEAVES = "{rel} leaves the listing's folder: a listing reads only inside it"
 _HEAD_SIZE = 1 << 20
 """Bytes read to find a listing's columns: its first line must end within them."""
 
@@ -276,7 +283,7 @@ def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColum
                 problem = (display_path(files[0].path), "no-partner", f"line {line}: no file in column {listing.names[i]!r}")
                 break
             rel = _listed_path(cell, line, where)
-            entry = tree.lookup(rel)
+            entry = tree.lookup(rel) if not _leaves(rel) else Entry(rel, rel, reject=(OUTSIDE_ROOT, _LEAVES.format(rel=rel)))
             if entry.reject is not None:
                 reason, detail = entry.reject
                 if n == 0:
@@ -295,13 +302,15 @@ def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColum
 
 
 def _listed_path(path: Any, line: int, where: str) -> str:
-    """Return a listed path in normal form, or fail if it is empty, absolute or leaves the folder."""
-    if not isinstance(path, str) or not path or os.path.isabs(path) or "\x00" in path:
-        raise ConvertError(f"line {line}: path {path!r} must be non-empty and relative to the listing's folder", path=where)
-    rel = os.path.normpath(path)
-    if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
-        raise ConvertError(f"line {line}: path {path!r} leaves the listing's folder", path=where)
-    return rel
+    """Return a listed path in normal form, or fail if it is empty or not a path at all."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ConvertError(f"line {line}: path {path!r} must be a non-empty path relative to the listing's folder", path=where)
+    return os.path.normpath(path)
+
+
+def _leaves(rel: str) -> bool:
+    """True if normal path `rel` is absolute, or is or goes above the listing's folder."""
+    return os.path.isabs(rel) or rel == os.pardir or rel.startswith(os.pardir + os.sep)
 
 
 def _infer(name: str, cells: list[Any], store: str) -> str:

@@ -44,7 +44,8 @@ from typing import Any, Final
 from ..._errors import ConvertError, RejectError
 from ..._storage import ByteSource, RemoteOptions, open_store
 from ..._storage.urls import is_url, local_path
-from .results import ScanReject, SourceFile, SourceScan, display_path, record_key
+from .confine import check_regular, read_regular, resolve_inside
+from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path, record_key
 from .trees import Entry, LocalTree, StoreTree, Tree
 
 pa: Any = None
@@ -123,7 +124,28 @@ def saved_dataset_files(folder: Path) -> list[str] | None:
         files = [str(item["filename"]) for item in state["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ConvertError(f"state.json of a saved dataset cannot be read: {err}", path=folder) from err
+    for name in files:
+        _check_saved_file(folder, name)
     return files
+
+
+def _check_saved_file(folder: Path, name: str) -> None:
+    """Refuse a data file that ``state.json`` names unless it is a plain name of a regular file
+    inside `folder`, once symbolic links are resolved.
+
+    Raises:
+        ConvertError: naming ``state.json``, the file and what is wrong with it.
+    """
+    where = folder / "state.json"
+    if name in ("", os.curdir, os.pardir) or os.path.basename(name) != name or "/" in name or "\x00" in name:
+        raise ConvertError(f"it names the data file {name!r}: a data file is a plain file name inside the folder", path=where)
+    try:
+        full = resolve_inside(folder, name)
+        check_regular(os.stat(full))
+    except RejectError as err:
+        raise ConvertError(f"it names the data file {name!r}: {err.message}", path=where) from err
+    except OSError as err:
+        raise ConvertError(f"it names the data file {name!r}, which cannot be read: {describe_os_error(err)}", path=where) from err
 
 
 def has_pattern(name: str) -> bool:
@@ -151,7 +173,8 @@ def local_parquet(locations: Sequence[str]) -> tuple[LocalTree, list[str]]:
         else:
             raise ConvertError("the source does not exist" if not os.path.exists(path) else "the source is not a file", path=location)
     root = os.path.commonpath([os.path.dirname(p) for p in found])
-    return LocalTree(Path(root)), sorted(os.path.relpath(p, root) for p in found)
+    # each file was named by the user, or matched by their pattern: a link among them is followed
+    return LocalTree(Path(root), confined=False), sorted(os.path.relpath(p, root) for p in found)
 
 
 def store_parquet_names(tree: StoreTree, name: str) -> list[str]:
@@ -513,15 +536,16 @@ class RowGroupReader:
         return data
 
     def _read_path(self, name: str, parquet_path: str, where: str) -> bytes:
-        """The bytes of the image file a row names by path."""
-        if is_url(self.root) and self.image_root is None and not os.path.isabs(name):
+        """The bytes of the image file a row names by path, confined to the image root (see `confine`)."""
+        if is_url(self.root) and self.image_root is None:
             raise RejectError(f"{where}: the image is a path ({name}), and paths are read from local files only: pass --image-root",
                               reason="missing-file")
-        base = self.image_root if self.image_root is not None else os.path.dirname(os.path.join(self.root, parquet_path))
-        full = os.path.join(local_path(base), name)
+        base = local_path(self.image_root if self.image_root is not None else os.path.dirname(os.path.join(self.root, parquet_path)))
+        full = os.path.join(base, name)
         try:
-            with open(full, "rb") as file:
-                return file.read()
+            return read_regular(resolve_inside(base, name), follow=False)
+        except RejectError as err:
+            raise RejectError(f"{where}: the image file {name}: {err.message}", reason=err.reason) from err
         except FileNotFoundError as err:
             against = "--image-root" if self.image_root is not None else "the folder of its Parquet file; --image-root sets another"
             raise RejectError(f"{where}: the image file {full} does not exist (a relative path is resolved against {against})",

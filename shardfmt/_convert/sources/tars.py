@@ -11,7 +11,9 @@ all kept samples have a column of its own (text, JSON or bytes, read by the work
 ``pread`` each). Classes are the labels in decimal, "0" to the largest. Found here and reported as
 rejects instead of inputs: "duplicate-member", "no-image", "no-label", "bad-label"
 (spec/tar.md, section 6) for a sample, "corrupt" for a tar that cannot be read as one,
-"unreadable" for one the operating system refuses.
+"not-a-regular-file" for a FIFO or device (refused from its ``stat``, before it is opened),
+"unreadable" for one the operating system refuses. A sample's members are byte ranges of its
+tar, so nothing outside the tars is read.
 
 Tars are read in place with ``pread``, so they must be local: `TARS_BY_URL` is the refusal of
 tars given by URL.
@@ -23,6 +25,7 @@ import gzip
 import json
 import os
 import shutil
+import stat
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,12 +33,13 @@ from pathlib import Path
 from typing import Final
 
 from ..._dataset.tars import expand_braces, tar_sources
-from ..._errors import ConvertError, FormatError, ShardNotFoundError
+from ..._errors import ConvertError, FormatError, RejectError, ShardNotFoundError
 from ..._storage.urls import local_path
 from ...format._schema import TAR_MEMBER_TYPES
 from ...tar._index import parse_label
 from ...tar._keys import ANY_IMAGE_EXTENSIONS, COMPRESSED_SUFFIXES, LABEL_EXTENSION, MAX_LABEL_SIZE, display_key, member_field, member_kind
 from ...tar._scan import TarMember, TarSample, scan_samples
+from .confine import check_regular
 from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path
 from .trees import Tree
 
@@ -105,7 +109,7 @@ def decompress_tars(tars: list[Path], folder: Path, *, threads: int | None = Non
             status = os.stat(tar)
         except FileNotFoundError as err:
             raise ConvertError("the tar does not exist", path=tar) from err
-        if not tar.name.endswith(COMPRESSED_SUFFIXES):
+        if not tar.name.endswith(COMPRESSED_SUFFIXES) or not stat.S_ISREG(status.st_mode):  # the scan rejects a FIFO or device
             if not target.is_symlink():
                 target.symlink_to(os.path.abspath(tar))
             return target
@@ -139,9 +143,13 @@ def _scan_each(tars: list[Path], root: Path) -> list[tuple[Path, str, int, tuple
     for tar in tars:
         rel = os.path.relpath(os.path.abspath(tar), root)
         try:
-            scans.append((tar, rel, os.stat(tar).st_mtime_ns, scan_samples(tar)))
+            status = os.stat(tar)
+            check_regular(status)  # before opening it: a FIFO would block, a device never end
+            scans.append((tar, rel, status.st_mtime_ns, scan_samples(tar)))
         except (ShardNotFoundError, FileNotFoundError) as err:
             raise ConvertError("the tar does not exist", path=tar) from err
+        except RejectError as err:
+            scans.append(ScanReject(0, display_path(rel), err.reason, err.message))
         except OSError as err:
             scans.append(ScanReject(0, display_path(rel), "unreadable", describe_os_error(err)))
         except FormatError as err:

@@ -9,11 +9,15 @@ bytes of one file (a listing). The rules that decide what becomes an input (hidd
 classes, order) are not here: `imagefolder.py` and `listing.py` apply them alike to both trees.
 
 What only a local tree can meet is found here: a folder reached through a symbolic link that is
-one of its own ancestors (same st_dev and st_ino) is "symlink-loop"; a broken link, something
-that is not a regular file, or a folder or file the operating system refuses is "unreadable".
-A store has no links and no special files; an object's version (ETag or modification time)
-stands in for a file's mtime, so resume notices a changed input, and a path no object has is
-"unreadable" with the detail a missing local file gets.
+one of its own ancestors (same st_dev and st_ino) is "symlink-loop"; something that is not a
+regular file (a FIFO, a socket, a device) is "not-a-regular-file"; a broken link, or a folder or
+file the operating system refuses, is "unreadable". A walk follows links (the ImageFolder rule);
+a lookup does not leave the root: a path that resolves outside it, through a link or ``..``, is
+"outside-root" (`confine.resolve_inside`), unless the tree was made ``confined=False`` for files
+the user named one by one. A store has no links and no special files (a lookup of a folder's
+name is "not-a-regular-file"); an object's version (ETag or modification time) stands in for a
+file's mtime, so resume notices a changed input, and a path no object has is "unreadable" with
+the detail a missing local file gets.
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from typing import Protocol
 
 import xxhash
 
-from ..._errors import ConvertError
+from ..._errors import ConvertError, RejectError
 from ..._storage import Store
+from .confine import NOT_REGULAR, check_regular, not_regular_detail, resolve_inside
 from .results import describe_os_error, display_path
 
-__all__ = ["NOT_REGULAR", "Entry", "LocalTree", "StoreTree", "Tree"]
+__all__ = ["Entry", "LocalTree", "StoreTree", "Tree"]
 
-NOT_REGULAR = "not a regular file"
 _MISSING = describe_os_error(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT)))
 _Ancestors = tuple[tuple[tuple[int, int], str], ...]
 
@@ -91,10 +95,12 @@ class Tree(Protocol):
 
 
 class LocalTree:
-    """A local folder; entries follow symbolic links, as ``os.walk(followlinks=True)`` does."""
+    """A local folder; entries follow symbolic links, as ``os.walk(followlinks=True)`` does; a
+    lookup stays inside the folder once links are resolved, unless `confined` is False."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, confined: bool = True) -> None:
         self.root: Path = root
+        self.confined = confined
         self._top: list[Entry] | None = None
 
     def describe(self, path: str) -> str:
@@ -133,17 +139,19 @@ class LocalTree:
                     )
             return Entry(item.name, path, True, ancestors=(*ancestors, (identity, path)))
         if not stat.S_ISREG(st.st_mode):
-            return Entry(item.name, path, reject=("unreadable", NOT_REGULAR))
+            return Entry(item.name, path, reject=(NOT_REGULAR, not_regular_detail(st.st_mode)))
         return Entry(item.name, path, size=st.st_size, version=st.st_mtime_ns)
 
     def lookup(self, path: str) -> Entry:
         name = os.path.basename(path)
         try:
-            st = os.stat(self.root / path)
+            full = resolve_inside(self.root, path) if self.confined else os.path.join(self.root, path)
+            st = os.stat(full)
+            check_regular(st)
+        except RejectError as err:
+            return Entry(name, path, reject=(err.reason, err.message))
         except OSError as err:
             return Entry(name, path, reject=("unreadable", describe_os_error(err)))
-        if not stat.S_ISREG(st.st_mode):
-            return Entry(name, path, reject=("unreadable", NOT_REGULAR))
         return Entry(name, path, size=st.st_size, version=st.st_mtime_ns)
 
     def read(self, path: str, *, limit: int | None = None) -> bytes:
@@ -192,7 +200,7 @@ class StoreTree:
         found = self.folders.get(parent, {})
         if (name, False) in found:
             return found[(name, False)]
-        reject = ("unreadable", NOT_REGULAR if (name, True) in found else _MISSING)
+        reject = (NOT_REGULAR, not_regular_detail(stat.S_IFDIR)) if (name, True) in found else ("unreadable", _MISSING)
         return Entry(name, path, reject=reject)
 
     def read(self, path: str, *, limit: int | None = None) -> bytes:
