@@ -238,8 +238,10 @@ class RandomChoice:
         return 1 + max(int(step.draws) for step in self.steps)
 
     def choose(self, u: np.ndarray) -> int:
-        weights = np.array(cast(Sequence[float], self.p))  # __post_init__ stored a weight per step
-        weights /= weights.max()  # weights of 1e308 would sum to infinity
+        stored = cast(Sequence[float], self.p)  # __post_init__ stored a weight per step
+        weights = np.array(stored)
+        if not math.isfinite(sum(stored)):
+            weights /= weights.max()  # weights of 1e308 sum to infinity: the same proportions, scaled
         bounds = np.cumsum(weights) / weights.sum()
         return min(int(np.searchsorted(bounds, float(u[0]), side="right")), len(self.steps) - 1)
 
