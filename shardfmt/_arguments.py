@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_NAME_LENGTH", "MAX_PATH_LENGTH", "check_int", "check_number", "check_path"]
+__all__ = ["MAX_NAME_LENGTH", "MAX_PATH_LENGTH", "check_int", "check_number", "check_pair", "check_path"]
 
 MAX_PATH_LENGTH = 4096
 """Bytes of a path or URL a loader takes: Linux's PATH_MAX; no longer local path can be opened."""
@@ -39,6 +39,19 @@ def check_number(name: str, value: Any, low: float, high: float, *, low_open: bo
     if math.isnan(number) or not (low < number if low_open else low <= number) or not number <= high:
         raise ValueError(f"{name} must be in {interval}{note}, got {value!r}")
     return number
+
+
+def check_pair(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> tuple[float, float]:
+    """Return `value`, a (low, high) range, as two floats. Raises TypeError unless it is a list or
+    tuple of two real numbers, ValueError unless each lies in [low, high] (``(low, high]`` with
+    `low_open`) and the first is at most the second."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise TypeError(f"{name} must be (low, high), each in {interval}, got {value!r}")
+    first, second = (check_number(name, v, low, high, low_open=low_open, note=" (each of (low, high))") for v in value)
+    if first > second:
+        raise ValueError(f"{name} must be (low, high) with low <= high, got {value!r}")
+    return first, second
 
 
 def check_path(name: str, path: str | os.PathLike[str]) -> None:

@@ -12,7 +12,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardfmt.ops import ColorJitter, CutMix, MixUp, RandAugment, RandomChoice, RandomRotation, TrivialAugmentWide
+from shardfmt.ops import (
+    ColorJitter,
+    CutMix,
+    MixUp,
+    RandAugment,
+    RandomChoice,
+    RandomErasing,
+    RandomResizedCrop,
+    RandomRotation,
+    TrivialAugmentWide,
+)
 
 TWO = [MixUp(num_classes=3), CutMix(num_classes=3)]
 BINS = r"num_magnitude_bins must be in \[2, 1024\], got "
@@ -22,6 +32,8 @@ CLASSES = r"num_classes must be in \[1, 1048576\] \(a one-hot row of num_classes
 DEGREES = r"degrees must be in \[0, 360\] when it is one number \(the range \(-degrees, degrees\)\), got "
 BOUNDS = r"degrees must be in \[-360, 360\] \(each bound of \(low, high\)\), got "
 WEIGHT = r"p must be in \[0, 1.79769e\+308\] \(a weight, finite\), got "
+PAIR = r"scale must be \(low, high\), each in \(0, 1\], got "
+RATIO = r"ratio must be in \[1.5259e-05, 65535\] \(each of \(low, high\)\), got "
 FILL = r"fill must be one value or three, each in \[0, 255\], got "
 
 CASES: list[tuple[str, Callable[[], Any], type, str]] = [
@@ -84,6 +96,17 @@ CASES: list[tuple[str, Callable[[], Any], type, str]] = [
     ("choice weights short", lambda: RandomChoice(TWO, p=[1]), TypeError, r"p must be a list of one weight per step \(2\), got \[1\]$"),
     ("choice weights number", lambda: RandomChoice(TWO, p=5), TypeError, r"p must be a list of one weight per step \(2\), got 5$"),
     ("choice weights zero", lambda: RandomChoice(TWO, p=[0, 0]), ValueError, r"p must hold one non-negative weight per step, not all 0"),
+    ("erasing scale str", lambda: RandomErasing(scale="ab"), TypeError, PAIR + "'ab'$"),
+    ("erasing scale number", lambda: RandomErasing(scale=0.5), TypeError, PAIR + "0.5$"),
+    ("erasing scale 0", lambda: RandomErasing(scale=(0, 0.5)), ValueError, r"scale must be in \(0, 1\] \(each of \(low, high\)\), got 0$"),
+    ("erasing ratio 1e308", lambda: RandomErasing(ratio=(0.5, 1e308)), ValueError, RATIO + r"1e\+308$"),
+    ("erasing ratio inf", lambda: RandomErasing(ratio=(0.5, math.inf)), ValueError, RATIO + "inf$"),
+    ("erasing ratio reversed", lambda: RandomErasing(ratio=(2, 1)), ValueError, r"ratio must be \(low, high\) with low <= high, got \(2"),
+    ("crop scale str", lambda: RandomResizedCrop(8, scale="ab"), TypeError, PAIR + "'ab'$"),
+    ("crop scale nan", lambda: RandomResizedCrop(8, scale=(math.nan, 1)), ValueError, r"scale must be in \(0, 1\] \(each of"),
+    ("crop ratio 1e-308", lambda: RandomResizedCrop(8, ratio=(1e-308, 1)), ValueError, RATIO + "1e-308$"),
+    ("crop flip str", lambda: RandomResizedCrop(8, flip="0.5"), TypeError, r"flip must be a number in \[0, 1\] \(a probability\), got .0"),
+    ("crop flip nan", lambda: RandomResizedCrop(8, flip=math.nan), ValueError, r"flip must be in \[0, 1\] \(a probability\), got nan$"),
     ("choice of one step", lambda: RandomChoice(MixUp(num_classes=3)), TypeError, r"RandomChoice takes a list of batch steps"),
 ]
 
@@ -104,6 +127,8 @@ def test_the_largest_values_allowed_are_taken() -> None:
     assert MixUp(alpha=1000, num_classes=2**20).alpha == 1000.0
     assert CutMix(alpha=0.001, num_classes=1).alpha == 0.001
     assert ColorJitter(brightness=255).ranges[0] == (0.0, 256.0)
+    assert RandomErasing(ratio=(1 / 65535, 65535)).ratio == (1 / 65535, 65535.0)
+    assert RandomResizedCrop(8, scale=[0.08, 1], ratio=(1 / 65535, 65535)).scale == [0.08, 1]  # kept as given: its config is in states
 
 
 def test_weights_of_1e308_choose_each_step_in_proportion() -> None:
