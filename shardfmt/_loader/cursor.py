@@ -250,8 +250,8 @@ class Cursor:
         """
         if self.resume:
             self.resume = False
-        elif self.started:
-            self.epoch, self.position, self.delivered = self.epoch + 1, 0, set()
+        elif self.started:  # the next epoch is whole: the start of an elastic resume was the last one's only
+            self.epoch, self.position, self.start_position, self.delivered = self.epoch + 1, 0, 0, set()
             self.started = False
         if self.epoch > MAX_EPOCH:
             raise ValueError(f"epoch {MAX_EPOCH} was the last a loader runs (epochs are in [0, {MAX_EPOCH}]); set_epoch() to go on")
