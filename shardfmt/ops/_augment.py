@@ -114,7 +114,8 @@ class RandomRotation:
     """Rotate the sample by an angle drawn uniformly from `degrees` (a number d means (-d, d)),
     counter-clockwise, about its centre, nearest-neighbour, the corners taking `fill` (one value,
     or one per channel, 0 to 255, truncated to whole numbers as a uint8 tensor holds them):
-    ``angle = lo + (hi - lo) * u[0]``."""
+    ``angle = lo + (hi - lo) * u[0]``. A number lies in [0, 360], each bound of a pair in
+    [-360, 360] (`MAX_DEGREES`); TypeError or ValueError otherwise."""
 
     degrees: float | tuple[float, float]
     fill: float | tuple[float, ...] = 0

@@ -253,6 +253,10 @@ class TrivialAugmentWide:
 
     Draws: operation ``floor(14 u[0])``, bin ``floor(n u[1])``, negative if ``u[2] < 0.5`` (for
     the signed operations); three draws whatever the operation.
+
+    Raises:
+        TypeError, ValueError: `num_magnitude_bins` is not an int in [2, 1024] (`MAX_MAGNITUDE_BINS`),
+            or `fill` not one value or three in [0, 255].
     """
 
     num_magnitude_bins: int = 31
@@ -282,6 +286,11 @@ class RandAugment:
     (repeats allowed), all at bin `magnitude` of `num_magnitude_bins`, each with a random sign.
 
     Draws: for op k (from 0), operation ``floor(14 u[2k])``, negative if ``u[2k + 1] < 0.5``.
+
+    Raises:
+        TypeError, ValueError: `num_ops` is not an int in [0, 64] (`MAX_OPS`),
+            `num_magnitude_bins` in [2, 1024], `magnitude` a bin of them, or `fill` one value or
+            three in [0, 255].
     """
 
     num_ops: int = 2

@@ -142,7 +142,9 @@ def _mix(tensor: torch.Tensor, lam: float) -> torch.Tensor:
 @dataclass(frozen=True)
 class MixUp:
     """torchvision v2's MixUp: every image blended with the one before it, by ``lam`` from
-    Beta(alpha, alpha) (one a batch), the labels likewise. Draws: 1."""
+    Beta(alpha, alpha) (one a batch), the labels likewise. Draws: 1. `alpha` lies in [0.001,
+    1000] (`MIN_ALPHA`, `MAX_ALPHA`), `num_classes` in [1, 2**20]; TypeError or ValueError
+    otherwise."""
 
     alpha: float = 1.0
     num_classes: int | None = None
@@ -168,7 +170,7 @@ class MixUp:
 class CutMix:
     """torchvision v2's CutMix: a box of every image replaced by the same box of the image before
     it, its area about ``1 - lam`` of the image (``lam`` from Beta(alpha, alpha)), the labels mixed
-    by the area kept. Draws: 3."""
+    by the area kept. Draws: 3. `alpha` and `num_classes` as MixUp's."""
 
     alpha: float = 1.0
     num_classes: int | None = None
