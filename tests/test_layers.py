@@ -3,7 +3,7 @@ sideways within its own layer, and no set of modules imports itself in a circle.
 
 The layers, lowest first::
 
-    base (_errors, _checksum, _forks, _jsontext, _sampling/, _version, _synthetic)
+    base (_errors, _arguments, _checksum, _forks, _jsontext, _sampling/, _version, _synthetic)
     < _storage < format < tar < _dataset < {_convert, ops}
     ops < _loader
     _cli, _demo, _preview, __main__ and the top package's __init__ over everything
@@ -33,7 +33,7 @@ LAYER_OF_PACKAGE = {
     "_loader": "loader",
 }
 """Subpackage -> layer; every module of a subpackage lies in that subpackage's layer."""
-BASE_MODULES = frozenset({"_errors", "_checksum", "_forks", "_jsontext", "_version", "_synthetic"})
+BASE_MODULES = frozenset({"_errors", "_arguments", "_checksum", "_forks", "_jsontext", "_version", "_synthetic"})
 TOP_MODULES = frozenset({"", "_cli", "_demo", "_preview", "__main__"})
 """Modules directly in the package that may import any layer ("" is the package itself)."""
 

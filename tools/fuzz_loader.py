@@ -35,6 +35,7 @@ import simplejpeg
 
 from shardfmt import DatasetWriter, Loader, ShardfmtError
 from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.ops import MixUp, TrivialAugmentWide
 
 NUM_RECORDS = 24
 BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
@@ -46,8 +47,8 @@ HOSTILE: dict[str, list[Any]] = {
     "num_workers": [-1, 10**5, 2.5, "2", True, 10**9, NAN, 1, 2],
     "prefetch": [0, -3, 1.5, 10**9, "2", None, True],
     "timeout": [0, -1.0, NAN, INF, -INF, "5", None, True],
-    "mean": [(NAN, 0.0, 0.0), (1.0, 2.0), "abc", (INF, 0.0, 0.0), (1, 2, 3, 4), ("a", "b", "c"), 5],
-    "std": [(0.0, 1.0, 1.0), (NAN, 1.0, 1.0), (-1.0, 1.0, 1.0), (1.0,), (INF, 1.0, 1.0), "xyz"],
+    "mean": [(NAN, 0.0, 0.0), (1.0, 2.0), "abc", (INF, 0.0, 0.0), (1, 2, 3, 4), ("a", "b", "c"), 5, (1e7, 0.0, 0.0)],
+    "std": [(0.0, 1.0, 1.0), (NAN, 1.0, 1.0), (-1.0, 1.0, 1.0), (1.0,), (INF, 1.0, 1.0), "xyz", (1e-320, 1.0, 1.0), (1e300, 1.0, 1.0)],
     "seed": [-1, 2**64, 2.5, "s", None, NAN, 10**30],
     "size": [0, -5, (0, 4), (4,), 10**6, 2.5, (8, 8, 8), "8", None, (True, 8)],
     "rank": [-1, 5, 2.5, "0", 10**9],
@@ -58,7 +59,10 @@ HOSTILE: dict[str, list[Any]] = {
     "layout": ["XYZ", 3, None],
     "verify": ["sometimes", 2, None],
     "start_method": ["nope", 5],
-    "subset": [[-1], [10**9], [1, 1], [0.5], [True], [], "0", np.array([[0, 1]]), np.zeros(3, bool), 5],
+    "subset": [[-1], [10**9], [1, 1], [0.5], [True], [], "0", np.array([[0, 1]]), np.zeros(3, bool), 5, range(10**12), {1, 2}],
+    "remote": [5, "s3", {"mode": "cache"}],
+    "batch_augment": [MixUp(num_classes=3), "mixup", [5], [TrivialAugmentWide()]],
+    "repeats": [0, 10**9, 2.5, "2", True],
     "augment": [[5], "flip", [None], 7],
     "drop_last": ["yes", 2],
     "fields": [{"nope": None}, ["image", "image"], 5, [], ["key"]],
@@ -155,7 +159,7 @@ def _state_change(rng: random.Random) -> tuple[str, Any]:
         return "<delete>", rng.choice(sorted(STATE_FIELDS))
     if what < 0.4:
         setting = rng.choice(["seed", "num_records", "batch_size", "world_size", "rank", "shuffle", "dataset"])
-        return f"settings.{setting}", rng.choice([None, -1, 10**9, "x", 2.5])
+        return f"settings.{setting}", rng.choice([None, -1, 10**9, "x", 2.5, np.array([3, 3]), {"x": 1}])
     name = rng.choice(sorted(STATE_FIELDS))
     return name, rng.choice(STATE_FIELDS[name])
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._arguments import check_path
 from .._checksum import checksum, format_checksum
 from .._dataset.concat import RecordSource
 from .._dataset.locate import classify_location
@@ -24,6 +25,7 @@ from .._sampling.mixture import Mixture
 from .._storage.remote import forks_safely
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
+from ..ops._batch import check_dataset_classes
 from . import gpudecode
 from .chunk import WorkerConfig
 from .gpudecode import GpuDecodeStage
@@ -41,13 +43,20 @@ def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathL
 
     Raises:
         TypeError: `path` is none of these (a str, an `os.PathLike`, a list or tuple, a `Mixture`).
+        ValueError: a path longer than `_arguments.MAX_PATH_LENGTH` bytes or with a part
+            longer than `_arguments.MAX_NAME_LENGTH`.
     """
     if isinstance(path, Mixture):
         return path
     if isinstance(path, (list, tuple)):
+        for item in path:
+            if not isinstance(item, (str, os.PathLike)):
+                raise TypeError(f"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got a list holding {item!r}")
+            check_path("path", item)
         return [os.fspath(p) for p in path]
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got {type(path).__name__}")
+    check_path("path", path)
     where = classify_location(path)
     return where.url if where.url is not None else Path(where.path or where.text)
 
@@ -140,6 +149,7 @@ def configure(
 ) -> Configured:
     """Resolve the outputs and the workers' config: at `size`, or at the options' size; with
     `gpu` (``decode="gpu"``/``"hybrid"``), its byte arrays in every slot."""
+    check_dataset_classes(options.batch_augment, getattr(dataset, "classes", None))
     request = options.pipeline
     if size is not None and not isinstance(request, str):
         request = pipeline_at(request, size)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+import numpy as np
+
 from .._sampling.keys import check_split
 from .._sampling.ranks import RankPlan, delivered_records, split_batches
 
@@ -44,6 +46,38 @@ def _field(name: str, value: Any, high: int, *, low: int = 0) -> int:
     return value
 
 
+MAX_SETTINGS_TEXT = 1 << 20
+"""The longest text a state's setting holds (a pipeline's or fields' JSON is a few hundred bytes)."""
+
+
+def _plain_settings(settings: dict[Any, Any]) -> dict[str, Any]:
+    """A state's settings as they are compared: str keys, each value None, a bool, an int, a
+    float (numpy's scalars too), a str or a list of str (what `Loader.state_dict` writes); else
+    TypeError naming it (an array's comparison has no truth value)."""
+    for key, value in settings.items():
+        plain = value is None or isinstance(value, (bool, int, float, str, np.bool_, np.integer, np.floating))
+        if isinstance(value, list):
+            plain = all(isinstance(item, str) for item in value)
+        if not isinstance(key, str) or not plain:
+            raise TypeError(
+                f"loader state field 'settings.{key}' must be None, a bool, int, float, str or list of str, got {type(value).__name__}"
+            )
+        if isinstance(value, str) and len(value) > MAX_SETTINGS_TEXT:
+            raise ValueError(f"loader state field 'settings.{key}' must be at most {MAX_SETTINGS_TEXT} characters, got {len(value)}")
+    return dict(settings)
+
+
+def _legacy_pipeline(text: Any) -> dict[str, Any]:
+    """The pipeline of a shardfmt 0.1 state, parsed from its JSON text; ValueError if it is not one."""
+    if not isinstance(text, str):
+        return {}
+    try:
+        pipeline = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"loader state field 'settings.pipeline' must be the JSON text of a pipeline: {type(err).__name__}") from err
+    return pipeline if isinstance(pipeline, dict) else {}
+
+
 @dataclass(frozen=True)
 class SavedState:
     """A `Loader.state_dict()` as read back (`SavedState.read` is the one place that checks one)."""
@@ -72,19 +106,23 @@ class SavedState:
         settings = state.get("settings", {})
         if not isinstance(settings, dict):
             raise TypeError(f"loader state field 'settings' must be a dict, got {settings!r}")
-        theirs = dict(settings)
+        theirs = _plain_settings(settings)
         theirs.setdefault("order", "sorted-key")  # states of shardfmt 0.1, which had that order only
         size = state.get("size")
-        if "augment" not in theirs:  # a state from before augment, subset and set_size
+        if "augment" not in theirs:  # a state of shardfmt 0.1: before augment, subset, set_size and the fingerprint
             theirs |= {"augment": "", "subset": None}
-            pipeline = json.loads(theirs.get("pipeline", "{}")) if isinstance(theirs.get("pipeline", "{}"), str) else {}
-            size = pipeline.pop("size", size) if isinstance(pipeline, dict) else size
+            pipeline = _legacy_pipeline(theirs.get("pipeline", "{}"))
+            size = pipeline.pop("size", size)
             theirs["pipeline"] = json.dumps(pipeline, sort_keys=True)
+        elif "dataset" not in theirs:
+            raise ValueError("loader state field 'settings.dataset' is missing: a state of this version holds the dataset's fingerprint")
         for name in ("epoch", "position"):
             if name not in state:
                 raise ValueError(f"loader state has no field {name!r}")
-        epoch = _field("epoch", state["epoch"], MAX_EPOCH)
         position = _field("position", state["position"], MAX_COUNT)
+        # MAX_EPOCH + 1 is where a loader stands once its last epoch is delivered, at its start
+        last = MAX_EPOCH + 1 if position == 0 and not state.get("start") and not state.get("delivered") else MAX_EPOCH
+        epoch = _field("epoch", state["epoch"], last)
         start = _field("start", state.get("start", 0), MAX_COUNT)
         delivered = state.get("delivered", [])
         if not isinstance(delivered, list):
@@ -205,11 +243,18 @@ class Cursor:
         self.generation += 1
 
     def begin(self) -> int:
-        """An ``iter()``: continue a restored epoch, else start the next one; returns the new generation."""
+        """An ``iter()``: continue a restored epoch, else start the next one; returns the new generation.
+
+        Raises:
+            ValueError: the epoch to start is past `MAX_EPOCH`, the last a loader runs.
+        """
         if self.resume:
             self.resume = False
-        elif self.started:
-            self.epoch, self.position, self.delivered = self.epoch + 1, 0, set()
+        elif self.started:  # the next epoch is whole: the start of an elastic resume was the last one's only
+            self.epoch, self.position, self.start_position, self.delivered = self.epoch + 1, 0, 0, set()
+            self.started = False
+        if self.epoch > MAX_EPOCH:
+            raise ValueError(f"epoch {MAX_EPOCH} was the last a loader runs (epochs are in [0, {MAX_EPOCH}]); set_epoch() to go on")
         self.started = True
         self.generation += 1
         return self.generation

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._dataset.concat import ConcatReader, RecordSource
 from .._sampling.keys import check_split, check_subset
-from .._sampling.mixture import Mixture
+from .._sampling.mixture import MAX_EPOCH_SIZE, Mixture
 from .._sampling.orders import epoch_order, resolve_order
 from .._sampling.permutation import RepeatedOrder, repeated_size
 from .options import LoaderOptions
@@ -62,7 +62,8 @@ class Epochs:
     ranks. Made once by the loader from its options; no state of the stream (`cursor` has it).
 
     Raises:
-        ValueError: a subset of a `Mixture`, or a malformed subset; an unknown order; a source of
+        ValueError: a subset of a `Mixture`, or a malformed subset; more than `MAX_EPOCH_SIZE`
+            positions an epoch (records times repeats); an unknown order; a source of
             the mixture that holds no records but is to give some; a batch split that is
             impossible (e.g. fewer records than ranks); `rank` outside [0, `world_size`).
     """
@@ -80,6 +81,12 @@ class Epochs:
         self.epoch_positions = repeated_size(self.epoch_records, options.repeats, options.repeats_epoch)
         """Positions of an epoch's order: its records, each `repeats` times (or the first
         `epoch_records` of those, `repeats_epoch="records"`)."""
+        if self.epoch_records * options.repeats > MAX_EPOCH_SIZE:
+            raise ValueError(
+                f"an epoch of {self.epoch_records} records times repeats={options.repeats} holds "
+                f"{self.epoch_records * options.repeats} positions; "
+                f"repeats must be in [1, {MAX_EPOCH_SIZE // self.epoch_records}] here (an epoch holds at most {MAX_EPOCH_SIZE})"
+            )
         self.order = resolve_order(options.order, num_records=self.num_records, mixture=mixture is not None)
         self.source_sizes: list[int] | None = None
         """Records in each source of the mixture; None without one."""

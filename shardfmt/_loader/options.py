@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._arguments import check_number
 from .._sampling.keys import MAX_STEPS
 from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
@@ -32,7 +33,7 @@ from ..ops._batch import BatchStep
 from ..ops._resize import INTERPOLATIONS
 from .chunk import TransformSpec
 from .gpudecode import check_request
-from .outputs import FieldRequest, OutputSpec, resolve_pipeline
+from .outputs import FieldRequest, OutputSpec, normalise_request, resolve_pipeline
 
 __all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
 
@@ -105,7 +106,7 @@ class LoaderOptions:
             "mean": _numbers("mean", arguments.get("mean")),
             "std": _numbers("std", arguments.get("std")),
             "augment": tuple(as_step(step) for step in _steps(arguments.get("augment"))),
-            "batch_augment": tuple(arguments.get("batch_augment") or ()),
+            "batch_augment": tuple(_batch_steps(arguments.get("batch_augment"))),
         }
         return cls(**(arguments | parsed))
 
@@ -160,6 +161,17 @@ class LoaderOptions:
                 raise ValueError(f"{name} must hold finite numbers, got {values!r}")
         if self.std is not None and not all(v > 0 for v in self.std):
             raise ValueError(f"std must hold numbers > 0 (each channel is divided by it), got {self.std!r}")
+        for name, values, low in (("mean", self.mean, -MAX_MEAN), ("std", self.std, MIN_STD)):
+            for value in values or ():
+                check_number(name, value, low, MAX_MEAN, note=" (each channel, 0-255 scale)")
+
+    def _check_remote(self) -> None:
+        if self.remote is not None and not isinstance(self.remote, RemoteOptions):
+            raise TypeError(f"remote must be None or a shardfmt.RemoteOptions, got {self.remote!r}")
+
+    def _check_fields(self) -> None:
+        if self.fields is not None:
+            normalise_request(self.fields)
 
     def _check_start_method(self) -> None:
         methods = multiprocessing.get_all_start_methods()
@@ -210,7 +222,7 @@ class LoaderOptions:
     def _check_batch_augment(self) -> None:
         for step in self.batch_augment:
             if not isinstance(step, (MixUp, CutMix, RandomChoice)):
-                raise ValueError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
+                raise TypeError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
         if self.batch_augment and self.fields is not None:
             raise ValueError(
                 "batch_augment mixes the (images, labels) form; with fields=..., mix the batches yourself (shardfmt.ops.apply_batch_steps)"
@@ -243,6 +255,12 @@ class LoaderOptions:
 
 
 MAX_BATCH_SIZE = 2**31 - 1
+MAX_MEAN = 1e6
+"""The largest magnitude of a normalisation mean or std (0-255 scale; ImageNet's are about 120 and
+60): with ``MIN_STD`` it keeps ``(x - mean) / std`` below 2**41, exact to float32's precision and
+far from its largest value (a std of 1e-320 gave infinities)."""
+MIN_STD = 1e-6
+"""The smallest normalisation std."""
 MAX_WORKERS_PER_CORE = 4
 """num_workers may be at most this many times the cores: more processes only wait for a core."""
 MAX_PREFETCH = 1024
@@ -290,6 +308,14 @@ def _steps(augment: Any) -> Sequence[Any]:
     if isinstance(augment, (str, bytes)) or not isinstance(augment, Sequence):
         raise TypeError(f"augment must be a list of steps, got {augment!r}")
     return augment
+
+
+def _batch_steps(batch_augment: Any) -> Sequence[Any]:
+    if batch_augment is None:
+        return ()
+    if not isinstance(batch_augment, (list, tuple)):
+        raise TypeError(f"batch_augment must be a list of batch steps (MixUp, CutMix, RandomChoice), got {batch_augment!r}")
+    return batch_augment
 
 
 def size_pair(size: int | Sequence[int]) -> tuple[int, int]:

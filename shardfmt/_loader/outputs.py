@@ -214,9 +214,13 @@ def normalise_request(fields: FieldRequest, interpolation: str = "bilinear") -> 
     """`fields` as field name -> `ImageOutput` or None, a size given as an `ImageOutput` of it."""
     if isinstance(fields, str):
         raise ValueError("fields is a mapping of field names or a list of them, not one string")
+    if not isinstance(fields, (Mapping, list, tuple)):
+        raise TypeError(f"fields must be a mapping from field name to ImageOutput, size or None, or a list of names, got {fields!r}")
     items = fields.items() if isinstance(fields, Mapping) else ((name, None) for name in fields)
     requests: dict[str, Any] = {}
     for name, value in items:
+        if not isinstance(name, str):
+            raise TypeError(f"fields must name fields by str, got {name!r}")
         if name in requests:
             raise ValueError(f"field {name!r} is asked for twice")
         if isinstance(value, (int, tuple)) and not isinstance(value, bool):

@@ -18,7 +18,8 @@ from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,9 +139,20 @@ def check_subset(subset: Sequence[int] | np.ndarray, num_records: int) -> np.nda
     either such indices (in any order) or a boolean mask of `num_records` entries.
 
     Raises:
-        ValueError: a mask of another length, an index out of range or repeated, or a value
-            that is neither integers nor booleans.
+        TypeError: `subset` is not a sequence or array (a set, a generator, a string).
+        ValueError: more entries than the dataset has records, a mask of another length, an
+            index out of range or repeated, or a value that is neither integers nor booleans.
     """
+    if isinstance(subset, (str, bytes, Set, Mapping)) or not hasattr(subset, "__len__"):
+        raise TypeError(f"subset must be a sequence of record indices or a boolean mask, got {type(subset).__name__}")
+    try:
+        length, shown = len(subset), str(len(subset))
+    except OverflowError:  # a range longer than sys.maxsize
+        length, shown = sys.maxsize, "more than sys.maxsize"
+    if length > num_records:  # checked before anything is made of it: range(10**12) would fill the memory
+        raise ValueError(
+            f"subset must hold at most {num_records} entries (distinct indices in [0, {num_records}) or one per record), got {shown}"
+        )
     array = np.asarray(subset)
     if array.ndim != 1:
         raise ValueError(f"subset must be one-dimensional, got shape {array.shape}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -24,9 +25,10 @@ from typing import Any, Union, cast
 
 import numpy as np
 
+from .._arguments import check_int, check_number, check_path
 from .permutation import permute
 
-__all__ = ["MIXTURE_STREAM", "REPEAT_STREAM", "SOURCE_STREAM", "Mixture", "MixtureOrder", "allocate", "source_records"]
+__all__ = ["MAX_EPOCH_SIZE", "MIXTURE_STREAM", "REPEAT_STREAM", "SOURCE_STREAM", "Mixture", "MixtureOrder", "allocate", "source_records"]
 
 MIXTURE_STREAM = 0x4D4958
 """The stream of the bijection interleaving an epoch's draws ("MIX")."""
@@ -34,6 +36,11 @@ SOURCE_STREAM = 0x535243
 """The stream of a source's shuffled passes that epochs take chunks of ("SRC")."""
 REPEAT_STREAM = 0x524550
 """The stream of the whole passes of a source smaller than its share ("REP")."""
+
+MAX_EPOCH_SIZE = 2**53
+"""The most positions an epoch holds (a mixture's epoch size; records times repeats): every
+position and count is then exact as a float64 and as a JSON number in any parser, as a state dict
+saves them (2**63 overflowed int64 positions)."""
 
 SourcePath = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
@@ -53,8 +60,10 @@ class Mixture:
     module docstring and spec/sampling.md).
 
     Raises:
+        TypeError: `sources` or `weights` is not a mapping, a weight not a number, `epoch_size`
+            not an int.
         ValueError: no source, a weight missing, extra, negative or not finite, all weights 0,
-            or an epoch size below 1.
+            an epoch size outside [1, `MAX_EPOCH_SIZE`], a path longer than a path can be.
     """
 
     names: tuple[str, ...]
@@ -63,19 +72,21 @@ class Mixture:
     epoch_size: int
 
     def __init__(self, sources: Mapping[str, SourcePath], *, weights: Mapping[str, float], epoch_size: int) -> None:
+        for argument, value in (("sources", sources), ("weights", weights)):
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{argument} must be a mapping from source name to {_WHAT[argument]}, got {value!r}")
         if not sources:
             raise ValueError("a Mixture needs at least one source")
         names = tuple(str(name) for name in sources)
-        if set(weights) != set(names):
+        if set(weights) != set(names) or len(names) != len(set(names)):
             missing, extra = sorted(set(names) - set(weights)), sorted(set(weights) - set(names))
             raise ValueError(f"weights must name every source once (missing: {missing}, not a source: {extra})")
-        values = tuple(float(weights[name]) for name in names)
-        if any(not math.isfinite(w) or w < 0 for w in values):
-            raise ValueError(f"weights must be finite and at least 0, got {dict(zip(names, values, strict=True))}")
+        values = tuple(
+            check_number(f"weights[{name!r}]", weights[name], 0.0, sys.float_info.max, note=" (finite and at least 0)") for name in names
+        )
         if not any(values):
             raise ValueError("at least one weight must be above 0")
-        if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1:
-            raise ValueError(f"epoch_size must be a whole number of records, at least 1, got {epoch_size!r}")
+        check_int("epoch_size", epoch_size, 1, MAX_EPOCH_SIZE, note=" records")
         paths = tuple(_plain_path(path) for path in sources.values())
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "paths", paths)
@@ -92,10 +103,19 @@ class Mixture:
         return {"names": list(self.names), "paths": list(self.paths), "weights": list(self.weights), "epoch_size": self.epoch_size}
 
 
+_WHAT = {"sources": "a path", "weights": "a weight"}
+
+
 def _plain_path(path: SourcePath) -> Any:
+    """A source's path (or its list of tars) as strings; TypeError for what is no path, ValueError for one too long."""
+    items = list(path) if isinstance(path, (list, tuple)) else [path]
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"a Mixture's source must be a str or os.PathLike, or a list of them, got {item!r}")
+        check_path("a Mixture's source path", item)
     if isinstance(path, (list, tuple)):
         return tuple(os.fspath(p) for p in path)
-    return os.fspath(cast("str | os.PathLike[str]", path))  # anything but a list or tuple is one path: os.fspath refuses the rest
+    return os.fspath(cast("str | os.PathLike[str]", path))
 
 
 def allocate(weights: Sequence[float], *, epoch_size: int) -> list[int]:

@@ -36,6 +36,7 @@ import cv2
 import numpy as np
 import torch
 
+from .._arguments import check_number
 from .._sampling.keys import RNG_STREAM, STEP_STREAM, keys_by_epoch, uniforms
 from ._augmix import AugMix
 from ._autoaugment import AutoAugment, RandAugment, TrivialAugmentWide, fill_triple, stored_fill
@@ -56,6 +57,15 @@ __all__ = [
     "as_step",
     "describe_steps",
 ]
+
+
+MAX_DEGREES = 360
+"""The largest angle a RandomRotation's range may reach, each way: a turn; larger angles only
+repeat it (and 1e308 overflowed the draw to infinity)."""
+_DEGREES_NOTE = " (each bound of (low, high))"
+MAX_JITTER_FACTOR = 256
+"""The largest brightness, contrast or saturation factor a ColorJitter draws: at 256 every value
+off the mean is already pushed to 0 or 255."""
 
 
 def _probability(name: str, value: float) -> float:
@@ -105,7 +115,8 @@ class RandomRotation:
     """Rotate the sample by an angle drawn uniformly from `degrees` (a number d means (-d, d)),
     counter-clockwise, about its centre, nearest-neighbour, the corners taking `fill` (one value,
     or one per channel, 0 to 255, truncated to whole numbers as a uint8 tensor holds them):
-    ``angle = lo + (hi - lo) * u[0]``."""
+    ``angle = lo + (hi - lo) * u[0]``. A number lies in [0, 360], each bound of a pair in
+    [-360, 360] (`MAX_DEGREES`); TypeError or ValueError otherwise."""
 
     degrees: float | tuple[float, float]
     fill: float | tuple[float, ...] = 0
@@ -114,22 +125,17 @@ class RandomRotation:
 
     def __post_init__(self) -> None:
         degrees = self.degrees
-        if isinstance(degrees, (int, float)) and not isinstance(degrees, bool):
-            if degrees < 0:
-                raise ValueError(f"degrees must not be negative when it is one number, got {degrees}")
-            pair = (-float(degrees), float(degrees))
-        elif (
-            isinstance(degrees, (tuple, list))
-            and len(degrees) == 2
-            and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in degrees)
-        ):
-            pair = (float(degrees[0]), float(degrees[1]))
+        if isinstance(degrees, (tuple, list)) and len(degrees) == 2:
+            pair: tuple[float, ...] = tuple(check_number("degrees", d, -MAX_DEGREES, MAX_DEGREES, note=_DEGREES_NOTE) for d in degrees)
             if pair[0] > pair[1]:
                 raise ValueError(f"degrees must be (low, high) with low <= high, got {degrees}")
+        elif isinstance(degrees, (tuple, list, str, bytes)) or degrees is None:
+            raise TypeError(
+                f"degrees must be a number in [0, {MAX_DEGREES}] or (low, high) in [-{MAX_DEGREES}, {MAX_DEGREES}], got {degrees!r}"
+            )
         else:
-            raise ValueError(f"degrees must be a number or (low, high), got {degrees!r}")
-        if not all(math.isfinite(d) for d in pair):
-            raise ValueError(f"degrees must be finite, got {degrees!r}")
+            high = check_number("degrees", degrees, 0, MAX_DEGREES, note=" when it is one number (the range (-degrees, degrees))")
+            pair = (-high, high)
         fill = fill_triple(self.fill)
         object.__setattr__(self, "degrees", pair)
         object.__setattr__(self, "fill", fill)
@@ -165,7 +171,7 @@ def _jitter_range(
     else:
         raise ValueError(f"{name} must be a number or (low, high), got {value!r}")
     if not bound[0] <= pair[0] <= pair[1] <= bound[1]:
-        raise ValueError(f"{name} range {pair} must lie within [{bound[0]}, {bound[1]}] with low <= high")
+        raise ValueError(f"{name} range {pair} must lie within [{bound[0]:g}, {bound[1]:g}] with low <= high")
     return None if pair[0] == pair[1] == center else (float(pair[0]), float(pair[1]))
 
 
@@ -189,9 +195,8 @@ class ColorJitter:
     draws: ClassVar[int] = 8
 
     def __post_init__(self) -> None:
-        inf = float("inf")
         for name in ("brightness", "contrast", "saturation"):
-            object.__setattr__(self, name, _jitter_range(name, getattr(self, name), center=1.0, bound=(0.0, inf)))
+            object.__setattr__(self, name, _jitter_range(name, getattr(self, name), center=1.0, bound=(0.0, MAX_JITTER_FACTOR)))
         object.__setattr__(self, "hue", _jitter_range("hue", self.hue, center=0.0, bound=(-0.5, 0.5)))
 
     @property

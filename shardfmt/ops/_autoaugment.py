@@ -33,10 +33,28 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
+from .._arguments import check_int
 from ._imageops import WARP_INTERPOLATIONS, ImageOps
 from ._pixelops import PixelOps
 
-__all__ = ["POLICIES", "AutoAugment", "RandAugment", "TrivialAugmentWide", "apply_operation", "check_interpolation", "magnitude_table"]
+__all__ = [
+    "MAX_MAGNITUDE_BINS",
+    "MAX_OPS",
+    "POLICIES",
+    "AutoAugment",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "apply_operation",
+    "check_interpolation",
+    "magnitude_table",
+]
+
+MAX_MAGNITUDE_BINS = 1024
+"""The most magnitude bins a step takes (torchvision's default is 31): each worker builds a table
+of 15 operations x bins per image size, and more bins than a float32 magnitude can tell apart
+only cost memory (10**9 bins took 23.5 GB)."""
+MAX_OPS = 64
+"""The most operations a RandAugment runs on one sample (torchvision's default is 2)."""
 
 OPERATIONS = (
     "Identity",
@@ -194,8 +212,18 @@ def _augmix_table(operation: str, num_bins: int, *, height: int, width: int) -> 
 
 
 def fill_triple(fill: Any) -> tuple[float, float, float]:
-    """Check a step's `fill` (one value or three, each in [0, 255]); return three whole numbers as floats."""
-    values = (fill,) * 3 if isinstance(fill, (int, float)) and not isinstance(fill, bool) else tuple(fill)
+    """Check a step's `fill` (one value or three, each in [0, 255]); return three whole numbers as floats.
+
+    Raises:
+        TypeError: `fill` is neither a number nor a list or tuple.
+        ValueError: it does not hold one or three numbers in [0, 255].
+    """
+    if isinstance(fill, (int, float)) and not isinstance(fill, bool):
+        values: tuple[Any, ...] = (fill,) * 3
+    elif isinstance(fill, (list, tuple)):
+        values = tuple(fill)
+    else:
+        raise TypeError(f"fill must be one value or three, each in [0, 255], got {fill!r}")
     if len(values) == 1:
         values = values * 3
     if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in values):
@@ -221,9 +249,7 @@ def _with_interpolation(config: dict[str, Any], interpolation: str) -> dict[str,
 
 
 def _check_bins(num_bins: Any) -> int:
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
-        raise ValueError(f"num_magnitude_bins must be an integer of at least 2, got {num_bins!r}")
-    return num_bins
+    return check_int("num_magnitude_bins", num_bins, 2, MAX_MAGNITUDE_BINS)
 
 
 class _Tables:
@@ -340,6 +366,10 @@ class TrivialAugmentWide:
     Draws: operation ``floor(14 u[0])``, bin ``floor(n u[1])``, negative if ``u[2] < 0.5`` (for
     the signed operations); three draws whatever the operation. `interpolation`: the geometric
     operations' kernel, "nearest" (torchvision's default), "bilinear" or "bicubic".
+
+    Raises:
+        TypeError, ValueError: `num_magnitude_bins` is not an int in [2, 1024] (`MAX_MAGNITUDE_BINS`),
+            or `fill` not one value or three in [0, 255].
     """
 
     num_magnitude_bins: int = 31
@@ -373,6 +403,11 @@ class RandAugment:
 
     Draws: for op k (from 0), operation ``floor(14 u[2k])``, negative if ``u[2k + 1] < 0.5``.
     `interpolation` as `TrivialAugmentWide`'s.
+
+    Raises:
+        TypeError, ValueError: `num_ops` is not an int in [0, 64] (`MAX_OPS`),
+            `num_magnitude_bins` in [2, 1024], `magnitude` a bin of them, or `fill` one value or
+            three in [0, 255].
     """
 
     num_ops: int = 2
@@ -383,10 +418,9 @@ class RandAugment:
 
     def __post_init__(self) -> None:
         bins = _check_bins(self.num_magnitude_bins)
-        if isinstance(self.num_ops, bool) or not isinstance(self.num_ops, int) or not 0 <= self.num_ops <= 64:
-            raise ValueError(f"num_ops must be an integer in [0, 64], got {self.num_ops!r}")
-        if isinstance(self.magnitude, bool) or not isinstance(self.magnitude, int) or not 0 <= self.magnitude < bins:
-            raise ValueError(f"magnitude must be a bin in [0, {bins}), got {self.magnitude!r}")
+        object.__setattr__(self, "num_magnitude_bins", bins)
+        object.__setattr__(self, "num_ops", check_int("num_ops", self.num_ops, 0, MAX_OPS))
+        object.__setattr__(self, "magnitude", check_int("magnitude", self.magnitude, 0, bins - 1, note=" (a bin of num_magnitude_bins)"))
         object.__setattr__(self, "fill", fill_triple(self.fill))
         object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 

@@ -27,6 +27,7 @@ the normalisation) or uint8, which becomes float32 on the 0-255 scale. Layout "N
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union, cast
@@ -34,9 +35,29 @@ from typing import Any, Union, cast
 import numpy as np
 import torch
 
+from .._arguments import check_int, check_number
 from .._sampling.keys import BATCH_STREAM, record_keys, uniforms
+from ..format._layout import MAX_CLASSES
 
-__all__ = ["BatchStep", "CutMix", "MixUp", "RandomChoice", "apply_batch_steps", "beta_quantile"]
+__all__ = [
+    "MAX_ALPHA",
+    "MIN_ALPHA",
+    "BatchStep",
+    "CutMix",
+    "MixUp",
+    "RandomChoice",
+    "apply_batch_steps",
+    "beta_quantile",
+    "check_dataset_classes",
+    "step_classes",
+]
+
+MIN_ALPHA = 0.001
+"""The smallest alpha of MixUp and CutMix: Beta(0.001, 0.001) is already 0 or 1 all but 0.2% of
+the time, and below it the quantile's bisection returns 0 for every draw."""
+MAX_ALPHA = 1000.0
+"""The largest alpha: Beta(1000, 1000) stays within 0.03 of 0.5 in 99% of batches; beyond it a
+quantile costs more bisection work for a lam that is 0.5 anyway (1e30 ran without end)."""
 
 _LAYOUTS = ("NCHW", "NHWC")
 
@@ -87,15 +108,12 @@ def beta_quantile(u: float, alpha: float) -> float:
 
 
 def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
-        raise ValueError(f"alpha must be a positive finite number, got {alpha!r}")
-    return float(alpha)
+    return check_number("alpha", alpha, MIN_ALPHA, MAX_ALPHA)
 
 
 def _check_classes(num_classes: Any) -> int:
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
-    return num_classes
+    note = " (a one-hot row of num_classes floats per sample; MAX_CLASSES of the format)"
+    return check_int("num_classes", num_classes, 1, MAX_CLASSES, note=note)
 
 
 def _prepare(images: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,7 +142,9 @@ def _mix(tensor: torch.Tensor, lam: float) -> torch.Tensor:
 @dataclass(frozen=True)
 class MixUp:
     """torchvision v2's MixUp: every image blended with the one before it, by ``lam`` from
-    Beta(alpha, alpha) (one a batch), the labels likewise. Draws: 1."""
+    Beta(alpha, alpha) (one a batch), the labels likewise. Draws: 1. `alpha` lies in [0.001,
+    1000] (`MIN_ALPHA`, `MAX_ALPHA`), `num_classes` in [1, 2**20]; TypeError or ValueError
+    otherwise."""
 
     alpha: float = 1.0
     num_classes: int | None = None
@@ -150,7 +170,7 @@ class MixUp:
 class CutMix:
     """torchvision v2's CutMix: a box of every image replaced by the same box of the image before
     it, its area about ``1 - lam`` of the image (``lam`` from Beta(alpha, alpha)), the labels mixed
-    by the area kept. Draws: 3."""
+    by the area kept. Draws: 3. `alpha` and `num_classes` as MixUp's."""
 
     alpha: float = 1.0
     num_classes: int | None = None
@@ -198,11 +218,19 @@ class RandomChoice:
     p: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.steps, (list, tuple)):
+            raise TypeError(f"RandomChoice takes a list of batch steps (MixUp, CutMix, RandomChoice), got {self.steps!r}")
         steps = tuple(self.steps)
         if not steps or not all(isinstance(step, (MixUp, CutMix, RandomChoice)) for step in steps):
             raise ValueError(f"RandomChoice takes a non-empty list of batch steps (MixUp, CutMix, RandomChoice), got {self.steps!r}")
-        weights = tuple(float(v) for v in self.p) if self.p is not None else (1.0,) * len(steps)
-        if len(weights) != len(steps) or not all(math.isfinite(v) and v >= 0 for v in weights) or sum(weights) <= 0:
+        if self.p is not None and (not isinstance(self.p, (list, tuple, np.ndarray)) or len(self.p) != len(steps)):
+            raise TypeError(f"p must be a list of one weight per step ({len(steps)}), got {self.p!r}")
+        weights = (
+            tuple(check_number("p", v, 0.0, sys.float_info.max, note=" (a weight, finite)") for v in self.p)
+            if self.p is not None
+            else (1.0,) * len(steps)
+        )
+        if not any(weights):
             raise ValueError(f"p must hold one non-negative weight per step, not all 0, got {self.p!r}")
         object.__setattr__(self, "steps", steps)
         object.__setattr__(self, "p", weights)
@@ -212,8 +240,11 @@ class RandomChoice:
         return 1 + max(int(step.draws) for step in self.steps)
 
     def choose(self, u: np.ndarray) -> int:
-        weights = cast(Sequence[float], self.p)  # __post_init__ stored a weight per step
-        bounds = np.cumsum(weights) / sum(weights)
+        stored = cast(Sequence[float], self.p)  # __post_init__ stored a weight per step
+        weights = np.array(stored)
+        if not math.isfinite(sum(stored)):
+            weights /= weights.max()  # weights of 1e308 sum to infinity: the same proportions, scaled
+        bounds = np.cumsum(weights) / weights.sum()
         return min(int(np.searchsorted(bounds, float(u[0]), side="right")), len(self.steps) - 1)
 
     def apply(
@@ -226,6 +257,30 @@ class RandomChoice:
 
 BatchStep = Union[MixUp, CutMix, RandomChoice]
 """What ``Loader(batch_augment=[...])`` takes."""
+
+
+def step_classes(steps: Sequence[BatchStep]) -> list[int]:
+    """The `num_classes` of every MixUp and CutMix in `steps`, those inside a RandomChoice too."""
+    found: list[int] = []
+    for step in steps:
+        if isinstance(step, RandomChoice):
+            found += step_classes(step.steps)
+        else:
+            found.append(cast(int, step.num_classes))  # __post_init__ refused None
+    return found
+
+
+def check_dataset_classes(steps: Sequence[BatchStep], classes: Sequence[str] | None) -> None:
+    """Raise ValueError if a MixUp or CutMix of `steps` has fewer classes than a dataset whose
+    manifest names `classes` (None: a label out of range is refused batch by batch)."""
+    if classes is None:
+        return
+    for num_classes in step_classes(steps):
+        if num_classes < len(classes):
+            raise ValueError(
+                f"num_classes of a batch step must be in [{len(classes)}, {MAX_CLASSES}] for this dataset, which has "
+                f"{len(classes)} classes, got {num_classes}"
+            )
 
 
 def apply_batch_steps(

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Union
 
 import numpy as np
 
+from .._arguments import check_number, check_pair
 from .._sampling.keys import uniforms
 
 __all__ = [
@@ -55,6 +56,13 @@ def _size_pair(size: int | tuple[int, int]) -> tuple[int, int]:
     return (int(pair[0]), int(pair[1]))
 
 
+MAX_ASPECT = 65535
+"""The largest aspect ratio (height over width) a random box may be drawn with: a box one pixel wide
+is then as tall as the tallest image the format holds (65,535), so no larger ratio ever fits."""
+MIN_ASPECT = 1 / MAX_ASPECT
+"""The smallest, the same the other way round."""
+
+
 @dataclass(frozen=True)
 class RandomResizedCrop:
     """torchvision's RandomResizedCrop (same parameters, same sampling rule) then a random flip.
@@ -74,12 +82,9 @@ class RandomResizedCrop:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", _size_pair(self.size))
-        if not 0 < self.scale[0] <= self.scale[1] <= 1:
-            raise ValueError(f"scale must satisfy 0 < low <= high <= 1, got {self.scale}")
-        if not 0 < self.ratio[0] <= self.ratio[1]:
-            raise ValueError(f"ratio must satisfy 0 < low <= high, got {self.ratio}")
-        if not 0 <= self.flip <= 1:
-            raise ValueError(f"flip is a probability in [0, 1], got {self.flip}")
+        check_pair("scale", self.scale, 0, 1, low_open=True)
+        check_pair("ratio", self.ratio, MIN_ASPECT, MAX_ASPECT)
+        check_number("flip", self.flip, 0, 1, note=" (a probability)")
 
     def plan(self, heights: np.ndarray, widths: np.ndarray, keys: np.ndarray) -> CropPlan:
         n = len(heights)

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
+from .._arguments import check_pair
+from ._crop import MAX_ASPECT, MIN_ASPECT
 from ._imageops import ImageOps
 from ._pixelops import PixelOps
 
@@ -92,11 +94,8 @@ class RandomErasing:
     def __post_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, (int, float)) or not 0 <= self.p <= 1:
             raise ValueError(f"p is a probability in [0, 1], got {self.p!r}")
-        scale, ratio = tuple(self.scale), tuple(self.ratio)
-        if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
-            raise ValueError(f"scale must satisfy 0 < low <= high <= 1, got {self.scale!r}")
-        if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1] or not math.isfinite(ratio[1]):
-            raise ValueError(f"ratio must satisfy 0 < low <= high, got {self.ratio!r}")
+        scale = check_pair("scale", self.scale, 0, 1, low_open=True)
+        ratio = check_pair("ratio", self.ratio, MIN_ASPECT, MAX_ASPECT)
         value = self.value
         if isinstance(value, str):
             if value != "mean":

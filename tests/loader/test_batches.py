@@ -230,7 +230,7 @@ def test_the_cursor_saves_and_restores_without_processes() -> None:
     cursor.begin()
     for batch in cursor.expected()[:2]:
         cursor.deliver(batch)
-    settings = {"seed": 0, "rank": 0, "world_size": 1, "order": "feistel", "augment": "", "subset": None, "pipeline": "{}"}
+    settings = {"seed": 0, "rank": 0, "world_size": 1, "order": "feistel", "augment": "", "subset": None, "pipeline": "{}", "dataset": "d"}
     state = cursor.state(size=(8, 8), settings=settings)
     other = Cursor(order, epoch_records=20, batch_size=4, rank=0, world_size=1, drop_last=False)
     saved = SavedState.read(state)

@@ -6,6 +6,7 @@ and an iterator replaced before its first `next()` raises as documented.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
@@ -21,8 +22,17 @@ import torch
 
 from shardfmt import DatasetWriter, Loader, Mixture
 from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.ops import CutMix, MixUp, RandomChoice
 
 BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
+SOURCE = r"a Mixture's source must be a str or os.PathLike, or a list of them, "
+MEAN = r"mean must be in \[-1e\+06, 1e\+06\] \(each channel, 0-255 scale\), got "
+STD = r"std must be in \[1e-06, 1e\+06\] \(each channel, 0-255 scale\), got "
+STEPS = r"batch_augment must be a list of batch steps \(MixUp, CutMix, RandomChoice\), "
+SUBSET = r"subset must hold at most 24 entries \(distinct indices in \[0, 24\) or one per record\), got "
+EPOCH_SIZE = r"epoch_size must be in \[1, 9007199254740992\] records, got "
+WEIGHTS = r"\[0, 1.79769e\+308\] \(finite and at least 0\), "
+WEIGHT_B = r"weights\['b'\] must be in " + WEIGHTS + "got "
 CORES = os.cpu_count() or 1
 
 
@@ -73,11 +83,116 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         ({"device": "nope"}, ValueError, r"device 'nope' is not a device torch knows"),
         ({"pipeline": 5}, TypeError, r"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops"),
         ({"augment": "flip"}, TypeError, r"augment must be a list of steps"),
+        ({"mean": (0.0, 0.0, 0.0), "std": (1e-320, 1.0, 1.0)}, ValueError, STD + "1e-320$"),
+        ({"mean": (0.0, 0.0, 0.0), "std": (1e-7, 1.0, 1.0)}, ValueError, STD + "1e-07$"),
+        ({"mean": (0.0, 0.0, 0.0), "std": (1e300, 1.0, 1.0)}, ValueError, STD + r"1e\+300$"),
+        ({"mean": (1e7, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}, ValueError, MEAN + "10000000.0$"),
+        ({"remote": 5}, TypeError, r"remote must be None or a shardfmt.RemoteOptions, got 5$"),
+        ({"remote": {"mode": "cache"}}, TypeError, r"remote must be None or a shardfmt.RemoteOptions, got \{'mode': 'cache'\}$"),
+        ({"remote": "s3"}, TypeError, r"remote must be None or a shardfmt.RemoteOptions, got 's3'$"),
+        ({"fields": 5}, TypeError, r"fields must be a mapping from field name to ImageOutput, size or None, or a list of names, got 5$"),
+        ({"fields": [5]}, TypeError, r"fields must name fields by str, got 5$"),
+        ({"fields": {"image": "big"}}, ValueError, r"fields\['image'\] must be an ImageOutput, a size or None, got 'big'$"),
+        ({"batch_augment": MixUp(num_classes=3)}, TypeError, STEPS + r"got MixUp\(alpha=1.0, num_classes=3\)$"),
+        ({"batch_augment": "mixup"}, TypeError, STEPS + "got 'mixup'$"),
+        ({"batch_augment": [5]}, TypeError, r"batch_augment takes batch steps of shardfmt.ops \(MixUp, CutMix, RandomChoice\), got 5$"),
+        ({"subset": range(10**12)}, ValueError, SUBSET + "1000000000000$"),
+        ({"subset": range(10**20)}, ValueError, SUBSET + "more than sys.maxsize$"),
+        ({"subset": [0] * 25}, ValueError, SUBSET + "25$"),
+        ({"subset": {1, 2}}, TypeError, r"subset must be a sequence of record indices or a boolean mask, got set$"),
+        ({"subset": 5}, TypeError, r"subset must be a sequence of record indices or a boolean mask, got int$"),
+        ({"subset": "0"}, TypeError, r"subset must be a sequence of record indices or a boolean mask, got str$"),
     ],
 )
 def test_arguments_are_checked_at_the_door(datasets: tuple[Path, Path], changes: dict[str, Any], error: type, message: str) -> None:
-    with pytest.raises(error, match=message):
+    """Before (the cases after augment="flip"): std=1e-320 gave infinities, remote= of any type
+    was ignored, fields=5 and batch_augment=MixUp(...) raised "'int' object is not iterable",
+    subset=range(10**12) a bare MemoryError."""
+    with pytest.raises(error, match=message) as info:
         Loader(datasets[0], **(BASE | changes))
+    assert type(info.value) is error
+
+
+@pytest.mark.parametrize(
+    ("path", "error", "message"),
+    [
+        ("x" * 100_000, ValueError, r"path must be at most 4096 bytes long \(PATH_MAX\), got 100000 bytes: b'xxx"),
+        ("d/" * 3000, ValueError, r"path must be at most 4096 bytes long \(PATH_MAX\), got 6000 bytes"),
+        ("x" * 256, ValueError, r"each part of path must be at most 255 bytes long \(NAME_MAX\), got one of 256 bytes"),
+        (["a.tar", "x" * 5000 + ".tar"], ValueError, r"path must be at most 4096 bytes long \(PATH_MAX\), got 5004 bytes"),
+        (["a.tar", 5], TypeError, r"path must be a str or os.PathLike, a list or tuple of them, or a Mixture, got a list holding 5$"),
+    ],
+    ids=["100000 characters", "6000 characters in parts", "a part of 256", "a tar of 5004", "a tar that is a number"],
+)
+def test_a_path_no_file_can_have_is_refused_by_name(path: Any, error: type, message: str) -> None:
+    """Before: OSError "[Errno 36] File name too long", naming no argument."""
+    with pytest.raises(error, match=message) as info:
+        Loader(path, **BASE)
+    assert type(info.value) is error
+
+
+MIXTURE_CASES: list[tuple[str, dict[str, Any], type, str]] = [
+    ("epoch_size 2**63", {"epoch_size": 2**63}, ValueError, EPOCH_SIZE + "9223372036854775808$"),
+    ("epoch_size 2**53 + 1", {"epoch_size": 2**53 + 1}, ValueError, EPOCH_SIZE + "9007199254740993$"),
+    ("epoch_size 0", {"epoch_size": 0}, ValueError, EPOCH_SIZE + "0$"),
+    ("epoch_size float", {"epoch_size": 10.0}, TypeError, r"epoch_size must be an int in \[1, 9007199254740992\] records, got 10.0$"),
+    ("epoch_size bool", {"epoch_size": True}, TypeError, r"epoch_size must be an int in \[1, 9007199254740992\] records, got True$"),
+    ("epoch_size str", {"epoch_size": "10"}, TypeError, r"epoch_size must be an int in \[1, 9007199254740992\] records, got '10'$"),
+    ("weights str", {"weights": {"a": "1", "b": 2}}, TypeError, r"weights\['a'\] must be a number in " + WEIGHTS + "got '1'$"),
+    ("weights bool", {"weights": {"a": 1, "b": True}}, TypeError, r"weights\['b'\] must be a number in " + WEIGHTS + "got True$"),
+    ("weights nan", {"weights": {"a": 1, "b": math.nan}}, ValueError, WEIGHT_B + "nan$"),
+    ("weights inf", {"weights": {"a": 1, "b": math.inf}}, ValueError, WEIGHT_B + "inf$"),
+    ("weights negative", {"weights": {"a": 1, "b": -1}}, ValueError, WEIGHT_B + "-1$"),
+    ("weights list", {"weights": [1, 2]}, TypeError, r"weights must be a mapping from source name to a weight, got \[1, 2\]$"),
+    ("sources list", {"sources": ["a", "b"]}, TypeError, r"sources must be a mapping from source name to a path, got \['a', 'b'\]$"),
+    ("source number", {"sources": {"a": "x", "b": 5}}, TypeError, SOURCE + "got 5$"),
+    ("source long", {"sources": {"a": "x", "b": "x" * 100_000}}, ValueError, r"a Mixture's source path must be at most 4096 bytes long"),
+]
+
+
+@pytest.mark.parametrize(("changes", "error", "message"), [case[1:] for case in MIXTURE_CASES], ids=[case[0] for case in MIXTURE_CASES])
+def test_a_mixture_checks_its_arguments_when_it_is_made(changes: dict[str, Any], error: type, message: str) -> None:
+    """Before: epoch_size=2**63 was taken (int64 positions overflow), a weight "1" became 1.0."""
+    arguments: dict[str, Any] = {"sources": {"a": "x", "b": "y"}, "weights": {"a": 1, "b": 3}, "epoch_size": 10} | changes
+    with pytest.raises(error, match=message) as info:
+        Mixture(arguments.pop("sources"), **arguments)
+    assert type(info.value) is error
+
+
+def test_an_epoch_holds_at_most_2_53_positions(datasets: tuple[Path, Path]) -> None:
+    mixture = Mixture({"a": datasets[0], "b": datasets[1]}, weights={"a": 1, "b": 3}, epoch_size=2**53)
+    Loader(mixture, **BASE).close()
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"an epoch of 9007199254740992 records times repeats=2 holds 18014398509481984 positions; repeats must be in \[1, 1\] "
+            r"here \(an epoch holds at most 9007199254740992\)"
+        ),
+    ):
+        Loader(mixture, **BASE, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def named_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 records of 3 classes that the manifest names."""
+    path = tmp_path_factory.mktemp("door-classes") / "ds"
+    with DatasetWriter(path, schema=IMAGE_CLASSIFICATION, shard_size=4_000, classes=["a", "b", "c"]) as writer:
+        for i in range(24):
+            writer.write({"image": simplejpeg.encode_jpeg(np.full((12, 16, 3), 7 * i, np.uint8)), "label": i % 3, "key": f"r{i}"})
+    return path
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [[MixUp(num_classes=2)], [CutMix(num_classes=1)], [RandomChoice([MixUp(num_classes=3), CutMix(num_classes=2)])]],
+    ids=["mixup", "cutmix", "inside a choice"],
+)
+def test_batch_steps_with_fewer_classes_than_the_dataset_are_refused(named_classes: Path, steps: list[Any]) -> None:
+    """Before: taken, and the first batch failed with "labels must lie in [0, 2)"."""
+    message = r"num_classes of a batch step must be in \[3, 1048576\] for this dataset, which has 3 classes, got [12]$"
+    with pytest.raises(ValueError, match=message):
+        Loader(named_classes, **BASE, batch_augment=steps)
+    Loader(named_classes, **BASE, batch_augment=[MixUp(num_classes=3), CutMix(num_classes=10)]).close()
 
 
 @pytest.mark.parametrize("path", [b"ds", range(3), 5])
@@ -143,6 +258,106 @@ def test_states_are_checked_before_use(datasets: tuple[Path, Path], field: str, 
         with pytest.raises(error, match=message):
             loader.load_state_dict(state)
         assert len(next(iter(loader))[0]) == 4  # a refused state changes nothing
+
+
+def legacy(state: dict[str, Any], pipeline: str) -> dict[str, Any]:
+    """`state` as shardfmt 0.1 saved it (no augment, subset or fingerprint), with `pipeline`."""
+    kept = {k: v for k, v in state["settings"].items() if k not in ("augment", "subset", "dataset")}
+    return state | {"settings": kept | {"pipeline": pipeline}}
+
+
+def with_settings(state: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return state | {"settings": state["settings"] | changes}
+
+
+STATE_CASES: list[tuple[str, Any, type, str]] = [
+    (
+        "no fingerprint",
+        lambda state: state | {"settings": {k: v for k, v in state["settings"].items() if k != "dataset"}},
+        ValueError,
+        r"loader state field 'settings.dataset' is missing: a state of this version holds the dataset's fingerprint$",
+    ),
+    (
+        "a legacy pipeline 100000 deep",
+        lambda state: legacy(state, "[" * 100_000 + "]" * 100_000),
+        ValueError,
+        r"loader state field 'settings.pipeline' must be the JSON text of a pipeline: RecursionError$",
+    ),
+    (
+        "a legacy pipeline not JSON",
+        lambda state: legacy(state, "{"),
+        ValueError,
+        r"loader state field 'settings.pipeline' must be the JSON text of a pipeline: JSONDecodeError$",
+    ),
+    (
+        "an array seed",
+        lambda state: with_settings(state, seed=np.array([3, 3])),
+        TypeError,
+        r"loader state field 'settings.seed' must be None, a bool, int, float, str or list of str, got ndarray$",
+    ),
+    (
+        "a dict seed",
+        lambda state: with_settings(state, seed={"seed": 3}),
+        TypeError,
+        r"loader state field 'settings.seed' must be None, a bool, int, float, str or list of str, got dict$",
+    ),
+    (
+        "a list of numbers",
+        lambda state: with_settings(state, augment=[1, 2]),
+        TypeError,
+        r"loader state field 'settings.augment' must be None, a bool, int, float, str or list of str, got list$",
+    ),
+    (
+        "a text of 2**20 + 1",
+        lambda state: with_settings(state, pipeline="x" * (2**20 + 1)),
+        ValueError,
+        r"loader state field 'settings.pipeline' must be at most 1048576 characters, got 1048577$",
+    ),
+    (
+        "the epoch after the last, mid-epoch",
+        lambda state: state | {"epoch": 2**32},
+        ValueError,
+        r"loader state field 'epoch' must be in \[0, 4294967295\], got 4294967296$",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "error", "message"), [case[1:] for case in STATE_CASES], ids=[case[0] for case in STATE_CASES])
+def test_settings_of_a_state_are_checked_before_use(datasets: tuple[Path, Path], change: Any, error: type, message: str) -> None:
+    """Before: a state without the fingerprint skipped its check, a deep legacy pipeline gave
+    RecursionError, an array seed "The truth value of an array ... is ambiguous"."""
+    state = change(saved_after_two_batches(datasets[0]))
+    with Loader(datasets[0], **BASE) as loader:
+        with pytest.raises(error, match=message) as info:
+            loader.load_state_dict(state)
+        assert type(info.value) is error
+        assert len(next(iter(loader))[0]) == 4  # a refused state changes nothing
+
+
+def test_the_state_after_the_last_epoch_is_taken_and_says_so_at_the_next_iteration(datasets: tuple[Path, Path]) -> None:
+    """Before: the loader ran epoch 2**32 and refused the state it then saved ("'epoch' must be in
+    [0, 4294967295], got 4294967296")."""
+    with Loader(datasets[0], **BASE) as loader:
+        loader.set_epoch(2**32 - 1)
+        assert len(list(loader)) == 6
+        state = loader.state_dict()
+        assert (state["epoch"], state["position"], state["delivered"]) == (2**32, 0, [])
+        with pytest.raises(ValueError, match=r"epoch 4294967295 was the last a loader runs \(epochs are in \[0, 4294967295\]\); set_epoch"):
+            iter(loader)
+    with Loader(datasets[0], **BASE) as resumed:
+        resumed.load_state_dict(state)
+        with pytest.raises(ValueError, match=r"epoch 4294967295 was the last a loader runs"):
+            iter(resumed)
+        resumed.set_epoch(0)
+        assert len(list(resumed)) == 6
+
+
+def test_a_state_of_shardfmt_0_1_is_still_taken_without_a_fingerprint(datasets: tuple[Path, Path]) -> None:
+    state = saved_after_two_batches(datasets[0])
+    old = legacy(state, json.dumps(json.loads(state["settings"]["pipeline"]) | {"size": [8, 8]}, sort_keys=True))
+    with Loader(datasets[0], **BASE) as loader:
+        loader.load_state_dict(old)
+        assert (loader.epoch, loader.cursor.position) == (0, 2)
 
 
 def test_a_state_of_another_dataset_of_the_same_length_is_refused(datasets: tuple[Path, Path]) -> None:

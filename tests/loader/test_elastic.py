@@ -127,6 +127,24 @@ def test_two_elastic_hops_and_a_same_size_resume_inside_the_rest(indexed: Path) 
     assert sorted(delivered) == list(range(NUM_RECORDS))
 
 
+def test_the_epoch_after_an_abandoned_elastic_resume_is_whole(indexed: Path) -> None:
+    """Before: the next iter() started epoch 1 where the resumed epoch 0 had started (record 16
+    of its order), and delivered 87 of the 103 records."""
+    options = {"batch_size": 4, "num_workers": 0, "size": 16, "seed": 1}
+    with Loader(indexed, rank=0, world_size=2, **options) as loader:  # type: ignore[arg-type]
+        labels(loader, 2)
+        state = loader.state_dict()
+    with Loader(indexed, **options) as reference:  # type: ignore[arg-type]
+        reference.set_epoch(1)
+        epoch_one = labels(reference)
+    with Loader(indexed, **options) as resumed:  # type: ignore[arg-type]
+        resumed.load_state_dict(state)
+        assert resumed.state_dict()["start"] == 16
+        labels(resumed, 1)  # the rest of epoch 0, left after one batch
+        assert labels(resumed) == epoch_one
+        assert sorted(epoch_one) == list(range(NUM_RECORDS))
+
+
 def test_elastic_resume_refuses_what_it_cannot_split(indexed: Path) -> None:
     options = {"batch_size": 1, "num_workers": 0, "size": 16, "drop_last": True}
     with Loader(indexed, rank=0, world_size=1, **options) as loader:  # type: ignore[arg-type]  # type: ignore[arg-type]

@@ -112,7 +112,7 @@ def test_batch_steps_mix_each_batch_from_seed_epoch_and_batch(dataset: Path) -> 
     with Loader(dataset, **settings) as loader:
         loader.load_state_dict(state)
         assert all(torch.equal(a, b) for x, y in zip(tail, loader, strict=True) for a, b in zip(x, y, strict=True))
-    with pytest.raises(ValueError, match="batch_augment"):
+    with pytest.raises(TypeError, match="batch_augment takes batch steps"):
         Loader(dataset, batch_size=4, batch_augment=[TrivialAugmentWide()])
 
 
