@@ -47,7 +47,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         (
             {"num_workers": 10**5},
             ValueError,
-            rf"num_workers must be in \[0, {4 * CORES}\] \(4 per core; this machine has {CORES}\), got 100000",
+            rf"num_workers must be in \[0, {max(256, 4 * CORES)}\] \(at most {max(256, 4 * CORES)} worker processes a loader; "
+            r"docs/limits.md\), got 100000",
         ),
         ({"num_workers": -1}, ValueError, r"num_workers must be in \[0, "),
         ({"num_workers": 2.5}, TypeError, r"num_workers must be an int in \[0, "),
