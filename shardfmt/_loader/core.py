@@ -49,7 +49,7 @@ from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
 from ..ops._batch import BatchStep
-from .config import configure, distributed_defaults, loader_path, open_stages, settings, worker_start_method
+from .config import DistributedRanks, configure, loader_path, open_stages, settings, worker_start_method
 from .cursor import Cursor, SavedState
 from .epoch import EpochBatches, EpochRecords, Epochs, EpochSampler
 from .options import LoaderOptions, pipeline_at, size_pair
@@ -241,7 +241,8 @@ class Loader:
         self._mixture = self.path if isinstance(self.path, Mixture) else None
         if self._mixture is not None and window is not None:
             raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")
-        self.rank, self.world_size = distributed_defaults(rank, world_size)
+        self._ranks = DistributedRanks(rank, world_size)
+        self.rank, self.world_size = self._ranks.resolve()
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self._fingerprint = self._dataset.fingerprint
         self._fields = fields is not None
@@ -424,11 +425,10 @@ class Loader:
         return self.cursor.plan(self.cursor.epoch)
 
     def _follow_ranks(self, *, force: bool = False) -> None:
-        """Take torch.distributed's rank and world size where not given, as they are now: when an
-        epoch starts (`force`), else unless one is in progress (ValueError if the epoch does not
-        split over them)."""
+        """The ranks as they are now (`DistributedRanks`) when an epoch starts (`force`), else
+        unless one is in progress; ValueError if the epoch does not split over them."""
         if force or not self.cursor.started:
-            self.rank, self.world_size = distributed_defaults(self.options.rank, self.options.world_size)
+            self.rank, self.world_size = self._ranks.resolve()
             self._epochs.check_ranks(self.rank, self.world_size)
             self.cursor.set_ranks(self.rank, self.world_size)
 
