@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import traceback
 from multiprocessing import reduction

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 from conftest import jpeg_bytes
