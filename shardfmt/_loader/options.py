@@ -142,7 +142,7 @@ class LoaderOptions:
                 f"num_workers={self.num_workers} is more than {MAX_WORKERS_PER_CORE} a core on this machine of {cores}: the "
                 f"workers past {MAX_WORKERS_PER_CORE * cores} only wait for a core and hold memory",
                 UserWarning,
-                stacklevel=5,
+                stacklevel=6,
             )
 
     def _check_rank(self) -> None:
