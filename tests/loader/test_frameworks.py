@@ -85,6 +85,7 @@ def test_set_epoch_of_the_epoch_about_to_start_keeps_the_iterator_and_the_positi
         assert [batch[2].tolist() for batch in iterator] == expected[1][3:]
 
 
+@pytest.mark.slow  # the first import of Lightning, about 10 s on two loaded cores
 def test_the_dataloader_attributes_mean_what_they_mean_on_a_dataloader(dataset: Path) -> None:
     from lightning.fabric.utilities.data import _set_sampler_epoch, has_len
     from lightning.pytorch.utilities.data import _is_dataloader_shuffled
