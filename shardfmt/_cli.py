@@ -19,6 +19,7 @@ import click
 
 from ._convert.images import DEFAULT_QUALITY, MAX_PIXELS
 from ._errors import ShardfmtError
+from ._forks import MAX_WORKERS_PER_CORE
 from ._version import __version__
 from .format._writer import DEFAULT_SHARD_SIZE
 
@@ -204,8 +205,9 @@ def _parse_scale(value: str | None) -> Any:
               help="Shrink images whose longer side exceeds this many pixels (aspect kept).")
 @click.option("--quality", type=click.IntRange(1, 100), default=DEFAULT_QUALITY, show_default=True,
               help="JPEG quality of re-encoded images.")
-@click.option("--workers", type=click.IntRange(min=1, max=4 * (os.cpu_count() or 1)), default=None,
-              help="Processes converting shards in parallel (at most 4 per core); 1 runs in this process. [default: one per CPU]")
+@click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)), default=None,
+              help=f"Processes converting shards in parallel (at most {MAX_WORKERS_PER_CORE} per core); 1 runs in this process. "
+                   "[default: one per CPU]")
 @click.option("--resume", is_flag=True, help="Finish an interrupted conversion into OUT (same inputs and options).")
 @click.option("--overwrite", is_flag=True, help="Remove shardfmt's files from OUT first (nothing else is touched).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any input was rejected (after writing everything).")

@@ -8,6 +8,12 @@ parent just before the fork moves its objects out of the collector's sight (in t
 the child touches only what it uses: 2,400 faults and 50 ms. The parent unfreezes once its
 children are started, so that its own garbage is collected as before.
 
+A forked child also inherits the parent's Python signal handlers: a training framework's SIGTERM
+handler that logs and carries on (Lightning's prints ``Received SIGTERM``) would run in a worker
+that the loader terminates, and keep it alive until it is killed seconds later.
+`signals_held` blocks those signals across the fork and `default_signals` puts back their
+default action in the child before unblocking them, so a terminated child ends at once.
+
 A child must not outlive the process that started it (a killed training job must not leave its
 workers running): `Lifeline` arms Linux's parent-death signal and `parent_alive` is the check an
 idle child makes everywhere else.
@@ -27,7 +33,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["Lifeline", "frozen_heap", "parent_alive"]
+__all__ = [
+    "MAX_WORKERS",
+    "MAX_WORKERS_PER_CORE",
+    "Lifeline",
+    "default_signals",
+    "frozen_heap",
+    "max_workers",
+    "parent_alive",
+    "signals_held",
+]
+
+MAX_WORKERS_PER_CORE: Final = 4
+"""Worker processes a core past which more only wait for it and add memory and start-up: the
+most conversion processes a core, and the loader's warning threshold."""
+MAX_WORKERS: Final = 256
+"""The fewest processes the hard cap of a loader's workers allows, whatever the cores: what a
+DataLoader user passes (16, 64) starts, a typo (10**5) does not fork the machine to a halt."""
+
+
+def max_workers() -> int:
+    """A loader's hard cap of workers: `MAX_WORKERS`, or `MAX_WORKERS_PER_CORE` a core if more."""
+    return max(MAX_WORKERS, MAX_WORKERS_PER_CORE * (os.cpu_count() or 1))
 
 
 @contextmanager
@@ -92,3 +119,44 @@ def parent_alive(parent: int) -> bool:
         return False
     process = multiprocessing.parent_process()
     return process is None or process.is_alive()
+
+
+def _python_handled() -> set[signal.Signals]:
+    """The signals whose handler is Python code in this process (SIGINT always: its default
+    handler raises KeyboardInterrupt)."""
+    found = {signal.SIGINT}
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (ValueError, OSError):  # a real-time or reserved signal Python does not handle
+            continue
+        if callable(handler):
+            found.add(signal.Signals(number))
+    return found
+
+
+@contextmanager
+def signals_held(start_method: str | None) -> Iterator[None]:
+    """Block the signals this process handles in Python while children are forked in the block,
+    so that one sent to a child before `default_signals` has run waits for it instead of running
+    the parent's handler (a no-op for "spawn" and "forkserver", whose children start from a
+    fresh interpreter)."""
+    if start_method != "fork" or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = _python_handled()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def default_signals() -> None:
+    """In a child: the default action for every signal the parent handled in Python (SIGTERM ends
+    it), SIGINT ignored (Ctrl-C is the parent's to handle), then those signals unblocked."""
+    handled = _python_handled()
+    for number in handled:
+        signal.signal(number, signal.SIG_IGN if number == signal.SIGINT else signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .._errors import ConvertError, RejectError
+from .._forks import MAX_WORKERS_PER_CORE
 from .._storage import RemoteOptions
 from ..format._manifest import Manifest
 from ..format._writer import DEFAULT_SHARD_SIZE
@@ -70,10 +71,6 @@ class ConvertSummary:
         """The manifest written."""
         return self.result.manifest
 
-
-
-MAX_WORKERS_PER_CORE = 4
-"""Conversion processes a core at most: past that they only add memory and start-up."""
 
 
 def max_workers() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from .prefetch import ShardPrefetcher
 from .shm import SlotLayout
 from .values import split_values
 
-__all__ = ["Configured", "Stages", "configure", "distributed_defaults", "loader_path", "open_stages", "settings", "worker_start_method"]
+__all__ = ["Configured", "DistributedRanks", "Stages", "configure", "loader_path", "open_stages", "settings", "worker_start_method"]
 
 
 def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
@@ -84,14 +85,33 @@ def worker_start_method(path: Mixture | str | Path | list[str], start_method: st
     return start_method
 
 
-def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world_size) as given, else torch.distributed's when it is initialised, else (0, 1)."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return (dist.get_rank() if rank is None else rank, dist.get_world_size() if world_size is None else world_size)
-    return (0 if rank is None else rank, 1 if world_size is None else world_size)
+class DistributedRanks:
+    """A loader's rank and world size: as given, else torch.distributed's when it is initialised,
+    else (0, 1), asked again at each `resolve` (the loader asks when an epoch starts: a process
+    group is often made after the loader). A world size given that differs from the initialised
+    process group's is kept and warned about, once (each rank then reads another share than
+    DDP expects)."""
+
+    def __init__(self, rank: int | None, world_size: int | None) -> None:
+        self.rank, self.world_size = rank, world_size
+        self._warned = False
+
+    def resolve(self) -> tuple[int, int]:
+        rank, world_size = self.rank, self.world_size
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return (0 if rank is None else rank, 1 if world_size is None else world_size)
+        group_rank, group_size = dist.get_rank(), dist.get_world_size()
+        if world_size is not None and world_size != group_size and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"Loader(world_size={world_size}) differs from the initialised process group's world size {group_size}: "
+                f"this rank reads 1/{world_size} of each epoch, not 1/{group_size}; pass rank=None, world_size=None "
+                "to take the process group's",
+                UserWarning,
+                stacklevel=4,
+            )
+        return (group_rank if rank is None else rank, group_size if world_size is None else world_size)
 
 
 @dataclass(frozen=True)

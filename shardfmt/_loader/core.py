@@ -9,13 +9,12 @@ to the caller and a fresh one takes its place (`scheduler` says when, and what i
 ``copy=True`` to get images in plain memory. With ``device="cuda"`` the loader copies each batch
 to the GPU on a side stream and the slot is reused once that copy is done.
 
-Iterations follow torch's DataLoader: every ``iter(loader)`` starts the next epoch (the first
-one starts epoch 0, or the epoch given to `set_epoch`), whether or not the one before it was
-finished; only the first ``iter()`` after `load_state_dict` continues the saved epoch where the
-state was taken. An iterator replaced by a newer ``iter()`` (or by `set_epoch`,
-`load_state_dict`, `set_size`) raises RuntimeError when advanced. Batches decoded ahead are kept
-when the next iteration starts with them (a finished epoch runs on into the next one), and
-discarded otherwise.
+Iterations follow torch's DataLoader: each ``iter(loader)`` that is advanced starts the next
+epoch (first epoch 0, or the one given to `set_epoch`), finished or not; only the first after
+`load_state_dict` continues the saved epoch. An ``iter()`` never advanced starts none. An
+iterator replaced by a newer ``iter()`` (or `set_epoch`, `load_state_dict`, `set_size`) raises
+RuntimeError when advanced. Batches decoded ahead are kept when the next iteration starts with
+them, and discarded otherwise.
 
 Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
 4 KiB), plus per worker a decode buffer of the largest image it has decoded (height * width * 3
@@ -50,9 +49,9 @@ from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
 from ..ops._batch import BatchStep
-from .config import configure, distributed_defaults, loader_path, open_stages, settings, worker_start_method
+from .config import DistributedRanks, configure, loader_path, open_stages, settings, worker_start_method
 from .cursor import Cursor, SavedState
-from .epoch import EpochRecords, Epochs, EpochSampler
+from .epoch import EpochBatches, EpochRecords, Epochs, EpochSampler
 from .options import LoaderOptions, pipeline_at, size_pair
 from .outputs import FieldRequest
 from .pool import WorkerPool
@@ -85,7 +84,8 @@ class Loader:
         drop_last: drop the epoch's remainder so every batch is full (see `sampling.sample_batches`).
         layout: "NCHW" (default; a channels_last view of the slot, what convolutions run fastest
             on; use .reshape rather than .view) or "NHWC" (contiguous).
-        rank, world_size: this process's share; default from torch.distributed when initialised.
+        rank, world_size: this process's share; where not given, torch.distributed's when it is
+            initialised as each epoch starts (the loader may be made before the process group).
         ordered: deliver batches in order (default) or as soon as each is ready.
         prefetch: batches decoded ahead of the consumer; shared memory holds prefetch + 1 slots.
         copy: hand out copies instead of views of shared memory.
@@ -199,7 +199,8 @@ class Loader:
         options: the arguments as a frozen `LoaderOptions`.
         dataset: the records an epoch draws from (`EpochRecords`: ``len``, ``classes``,
             ``[i]`` the record), as torch's DataLoader has it; batch_size, drop_last,
-            num_workers, sampler (``set_epoch``), pin_memory likewise.
+            num_workers, sampler (``set_epoch``), batch_sampler (`EpochBatches`), pin_memory
+            likewise: what Lightning and Accelerate read (docs/frameworks.md).
 
     Example::
 
@@ -255,7 +256,8 @@ class Loader:
         self._mixture = self.path if isinstance(self.path, Mixture) else None
         if self._mixture is not None and window is not None:
             raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")
-        self.rank, self.world_size = distributed_defaults(rank, world_size)
+        self._ranks = DistributedRanks(rank, world_size)
+        self.rank, self.world_size = self._ranks.resolve()
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self._fingerprint = self._dataset.fingerprint
         self._fields = fields is not None
@@ -279,6 +281,8 @@ class Loader:
         self._configure(None)
         self._finalizer = self.scheduler.finalizer(self)
         self._closed = False
+        self.sampler = EpochSampler(self.set_epoch)
+        self.batch_sampler = EpochBatches(self.sampler, batch_size=batch_size, drop_last=drop_last, plan=self._plan)
 
     # -- DataLoader's attributes ----------------------------------------------------------------
 
@@ -308,11 +312,6 @@ class Loader:
         return EpochRecords(self._dataset, subset=self._epochs.subset, epoch_records=self._epochs.epoch_records)
 
     @property
-    def sampler(self) -> EpochSampler:
-        """An object whose ``set_epoch`` calls `set_epoch`, as training loops call a DistributedSampler's."""
-        return EpochSampler(self.set_epoch)
-
-    @property
     def shared_memory_bytes(self) -> int:
         """Bytes of shared memory the slot ring uses (see the module docstring): what the current
         size needs, or what the ring holds if a larger size allocated more."""
@@ -326,10 +325,12 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch: one resumed on other ranks may have fewer)."""
+        self._follow_ranks()
         return split_batches(self._epochs.epoch_positions, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration start at the beginning of `epoch`.
+        """Make the next iteration start at the beginning of `epoch`; for the epoch the next one
+        starts anyway (fresh, or continued after `load_state_dict`), change nothing (`Cursor.set_epoch`).
 
         Raises:
             TypeError, ValueError: `epoch` is not an int in [0, 2**32 - 1] (`cursor.MAX_EPOCH`).
@@ -363,6 +364,7 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """Where the stream stands: load it into a loader with the same settings to continue
         with exactly the batches that would have come next (at the same size)."""
+        self._follow_ranks()
         return self.cursor.state(size=self.size, settings=self._settings())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -383,6 +385,7 @@ class Loader:
                 new ranks.
         """
         saved = SavedState.read(state)
+        self._follow_ranks(force=True)
         size = size_pair(saved.size) if saved.size is not None and not self._fields else self.size
         saved.check_settings(self._settings(size))
         if size != self.size:
@@ -409,6 +412,7 @@ class Loader:
         field name to tensor."""
         if self._closed:
             raise RuntimeError("this Loader is closed")
+        self._follow_ranks(force=True)
         generation = self.cursor.begin()
         try:
             self.scheduler.start()
@@ -431,6 +435,18 @@ class Loader:
         self.size: tuple[int, int] = self.pipeline.size
         self.image_shape = self.outputs[0].shape if not self._fields else None
         self.scheduler.configure(made.config, self.outputs)
+
+    def _plan(self) -> Any:  # this rank's `RankPlan` of the epoch in progress or next
+        self._follow_ranks()
+        return self.cursor.plan(self.cursor.epoch)
+
+    def _follow_ranks(self, *, force: bool = False) -> None:
+        """The ranks as they are now (`DistributedRanks`) when an epoch starts (`force`), else
+        unless one is in progress; ValueError if the epoch does not split over them."""
+        if force or not self.cursor.started:
+            self.rank, self.world_size = self._ranks.resolve()
+            self._epochs.check_ranks(self.rank, self.world_size)
+            self.cursor.set_ranks(self.rank, self.world_size)
 
     def _settings(self, size: tuple[int, int] | None = None) -> dict[str, Any]:
         """The fingerprint of what decides the stream, saved in the state and checked on resume."""

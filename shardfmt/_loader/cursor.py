@@ -3,8 +3,8 @@ epoch's batches on this rank, and the state dict that saves and restores all of 
 resume included). No processes and no shared memory: tested without forking.
 
 `epoch` is the epoch in progress, or the one the next ``iter()`` starts; `started` says an
-``iter()`` has begun it (so the next one moves on), `resume` that `restore` asked the next
-``iter()`` to continue it. `generation` counts the events that end an iterator in progress.
+iterator has taken a batch of it (so the next one moves on), `resume` that `restore` asked the
+next iterator to continue it. An ``iter()`` never advanced changes neither. `generation` counts the events that end an iterator in progress.
 """
 
 from __future__ import annotations
@@ -236,28 +236,51 @@ class Cursor:
             self._plans[(epoch, start)] = plan
         return plan
 
+    def set_ranks(self, rank: int, world_size: int) -> None:
+        """This rank's share from now on (the plans made for other ranks are dropped)."""
+        if (rank, world_size) != (self.rank, self.world_size):
+            self.rank, self.world_size, self._plans = rank, world_size, {}
+
     def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` at the next iteration. For the epoch the next iteration starts anyway
+        (no iterator has taken a batch of it: a fresh epoch, or one `restore` left to continue),
+        nothing changes: the position stays, and an iterator not yet advanced stays valid."""
         check_epoch(epoch)
+        if epoch == self.epoch and not self.started:
+            return
         self.epoch, self.position, self.start_position, self.delivered = epoch, 0, 0, set()
         self.started = self.resume = False
         self.generation += 1
 
     def begin(self) -> int:
-        """An ``iter()``: continue a restored epoch, else start the next one; returns the new generation.
+        """An ``iter()``: a new generation, which replaces any iterator before it. The epoch is
+        decided when the iterator is first advanced (`enter`), so that one never advanced
+        starts none.
 
         Raises:
-            ValueError: the epoch to start is past `MAX_EPOCH`, the last a loader runs.
+            ValueError: the epoch it would start is past `MAX_EPOCH`, the last a loader runs.
         """
-        if self.resume:
-            self.resume = False
-        elif self.started:  # the next epoch is whole: the start of an elastic resume was the last one's only
-            self.epoch, self.position, self.start_position, self.delivered = self.epoch + 1, 0, 0, set()
-            self.started = False
-        if self.epoch > MAX_EPOCH:
+        upcoming = self.epoch + 1 if self.started and not self.resume else self.epoch
+        if upcoming > MAX_EPOCH:
             raise ValueError(f"epoch {MAX_EPOCH} was the last a loader runs (epochs are in [0, {MAX_EPOCH}]); set_epoch() to go on")
-        self.started = True
         self.generation += 1
         return self.generation
+
+    def enter(self, generation: int) -> None:
+        """The iterator of `generation` takes its first batch: continue a restored or fresh
+        epoch, else (an earlier iterator took batches of this one) start the next.
+
+        Raises:
+            RuntimeError: a newer ``iter()`` (or `set_epoch`, `restore`, ...) replaced it.
+        """
+        if generation != self.generation:
+            raise RuntimeError(
+                "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
+                "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
+            )
+        if self.started and not self.resume:
+            self.epoch, self.position, self.start_position, self.delivered = self.epoch + 1, 0, 0, set()
+        self.started, self.resume = True, False
 
     def expected(self) -> Remaining:
         """The batches of the current epoch still to deliver, in order (not listed: an epoch may

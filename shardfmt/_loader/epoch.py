@@ -1,11 +1,11 @@
 """A loader's epochs: `Epochs`, how many records and positions each holds and the order that
 shuffles them; `EpochRecords`, what a `Loader` offers as ``loader.dataset``, as torch's
-DataLoader does; and `EpochSampler`, its ``loader.sampler`` (only ``set_epoch``, what training
-loops call on it)."""
+DataLoader does; `EpochSampler`, its ``loader.sampler`` (only ``set_epoch``, what training
+loops call on it); and `EpochBatches`, its ``loader.batch_sampler``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from .._sampling.orders import epoch_order, resolve_order
 from .._sampling.permutation import RepeatedOrder, repeated_size
 from .options import LoaderOptions
 
-__all__ = ["EpochRecords", "EpochSampler", "Epochs"]
+__all__ = ["EpochBatches", "EpochRecords", "EpochSampler", "Epochs"]
 
 
 class EpochRecords:
@@ -54,6 +54,25 @@ class EpochSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self._set_epoch(epoch)
+
+
+class EpochBatches:
+    """``loader.batch_sampler``, as a DataLoader's `torch.utils.data.BatchSampler`: `sampler`,
+    `batch_size`, `drop_last`, ``len`` (this rank's batches an epoch) and iteration over the
+    record indices of this rank's batches of the epoch in progress or the next one (what
+    ``return_indices`` delivers; it reads no image and moves no position)."""
+
+    def __init__(self, sampler: EpochSampler, *, batch_size: int, drop_last: bool, plan: Callable[[], Any]) -> None:
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+        self._plan = plan
+
+    def __len__(self) -> int:
+        return len(self._plan())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        plan = self._plan()
+        for batch in range(len(plan)):
+            yield [int(i) for i in plan.batch(batch)]
 
 
 class Epochs:
@@ -98,10 +117,15 @@ class Epochs:
                 if count and not records:
                     raise ValueError(f"source {name!r} of the mixture holds no records but is to give {count} an epoch")
             self.source_sizes, self.source_counts = sizes, counts
+        self.check_ranks(rank, world_size)
+        self.shard_sizes = np.diff(dataset.cumulative)
+
+    def check_ranks(self, rank: int, world_size: int) -> None:
+        """Raises ValueError unless each epoch splits over `world_size` ranks and `rank` is one of them."""
+        options = self.options
         check_split(self.epoch_positions, batch_size=options.batch_size, world_size=world_size, drop_last=options.drop_last)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside [0, {world_size})")
-        self.shard_sizes = np.diff(dataset.cumulative)
 
     def mixture_settings(self) -> dict[str, Any] | None:
         """The mixture as a state's settings record it: its config and its sources' sizes; None without one."""

@@ -16,6 +16,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from .._arguments import check_number
+from .._forks import MAX_WORKERS_PER_CORE, max_workers
 from .._sampling.keys import MAX_STEPS
 from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
@@ -133,14 +135,17 @@ class LoaderOptions:
         _check_int("seed", self.seed, 0, MAX_SEED)
 
     def _check_num_workers(self) -> None:
-        cores = os.cpu_count() or 1
-        _check_int(
-            "num_workers",
-            self.num_workers,
-            0,
-            MAX_WORKERS_PER_CORE * cores,
-            f" ({MAX_WORKERS_PER_CORE} per core; this machine has {cores})",
-        )
+        """Refuse more than `max_workers` (a hard cap against a typo's fork bomb); warn past
+        `MAX_WORKERS_PER_CORE` a core, where workers only wait for a core."""
+        cores, cap = os.cpu_count() or 1, max_workers()
+        _check_int("num_workers", self.num_workers, 0, cap, f" (at most {cap} worker processes a loader; docs/limits.md)")
+        if self.num_workers > MAX_WORKERS_PER_CORE * cores:
+            warnings.warn(
+                f"num_workers={self.num_workers} is more than {MAX_WORKERS_PER_CORE} a core on this machine of {cores}: the "
+                f"workers past {MAX_WORKERS_PER_CORE * cores} only wait for a core and hold memory",
+                UserWarning,
+                stacklevel=6,
+            )
 
     def _check_rank(self) -> None:
         if self.world_size is not None:
@@ -261,8 +266,6 @@ MAX_MEAN = 1e6
 far from its largest value (a std of 1e-320 gave infinities)."""
 MIN_STD = 1e-6
 """The smallest normalisation std."""
-MAX_WORKERS_PER_CORE = 4
-"""num_workers may be at most this many times the cores: more processes only wait for a core."""
 MAX_PREFETCH = 1024
 MAX_WINDOW = 2**31 - 1
 MAX_SEED = 2**64 - 1

@@ -41,7 +41,7 @@ import torch
 
 from .._dataset.concat import RecordSource
 from .._errors import WorkerError, WorkerTraceback, worker_error_class
-from .._forks import Lifeline, frozen_heap
+from .._forks import Lifeline, frozen_heap, signals_held
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig, checked_bytes
 from .shm import SlotRing, descriptor_error
 from .watchdog import Stalled, stall_alarm
@@ -123,7 +123,7 @@ class WorkerPool:
         )
         self._starting.add(worker_id)
         self._sent[worker_id] = set()
-        with frozen_heap(method), opencv_threads(1):  # a forked worker ready in half the time
+        with frozen_heap(method), opencv_threads(1), signals_held(method):  # a forked worker ready in half the time
             process.start()
         child_end.close()
         if worker_id < len(self.processes):

@@ -39,11 +39,7 @@ def stream_batches(
     Raises:
         RuntimeError: the iterator was replaced, before its first batch or after one.
     """
-    if generation != cursor.generation:  # replaced before its first next(): its epoch is not this one
-        raise RuntimeError(
-            "this iterator of the Loader was replaced by a newer iter(loader) (or set_epoch, "
-            "load_state_dict, set_size, close) before it was advanced: each iter() starts an epoch of its own"
-        )
+    cursor.enter(generation)  # the epoch is decided at the first next(), not at iter()
     epoch = cursor.epoch
     expected = cursor.expected()
     replaced = False

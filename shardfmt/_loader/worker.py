@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import traceback
 from multiprocessing import reduction
@@ -36,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import ShardfmtError, worker_error_kind
-from .._forks import WATCH_SECONDS, Lifeline, parent_alive
+from .._forks import WATCH_SECONDS, Lifeline, default_signals, parent_alive
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig
 from .shm import attach, map_segment, slot_arrays
 
@@ -65,7 +64,7 @@ def worker_main(
     records to decode whole. `lifeline` ties the worker to the loader's process (it exits when
     that ends, `forks.Lifeline`); `inherited` are the loader's ends of the workers' pipes, which a
     forked worker holds copies of and closes, so that its own pipe reports the loader's end."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    default_signals()  # not the parent's handlers: SIGTERM ends a worker, Ctrl-C is the loader's
     parent = lifeline.hold()
     for end in inherited:
         end.close()

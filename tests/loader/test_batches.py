@@ -227,7 +227,7 @@ def test_the_cursor_saves_and_restores_without_processes() -> None:
         return epoch_order("sorted-key", num_records=20, seed=0, epoch=epoch)
 
     cursor = Cursor(order, epoch_records=20, batch_size=4, rank=0, world_size=1, drop_last=False)
-    cursor.begin()
+    cursor.enter(cursor.begin())
     for batch in cursor.expected()[:2]:
         cursor.deliver(batch)
     settings = {"seed": 0, "rank": 0, "world_size": 1, "order": "feistel", "augment": "", "subset": None, "pipeline": "{}", "dataset": "d"}
@@ -236,7 +236,7 @@ def test_the_cursor_saves_and_restores_without_processes() -> None:
     saved = SavedState.read(state)
     saved.check_settings(settings)
     other.restore(saved)
-    other.begin()
+    other.enter(other.begin())
     assert other.expected() == [2, 3, 4]
     assert np.array_equal(other.plan(0).batch(2), cursor.plan(0).batch(2))
     with pytest.raises(ValueError, match="seed: 0 -> 1"):
