@@ -49,6 +49,7 @@ from .._storage import RemoteOptions
 from ..ops import Pipeline
 from ..ops._augment import AugmentStep
 from ..ops._batch import BatchStep
+from .attributes import LoaderAttributes
 from .config import DistributedRanks, configure, loader_path, open_stages, settings, worker_start_method
 from .cursor import Cursor, SavedState
 from .epoch import EpochBatches, EpochRecords, Epochs, EpochSampler
@@ -63,7 +64,7 @@ from .values import split_values
 __all__ = ["Loader"]
 
 
-class Loader:
+class Loader(LoaderAttributes):
     """Shuffled batches from a shardfmt dataset, decoded by worker processes into shared memory.
 
     Args:
@@ -283,28 +284,6 @@ class Loader:
         self._closed = False
         self.sampler = EpochSampler(self.set_epoch)
         self.batch_sampler = EpochBatches(self.sampler, batch_size=batch_size, drop_last=drop_last, plan=self._plan)
-
-    # -- DataLoader's attributes ----------------------------------------------------------------
-
-    batch_size = property(lambda self: self.options.batch_size)
-    shuffle = property(lambda self: self.options.shuffle)
-    seed = property(lambda self: self.options.seed)
-    num_workers = property(lambda self: self.options.num_workers)
-    drop_last = property(lambda self: self.options.drop_last)
-    layout = property(lambda self: self.options.layout)
-    ordered = property(lambda self: self.options.ordered)
-    prefetch = property(lambda self: self.options.prefetch)
-    copy = property(lambda self: self.options.copy)
-    timeout = property(lambda self: self.options.timeout)
-    return_indices = property(lambda self: self.options.return_indices)
-    window = property(lambda self: self.options.window)
-    augment = property(lambda self: list(self.options.augment))
-    batch_augment = property(lambda self: list(self.options.batch_augment))
-    interpolation = property(lambda self: self.options.interpolation)
-    repeats = property(lambda self: self.options.repeats)
-    repeats_epoch = property(lambda self: self.options.repeats_epoch)
-    pin_memory = property(lambda self: self.options.device is not None)
-    epoch = property(lambda self: self.cursor.epoch)
 
     @property
     def dataset(self) -> EpochRecords:
