@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .._errors import RejectError, SchemaError, ShardfmtError, WorkerError
+from .._errors import RejectError, RemoteError, SchemaError, ShardfmtError, WorkerError
 from .._jsontext import JsonTextError, parse_json
 from .._storage import RemoteOptions, Store, open_store
 from .._storage.urls import is_url
@@ -38,7 +38,7 @@ from .images import (
 )
 from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.parquet import RowGroupReader
-from .sources.results import describe_os_error, display_path
+from .sources.results import describe_os_error, display_path, is_transient_os_error
 
 __all__ = [
     "MAX_INPUT_SIZE",
@@ -74,12 +74,15 @@ class Built:
         fields: the record's fields (None if rejected).
         reencoded: per JPEG field, why it was re-encoded (None: stored as it was).
         reject: (reason, detail) if rejected.
+        transient: the reject's cause may pass (`RejectError.transient`): a resumed run reads
+            the input again.
     """
 
     number: int
     fields: dict[str, Any] | None
     reencoded: tuple[str | None, ...] = ()
     reject: tuple[str, str] | None = None
+    transient: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ class InputReader:
             RejectError: "unreadable" (the operating system's or the store's message, or a tar
                 that ends early), "too-large" (over `MAX_INPUT_SIZE`), or for a Parquet row
                 "no-image" (its image is null) or "missing-file" (the file its path names is not there).
+            RemoteError: the store did not answer within its retries (`RemoteError.transient`):
+                an outage, not a property of the input.
         """
         if file.size > MAX_INPUT_SIZE:
             raise RejectError(f"{file.size} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
@@ -127,13 +132,17 @@ class InputReader:
                 self._store.append(open_store(self.root, remote=self.remote))
             try:
                 return self._store[0].get(file.path.replace(os.sep, "/"))
+            except RemoteError as err:
+                if err.transient:
+                    raise  # the store is unreachable, the object is not bad: `build_chunk` stops the run
+                raise RejectError(err.message, reason="unreadable") from err
             except OSError as err:
                 raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
         path = os.path.join(self.root, file.path)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError as err:
-            raise RejectError(describe_os_error(err), reason="unreadable") from err
+            raise _unreadable(err) from err
         try:
             if file.offset is not None:
                 data = os.pread(fd, file.size, file.offset)
@@ -142,7 +151,7 @@ class InputReader:
                 return data
             return _read_whole(fd, file.size)
         except OSError as err:
-            raise RejectError(describe_os_error(err), reason="unreadable") from err
+            raise _unreadable(err) from err
         finally:
             os.close(fd)
 
@@ -161,6 +170,12 @@ class InputReader:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
+
+
+def _unreadable(err: OSError) -> RejectError:
+    """The "unreadable" reject of a local file the operating system refused, marked transient
+    when a later read may succeed (`sources.results.is_transient_os_error`)."""
+    return RejectError(describe_os_error(err), reason="unreadable", transient=is_transient_os_error(err))
 
 
 def _read_whole(fd: int, size_hint: int) -> bytes:
@@ -303,7 +318,8 @@ def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = Non
             while they fit (`Placed`); None sends them back in the result.
 
     Raises:
-        WorkerError: anything other than a per-record reject, naming the input.
+        RemoteError: a store did not answer within its retries, naming the input.
+        WorkerError: anything else other than a per-record reject, naming the input.
     """
     built = []
     used = 0
@@ -311,16 +327,22 @@ def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = Non
         try:
             fields, reasons = builder.build(record)
         except RejectError as err:
-            built.append(Built(number, None, reject=(err.reason, err.message)))
+            built.append(Built(number, None, reject=(err.reason, err.message), transient=err.transient))
             continue
+        except RemoteError:  # the store is unreachable (its message names the object): the run stops, nothing is rejected
+            raise
         except Exception as err:
-            where = display_path(record.path) + (f": sample {record.sample_key}" if record.sample_key is not None else "")
+            where = _where(record)
             message = err.message if isinstance(err, ShardfmtError) else str(err)
             raise WorkerError(f"input {where}: {type(err).__name__}: {message}") from err
         if scratch is not None:
             fields, used = _place(fields, scratch, used)
         built.append(Built(number, fields, reasons))
     return built
+
+
+def _where(record: PlannedRecord) -> str:
+    return display_path(record.path) + (f": sample {record.sample_key}" if record.sample_key is not None else "")
 
 
 def _place(fields: dict[str, Any], scratch: memoryview, used: int) -> tuple[dict[str, Any], int]:
@@ -353,4 +375,4 @@ def unplace(fields: dict[str, Any], scratch: memoryview | None) -> dict[str, Any
 def _in_field(err: RejectError, name: str, path: str, n: int) -> RejectError:
     """The reject of one file, its detail naming the field (and the file, for a partner)."""
     where = f"field {name!r}" if n == 0 else f"field {name!r} ({display_path(path)})"
-    return RejectError(f"{where}: {err.message}", reason=err.reason)
+    return RejectError(f"{where}: {err.message}", reason=err.reason, transient=err.transient)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
 from .._errors import RemoteError, ShardNotFoundError
-from .retry import RetryPolicy, ShortReadError, call_with_retries
+from .retry import RetryPolicy, ShortReadError, call_with_retries, is_transient
 from .urls import Redactor, join_url, url_scheme
 
 __all__ = ["FsspecStore", "RemoteFile", "forks_safely", "single_attempt_filesystem", "single_attempt_options"]
@@ -93,7 +93,7 @@ class FsspecStore:
         if isinstance(err, FileNotFoundError):
             raise ShardNotFoundError("the object does not exist", path=self.describe(key)) from cause
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        raise RemoteError(f"{what} failed{tries}: {text}", path=self.describe(key)) from cause
+        raise RemoteError(f"{what} failed{tries}: {text}", path=self.describe(key), transient=is_transient(err)) from cause
 
     def get(self, key: str, *, start: int | None = None, stop: int | None = None, exact: bool = True) -> bytes:
         path = self._path(key)
