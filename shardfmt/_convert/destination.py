@@ -65,8 +65,13 @@ def _is_own(name: str) -> bool:
 def redo_on_resume(sidecar: dict[str, Any]) -> bool:
     """True if a finished shard must be built again on resume: one of its rejects has a cause
     that may pass (an entry ``[number, reason, detail, "transient"]``), or is an "unreadable"
-    reject of a run that recorded no cause (whose outages became rejects)."""
-    for entry in sidecar.get("rejects") or []:
+    reject of a run that recorded no cause (whose outages became rejects); or is not such a list."""
+    rejects = sidecar.get("rejects")
+    if not isinstance(rejects, list):
+        return True
+    for entry in rejects:
+        if not isinstance(entry, list) or len(entry) < 3:
+            return True
         cause = entry[3] if len(entry) > 3 else None
         if cause == "transient" or (cause is None and entry[1] == "unreadable"):
             return True

@@ -87,3 +87,19 @@ def test_resume_builds_again_a_shard_whose_unreadable_reject_may_pass(
     assert result.num_rejects == (0 if redone else 1)
     if redone:
         assert tree_bytes(out) == tree_bytes(tmp_path / "clean")
+
+
+@pytest.mark.parametrize(
+    ("rejects", "redo"),
+    [
+        ([], False),
+        ([[3, "corrupt", "bad", "permanent"], [4, "unreadable", "Permission denied (errno 13)", "permanent"]], False),
+        ([[3, "corrupt", "bad"]], False),  # no cause recorded, but not "unreadable": a property of the file
+        ([[3, "unreadable", "Connection timed out (errno 110)", "transient"]], True),
+        ([[3, "unreadable", "GET failed after 5 attempts"]], True),
+        ([[3, "unreadable"]], True),  # not a sidecar this version writes: built again
+        (None, True),
+    ],
+)
+def test_which_rejects_send_a_shard_back_to_be_built(rejects: Any, redo: bool) -> None:
+    assert destination.redo_on_resume({"index": 0, "rejects": rejects}) is redo
