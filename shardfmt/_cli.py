@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 import click
 
 from ._convert.images import DEFAULT_QUALITY, MAX_PIXELS
-from ._errors import ShardfmtError
+from ._errors import RemoteError, ShardfmtError
 from ._forks import MAX_WORKERS_PER_CORE
 from ._version import __version__
 from .format._writer import DEFAULT_SHARD_SIZE
@@ -245,14 +245,18 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
                     engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool,
                     image_column: str | None, label_column: str | None, key_column: str | None, image_root: str | None) -> None:
     from ._convert.api import convert
+    from ._convert.destination import cli_wording
 
-    summary = convert(
-        list(sources), out, fields=[_parse_field(value) for value in fields], store=store, scale=_parse_scale(scale), patch=patch,
-        shard_format=shard_format, image_column=image_column, label_column=label_column, key_column=key_column,
-        image_root=image_root, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
-        overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(), engine=engine,
-        remote=_remote(storage_options), allow_empty=allow_empty, break_lock=break_lock,
-    )
+    try:
+        summary = convert(
+            list(sources), out, fields=[_parse_field(value) for value in fields], store=store, scale=_parse_scale(scale), patch=patch,
+            shard_format=shard_format, image_column=image_column, label_column=label_column, key_column=key_column,
+            image_root=image_root, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
+            overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(), engine=engine,
+            remote=_remote(storage_options), allow_empty=allow_empty, break_lock=break_lock,
+        )
+    except RemoteError as err:  # the store stopped the run: say how to resume with this command's flags
+        raise RemoteError(cli_wording(err.message), path=err.path, transient=err.transient) from err
     result = summary.result
     if result.already_finished:
         if not quiet:

@@ -150,7 +150,34 @@ class LockedError(ConvertError):
 
 class RemoteError(ShardfmtError, OSError):
     """A remote store (S3, GCS, HTTP, ...) failed: the message says what was asked, how many
-    attempts were made and what the store answered, with every credential replaced by ``***``."""
+    attempts were made and what the store answered, with every credential replaced by ``***``.
+
+    Args:
+        message: what was asked and what the store answered.
+        path: the object or store concerned, if any.
+        transient: the last failure was one that trying again later may cure (a connection
+            refused, reset or timed out, HTTP 408, 429, 5xx): the store was unreachable rather
+            than the object bad. A conversion stops on such an error instead of rejecting the input.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        offset: int | None = None,
+        record: int | None = None,
+        transient: bool = False,
+    ) -> None:
+        self.transient = transient
+        super().__init__(message, path=path, offset=offset, record=record)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_remote, (self.message, self.path, self.offset, self.record, self.transient))
+
+
+def _rebuild_remote(message: str, path: str | None, offset: int | None, record: int | None, transient: bool) -> RemoteError:
+    return RemoteError(message, path=path, offset=offset, record=record, transient=transient)
 
 
 class RejectError(ShardfmtError, ValueError):
@@ -162,18 +189,22 @@ class RejectError(ShardfmtError, ValueError):
             "not-a-regular-file", "outside-root", "hidden", "symlink-loop" or "no-class"; for records of several fields also
             "no-partner", "ambiguous", "size-mismatch" or "unsupported".
         path: the input file, if known.
+        transient: the cause may pass (an "unreadable" input whose read timed out or whose
+            server went away): a resumed conversion reads the input again instead of keeping
+            the reject.
     """
 
-    def __init__(self, message: str, *, reason: str, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, message: str, *, reason: str, path: str | os.PathLike[str] | None = None, transient: bool = False) -> None:
         self.reason = reason
+        self.transient = transient
         super().__init__(message, path=path)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_reject, (self.message, self.reason, self.path))
+        return (_rebuild_reject, (self.message, self.reason, self.path, self.transient))
 
 
-def _rebuild_reject(message: str, reason: str, path: str | None) -> RejectError:
-    return RejectError(message, reason=reason, path=path)
+def _rebuild_reject(message: str, reason: str, path: str | None, transient: bool = False) -> RejectError:
+    return RejectError(message, reason=reason, path=path, transient=transient)
 
 
 class WorkerError(ShardfmtError, RuntimeError):

@@ -147,6 +147,9 @@ def convert(
         ConvertError: the source is none of the kinds above (the message lists them), holds no
             input, or every input was rejected (without `allow_empty`; the output is written
             first), or the options do not fit the source.
+        RemoteError: a store stopped answering: the run stopped, nothing was rejected for it,
+            and the message says how to resume (``resume=True``, and ``break_lock=True`` when
+            the lock object of an output in a store was left).
         ValueError, LockedError, WorkerError, OSError: as ``shardfmt convert`` reports them.
     """
     check_workers(workers)

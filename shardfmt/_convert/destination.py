@@ -10,7 +10,11 @@ under a temporary name, fsynced and renamed; for a store given by URL it is writ
 staging folder and uploaded under its final name in one atomic PUT (an object store shows an
 object whole or not at all). Its sidecar is written after it. A finished shard is one whose
 sidecar exists and whose files agree with it: re-hashed when local, by size in a store (an object
-under its final name is always a complete upload).
+under its final name is always a complete upload), and that holds no reject whose cause may pass
+(`redo_on_resume`).
+
+A store that does not answer within its retries stops the conversion (`stopped_by`): the error
+says that the finished shards are kept and how to resume, and whether the lock object was left.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._checksum import file_checksum, parse_checksum
-from .._errors import ConvertError
+from .._errors import ConvertError, RemoteError
 from .._storage import LocalStore, RemoteOptions, Store, open_store
 from .._storage.atomic import fsync_directory
 from .._storage.lock import LOCK_NAME, StoreLock
@@ -34,7 +38,7 @@ from .._storage.urls import is_url, local_path
 from ..format._manifest import MANIFEST_NAME, Manifest
 from ..format._writer import shard_name
 
-__all__ = ["PLAN_NAME", "REJECTS_NAME", "WORK_DIR", "Output", "shard_file_name"]
+__all__ = ["PLAN_NAME", "REJECTS_NAME", "WORK_DIR", "Output", "cli_wording", "redo_on_resume", "shard_file_name", "stopped_by"]
 
 WORK_DIR: Final = ".shardfmt-work"
 """Folder inside the output that holds the plan and the sidecars until the manifest is written."""
@@ -56,6 +60,49 @@ def _sidecar_key(index: int) -> str:
 
 def _is_own(name: str) -> bool:
     return bool(_OWN_NAME.match(name) or _OWN_TEMP.match(name))
+
+
+def redo_on_resume(sidecar: dict[str, Any]) -> bool:
+    """True if a finished shard must be built again on resume: one of its rejects has a cause
+    that may pass (an entry ``[number, reason, detail, "transient"]``), or is an "unreadable"
+    reject of a run that recorded no cause (whose outages became rejects); or is not such a list."""
+    rejects = sidecar.get("rejects")
+    if not isinstance(rejects, list):
+        return True
+    for entry in rejects:
+        if not isinstance(entry, list) or len(entry) < 3:
+            return True
+        cause = entry[3] if len(entry) > 3 else None
+        if cause == "transient" or (cause is None and entry[1] == "unreadable"):
+            return True
+    return False
+
+
+def stopped_by(err: RemoteError, *, lock: str | None) -> RemoteError:
+    """The error that ends a conversion a store failed: `err`'s message, then what was kept and
+    how to go on (with the Python keywords; `cli_wording` gives the command line's flags);
+    `lock` names the lock object the run could not remove, if any."""
+    when = "once the store answers again" if err.transient else "once that is fixed"
+    text = (
+        f"{err.message}; the conversion stopped: the shards finished so far are kept, no input was rejected for this "
+        f"failure and manifest.json is not written; {when}, run the same conversion with resume=True"
+    )
+    if lock is not None:
+        text += (
+            f" and break_lock=True: this run's lock object {lock} could not be removed, and breaking it is safe "
+            "while no other run converts into this output"
+        )
+    return RemoteError(text, path=err.path, transient=err.transient)
+
+
+_CLI_FLAGS: Final = (("resume=True", "--resume"), ("break_lock=True", "--break-lock"))
+
+
+def cli_wording(text: str) -> str:
+    """`text` (from `stopped_by`) with the command line's flags for the Python keywords."""
+    for keyword, flag in _CLI_FLAGS:
+        text = text.replace(keyword, flag)
+    return text
 
 
 class Output:
@@ -109,8 +156,8 @@ class Output:
         output = cls(store, location, has_plan=False, lock=lock, created=not is_url(text) and created)
         try:
             output._prepare(resume=resume, overwrite=overwrite)
-        except BaseException:
-            output.close()
+        except BaseException as err:
+            output._close_after(err)
             raise
         return output
 
@@ -180,6 +227,8 @@ class Output:
         key = f"{WORK_DIR}/{PLAN_NAME}"
         try:
             return json.loads(self.store.get(key))
+        except RemoteError:
+            raise  # the store did not answer: nothing is known about the plan
         except (OSError, ValueError) as err:
             raise ConvertError(f"the stored plan cannot be read ({err}); use --overwrite to start again", path=self.describe(key)) from err
 
@@ -194,9 +243,15 @@ class Output:
         records and its files agree with it; else None."""
         try:
             sidecar = json.loads(self.store.get(_sidecar_key(index)))
+        except RemoteError as err:
+            if err.transient:
+                raise  # the store did not answer: whether the shard is finished is unknown
+            return None
         except (OSError, ValueError):
             return None
         if not isinstance(sidecar, dict) or sidecar.get("index") != index or sidecar.get("inputs") != num_records:
+            return None
+        if redo_on_resume(sidecar):
             return None
         if sidecar.get("num_records") == 0:
             return sidecar
@@ -205,6 +260,10 @@ class Output:
             if shard_format == "tar":
                 files.append((sidecar["member_index"]["path"], sidecar["member_index"]))
             return sidecar if all(self._file_matches(name, expected) for name, expected in files) else None
+        except RemoteError as err:
+            if err.transient:
+                raise
+            return None
         except (OSError, KeyError, TypeError, ValueError):
             return None
 
@@ -272,11 +331,19 @@ class Output:
             with contextlib.suppress(OSError):
                 self._local.rmdir()  # only when empty
 
+    def _close_after(self, err: BaseException | None) -> None:
+        """`close`; after a store's failure `err`, raise `stopped_by`'s error instead."""
+        lock = self._lock
+        self.close()
+        if isinstance(err, RemoteError):
+            left = lock is not None and lock.left
+            raise stopped_by(err, lock=self.describe(LOCK_NAME) if left else None) from err
+
     def __enter__(self) -> Output:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        self._close_after(exc)
 
     # -- the commit point ---------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from .._checksum import format_checksum, parse_checksum
-from .._errors import ConvertError, SchemaError, WorkerError
+from .._errors import ConvertError, RemoteError, SchemaError, WorkerError
 from .._storage.remote import forks_safely
 from .._storage.urls import is_url, join_url
 from .._version import __version__
@@ -124,6 +124,8 @@ def run_conversion(
     Raises:
         ConvertError: the inputs or options changed since an interrupted run; or `strict` and an
             input was rejected (after everything is written).
+        RemoteError: a store did not answer within its retries: the run stops there, the shards
+            finished so far kept, no input rejected for it, the manifest not written.
         WorkerError: a failure other than a bad input, naming the shard and the input; or a
             worker process died.
     """
@@ -237,7 +239,8 @@ class _Sink:
                     reject = ("bad-label", f"label {record.label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
         if reject is not None or fields is None:
             reason, detail = reject if reject is not None else ("corrupt", "no record was built")
-            self.rejects.append([built.number, reason, detail])
+            cause = "transient" if built.transient and reject == built.reject else "permanent"
+            self.rejects.append([built.number, reason, detail, cause])
             return
         if self.writer is None:
             path = self.output.file_path(self.name)
@@ -315,8 +318,8 @@ def _write_shard(
         current = "(closing the shard)"
         start, stop = plan.shards[index]
         return sink.close(stop - start)
-    except WorkerError:
-        raise
+    except (WorkerError, RemoteError):
+        raise  # a store that does not answer stops the run; the shard is redone on resume
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise
@@ -351,7 +354,7 @@ def build_outputs(plan: ConversionPlan, sidecars: list[dict[str, Any]]) -> tuple
     ]
     rejected: set[int] = set()
     for sidecar in sidecars:
-        for number, reason, detail in sidecar["rejects"]:
+        for number, reason, detail, *_ in sidecar["rejects"]:  # then the cause kind (`destination.redo_on_resume`)
             record = plan.records[number]
             key = display_path(record.sample_key) if record.sample_key is not None else None
             ordered.append(((number, 1), _reject(display_path(record.path), reason, detail, key)))

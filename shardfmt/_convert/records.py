@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import RejectError, SchemaError, ShardfmtError, WorkerError
+from .._errors import RejectError, RemoteError, SchemaError, ShardfmtError, WorkerError
 from .._jsontext import JsonTextError, parse_json
 from .._storage import RemoteOptions, Store, open_store
 from .._storage.urls import is_url
@@ -39,7 +39,7 @@ from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.confine import MAX_INPUT_SIZE, open_regular, read_regular, resolve_inside
 from .sources.listing import LISTING_KINDS
 from .sources.parquet import RowGroupReader
-from .sources.results import describe_os_error, display_path
+from .sources.results import describe_os_error, display_path, is_transient_os_error
 
 __all__ = [
     "MAX_INPUT_SIZE",
@@ -71,12 +71,15 @@ class Built:
         fields: the record's fields (None if rejected).
         reencoded: per JPEG field, why it was re-encoded (None: stored as it was).
         reject: (reason, detail) if rejected.
+        transient: the reject's cause may pass (`RejectError.transient`): a resumed run reads
+            the input again.
     """
 
     number: int
     fields: dict[str, Any] | None
     reencoded: tuple[str | None, ...] = ()
     reject: tuple[str, str] | None = None
+    transient: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,18 +121,15 @@ class InputReader:
                 that ends early), "too-large" (over `MAX_INPUT_SIZE`), "not-a-regular-file",
                 "outside-root" (`confined`, or a Parquet row's path), or for a Parquet row
                 "no-image" (its image is null) or "missing-file" (the file its path names is not there).
+            RemoteError: the store did not answer within its retries (`RemoteError.transient`):
+                an outage, not a property of the input.
         """
         if file.size > MAX_INPUT_SIZE:
             raise RejectError(f"{file.size} bytes, over the input limit of {MAX_INPUT_SIZE}", reason="too-large")
         if file.row_group is not None:
             return self._read_row(file)
         if is_url(self.root):
-            if not self._store:
-                self._store.append(open_store(self.root, remote=self.remote))
-            try:
-                return self._store[0].get(file.path.replace(os.sep, "/"))
-            except OSError as err:
-                raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
+            return self._read_object(file)
         try:
             if self.confined:  # a listing's files: inside its folder once links are resolved
                 path, follow = resolve_inside(self.root, file.path), False
@@ -139,16 +139,28 @@ class InputReader:
                 return read_regular(path, follow=follow)
             fd, _ = open_regular(path, follow=follow)
         except OSError as err:
-            raise RejectError(describe_os_error(err), reason="unreadable") from err
+            raise _unreadable(err) from err
         try:
             data = os.pread(fd, file.size, file.offset)
             if len(data) != file.size:
                 raise RejectError(f"the tar ends before the member's {file.size} bytes at byte {file.offset}", reason="unreadable")
             return data
         except OSError as err:
-            raise RejectError(describe_os_error(err), reason="unreadable") from err
+            raise _unreadable(err) from err
         finally:
             os.close(fd)
+
+    def _read_object(self, file: InputFile) -> bytes:
+        if not self._store:
+            self._store.append(open_store(self.root, remote=self.remote))
+        try:
+            return self._store[0].get(file.path.replace(os.sep, "/"))
+        except RemoteError as err:
+            if err.transient:
+                raise  # the store is unreachable, the object is not bad: `build_chunk` stops the run
+            raise RejectError(err.message, reason="unreadable") from err
+        except OSError as err:
+            raise RejectError(str(getattr(err, "message", err)), reason="unreadable") from err
 
     def _read_row(self, file: InputFile) -> bytes:
         if not self._rows:
@@ -165,6 +177,12 @@ class InputReader:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
+
+
+def _unreadable(err: OSError) -> RejectError:
+    """The "unreadable" reject of a local file the operating system refused, marked transient
+    when a later read may succeed (`sources.results.is_transient_os_error`)."""
+    return RejectError(describe_os_error(err), reason="unreadable", transient=is_transient_os_error(err))
 
 
 @dataclass(frozen=True)
@@ -307,7 +325,8 @@ def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = Non
             while they fit (`Placed`); None sends them back in the result.
 
     Raises:
-        WorkerError: anything other than a per-record reject, naming the input.
+        RemoteError: a store did not answer within its retries, naming the input.
+        WorkerError: anything else other than a per-record reject, naming the input.
     """
     built = []
     used = 0
@@ -315,16 +334,22 @@ def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = Non
         try:
             fields, reasons = builder.build(record)
         except RejectError as err:
-            built.append(Built(number, None, reject=(err.reason, err.message)))
+            built.append(Built(number, None, reject=(err.reason, err.message), transient=err.transient))
             continue
+        except RemoteError:  # the store is unreachable (its message names the object): the run stops, nothing is rejected
+            raise
         except Exception as err:
-            where = display_path(record.path) + (f": sample {record.sample_key}" if record.sample_key is not None else "")
+            where = _where(record)
             message = err.message if isinstance(err, ShardfmtError) else str(err)
             raise WorkerError(f"input {where}: {type(err).__name__}: {message}") from err
         if scratch is not None:
             fields, used = _place(fields, scratch, used)
         built.append(Built(number, fields, reasons))
     return built
+
+
+def _where(record: PlannedRecord) -> str:
+    return display_path(record.path) + (f": sample {record.sample_key}" if record.sample_key is not None else "")
 
 
 def _place(fields: dict[str, Any], scratch: memoryview, used: int) -> tuple[dict[str, Any], int]:
@@ -357,4 +382,4 @@ def unplace(fields: dict[str, Any], scratch: memoryview | None) -> dict[str, Any
 def _in_field(err: RejectError, name: str, path: str, n: int) -> RejectError:
     """The reject of one file, its detail naming the field (and the file, for a partner)."""
     where = f"field {name!r}" if n == 0 else f"field {name!r} ({display_path(path)})"
-    return RejectError(f"{where}: {err.message}", reason=err.reason)
+    return RejectError(f"{where}: {err.message}", reason=err.reason, transient=err.transient)

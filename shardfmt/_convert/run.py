@@ -65,7 +65,9 @@ written.
 
 After a crash or ``kill -9`` at any moment, ``resume`` finishes the job: it refuses if inputs or
 options changed, keeps every shard whose file matches its sidecar (size and re-hashed checksum),
-and redoes the rest. A folder without manifest.json is never read as a dataset.
+and redoes the rest. A folder without manifest.json is never read as a dataset. A store that
+stops answering is never a reject: the run stops with `RemoteError`, resumable; a reject whose
+cause may pass (a read that timed out) is read again on resume.
 
 Object storage and Ray. A source or output given by URL (``s3://bucket/prefix``) goes through
 the same plan, pipeline and bytes (`output.Output` writes into any `Store`); ``engine="ray"``
@@ -165,8 +167,8 @@ def convert(
             is not empty (and neither `resume` nor `overwrite` was given), the inputs or
             options changed since the interrupted run, `strict` is set and an input was
             rejected, or the output's device is full (resume once there is space).
-        WorkerError: a failure other than a bad input, naming the shard and the input; or a
-            worker process died.
+        WorkerError: a failure other than a bad input, naming the shard and the input; or a dead worker.
+        RemoteError: a store stopped answering (`destination.stopped_by`): resumable, nothing rejected.
         OSError: the output cannot be written.
     """
     started = time.perf_counter()

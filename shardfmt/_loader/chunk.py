@@ -383,7 +383,7 @@ def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
     for reader, ranges in spans.values():
         try:
             reader.source.prefetch(ranges)
-        except Exception:  # the record-by-record reads below retry and report it with the record
+        except Exception:  # reported with the record by the reads below: at once after an outage (`RemoteFile.prefetch`)
             pass
 
 

@@ -46,6 +46,9 @@ class StoreLock:
         self.purpose = purpose
         self._fd: int | None = None
         self._token: str | None = None
+        self.left = False
+        """`release` could not remove this run's lock object (the store did not answer): it stays
+        until a run with ``break_lock`` removes it."""
         if isinstance(store, LocalStore):
             self._lock_file(store)
         else:
@@ -92,7 +95,8 @@ class StoreLock:
         self._token = identity["token"]
 
     def release(self) -> None:
-        """Give the lock up (and remove the lock file or object); a second call does nothing."""
+        """Give the lock up (and remove the lock file or object); a second call does nothing. A
+        lock object the store does not let go of stays, and `left` says so."""
         if self._fd is not None:
             if isinstance(self.store, LocalStore):
                 with contextlib.suppress(FileNotFoundError):
@@ -100,10 +104,14 @@ class StoreLock:
             os.close(self._fd)
             self._fd = None
         elif self._token is not None:
-            with contextlib.suppress(OSError, ValueError):
+            try:
                 stored = json.loads(self.store.get(LOCK_NAME))
                 if isinstance(stored, dict) and stored.get("token") == self._token:
                     self.store.delete(LOCK_NAME)
+            except (FileNotFoundError, ValueError):
+                pass  # gone, or another run's: not ours to remove
+            except OSError:
+                self.left = True
             self._token = None
 
     def __enter__(self) -> StoreLock:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
 from .._errors import RemoteError, ShardNotFoundError
-from .retry import RetryPolicy, ShortReadError, call_with_retries
+from .retry import RetryPolicy, ShortReadError, call_with_retries, is_transient
 from .urls import Redactor, join_url, url_scheme
 
 __all__ = ["FsspecStore", "RemoteFile", "forks_safely", "single_attempt_filesystem", "single_attempt_options"]
@@ -93,7 +93,7 @@ class FsspecStore:
         if isinstance(err, FileNotFoundError):
             raise ShardNotFoundError("the object does not exist", path=self.describe(key)) from cause
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        raise RemoteError(f"{what} failed{tries}: {text}", path=self.describe(key)) from cause
+        raise RemoteError(f"{what} failed{tries}: {text}", path=self.describe(key), transient=is_transient(err)) from cause
 
     def get(self, key: str, *, start: int | None = None, stop: int | None = None, exact: bool = True) -> bytes:
         path = self._path(key)
@@ -198,14 +198,25 @@ class RemoteFile:
             self._blocks.append((start, stop, memoryview(store.get(key, start=start, stop=stop))))
         self._last: tuple[int, int, memoryview] | None = None
         self._prefetched: list[tuple[int, int, memoryview]] = []
+        self._unreachable: tuple[list[tuple[int, int]], RemoteError] | None = None
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Fetch `ranges` concurrently and keep them until the next call: a loader worker asks
-        for every record of a chunk at once instead of one round trip after another."""
+        for every record of a chunk at once instead of one round trip after another.
+
+        If the store did not answer within its retries (`RemoteError.transient`), a `read` of
+        one of these ranges until the next call raises that error again at once: the outage
+        costs one retry budget, not one for the batch and another for its first record."""
         wanted = sorted({(a, b) for a, b in ranges if a < b and self.cached(a, b) is None})
         self._prefetched = []
+        self._unreachable = None
         if wanted:
-            data = self._store.get_ranges(self._key, wanted)
+            try:
+                data = self._store.get_ranges(self._key, wanted)
+            except RemoteError as err:
+                if err.transient:
+                    self._unreachable = (wanted, err)
+                raise
             self._prefetched = [(a, b, memoryview(d)) for (a, b), d in zip(wanted, data, strict=True)]
 
     def cached(self, start: int, stop: int) -> memoryview | None:
@@ -223,11 +234,14 @@ class RemoteFile:
             return hit
         if start == stop:
             return memoryview(b"")
+        if self._unreachable is not None and any(a <= start and stop <= b for a, b in self._unreachable[0]):
+            failed = self._unreachable[1]
+            raise RemoteError(failed.message, path=failed.path, transient=True) from failed
         self._last = (start, stop, memoryview(self._store.get(self._key, start=start, stop=stop)))
         return self._last[2]
 
     def close(self) -> None:
-        self._blocks, self._last, self._prefetched = [], None, []
+        self._blocks, self._last, self._prefetched, self._unreachable = [], None, [], None
 
 
 def single_attempt_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:

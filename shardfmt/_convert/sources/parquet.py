@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ..._errors import ConvertError, RejectError
+from ..._errors import ConvertError, RejectError, RemoteError
 from ..._storage import ByteSource, RemoteOptions, open_store
 from ..._storage.urls import is_url, local_path
 from .confine import check_regular, read_regular, resolve_inside
-from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path, record_key
+from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path, is_transient_os_error, record_key
 from .trees import Entry, LocalTree, StoreTree, Tree
 
 pa: Any = None
@@ -492,6 +492,19 @@ class _SourceFile(io.RawIOBase):
         super().close()
 
 
+def _outage(err: BaseException) -> RemoteError | None:
+    """The store's `RemoteError` behind `err` (raised as it is, or wrapped by pyarrow) if the
+    store was unreachable (`RemoteError.transient`); else None."""
+    seen: BaseException | None = err
+    for _ in range(8):  # a short chain: the error, and what pyarrow wrapped
+        if seen is None:
+            return None
+        if isinstance(seen, RemoteError):
+            return seen if seen.transient else None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class _ImagePath(str):
     """An image that a row names by path instead of holding its bytes."""
 
@@ -524,7 +537,7 @@ class RowGroupReader:
             self._images, self._first_row = self._load(path, row_group, file_size)
             self._group = (path, row_group)
         if isinstance(self._images, RejectError):
-            raise RejectError(self._images.message, reason=self._images.reason)
+            raise RejectError(self._images.message, reason=self._images.reason, transient=self._images.transient)
         if row >= len(self._images):
             raise RejectError(f"row group {row_group} has {len(self._images)} rows, not {row + 1}: the file changed", reason="unreadable")
         data = self._images[row]
@@ -551,7 +564,8 @@ class RowGroupReader:
             raise RejectError(f"{where}: the image file {full} does not exist (a relative path is resolved against {against})",
                               reason="missing-file") from err
         except OSError as err:
-            raise RejectError(f"{where}: the image file {full}: {err.strerror or err}", reason="unreadable") from err
+            raise RejectError(f"{where}: the image file {full}: {err.strerror or err}", reason="unreadable",
+                              transient=is_transient_os_error(err)) from err
 
     def _load(self, path: str, row_group: int, file_size: int) -> tuple[list[bytes | _ImagePath | None] | RejectError, int]:
         """The images of a row group (or why they cannot be read), and the file's row number of its first row."""
@@ -568,7 +582,14 @@ class RowGroupReader:
             first = sum(parquet.metadata.row_group(n).num_rows for n in range(row_group))
             array = parquet.read_row_group(row_group, columns=[self.column]).column(0).combine_chunks()
         except (OSError, pa.ArrowException) as err:
-            return RejectError(f"row group {row_group} cannot be read: {getattr(err, 'message', err)}", reason="unreadable"), 0
+            outage = _outage(err)  # the store is unreachable, the file is not bad: the conversion stops
+            if outage is err:
+                raise
+            if outage is not None:
+                raise outage from err
+            transient = isinstance(err, OSError) and is_transient_os_error(err)
+            return RejectError(f"row group {row_group} cannot be read: {getattr(err, 'message', err)}", reason="unreadable",
+                               transient=transient), 0
         if pa.types.is_struct(array.type):
             present = array.is_valid().to_pylist()
             names = array.field("path").to_pylist() if array.type.get_field_index("path") >= 0 else [None] * len(array)

@@ -5,11 +5,13 @@ conversion order and what was set aside on the way (`ScanReject`), each reject p
 inputs come before it. A scan for records of several fields is a `FieldScan` of `FieldInput`
 records with typed `FieldColumn` columns. A record's key and every path a report shows are built
 by `record_key` and `display_path`, an operating system's refusal reads as `describe_os_error`
-says, wherever the input lies, and `is_field_name` says which names a field may have.
+says, wherever the input lies (`is_transient_os_error` tells a refusal that may pass), and
+`is_field_name` says which names a field may have.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -29,12 +31,19 @@ __all__ = [
     "describe_os_error",
     "display_path",
     "is_field_name",
+    "is_transient_os_error",
     "record_key",
 ]
 
 VALUE_KINDS: Final = ("int64", "float64", "str", "label")
 """Kinds of the columns of a record that are values rather than images."""
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_TRANSIENT_ERRNOS: Final = frozenset(
+    getattr(errno, name) for name in (
+        "EAGAIN", "EINTR", "ETIMEDOUT", "ECONNABORTED", "ECONNREFUSED", "ECONNRESET", "EHOSTDOWN", "EHOSTUNREACH",
+        "ENETDOWN", "ENETRESET", "ENETUNREACH", "ENOLINK", "ESTALE",
+    ) if hasattr(errno, name)
+)
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,12 @@ def record_key(path: str) -> str:
 def describe_os_error(err: OSError) -> str:
     """Return the reject detail for an OS error: its message and errno, without the path."""
     return f"{err.strerror or err}" + (f" (errno {err.errno})" if err.errno else "")
+
+
+def is_transient_os_error(err: OSError) -> bool:
+    """True if reading again later may succeed: a time-out, an interrupted call or a network
+    file system whose server went away (ETIMEDOUT, EAGAIN, ECONNRESET, ESTALE, ...)."""
+    return err.errno in _TRANSIENT_ERRNOS
 
 
 def is_field_name(name: str) -> bool:
