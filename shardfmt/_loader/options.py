@@ -88,8 +88,8 @@ class LoaderOptions:
     decode: str = "cpu"
     interpolation: str = "bilinear"
     repeats: int = 1
-    repeats_epoch: str = "copies"
     batch_augment: tuple[BatchStep, ...] = ()
+    repeats_epoch: str = "copies"
 
     @classmethod
     def parse(cls, **arguments: Any) -> LoaderOptions:
