@@ -201,6 +201,10 @@ class ChunkProcessor:
                     reader.check_file(local[k])
                 except FormatError as err:
                     raise self._failure(err, reader.path, local[k], int(indices[k]), err.offset) from err
+            try:  # the row's block of the table is checked on its first use
+                reader.check_row(local[k])
+            except FormatError as err:
+                raise self._failure(err, reader.path, local[k], int(indices[k]), err.offset) from err
             readers.append(reader)
             rows.append(reader.table[local[k]])
         if self.reads_payload:
