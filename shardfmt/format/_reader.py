@@ -1,9 +1,11 @@
 """Reading binary shards: validate the header, the footer and the record table before touching
 a payload.
 
-`ShardReader` opens one shard: it checks the header, the footer and every structural rule of the
-record table (vectorised, no per-record Python; each field type adds its own rules, see
-`fieldtypes`) before it hands out a byte. Payloads come back as memoryviews of the memory map,
+`ShardReader` opens one shard: it checks the header, the footer and the table checksum on open,
+and the structural rules of the record table (vectorised, no per-record Python; each field type
+adds its own rules, see `fieldtypes`) a block of `CHECK_BLOCK_ROWS` rows at a time: block 0 on
+open, any other before one of its rows is first used, so that opening a shard costs the same
+whatever its number of records. Payloads come back as memoryviews of the memory map,
 verified against their checksum on access. `ShardReaderBase` is what every shard reader offers
 (records by index, verification on read, closing), so that `tar.reader.TarShardReader` reads a
 tar shard through the same interface; `Record` is one record as a mapping.
@@ -313,7 +315,7 @@ class ShardReaderBase(ABC):
 
 
 class ShardReader(ShardReaderBase):
-    """One binary shard, validated on open.
+    """One binary shard, validated on open, its table rows a block at a time on first use.
 
     Args:
         path: the shard file.
