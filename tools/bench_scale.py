@@ -86,6 +86,95 @@ loader.close()
 """
 
 
+FIRST_BATCH = r"""
+import json, os, sys, time
+import torch
+import shardfmt
+import shardfmt.format._reader as reader_module
+from shardfmt import Loader
+
+path, workers, cold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "cold"
+assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
+times = {"open_s": 0.0, "check_s": 0.0, "check_in_open_s": 0.0, "opens": 0, "checks": 0}
+depth = []
+
+def timed(cls, name, key):
+    original = cls.__dict__.get(name)
+    if original is None:
+        return
+    def run(*args, **kwargs):
+        start = time.perf_counter()
+        depth.append(key)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            depth.pop()
+            spent = time.perf_counter() - start
+            times[key + "_s"] += spent
+            times[key + "s"] += 1
+            if key == "check" and "open" in depth:
+                times["check_in_open_s"] += spent
+    setattr(cls, name, run)
+
+timed(reader_module.ShardReader, "_open", "open")
+timed(reader_module.ShardReader, "_check_table", "check")       # before: every row, on open
+timed(reader_module.ShardReaderBase, "_check_block", "check")   # after: one block, on first use
+if cold:  # drop the shards' pages from the page cache (every name links the same file)
+    for name in os.listdir(path):
+        with open(os.path.join(path, name), "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+start = time.perf_counter()
+loader = Loader(path, batch_size=256, num_workers=workers, size=8)
+images, labels = next(iter(loader))
+first = time.perf_counter() - start
+assert images.shape == (256, 3, 8, 8), images.shape
+loader.close()
+print(json.dumps(times | {"first_s": first, "order": getattr(loader, "order", "?")}))
+"""
+
+
+def measure_first_batch(path: Path, *, workers: int, cold: bool, tree: Path | None) -> dict[str, Any]:
+    """Run FIRST_BATCH in a fresh process: seconds to the first batch of a full shuffle, and
+    the time spent opening shards and checking record tables in this process (all of it with
+    ``workers=0``; none with workers, which do that work themselves)."""
+    package_root = tree if tree is not None else Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-c", FIRST_BATCH, str(path), str(workers), "cold" if cold else "warm"]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=package_root, check=False)
+    if out.returncode:
+        raise RuntimeError(out.stderr)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def first_batch(path: Path, trees: dict[str, Path | None], rounds: int) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Best of `rounds` of each (tree, cache, workers), the trees alternating within a round."""
+    best: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for _ in range(rounds):
+        for cache in ("warm", "cold"):
+            for workers in (2, 0):
+                for name, tree in trees.items():
+                    result = measure_first_batch(path, workers=workers, cold=cache == "cold", tree=tree)
+                    key = (name, cache, workers)
+                    if key not in best or result["first_s"] < best[key]["first_s"]:
+                        best[key] = result
+    return best
+
+
+def print_first_batch(size: int, num_shards: int, best: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    """One table row per tree and cache: 2 workers, then the breakdown of a 0-worker run."""
+    for (name, cache, workers), two in sorted(best.items()):
+        if workers != 2:
+            continue
+        zero = best[(name, cache, 0)]
+        opens = zero["open_s"] - zero["check_in_open_s"]
+        decode = zero["first_s"] - opens - zero["check_s"]
+        print(
+            f"| {size:,} | {num_shards} | {name} | {cache} | {two['first_s']:.3f} | {max(two['first_s'] - zero['first_s'], 0):.3f} "
+            f"| {zero['first_s']:.3f} | {zero['opens']} | {opens:.3f} | {zero['checks']} | {zero['check_s']:.3f} | {decode:.3f} |"
+        )
+
+
 def write_dataset(root: Path, num_records: int, shard_records: int) -> Path:
     """Write `num_records` tiny records: one real shard, linked under every shard name."""
     if root.exists():
@@ -143,8 +232,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="also measure the shardfmt of this source tree (e.g. an export of an older commit), default options only",
     )
+    parser.add_argument(
+        "--first-batch",
+        action="store_true",
+        help="only the first batch of a full shuffle, 2 workers, warm and with the shards dropped from the page cache, "
+        "with a breakdown from a 0-worker run (and for --compare alternately)",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --first-batch: keep the best of this many runs of each")
     args = parser.parse_args(argv)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    if args.first_batch:
+        return first_batch_main(args, base)
     rows = []
     try:
         for size in args.sizes:
@@ -192,6 +290,33 @@ def main(argv: list[str] | None = None) -> int:
             f"first batch {default['first_s'] / first[2]['first_s']:.2f}x, window=8 {windowed['first_s'] / first[3]['first_s']:.2f}x, "
             f"sorted-key {sorted_key['first_s'] / first[4]['first_s']:.2f}x"
         )
+    return 0
+
+
+
+def first_batch_main(args: argparse.Namespace, base: Path) -> int:
+    """--first-batch: the table of first-batch times and their breakdown, each size in turn."""
+    trees: dict[str, Path | None] = {"this tree": None}
+    if args.compare is not None:
+        trees = {str(args.compare): args.compare, "this tree": None}
+    print(f"{os.cpu_count()} cores; load average (1 min) at the start: {os.getloadavg()[0]:.2f}")
+    print(
+        "| records | shards | shardfmt | page cache | first batch s (2 workers) | worker start s | first batch s (0 workers) "
+        "| shards opened | opens s | blocks checked | table checks s | decode and rest s |"
+    )
+    print("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    try:
+        for size in args.sizes:
+            path = write_dataset(base / f"records-{size}", size, args.shard_records)
+            best = first_batch(path, trees, args.rounds)
+            print_first_batch(size, -(-size // args.shard_records), best)
+            sys.stdout.flush()
+            if args.keep is None:
+                shutil.rmtree(path, ignore_errors=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -4,6 +4,7 @@ or local tars opened directly, as one indexable sequence of records."""
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -151,8 +152,8 @@ class DatasetReader:
                 f"newer than the manifest's {stated[0]}.{stated[1]}",
                 path=manifest_path,
             )
-        if self.classes is not None:
-            check_labels(reader, self.schema, len(self.classes))
+        if self.classes is not None and "label" in self.schema.names and self.schema.field("label").type == "int64":
+            reader.add_row_check(functools.partial(check_labels_rows, num_classes=len(self.classes)))
 
     def _open_remote(self, entry: ShardEntry) -> ShardReaderBase:
         return open_located_shard(self.location, entry, self.schema, verify=self.verify)
@@ -296,13 +297,20 @@ def check_labels(reader: ShardReaderBase, schema: Schema, num_classes: int) -> N
     """
     if "label" not in schema.names or schema.field("label").type != "int64":
         return
-    labels: np.ndarray[Any, Any] = reader.table["label"]
+    reader.check_all()
+    check_labels_rows(reader, 0, len(reader), num_classes=num_classes)
+
+
+def check_labels_rows(reader: ShardReaderBase, start: int, stop: int, *, num_classes: int) -> None:
+    """`check_labels` on rows [start, stop) of the shard's "label" column: a `RowCheck` that a
+    dataset adds to each shard it opens, so that a label is checked with its block of rows."""
+    labels: np.ndarray[Any, Any] = reader.table["label"][start:stop]
     bad = (labels < 0) | (labels >= num_classes)
     if bad.any():
-        index = int(np.argmax(bad))
+        index = start + int(np.argmax(bad))
         path, offset = reader.locate_column(index, "label")
         raise FormatError(
-            f"label {int(labels[index])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index
+            f"label {int(labels[index - start])} names no class (the manifest has {num_classes})", path=path, offset=offset, record=index
         )
 
 

@@ -73,6 +73,7 @@ def summarise_dataset(path: str | os.PathLike[str], *, remote: RemoteOptions | N
         with open_located_shard(location, entry, manifest.schema, verify=False) as reader:
             if reader.schema != manifest.schema:
                 raise ManifestError(f"shard {entry.path} has a schema that differs from the manifest's", path=location.manifest_path)
+            reader.check_all()
             if image is not None:
                 for name in ("height", "width", "channels"):
                     columns[name].append(np.array(reader.table[column_name(image, name)]))

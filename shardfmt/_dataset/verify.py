@@ -109,6 +109,7 @@ def _verify_shard(location: DatasetLocation, entry: ShardEntry, manifest: Manife
             raise ManifestError("its schema differs from the manifest's", path=reader.path)
         if manifest.classes is not None:
             check_labels(reader, manifest.schema, len(manifest.classes))
+        reader.check_all()
         if quick:
             return 0
         for index in range(len(reader)):

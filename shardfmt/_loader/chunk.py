@@ -204,6 +204,11 @@ class ChunkProcessor:
                     reader.check_file(local[k])
                 except FormatError as err:
                     raise self._failure(err, reader.path, local[k], int(indices[k]), err.offset) from err
+            try:  # the row's block of the table is checked on its first use
+                reader.check_row(local[k])
+            except FormatError as err:  # it names the first broken row of the block
+                record = err.record if err.record is not None else local[k]
+                raise self._failure(err, reader.path, record, int(indices[k]) + record - local[k], err.offset) from err
             readers.append(reader)
             rows.append(reader.table[local[k]])
         if self.reads_payload:

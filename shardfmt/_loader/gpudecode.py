@@ -113,7 +113,9 @@ def max_payload(dataset: RecordSource, field: str) -> int:
     largest = 1
     column = column_name(field, "size")
     for shard in range(dataset.num_shards):
-        table = dataset.shard(shard).table
+        reader = dataset.shard(shard)
+        reader.check_all()
+        table = reader.table
         if len(table):
             largest = max(largest, int(table[column].max()))
     return largest

@@ -125,6 +125,7 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
             self._reader = DatasetReader(self.path, verify=self.verify, remote=self.remote)
         shard_index, local = self._reader.locate(index)
         shard = self._reader.shard(shard_index)
+        shard.check_row(local)
         row = shard.table[local]
         height = int(row[column_name(self.image_field, "height")])
         width = int(row[column_name(self.image_field, "width")])

@@ -259,7 +259,9 @@ def _image_stats(dataset: RecordSource, images: list[str]) -> dict[str, _ImageSt
         dataset.open_shards(range(dataset.num_shards))
     first: dict[str, tuple[int, int, int, int] | None] = {}
     for shard_index in range(dataset.num_shards):
-        table = dataset.shard(shard_index).table
+        shard = dataset.shard(shard_index)
+        shard.check_all()
+        table = shard.table
         if not len(table):
             continue
         ref_h = table[column_name(images[0], "height")].astype(np.int64)

@@ -74,6 +74,7 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
                 value = record[name]
             else:
                 field = shard.schema.field(name)
+                shard.check_row(local)
                 row = shard.table[local]
                 start = int(row[column_name(name, "offset")])
                 data = shard.source.read(start, start + int(row[column_name(name, "size")]))

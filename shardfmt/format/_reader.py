@@ -1,9 +1,11 @@
 """Reading binary shards: validate the header, the footer and the record table before touching
 a payload.
 
-`ShardReader` opens one shard: it checks the header, the footer and every structural rule of the
-record table (vectorised, no per-record Python; each field type adds its own rules, see
-`fieldtypes`) before it hands out a byte. Payloads come back as memoryviews of the memory map,
+`ShardReader` opens one shard: it checks the header, the footer and the table checksum on open,
+and the structural rules of the record table (vectorised, no per-record Python; each field type
+adds its own rules, see `fieldtypes`) a block of `CHECK_BLOCK_ROWS` rows at a time: block 0 on
+open, any other before one of its rows is first used, so that opening a shard costs the same
+whatever its number of records. Payloads come back as memoryviews of the memory map,
 verified against their checksum on access. `ShardReaderBase` is what every shard reader offers
 (records by index, verification on read, closing), so that `tar.reader.TarShardReader` reads a
 tar shard through the same interface; `Record` is one record as a mapping.
@@ -11,9 +13,10 @@ tar shard through the same interface; `Record` is one record as a mapping.
 
 from __future__ import annotations
 
+import bisect
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -29,7 +32,7 @@ from .._errors import (
     UnsupportedVersionError,
 )
 from .._storage import ByteSource, LocalFile, open_source
-from ._fieldtypes import InvalidValue
+from ._fieldtypes import InvalidValue, RaiseFirst
 from ._layout import (
     FOOTER_CHECKED_BYTES,
     FOOTER_DTYPE,
@@ -52,9 +55,12 @@ from ._layout import (
 )
 from ._schema import Schema
 
-__all__ = ["ImageInfo", "Record", "ShardReader", "ShardReaderBase", "close_on_error"]
+__all__ = ["CHECK_BLOCK_ROWS", "ImageInfo", "Record", "RowCheck", "ShardReader", "ShardReaderBase", "close_on_error"]
 
 _NO_PAYLOAD = memoryview(b"")
+CHECK_BLOCK_ROWS = 4096
+"""Rows of the record table checked together: block 0 when a shard is opened, every other block
+when one of its rows is first used (spec/format.md, section 10)."""
 _Reader = TypeVar("_Reader", bound="ShardReaderBase")
 
 
@@ -129,6 +135,10 @@ class Record(Mapping[str, Any]):
         return f"Record({self._shard.path!r}, {self.index})"
 
 
+RowCheck = Callable[["ShardReaderBase", int, int], None]
+"""A rule on table rows [start, stop) of a reader, raising for the first row that breaks it."""
+
+
 class ShardReaderBase(ABC):
     """What every shard reader offers: a record table over a byte source, records by index,
     payloads verified on read, closing. `ShardReader` reads binary shards and
@@ -159,6 +169,60 @@ class ShardReaderBase(ABC):
     def __len__(self) -> int:
         return len(self.table)
 
+    def _start_checks(self) -> None:
+        """Mark every block of rows unchecked (a subclass calls it once `table` is set), then
+        check block 0."""
+        self._unchecked = bytearray(b"\1") * -(-len(self.table) // CHECK_BLOCK_ROWS)
+        self._checked_blocks: list[int] = []
+        self._row_checks: list[RowCheck] = []
+        if self._unchecked:
+            self._check_block(0)
+
+    def add_row_check(self, check: RowCheck) -> None:
+        """Add a rule that every row must pass before it is used: `check(reader, start, stop)`
+        runs now on the blocks already checked, and on every other block when it is checked."""
+        for block in self._checked_blocks:
+            check(self, *self._block_rows(block))
+        self._row_checks.append(check)
+
+    def check_row(self, index: int) -> None:
+        """Check the block of rows that holds record `index` unless it was checked: call it
+        before reading the record's table row (`payload`, `record` and `image_info` do).
+
+        Raises:
+            FormatError: a row of that block breaks a rule (subclasses say which kind).
+        """
+        if index < 0:
+            index += len(self.table)
+        if self._unchecked[index // CHECK_BLOCK_ROWS]:
+            self._check_block(index // CHECK_BLOCK_ROWS)
+
+    def check_all(self) -> None:
+        """Check every block of rows not checked yet: call it before reading whole columns."""
+        for block in range(len(self._unchecked)):
+            if self._unchecked[block]:
+                self._check_block(block)
+
+    def _block_rows(self, block: int) -> tuple[int, int]:
+        start = block * CHECK_BLOCK_ROWS
+        return start, min(start + CHECK_BLOCK_ROWS, len(self.table))
+
+    def _check_block(self, block: int) -> None:
+        start, stop = self._block_rows(block)
+        position = bisect.bisect_left(self._checked_blocks, block)
+        before = self._checked_blocks[position - 1] if position else None
+        after = self._checked_blocks[position] if position < len(self._checked_blocks) else None
+        self._check_rows(start, stop, before=before, after=after)
+        for check in self._row_checks:
+            check(self, start, stop)
+        self._unchecked[block] = 0
+        self._checked_blocks.insert(position, block)
+
+    def _check_rows(self, start: int, stop: int, *, before: int | None, after: int | None) -> None:
+        """Check the structural rules of rows [start, stop); `before` and `after` are the
+        nearest blocks already checked on either side. Default: none (a table built checked)."""
+        return
+
     @abstractmethod
     def locate_column(self, index: int, column: str) -> tuple[str, int]:
         """Return the file and the byte offset where `column` of record `index` is stored."""
@@ -170,6 +234,7 @@ class ShardReaderBase(ABC):
             SchemaError: `field` is not a variable-size field of the schema.
             ChecksumError: verification is on and the record's bytes do not match its checksum.
         """
+        self.check_row(index)
         row = self.table[index]
         try:
             start, size = int(row[column_name(field, "offset")]), int(row[column_name(field, "size")])
@@ -206,6 +271,7 @@ class ShardReaderBase(ABC):
         Raises:
             ChecksumError: naming the file, the record and the span's first byte.
         """
+        self.check_row(index)
         row = self.table[index]
         start, size = int(row["offset"]), int(row["size"])
         if checksum(self.source.read(start, start + size)) != int(row["checksum"]):
@@ -218,6 +284,7 @@ class ShardReaderBase(ABC):
 
     def image_info(self, index: int, field: str = "image") -> ImageInfo:
         """Return the height, width and channels of image `field` of record `index`."""
+        self.check_row(index)
         row = self.table[index]
         return ImageInfo(
             int(row[column_name(field, "height")]),
@@ -229,10 +296,12 @@ class ShardReaderBase(ABC):
         """Return record `index` as a mapping from field name to value."""
         if not -len(self) <= index < len(self):
             raise IndexError(f"record {index} out of range for a shard of {len(self)}")
+        self.check_row(index)
         return self._record_type(self, index % len(self))
 
     def __iter__(self) -> Iterator[Record]:
         for i in range(len(self)):
+            self.check_row(i)
             yield self._record_type(self, i)
 
     def close(self) -> None:
@@ -246,7 +315,7 @@ class ShardReaderBase(ABC):
 
 
 class ShardReader(ShardReaderBase):
-    """One binary shard, validated on open.
+    """One binary shard, validated on open, its table rows a block at a time on first use.
 
     Args:
         path: the shard file.
@@ -386,49 +455,39 @@ class ShardReader(ShardReaderBase):
         self.table_offset = table_offset
         self.table: np.ndarray[Any, Any] = np.frombuffer(table_bytes, self.dtype, count=num_records)
         self._variable_names = tuple(field.name for field in self.schema.fields if field.is_variable)
-        self._check_table()
+        if num_records == 0 and self.header_size != table_offset:
+            raise self._fail(FormatError, f"no records, yet {table_offset - self.header_size} payload bytes", self.header_size)
+        self._start_checks()
 
+    def _end_of(self, index: int) -> int:
+        """Where record `index`'s span ends (H for index -1), as stored, even in a row not
+        checked: past T it is T + 1, which no checked offset equals."""
+        if index < 0:
+            return self.header_size
+        row = self.table[index]
+        return min(int(row["offset"]) + int(row["size"]), self.table_offset + 1)
 
-    def _check_table(self) -> None:
-        """Check every structural rule of the table at once; report the first broken record."""
-        table, n, a = self.table, len(self.table), np.uint64(self.alignment)
-        if n == 0:
-            if self.header_size != self.table_offset:
-                raise self._fail(FormatError, f"no records, yet {self.table_offset - self.header_size} payload bytes", self.header_size)
-            return
-        row = self.dtype.itemsize
+    def _check_rows(self, start: int, stop: int, *, before: int | None, after: int | None) -> None:
+        """Rules 24 to 29 and step 30 for empty spans on rows [start, stop), each for every row
+        before the next; rule 25 across the block's edges too: its first row starts where row
+        start - 1 ends, after the last row of the nearest checked block before it, and its
+        last row ends before the first of the nearest checked block after it."""
+        table, a = self.table[start:stop], np.uint64(self.alignment)
+
+        def raise_first(bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError) -> None:
+            if bad.any():
+                i = start + int(np.argmax(bad))
+                raise self._fail(cls, message, self.locate_column(i, column)[1], i)
+
         offsets, sizes = table["offset"], table["size"]
         limit = np.uint64(self.table_offset)
-        bad = (offsets > limit) | (sizes > limit)
-        self._raise_first(bad, "record span lies outside the payload region", "offset")
-        starts = np.empty(n, np.uint64)
-        starts[0] = self.header_size
+        raise_first((offsets > limit) | (sizes > limit), "record span lies outside the payload region", "offset")
+        starts = np.empty(len(table), np.uint64)
+        starts[0] = self._end_of(start - 1)
         starts[1:] = offsets[:-1] + sizes[:-1]
-        self._raise_first(offsets != starts, "record does not start where the previous one ends (records must be contiguous)", "offset")
-        if int(offsets[-1]) + int(sizes[-1]) != self.table_offset:
-            end = int(offsets[-1]) + int(sizes[-1])
-            message = f"last record ends at {end}, not at the table ({self.table_offset})"
-            raise self._fail(FormatError, message, self.table_offset + (n - 1) * row, n - 1)
-        self._raise_first(sizes % a != 0, f"record size is not a multiple of the alignment {self.alignment}", "size")
-        position = offsets.copy()
-        for field in self.schema.fields:
-            kind = field.kind
-            if kind.is_variable:
-                f_off = table[column_name(field.name, "offset")]
-                f_size = table[column_name(field.name, "size")]
-                self._raise_first(
-                    f_size > np.uint64(MAX_FIELD_SIZE),
-                    f"field {field.name!r} is larger than the limit of {MAX_FIELD_SIZE} bytes",
-                    column_name(field.name, "size"),
-                    LimitError,
-                )
-                expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
-                message = f"field {field.name!r} payload is not at the next aligned offset of its record"
-                self._raise_first(f_off != expected, message, column_name(field.name, "offset"))
-                position = f_off + f_size
-            kind.check_table(field, table, self._raise_first)
-        ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
-        self._raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
+        raise_first(offsets != starts, "record does not start where the previous one ends (records must be contiguous)", "offset")
+        self._check_edges(start, stop, before=before, after=after)
+        self._raise_first_field_rules(table, raise_first, a)
         # Step 30 for empty spans: nothing will ever be hashed for them, so their checksum (the
         # XXH3-64 of no bytes) is compared now; it is reported at the record's offset.
         empty = (sizes == 0) & (table["checksum"] != np.uint64(EMPTY_CHECKSUM))
@@ -439,8 +498,50 @@ class ShardReader(ShardReaderBase):
                 f"empty record span has checksum 0x{int(table['checksum'][i]):016x}, not that of no bytes "
                 f"(0x{EMPTY_CHECKSUM:016x}): the shard is corrupt",
                 int(offsets[i]),
-                i,
+                start + i,
             )
+
+    def _check_edges(self, start: int, stop: int, *, before: int | None, after: int | None) -> None:
+        """Rule 26 for the last block, then what rules 25 and 26 give every row of a table
+        checked whole: rows [start, stop) lie in [H, T), in order with the checked rows."""
+        n, row = len(self.table), self.dtype.itemsize
+        if stop == n and self._end_of(n - 1) != self.table_offset:
+            end = int(self.table["offset"][-1]) + int(self.table["size"][-1])
+            message = f"last record ends at {end}, not at the table ({self.table_offset})"
+            raise self._fail(FormatError, message, self.table_offset + (n - 1) * row, n - 1)
+        first, end = int(self.table["offset"][start]), self._end_of(stop - 1)
+        low = self.header_size if before is None else self._end_of(self._block_rows(before)[1] - 1)
+        if first < low:
+            message = f"record starts at {first}, before {low}, where the records before it end (records must be contiguous)"
+            raise self._fail(FormatError, message, self.locate_column(start, "offset")[1], start)
+        high = self.table_offset if after is None else int(self.table["offset"][self._block_rows(after)[0]])
+        if end > high:
+            message = f"record ends at {end}, past {high}, where the records after it start (records must be contiguous)"
+            raise self._fail(FormatError, message, self.locate_column(stop - 1, "offset")[1], stop - 1)
+
+    def _raise_first_field_rules(self, table: np.ndarray[Any, Any], raise_first: RaiseFirst, a: np.uint64) -> None:
+        """Rules 27 to 29 on the rows of `table` (a block of the record table)."""
+        offsets, sizes = table["offset"], table["size"]
+        raise_first(sizes % a != 0, f"record size is not a multiple of the alignment {self.alignment}", "size")
+        position = offsets.copy()
+        for field in self.schema.fields:
+            kind = field.kind
+            if kind.is_variable:
+                f_off = table[column_name(field.name, "offset")]
+                f_size = table[column_name(field.name, "size")]
+                raise_first(
+                    f_size > np.uint64(MAX_FIELD_SIZE),
+                    f"field {field.name!r} is larger than the limit of {MAX_FIELD_SIZE} bytes",
+                    column_name(field.name, "size"),
+                    LimitError,
+                )
+                expected = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
+                message = f"field {field.name!r} payload is not at the next aligned offset of its record"
+                raise_first(f_off != expected, message, column_name(field.name, "offset"))
+                position = f_off + f_size
+            kind.check_table(field, table, raise_first)
+        ends = (position + a - np.uint64(1)) & ~(a - np.uint64(1))
+        raise_first(ends != offsets + sizes, "record span does not end at the aligned end of its last field", "size")
 
     def verify_record(self, index: int) -> None:
         """Check record `index`'s span against its XXH3-64, then that its padding is zero.
@@ -471,13 +572,6 @@ class ShardReader(ShardReaderBase):
                         offset=at,
                         record=index,
                     )
-
-    def _raise_first(
-        self, bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError
-    ) -> None:
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise self._fail(cls, message, self.locate_column(i, column)[1], i)
 
     def locate_column(self, index: int, column: str) -> tuple[str, int]:
         fields = self.dtype.fields

@@ -137,12 +137,14 @@ class TarShardReader(ShardReaderBase):
             )
         with close_on_error(self):
             self.table = self._build_table()
+            self._start_checks()
 
     def _build_table(self) -> np.ndarray[Any, Any]:
         """Check the index against the tar, all records at once, and build the record table."""
         index = self.index
         if index.schema != INDEX_SCHEMA:
             raise FormatError(f"is not a tar member index: its fields are {', '.join(index.schema.names)}", path=index.path)
+        index.check_all()
         rows = index.table
         offsets, sizes = rows["image_offset"], rows["image_size"]
         heights, widths, channels = rows["image_height"], rows["image_width"], rows["image_channels"]

@@ -14,10 +14,12 @@ import pytest
 import simplejpeg
 import torch
 from conftest import jpeg_bytes
+from shardbytes import ShardBytes
 
-from shardfmt import ChecksumError, DatasetWriter, DecodeError, Loader, WorkerError, open_dataset
+from shardfmt import ChecksumError, DatasetWriter, DecodeError, FormatError, Loader, WorkerError, open_dataset
 from shardfmt._errors import WorkerTraceback, worker_error_class, worker_error_kind
 from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.format._reader import CHECK_BLOCK_ROWS
 
 NUM_RECORDS = 24
 
@@ -152,3 +154,29 @@ def test_worker_error_classes() -> None:
     error = checksum("payload does not match", path="a.shard", offset=64, record=3)
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is checksum and str(again) == "a.shard: byte 64: record 3: payload does not match"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_broken_table_row_of_a_later_block_is_named_when_the_loader_reaches_it(tmp_path: Path, num_workers: int) -> None:
+    out, image, broken = tmp_path / "ds", jpeg_bytes(8, 8, seed=0), 2 * CHECK_BLOCK_ROWS + 3
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
+        for i in range(2 * CHECK_BLOCK_ROWS + 64):
+            writer.write({"image": image, "label": i, "key": f"{i:05d}"})
+    shard_path = next(out.glob("*.shard"))
+    shard = ShardBytes(shard_path.read_bytes())
+    shard.table()[broken]["image.channels"] = 2  # rule 28d, in block 2: not checked on open
+    shard.reseal_table()
+    shard_path.write_bytes(bytes(shard))
+    seen = 0
+    with pytest.raises(FormatError) as info:
+        with Loader(out, batch_size=256, num_workers=num_workers, size=8, shuffle=False) as loader:
+            for _images, labels in loader:
+                assert labels[0] == seen  # the rows of blocks 0 and 1 read fine, in order
+                seen += len(labels)
+    error = info.value
+    assert isinstance(error, WorkerError)
+    assert (error.path, error.record, error.offset) == (str(shard_path), broken, shard.column_offset(broken, "image.channels"))
+    assert "channels are not 1 or 3" in error.message and f"dataset record {broken}" in error.message
+    # The batches of blocks 0 and 1 came (all but the few a loader prepares ahead of the one
+    # that fails); a reader that checked the whole table on open gave none.
+    assert 2 * CHECK_BLOCK_ROWS - 4 * 256 <= seen <= 2 * CHECK_BLOCK_ROWS

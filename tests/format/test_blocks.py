@@ -1,0 +1,130 @@
+"""The record table is checked a block of `CHECK_BLOCK_ROWS` rows at a time: block 0 when a shard
+is opened, every other block when one of its rows is first used. A broken row in a block nobody
+touched yet is refused when it is first read, with the error the whole-table check gave, and the
+rows of clean blocks read fine before it."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import jpeg_bytes
+from shardbytes import ShardBytes, build_shard
+from test_malformed import check_error
+
+from shardfmt import DatasetWriter, FormatError, ShardfmtError, open_dataset
+from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader
+from shardfmt.format._reader import CHECK_BLOCK_ROWS
+
+NUM_RECORDS = 3 * CHECK_BLOCK_ROWS + 300  # blocks 0 to 2 full, block 3 of 300 rows
+BLOCK_2 = 2 * CHECK_BLOCK_ROWS
+Case = tuple[int, str, int, str]  # (record, column of the offset, record that reads fine, words)
+CASES: dict[str, Callable[[ShardBytes], Case]] = {}
+
+
+@functools.cache
+def valid_shard() -> bytes:
+    image = jpeg_bytes(8, 8, seed=0)
+    return build_shard(IMAGE_CLASSIFICATION, ({"image": image, "label": i % 10, "key": f"{i:05d}"} for i in range(NUM_RECORDS)))
+
+
+def case(function: Callable[[ShardBytes], Case]) -> Callable[[ShardBytes], Case]:
+    CASES[function.__name__.removeprefix("case_").replace("_", "-")] = function
+    return function
+
+
+@case
+def case_field_offset_mid_block(s: ShardBytes) -> Case:
+    s.table()[BLOCK_2 + 7]["key.offset"] += 8  # rule 28b
+    s.reseal_table()
+    return BLOCK_2 + 7, "key.offset", CHECK_BLOCK_ROWS + 5, "field 'key' payload is not at the next aligned offset"
+
+
+@case
+def case_zero_height_in_the_last_row(s: ShardBytes) -> Case:
+    s.table()[NUM_RECORDS - 1]["image.height"] = 0  # rule 28c
+    s.reseal_table()
+    return NUM_RECORDS - 1, "image.height", BLOCK_2, "image 'image' has a zero height or width"
+
+
+@case
+def case_first_row_of_a_block_not_contiguous(s: ShardBytes) -> Case:
+    # Rule 25 across a block edge: row 4096 must start where row 4095 (block 0) ends.
+    s.table()[CHECK_BLOCK_ROWS]["offset"] += 64
+    s.reseal_table()
+    return CHECK_BLOCK_ROWS, "offset", BLOCK_2, "does not start where the previous one ends"
+
+
+@case
+def case_a_block_over_the_spans_of_block_0(s: ShardBytes) -> Case:
+    # Block 2 copies the rows of block 0 and row 8191's span is made to end where block 0
+    # starts: every row of block 2 is contiguous with its neighbour, its checksums hold, yet its
+    # spans are those of block 0, checked on open. Block 1 is broken: not read here.
+    table = s.table()
+    table[BLOCK_2 : BLOCK_2 + CHECK_BLOCK_ROWS] = table[:CHECK_BLOCK_ROWS].copy()
+    table[BLOCK_2 - 1]["offset"] = int(table[0]["offset"])
+    table[BLOCK_2 - 1]["size"] = 0
+    s.reseal_table()
+    return BLOCK_2, "offset", 10, "before"
+
+
+def read_fields(reader: ShardReader, index: int) -> tuple[int, str, int]:
+    record = reader.record(index)
+    return record["label"], record["key"], len(record["image"])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_broken_row_of_an_untouched_block_is_refused_when_first_read(tmp_path: Path, name: str) -> None:
+    shard = ShardBytes(valid_shard())
+    record, column, clean, says = CASES[name](shard)
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    image_size = len(jpeg_bytes(8, 8, seed=0))
+    with ShardReader(path) as reader:
+        assert read_fields(reader, 3) == (3, "00003", image_size)  # block 0, checked on open
+        assert read_fields(reader, clean) == (clean % 10, f"{clean:05d}", image_size)
+        offset = shard.column_offset(record, column)
+        for _ in range(2):  # refused each time: the block stays unchecked
+            with pytest.raises(ShardfmtError) as info:
+                read_fields(reader, record)
+            check_error(info.value, FormatError, path=path, offset=offset, record=record, says=says)
+        with pytest.raises(FormatError):
+            reader.payload(record, "image")
+        with pytest.raises(FormatError):
+            reader.check_all()
+        assert read_fields(reader, 4) == (4, "00004", image_size)
+
+
+def test_a_broken_row_is_refused_on_open_in_block_0(tmp_path: Path) -> None:
+    shard = ShardBytes(valid_shard())
+    shard.table()[CHECK_BLOCK_ROWS - 1]["image.reserved"] = 1  # rule 28e, last row of block 0
+    shard.reseal_table()
+    path = tmp_path / "bad.shard"
+    path.write_bytes(bytes(shard))
+    with pytest.raises(ShardfmtError) as info:
+        ShardReader(path)
+    offset = shard.column_offset(CHECK_BLOCK_ROWS - 1, "image.reserved")
+    check_error(info.value, FormatError, path=path, offset=offset, record=CHECK_BLOCK_ROWS - 1, says="reserved column is not zero")
+
+
+def test_a_label_without_a_class_in_an_untouched_block_is_refused_when_first_read(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    image = jpeg_bytes(8, 8, seed=0)
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION, classes=[str(c) for c in range(10)]) as writer:
+        for i in range(NUM_RECORDS):
+            writer.write({"image": image, "label": i % 10, "key": f"{i:05d}"})
+    manifest = json.loads((out / "manifest.json").read_text())
+    shard_path = out / manifest["shards"][0]["path"]
+    shard = ShardBytes(shard_path.read_bytes())
+    shard.table()[BLOCK_2 + 1]["label"] = 10
+    shard.reseal_table()
+    shard_path.write_bytes(bytes(shard))
+    with open_dataset(out, verify=True) as dataset:
+        assert dataset[CHECK_BLOCK_ROWS]["label"] == 6
+        with pytest.raises(ShardfmtError) as info:
+            dataset[BLOCK_2 + 1]["label"]
+        offset = shard.column_offset(BLOCK_2 + 1, "label")
+        check_error(info.value, FormatError, path=shard_path, offset=offset, record=BLOCK_2 + 1, says="label 10 names no class")
