@@ -261,6 +261,15 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
                    f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
                    f"{result.input_bytes / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s){kept}: {result.path}")
+        _echo_not_stored(result.manifest.stats)
+
+
+def _echo_not_stored(stats: dict[str, Any]) -> None:
+    """Say what of the source a conversion did not store: members of tars, dropped columns."""
+    not_stored = stats.get("members_not_stored") or {}
+    if not_stored:
+        click.echo("members not stored (not in every sample; --field NAME=KIND keeps one): "
+                   + ", ".join(f".{ext}: {n:,}" for ext, n in sorted(not_stored.items())))
 
 
 def _parse_storage_options(text: str | None) -> dict[str, Any]:
