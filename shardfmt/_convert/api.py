@@ -108,6 +108,7 @@ def convert(
     label_column: str | None = None,
     key_column: str | None = None,
     image_root: str | os.PathLike[str] | None = None,
+    drop_columns: Sequence[str] = (),
     shard_size: int = DEFAULT_SHARD_SIZE,
     max_side: int | None = None,
     quality: int = DEFAULT_QUALITY,
@@ -134,12 +135,20 @@ def convert(
             ``key`` (a relative path without extension) and further values (str, int, float).
         out: the output folder, or a URL.
         fields: (name, kind) pairs or a mapping: a folder's field name, a listing column's kind,
-            or the kind of a tar member ("str", "json" or "bytes").
+            the kind of a tar member ("str", "json" or "bytes": kept, and samples without it
+            rejected as "missing-member"), or of a Parquet or Arrow column ("str", "int64",
+            "float64", "bytes" or "json").
         store, scale, patch: how images are stored and related (several fields).
         shard_format: "binary", or "tar" (WebDataset tars with a member index each).
-        image_column, label_column, key_column, image_root: for Parquet and Arrow files: the
-            columns, and the folder image paths are resolved against and must stay inside once
-            symbolic links are resolved (default: the folder of each file).
+        image_column, label_column, key_column, image_root, drop_columns: for Parquet and Arrow
+            files (and a ``datasets.Dataset``): the columns; the folder image paths are resolved
+            against and must stay inside once symbolic links are resolved (default: the folder
+            of each file); and the columns left out. The label is `label_column`, or
+            ``"none"`` for records without a label, or by default the one ``ClassLabel``
+            column of the features, else a column named ``label``; integer columns and none
+            of these is an error that lists them. Every other column is kept as a field of
+            its kind (str, int64, float64, bytes, json), or as `fields` declares it; a label
+            of -1 (the Hub's "no label") is a "no-label" reject.
         shard_size, max_side, quality, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as
             for ``shardfmt convert``.
 
@@ -157,9 +166,16 @@ def convert(
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)
     declared = list(fields.items()) if isinstance(fields, Mapping) else [tuple(item) for item in fields]
-    table = dict(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root)
+    if isinstance(drop_columns, str):
+        raise TypeError(f"drop_columns must be a sequence of column names, got the str {drop_columns!r}")
+    table = dict(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root,
+                 drop_columns=tuple(drop_columns))
     paths = isinstance(src, (str, os.PathLike)) or (
         isinstance(src, (list, tuple)) and all(isinstance(item, (str, os.PathLike)) for item in src))
+    if _is_hf_dataset_dict(src):
+        splits = [str(name) for name in cast(Mapping[str, Any], src)]
+        raise ConvertError(f"a DatasetDict: convert one split (src[{splits[0] if splits else 'train'!r}]; its splits: "
+                           f"{', '.join(splits) or 'none'})")
     if _is_hf_dataset(src) or not paths:
         result = _convert_in_memory(src, out, declared, store, scale, patch, shard_format, table, common)
     else:
@@ -199,15 +215,17 @@ def _convert_path(sources: list[str], out: str | os.PathLike[str], declared: lis
     tabular = any(names_parquet(source) for source in sources) or (
         len(sources) == 1 and os.path.isdir(sources[0]) and _saved_dataset(sources[0]))
     if tabular:
-        if store != "jpeg" or declared or scale != 1 or patch is not None:
-            raise ConvertError("a Parquet or Arrow source gives image classification records (an image, a label, a key): "
-                               "it takes none of --store, --field, --scale or --patch")
+        if store != "jpeg" or scale != 1 or patch is not None:
+            raise ConvertError("a Parquet or Arrow source has one image column, stored as JPEG: it takes none of store=, scale= "
+                               "or patch= (--store, --scale, --patch)")
         root = table["image_root"]
         columns = ParquetColumns(table["image_column"] or "image", table["label_column"], table["key_column"],
-                                 os.path.abspath(os.fspath(root)) if root is not None else None)
+                                 os.path.abspath(os.fspath(root)) if root is not None else None,
+                                 fields=tuple((name, kind) for name, kind in declared), drop=tuple(table["drop_columns"]))
         return convert_images(sources if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
-    if any(value is not None for value in table.values()):
-        raise ConvertError("--image-column, --label-column, --image-root and --key-column are for Parquet sources (and Arrow files)")
+    if any(value is not None and value != () for value in table.values()):
+        raise ConvertError("image_column=, label_column=, key_column=, image_root= and drop_columns= (--image-column, --label-column, "
+                           "--key-column, --image-root, --drop-column) are for Parquet and Arrow sources")
     if len(sources) == 1 and declared and is_tar_source(sources[0]) and store == "jpeg" and scale == 1 and patch is None:
         kinds = {name: kind for name, kind in declared if kind is not None}
         return convert_images(sources[0], out, shard_format=shard_format, members=kinds, **common)
@@ -225,6 +243,12 @@ def _saved_dataset(folder: str) -> bool:
         return saved_dataset_files(Path(folder)) is not None
     except ConvertError:
         return True  # a saved DatasetDict: the Parquet path says which split to give
+
+
+def _is_hf_dataset_dict(value: Any) -> bool:
+    """True for a ``datasets.DatasetDict`` (checked by type, so ``datasets`` need not be installed)."""
+    return any(cls.__module__.startswith("datasets.") and cls.__name__ in ("DatasetDict", "IterableDatasetDict")
+               for cls in type(value).__mro__)
 
 
 def _is_hf_dataset(value: Any) -> bool:

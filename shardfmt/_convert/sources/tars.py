@@ -28,9 +28,9 @@ import shutil
 import stat
 import zlib
 from collections.abc import Mapping
-from typing import Final, cast
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Final, cast
 
 from ..._dataset.tars import expand_braces, tar_sources
 from ..._errors import ConvertError, FormatError, RejectError, ShardNotFoundError
