@@ -143,12 +143,8 @@ def convert(
         image_column, label_column, key_column, image_root, drop_columns: for Parquet and Arrow
             files (and a ``datasets.Dataset``): the columns; the folder image paths are resolved
             against and must stay inside once symbolic links are resolved (default: the folder
-            of each file); and the columns left out. The label is `label_column`, or
-            ``"none"`` for records without a label, or by default the one ``ClassLabel``
-            column of the features, else a column named ``label``; integer columns and none
-            of these is an error that lists them. Every other column is kept as a field of
-            its kind (str, int64, float64, bytes, json), or as `fields` declares it; a label
-            of -1 (the Hub's "no label") is a "no-label" reject.
+            of each file); and the columns left out. ``label_column="none"``: no label; the
+            default and the other columns' kinds: `sources.columns`.
         shard_size, max_side, quality, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as
             for ``shardfmt convert``.
 
@@ -166,16 +162,10 @@ def convert(
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)
     declared = list(fields.items()) if isinstance(fields, Mapping) else [tuple(item) for item in fields]
-    if isinstance(drop_columns, str):
-        raise TypeError(f"drop_columns must be a sequence of column names, got the str {drop_columns!r}")
-    table = dict(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root,
-                 drop_columns=tuple(drop_columns))
+    table = _table_options(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root,
+                           drop_columns=drop_columns)
     paths = isinstance(src, (str, os.PathLike)) or (
         isinstance(src, (list, tuple)) and all(isinstance(item, (str, os.PathLike)) for item in src))
-    if _is_hf_dataset_dict(src):
-        splits = [str(name) for name in cast(Mapping[str, Any], src)]
-        raise ConvertError(f"a DatasetDict: convert one split (src[{splits[0] if splits else 'train'!r}]; its splits: "
-                           f"{', '.join(splits) or 'none'})")
     if _is_hf_dataset(src) or not paths:
         result = _convert_in_memory(src, out, declared, store, scale, patch, shard_format, table, common)
     else:
@@ -184,6 +174,17 @@ def convert(
             raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
         result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
     return _summary(result)
+
+
+def _table_options(**options: Any) -> dict[str, Any]:
+    """The options of Parquet and Arrow sources, `drop_columns` as a tuple.
+
+    Raises:
+        TypeError: `drop_columns` is one str rather than a sequence of names.
+    """
+    if isinstance(options["drop_columns"], str):
+        raise TypeError(f"drop_columns must be a sequence of column names, got the str {options['drop_columns']!r}")
+    return {**options, "drop_columns": tuple(options["drop_columns"])}
 
 
 def _summary(result: ConvertResult) -> ConvertSummary:
@@ -197,6 +198,10 @@ def _summary(result: ConvertResult) -> ConvertSummary:
 def _convert_in_memory(src: Any, out: str | os.PathLike[str], declared: list[Any], store: str, scale: Any, patch: int | None,
                        shard_format: str, table: dict[str, Any], common: dict[str, Any]) -> ConvertResult:
     """Convert a source held in memory: saved or written to a temporary folder, then converted from there."""
+    if _is_hf_dataset_dict(src):
+        splits = [str(name) for name in src]
+        raise ConvertError(f"a DatasetDict: convert one split (src[{splits[0] if splits else 'train'!r}]; its splits: "
+                           f"{', '.join(splits) or 'none'})")
     if common["resume"]:
         raise ConvertError("a source held in memory (a datasets.Dataset or an iterable of records) cannot be resumed: "
                            "convert it again with overwrite")

@@ -6,9 +6,10 @@ file, a glob pattern of them (``data/train-*.parquet``; by URL, the pattern is i
 or several files; they are read in the order of their paths, rows in file order. Local files are
 read memory-mapped, stored ones through the store's range reads.
 
-Columns (`ParquetColumns`): ``image`` by default; ``label`` if the files have it (else every label
-is 0 and the dataset has no class names); the key is the file's path without ``.parquet`` and the
-row number in the file (``train-00000-of-00002/17``), or the value of a key column.
+Columns (`ParquetColumns`): ``image`` by default; the label column as `columns.choose_label`
+decides (records may have none); the key is the file's path without ``.parquet`` and the row
+number in the file (``train-00000-of-00002/17``), or the value of a key column. Every further
+column is kept as a field (`columns.further_columns`): then the scan is a `FieldScan`.
 
 Labels: an integer column gives the labels as they are; its class names come from the Hugging
 Face features stored in the schema metadata (``huggingface``: a ``ClassLabel`` with ``names``)
@@ -16,8 +17,9 @@ where present, and a label outside them is "bad-label"; metadata that is there b
 a `ConvertError` (its names cannot be told). Without such names the dataset has no class names.
 A string column gives class names, sorted as plain strings, label = index.
 
-Found while scanning and reported as rejects, never fatal: "no-label" (a null label),
-"bad-label" (an empty class name, or an integer that names no class), "bad-key" (a null or
+Found while scanning and reported as rejects, never fatal: "no-label" (a null label, or -1
+where the files name classes), "bad-label" (an empty class name, or an integer that names no
+class), "null-value" and "bad-value" (a further column's value that does not fit its kind), "bad-key" (a null or
 empty key), "corrupt" (a file that is not readable as Parquet). Found when the row is built:
 "no-image" (a null image, or a struct without bytes), then every rule of an image file.
 A missing column, or a column of the wrong type, is a `ConvertError`: it is the command that
