@@ -3,6 +3,7 @@ declared member, and Parquet, Arrow and ``datasets`` sources with label and furt
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from conftest import jpeg_bytes
 import shardfmt
 from shardfmt import ConvertError, open_dataset
 from shardfmt._cli import main
+from shardfmt._convert.plan import PlannedRecord
 
 wds = pytest.importorskip("webdataset")
 
@@ -251,3 +253,31 @@ def test_a_datasetdict_object_gets_the_message_of_a_saved_one(tmp_path: Path) ->
     splits = datasets.DatasetDict(train=cifar100_like(2), test=cifar100_like(1))
     with pytest.raises(ConvertError, match=r"a DatasetDict: convert one split \(src\['train'\]; its splits: train, test\)"):
         shardfmt.convert(splits, tmp_path / "out")
+
+
+def test_a_second_image_dates_and_nested_bytes(tmp_path: Path) -> None:
+    features = datasets.Features({"image": datasets.Image(), "mask": datasets.Image(), "taken": datasets.Value("date32")})
+    table = {"image": [{"bytes": jpeg_bytes(16, 16, seed=n), "path": None} for n in range(2)],
+             "mask": [{"bytes": jpeg_bytes(8, 8, seed=10 + n), "path": None} for n in range(2)],
+             "taken": [datetime.date(2024, 1, 1 + n) for n in range(2)]}
+    summary = shardfmt.convert(datasets.Dataset.from_dict(table, features=features), tmp_path / "out", workers=1)
+    assert summary.manifest.classes is None
+    assert [(r["mask"], r["taken"]) for r in records(tmp_path / "out")] == [
+        (jpeg_bytes(8, 8, seed=10), "2024-01-01"), (jpeg_bytes(8, 8, seed=11), "2024-01-02")]
+    nested = pa.table({"image": pa.array([jpeg_bytes(16, 16, seed=0)], pa.binary()), "parts": pa.array([[b"a"]], pa.list_(pa.binary()))})
+    pq.write_table(nested, tmp_path / "nested.parquet")
+    with pytest.raises(ConvertError, match=r"column 'parts' holds list<element: binary>, bytes inside a list or struct, which no "
+                                           r"field kind holds: leave it out with --drop-column parts"):
+        shardfmt.convert(tmp_path / "nested.parquet", tmp_path / "nested", workers=1)
+
+
+def test_a_plan_of_further_columns_reads_back_as_written() -> None:
+    record = PlannedRecord((), 0, "k", (b"\x00\xff", None, ["x", {"float": 1}], {"json": 2}, 1.5, "t", 3))
+    assert PlannedRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+
+
+def test_a_declared_tar_member_from_python(tmp_path: Path) -> None:
+    tar = captioned_tar(tmp_path / "part.tar", count=4, uncaptioned={0})
+    summary = shardfmt.convert(tar, tmp_path / "out", fields={"txt": "str"}, workers=1)
+    assert summary.records == 3 and summary.rejects == {"missing-member": 1}
+    assert [r["txt"] for r in records(tmp_path / "out")] == ["caption 1", "caption 2", "caption 3"]

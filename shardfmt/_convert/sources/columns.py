@@ -9,11 +9,13 @@ source with none of them has records without a label.
 
 Every further column (`further_columns`) is a field of the kind its values have (`column_kind`):
 text ``str``, integers ``int64``, floating point ``float64``, binary ``bytes``, and anything else
-(lists, structs, booleans) ``json``; a column with a null value is ``json`` (where null is a
-value) unless declared. ``--field NAME=KIND`` (``fields=``) declares a column's kind, and a value
-that does not fit it rejects its record as "bad-value" (a null as "null-value");
-``--drop-column NAME`` (``drop_columns=``) leaves a column out. What was kept and dropped is in
-the manifest (``converter.options``) and the summary.
+(lists, structs, booleans) ``json``, with dates, times and decimals as text and an image (a
+struct with ``bytes``) as its bytes; a column with a null value is ``json`` (where null is a
+value) unless declared, and bytes within a list or struct must be dropped. ``--field NAME=KIND``
+(``fields=``) declares a column's kind, and a value that does not fit it rejects its record as
+"bad-value" (a null as "null-value"); ``--drop-column NAME`` (``drop_columns=``) leaves a column
+out. What was kept and dropped is in the manifest (``converter.options``, ``stats``) and the
+summary.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any, Final
 
 from ..._errors import ConvertError
 
-__all__ = ["COLUMN_KINDS", "NO_LABEL", "choose_label", "class_label_columns", "column_kind", "further_columns", "value_problem"]
+__all__ = [
+    "COLUMN_KINDS", "NO_LABEL", "choose_label", "class_label_columns", "column_kind", "column_value", "further_columns", "value_problem",
+]
 
 NO_LABEL: Final = "none"
 """The label column that says: the records have no label (``--label-column none``)."""
@@ -99,15 +103,33 @@ def column_kind(pa: Any, kind: Any, *, declared: str | None, has_null: bool, nam
         return declared
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
-    found = ("str" if pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    found = ("str" if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_temporal(kind)
+             or pa.types.is_decimal(kind)
              else "int64" if _is_integer(pa, kind)
              else "float64" if pa.types.is_floating(kind)
-             else "bytes" if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)
+             else "bytes" if _is_binary(pa, kind) or _is_image(pa, kind)
              else "json")
+    if found == "json" and _holds_binary(pa, kind):
+        raise ConvertError(f"column {name!r} holds {kind}, bytes inside a list or struct, which no field kind holds: leave it "
+                           f"out with --drop-column {name} (drop_columns=)", path=where)
     if has_null and found == "bytes":
         raise ConvertError(f"column {name!r} holds bytes and nulls, which no field kind holds both: leave it out with "
                            f"--drop-column {name} (drop_columns=)", path=where)
     return "json" if has_null else found
+
+
+def column_value(value: Any, kind: str) -> Any:
+    """A further column's value as its kind stores it: a float from an integer, the ``bytes``
+    of an image struct, the ISO text of a date or time and the text of a decimal."""
+    if value is None:
+        return None
+    if kind == "float64" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind == "bytes" and isinstance(value, dict):
+        return value.get("bytes")
+    if kind == "str" and not isinstance(value, str) and (hasattr(value, "isoformat") or type(value).__name__ == "Decimal"):
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return value
 
 
 def value_problem(value: Any, kind: str, name: str) -> tuple[str, str] | None:
@@ -147,6 +169,27 @@ def _has_big_int(value: Any) -> bool:
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _is_binary(pa: Any, kind: Any) -> bool:
+    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind))
+
+
+def _is_image(pa: Any, kind: Any) -> bool:
+    """A struct with a binary ``bytes`` field: an image as the Hugging Face features store it."""
+    return bool(pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and _is_binary(pa, kind.field("bytes").type))
+
+
+def _holds_binary(pa: Any, kind: Any) -> bool:
+    if _is_binary(pa, kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_holds_binary(pa, kind.field(n).type) for n in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_binary(pa, kind.value_type)
+    if pa.types.is_map(kind):
+        return _holds_binary(pa, kind.key_type) or _holds_binary(pa, kind.item_type)
+    return False
 
 
 def _is_integer(pa: Any, kind: Any) -> bool:

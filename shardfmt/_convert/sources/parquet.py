@@ -48,7 +48,7 @@ from typing import Any, Final
 from ..._errors import ConvertError, RejectError
 from ..._storage import ByteSource, RemoteOptions, open_store
 from ..._storage.urls import is_url, local_path
-from .columns import choose_label, class_label_columns, column_kind, further_columns, value_problem
+from .columns import choose_label, class_label_columns, column_kind, column_value, further_columns, value_problem
 from .confine import check_regular, read_regular, resolve_inside
 from .results import (
     FieldColumn,
@@ -417,14 +417,14 @@ def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreem
                            f"characters): leave it out with --drop-column {clash}", path=agreed.further_from)
     inputs: list[FieldInput] = []
     found: list[tuple[float, ScanReject]] = []  # (place among the inputs, reject)
-    for position, (item, row) in enumerate(zip(scan.inputs, values, strict=True)):
+    for position, (item, found_row) in enumerate(zip(scan.inputs, values, strict=True)):
+        row = tuple(column_value(v, k) for v, k in zip(found_row, kinds, strict=True))
         problem = next((found for found in (value_problem(v, k, c) for v, k, c in zip(row, kinds, agreed.further, strict=True))
                         if found is not None), None)
         if problem is not None:
             found.append((position, ScanReject(0, display_path(item.path), *problem, key=item.key)))
             continue
-        stored = tuple(float(v) if k == "float64" else v for v, k in zip(row, kinds, strict=True))
-        inputs.append(FieldInput((item,), ((item.label,) if scan.labelled else ()) + stored, item.key))
+        inputs.append(FieldInput((item,), ((item.label,) if scan.labelled else ()) + row, item.key))
     found.extend((reject.position - 0.5, reject) for reject in scan.rejects)
     dropped = sorted(place for place, reject in found if place == int(place))
     rejects = [ScanReject(math.ceil(place) - bisect.bisect_left(dropped, place), r.path, r.reason, r.detail, r.key)
