@@ -281,3 +281,11 @@ def test_a_declared_tar_member_from_python(tmp_path: Path) -> None:
     summary = shardfmt.convert(tar, tmp_path / "out", fields={"txt": "str"}, workers=1)
     assert summary.records == 3 and summary.rejects == {"missing-member": 1}
     assert [r["txt"] for r in records(tmp_path / "out")] == ["caption 1", "caption 2", "caption 3"]
+
+
+def test_a_key_column_not_chosen_as_the_keys_says_how_to_take_it(tmp_path: Path) -> None:
+    img2dataset_parquet(tmp_path / "00000.parquet", 2)
+    code, output = run("convert", tmp_path / "00000.parquet", tmp_path / "out", "--image-column", "jpg", "--label-column", "none")
+    assert code == 1
+    assert ("column 'key' cannot be a field (a name taken by the record, or not an identifier of 1 to 64 characters): take it as "
+            "the keys with --key-column key (key_column=), or leave it out with --drop-column key (drop_columns=)") in output

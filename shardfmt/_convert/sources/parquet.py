@@ -413,8 +413,9 @@ def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreem
     taken = [column.name for column in head] + ["key"]
     clash = next((column for column in agreed.further if column in taken or not is_field_name(column)), None)
     if clash is not None:
+        use = f"take it as the keys with --key-column {clash} (key_column=), or " if clash == "key" else ""
         raise ConvertError(f"column {clash!r} cannot be a field (a name taken by the record, or not an identifier of 1 to 64 "
-                           f"characters): leave it out with --drop-column {clash}", path=agreed.further_from)
+                           f"characters): {use}leave it out with --drop-column {clash} (drop_columns=)", path=agreed.further_from)
     inputs: list[FieldInput] = []
     found: list[tuple[float, ScanReject]] = []  # (place among the inputs, reject)
     for position, (item, found_row) in enumerate(zip(scan.inputs, values, strict=True)):
