@@ -3,10 +3,12 @@
 ``shardfmt.convert(src, out, **options)`` takes what ``shardfmt convert`` takes (the command
 calls it) and decides, once, which conversion the source and options ask for: image
 classification records (`run.convert`: an ImageFolder, a ``path,label`` listing, WebDataset
-tars with their members, Parquet or Arrow files, a ``save_to_disk`` folder) or records of several
-fields (`fields.convert_fields`: parallel folders, a listing of several columns, images stored as
-pixels). From Python, `src` may also be a ``datasets.Dataset`` (saved to a temporary folder with
-``save_to_disk``, which embeds its images, and read as such a folder) or an iterable of records,
+tars with their members, Parquet or Arrow files, a ``save_to_disk`` folder; Parquet and Arrow rows
+with further columns become records of several fields there, `sources.columns` says how) or
+records of several fields (`fields.convert_fields`: parallel folders, a listing of several
+columns, images stored as pixels). From Python, `src` may also be a ``datasets.Dataset`` (saved
+to a temporary folder with ``save_to_disk``, which embeds its images, and read as such a folder;
+a ``DatasetDict`` is refused with its splits) or an iterable of records,
 mappings of field name -> value (written as a listing and image files in a temporary folder).
 Sources held in memory are converted whole: such a conversion cannot be resumed.
 """

@@ -289,3 +289,14 @@ def test_a_key_column_not_chosen_as_the_keys_says_how_to_take_it(tmp_path: Path)
     assert code == 1
     assert ("column 'key' cannot be a field (a name taken by the record, or not an identifier of 1 to 64 characters): take it as "
             "the keys with --key-column key (key_column=), or leave it out with --drop-column key (drop_columns=)") in output
+
+
+def test_tar_output_of_a_source_with_further_columns_is_refused_with_the_fix(tmp_path: Path) -> None:
+    table = pa.table({"image": pa.array([jpeg_bytes(16, 16, seed=0)], pa.binary()), "caption": pa.array(["a"])})
+    pq.write_table(table, tmp_path / "one.parquet")
+    code, output = run("convert", tmp_path / "one.parquet", tmp_path / "out", "--format", "tar")
+    assert code == 1 and "this source has further columns (caption): convert to binary shards, or leave them out with --drop-column" in output
+    code, output = run("convert", tmp_path / "one.parquet", tmp_path / "out", "--format", "tar", "--drop-column", "caption")
+    assert code == 0, output
+    with open_dataset(tmp_path / "out") as reader:
+        assert reader.schema.names == ("image", "key")
