@@ -295,8 +295,19 @@ def test_tar_output_of_a_source_with_further_columns_is_refused_with_the_fix(tmp
     table = pa.table({"image": pa.array([jpeg_bytes(16, 16, seed=0)], pa.binary()), "caption": pa.array(["a"])})
     pq.write_table(table, tmp_path / "one.parquet")
     code, output = run("convert", tmp_path / "one.parquet", tmp_path / "out", "--format", "tar")
-    assert code == 1 and "this source has further columns (caption): convert to binary shards, or leave them out with --drop-column" in output
+    assert code == 1
+    assert "this source has further columns (caption): convert to binary shards, or leave them out with --drop-column" in output
     code, output = run("convert", tmp_path / "one.parquet", tmp_path / "out", "--format", "tar", "--drop-column", "caption")
     assert code == 0, output
     with open_dataset(tmp_path / "out") as reader:
         assert reader.schema.names == ("image", "key")
+
+
+def test_no_label_chosen_with_a_column_named_label_asks_to_drop_it(tmp_path: Path) -> None:
+    table = pa.table({"image": pa.array([jpeg_bytes(16, 16, seed=0)], pa.binary()), "label": pa.array([3]), "caption": pa.array(["a"])})
+    pq.write_table(table, tmp_path / "one.parquet")
+    code, output = run("convert", tmp_path / "one.parquet", tmp_path / "out", "--label-column", "none")
+    assert code == 1 and "column 'label' cannot be a field" in output and "--drop-column label" in output
+    code, output = run("convert", tmp_path / "one.parquet", tmp_path / "out", "--label-column", "none", "--drop-column", "label")
+    assert code == 0, output
+    assert records(tmp_path / "out")[0]["caption"] == "a" and "label" not in records(tmp_path / "out")[0]

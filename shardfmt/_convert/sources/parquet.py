@@ -410,7 +410,7 @@ def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreem
                          where=agreed.further_from or "") for column in agreed.further]
     head = [FieldColumn("image", "jpeg")] + ([FieldColumn("label", "label")] if scan.labelled else [])
     fields = tuple(head + [FieldColumn(column, kind) for column, kind in zip(agreed.further, kinds, strict=True)])
-    taken = [column.name for column in head] + ["key"]
+    taken = ("image", "label", "key")  # a column named label is never a field of another meaning
     clash = next((column for column in agreed.further if column in taken or not is_field_name(column)), None)
     if clash is not None:
         use = f"take it as the keys with --key-column {clash} (key_column=), or " if clash == "key" else ""
