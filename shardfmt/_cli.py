@@ -152,10 +152,13 @@ SRC may be Parquet files with the images in a column (the Hugging Face layouts):
 or a glob pattern ('data/train-*.parquet', or s3://bucket/data/train-*.parquet), .arrow files, or
 a folder that datasets' save_to_disk wrote; one record per row. --image-column (binary, or a
 struct with 'bytes' or a 'path', resolved against the file's folder or --image-root),
---label-column (integers, named by the files' ClassLabel names if any, or class names) and
---key-column pick the columns; a null or corrupt image, a missing image file, a null label is a
-reject, never fatal. A run in which every input is rejected exits with status 1 and the counts
-per reason, after writing everything (--allow-empty accepts it).
+--label-column (integers, named by the files' ClassLabel names if any, or class names; by default
+the one ClassLabel column, else 'label'; 'none' for no label) and --key-column pick the columns;
+integer columns and no label chosen is an error that lists them. Every other column is kept as a
+field (text str, integers int64, floats float64, binary bytes, lists, structs and columns with
+nulls json; --field NAME=KIND declares one) unless --drop-column NAME leaves it out. A null or
+corrupt image, a missing image file, a null label or a label of -1 is a reject, never fatal.
+A run in which every input is rejected exits with status 1 and the counts per reason, after writing everything (--allow-empty accepts it).
 
 \b
 Examples:
@@ -214,7 +217,8 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--store", type=click.Choice(["jpeg", "raw", "gray", "rgba", "mask"]), default="jpeg", show_default=True,
               help="How images are stored: JPEG, or decoded pixels (raw: RGB) that load without a decode.")
 @click.option("--field", "fields", multiple=True, metavar="NAME[=KIND]",
-              help="Name a folder's field (in order), declare a listing column's kind, or a tar member's (str, json, bytes). Repeatable.")
+              help="Name a folder's field (in order), declare a listing or Parquet column's kind, or a tar member's "
+                   "(str, json, bytes: samples without it are rejected). Repeatable.")
 @click.option("--scale", default=None, metavar="S|S1,S2|any",
               help="Size of each further image field relative to the first, checked per record. [default: 1]")
 @click.option("--patch", type=click.IntRange(min=1), default=None,
@@ -232,8 +236,11 @@ def _parse_scale(value: str | None) -> Any:
               help="Remove the lock object a crashed run left in an OUT given by URL (a local lock needs no breaking).")
 @click.option("--image-column", default=None, metavar="NAME",
               help="Parquet: the image column, binary or a struct with 'bytes'. [default: image]")
-@click.option("--label-column", default=None, metavar="NAME",
-              help="Parquet: the label column, integers or class names. [default: label, if the files have it]")
+@click.option("--label-column", default=None, metavar="NAME|none",
+              help="Parquet/Arrow: the label column, integers or class names; none: no label. "
+                   "[default: the one ClassLabel column, else label]")
+@click.option("--drop-column", "drop_columns", multiple=True, metavar="NAME",
+              help="Parquet/Arrow: leave this column out (every other one is kept as a field). Repeatable.")
 @click.option("--key-column", default=None, metavar="NAME",
               help="Parquet: a column of record keys. [default: the file name and row number]")
 @click.option("--image-root", default=None, metavar="DIR",
@@ -243,7 +250,8 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
                     fields: tuple[str, ...], scale: str | None, patch: int | None, shard_format: str, quiet: bool,
                     engine: str, storage_options: str | None, allow_empty: bool, break_lock: bool,
-                    image_column: str | None, label_column: str | None, key_column: str | None, image_root: str | None) -> None:
+                    image_column: str | None, label_column: str | None, key_column: str | None, image_root: str | None,
+                    drop_columns: tuple[str, ...]) -> None:
     from ._convert.api import convert
     from ._convert.destination import cli_wording
 
@@ -251,8 +259,8 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         summary = convert(
             list(sources), out, fields=[_parse_field(value) for value in fields], store=store, scale=_parse_scale(scale), patch=patch,
             shard_format=shard_format, image_column=image_column, label_column=label_column, key_column=key_column,
-            image_root=image_root, shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
-            overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(), engine=engine,
+            image_root=image_root, drop_columns=drop_columns, shard_size=shard_size, max_side=max_side, quality=quality,
+            workers=workers, resume=resume, overwrite=overwrite, strict=strict, progress=not quiet and sys.stderr.isatty(), engine=engine,
             remote=_remote(storage_options), allow_empty=allow_empty, break_lock=break_lock,
         )
     except RemoteError as err:  # the store stopped the run: say how to resume with this command's flags
@@ -267,6 +275,25 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         click.echo(f"{result.num_records:,} records in {len(result.manifest.shards)} shards, {result.num_rejects:,} "
                    f"rejected, in {result.seconds:.1f} s ({result.images_per_second:,.0f} images/s, "
                    f"{result.input_bytes / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s){kept}: {result.path}")
+        _echo_not_stored(result.manifest.stats)
+
+
+def _echo_not_stored(stats: dict[str, Any]) -> None:
+    """Say what of the source a conversion did not store: members of tars, dropped columns."""
+    not_stored = stats.get("members_not_stored") or {}
+    if not_stored:
+        click.echo("members not stored (not in every sample; --field NAME=KIND keeps one): "
+                   + ", ".join(f".{ext}: {n:,}" for ext, n in sorted(not_stored.items())))
+    for line in _column_lines(stats):
+        click.echo(f"{line[0]}: {line[1]}")
+
+
+def _column_lines(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """The further columns of a Parquet or Arrow source that were kept as fields and dropped."""
+    if "columns_kept" not in stats:
+        return []
+    return [("columns kept", ", ".join(stats["columns_kept"]) or "none"),
+            ("columns dropped", ", ".join(stats.get("columns_dropped") or []) or "none")]
 
 
 def _parse_storage_options(text: str | None) -> dict[str, Any]:
@@ -372,6 +399,7 @@ def info_command(dataset: str, as_json: bool, storage_options: str | None) -> No
         lines.append(
             ("not stored", ", ".join(f".{ext}: {n:,}" for ext, n in sorted(not_stored.items())) + " (members not in every sample)")
         )
+    lines.extend(_column_lines(summary.stats))
     reencoded = summary.stats.get("reencoded")
     if isinstance(reencoded, dict):
         done = ", ".join(f"{r}: {n:,}" for r, n in sorted(reencoded.items()) if n)

@@ -3,10 +3,12 @@
 ``shardfmt.convert(src, out, **options)`` takes what ``shardfmt convert`` takes (the command
 calls it) and decides, once, which conversion the source and options ask for: image
 classification records (`run.convert`: an ImageFolder, a ``path,label`` listing, WebDataset
-tars with their members, Parquet or Arrow files, a ``save_to_disk`` folder) or records of several
-fields (`fields.convert_fields`: parallel folders, a listing of several columns, images stored as
-pixels). From Python, `src` may also be a ``datasets.Dataset`` (saved to a temporary folder with
-``save_to_disk``, which embeds its images, and read as such a folder) or an iterable of records,
+tars with their members, Parquet or Arrow files, a ``save_to_disk`` folder; Parquet and Arrow rows
+with further columns become records of several fields there, `sources.columns` says how) or
+records of several fields (`fields.convert_fields`: parallel folders, a listing of several
+columns, images stored as pixels). From Python, `src` may also be a ``datasets.Dataset`` (saved
+to a temporary folder with ``save_to_disk``, which embeds its images, and read as such a folder;
+a ``DatasetDict`` is refused with its splits) or an iterable of records,
 mappings of field name -> value (written as a listing and image files in a temporary folder).
 Sources held in memory are converted whole: such a conversion cannot be resumed.
 """
@@ -105,6 +107,7 @@ def convert(
     label_column: str | None = None,
     key_column: str | None = None,
     image_root: str | os.PathLike[str] | None = None,
+    drop_columns: Sequence[str] = (),
     shard_size: int = DEFAULT_SHARD_SIZE,
     max_side: int | None = None,
     quality: int = DEFAULT_QUALITY,
@@ -131,12 +134,16 @@ def convert(
             ``key`` (a relative path without extension) and further values (str, int, float).
         out: the output folder, or a URL.
         fields: (name, kind) pairs or a mapping: a folder's field name, a listing column's kind,
-            or the kind of a tar member ("str", "json" or "bytes").
+            the kind of a tar member ("str", "json" or "bytes": kept, and samples without it
+            rejected as "missing-member"), or of a Parquet or Arrow column ("str", "int64",
+            "float64", "bytes" or "json").
         store, scale, patch: how images are stored and related (several fields).
         shard_format: "binary", or "tar" (WebDataset tars with a member index each).
-        image_column, label_column, key_column, image_root: for Parquet and Arrow files: the
-            columns, and the folder image paths are resolved against and must stay inside once
-            symbolic links are resolved (default: the folder of each file).
+        image_column, label_column, key_column, image_root, drop_columns: for Parquet and Arrow
+            files (and a ``datasets.Dataset``): the columns; the folder image paths are resolved
+            against and must stay inside once symbolic links are resolved (default: the folder
+            of each file); and the columns left out. ``label_column="none"``: no label; the
+            default and the other columns' kinds: `sources.columns`.
         shard_size, max_side, quality, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as
             for ``shardfmt convert``.
 
@@ -157,7 +164,8 @@ def convert(
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)
     declared = list(fields.items()) if isinstance(fields, Mapping) else [tuple(item) for item in fields]
-    table = dict(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root)
+    table = _table_options(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root,
+                           drop_columns=drop_columns)
     paths = isinstance(src, (str, os.PathLike)) or (
         isinstance(src, (list, tuple)) and all(isinstance(item, (str, os.PathLike)) for item in src))
     if _is_hf_dataset(src) or not paths:
@@ -168,6 +176,17 @@ def convert(
             raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
         result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
     return _summary(result)
+
+
+def _table_options(**options: Any) -> dict[str, Any]:
+    """The options of Parquet and Arrow sources, `drop_columns` as a tuple.
+
+    Raises:
+        TypeError: `drop_columns` is one str rather than a sequence of names.
+    """
+    if isinstance(options["drop_columns"], str):
+        raise TypeError(f"drop_columns must be a sequence of column names, got the str {options['drop_columns']!r}")
+    return {**options, "drop_columns": tuple(options["drop_columns"])}
 
 
 def _summary(result: ConvertResult) -> ConvertSummary:
@@ -181,6 +200,10 @@ def _summary(result: ConvertResult) -> ConvertSummary:
 def _convert_in_memory(src: Any, out: str | os.PathLike[str], declared: list[Any], store: str, scale: Any, patch: int | None,
                        shard_format: str, table: dict[str, Any], common: dict[str, Any]) -> ConvertResult:
     """Convert a source held in memory: saved or written to a temporary folder, then converted from there."""
+    if _is_hf_dataset_dict(src):
+        splits = [str(name) for name in src]
+        raise ConvertError(f"a DatasetDict: convert one split (src[{splits[0] if splits else 'train'!r}]; its splits: "
+                           f"{', '.join(splits) or 'none'})")
     if common["resume"]:
         raise ConvertError("a source held in memory (a datasets.Dataset or an iterable of records) cannot be resumed: "
                            "convert it again with overwrite")
@@ -199,15 +222,17 @@ def _convert_path(sources: list[str], out: str | os.PathLike[str], declared: lis
     tabular = any(names_parquet(source) for source in sources) or (
         len(sources) == 1 and os.path.isdir(sources[0]) and _saved_dataset(sources[0]))
     if tabular:
-        if store != "jpeg" or declared or scale != 1 or patch is not None:
-            raise ConvertError("a Parquet or Arrow source gives image classification records (an image, a label, a key): "
-                               "it takes none of --store, --field, --scale or --patch")
+        if store != "jpeg" or scale != 1 or patch is not None:
+            raise ConvertError("a Parquet or Arrow source has one image column, stored as JPEG: it takes none of store=, scale= "
+                               "or patch= (--store, --scale, --patch)")
         root = table["image_root"]
         columns = ParquetColumns(table["image_column"] or "image", table["label_column"], table["key_column"],
-                                 os.path.abspath(os.fspath(root)) if root is not None else None)
+                                 os.path.abspath(os.fspath(root)) if root is not None else None,
+                                 fields=tuple((name, kind) for name, kind in declared), drop=tuple(table["drop_columns"]))
         return convert_images(sources if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
-    if any(value is not None for value in table.values()):
-        raise ConvertError("--image-column, --label-column, --image-root and --key-column are for Parquet sources (and Arrow files)")
+    if any(value is not None and value != () for value in table.values()):
+        raise ConvertError("image_column=, label_column=, key_column=, image_root= and drop_columns= (--image-column, --label-column, "
+                           "--key-column, --image-root, --drop-column) are for Parquet and Arrow sources")
     if len(sources) == 1 and declared and is_tar_source(sources[0]) and store == "jpeg" and scale == 1 and patch is None:
         kinds = {name: kind for name, kind in declared if kind is not None}
         return convert_images(sources[0], out, shard_format=shard_format, members=kinds, **common)
@@ -225,6 +250,12 @@ def _saved_dataset(folder: str) -> bool:
         return saved_dataset_files(Path(folder)) is not None
     except ConvertError:
         return True  # a saved DatasetDict: the Parquet path says which split to give
+
+
+def _is_hf_dataset_dict(value: Any) -> bool:
+    """True for a ``datasets.DatasetDict`` (checked by type, so ``datasets`` need not be installed)."""
+    return any(cls.__module__.startswith("datasets.") and cls.__name__ in ("DatasetDict", "IterableDatasetDict")
+               for cls in type(value).__mro__)
 
 
 def _is_hf_dataset(value: Any) -> bool:

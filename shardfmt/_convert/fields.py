@@ -29,20 +29,16 @@ from typing import Any
 
 from .._errors import ConvertError
 from .._storage import RemoteOptions
-from ..format._schema import Field, Schema
 from ..format._writer import DEFAULT_SHARD_SIZE
 from .destination import Output
 from .images import DEFAULT_QUALITY, IMAGE_KINDS
 from .loop import ConvertResult, already_finished, run_conversion
-from .plan import from_field_scan
+from .plan import field_schema, from_field_scan
 from .records import builder_for
 from .run import check_not_all_rejected, check_not_inside, check_options, nothing_found, resolve_workers
 from .sources import listing_columns, scan_fields, source_name
 
 __all__ = ["convert_fields", "needs_fields"]
-
-_TYPES = {"jpeg": "jpeg", "int64": "int64", "label": "int64", "float64": "float64", "str": "str"}
-"""Format type of each converter kind; the other image kinds are "raw"."""
 
 Declared = Sequence[tuple[str, "str | None"]] | Mapping[str, "str | None"]
 
@@ -139,9 +135,7 @@ def _convert_into(output: Output, names: list[str], *, fields: Declared, store: 
     scales = _scales(scale, len(images))
     if None in scales and (patch is not None or max_side is not None):
         raise ConvertError("--patch and --max-side reshape every image of a record alike, so they need a stated --scale")
-    schema = Schema(
-        tuple(Field(c.name, _TYPES.get(c.kind, "raw")) for c in scan.columns) + (Field("key", "str"),)
-    )
+    schema = field_schema(scan.columns)
     options = {
         "fields": [[c.name, c.kind] for c in scan.columns],
         "scale": list(scales),

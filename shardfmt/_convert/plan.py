@@ -9,6 +9,7 @@ rejects found while scanning, and how records are cut into shards. It is built o
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -17,10 +18,11 @@ from typing import Any, Final
 
 from .._errors import ConvertError
 from ..format._layout import MAX_RECORDS_PER_SHARD
-from ..format._schema import IMAGE_CLASSIFICATION, Schema, tar_schema
-from .sources.results import FieldScan, ScanReject, SourceScan, display_path
+from ..format._schema import IMAGE_CLASSIFICATION, Field, Schema, tar_schema
+from .sources.results import FieldColumn, FieldScan, ScanReject, SourceScan, display_path
 
-__all__ = ["PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "plan_shards"]
+__all__ = ["FIELD_TYPES", "PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "field_schema",
+           "plan_shards"]
 
 PLAN_VERSION: Final = 2
 RECORD_KINDS: Final = ("image-label", "fields")
@@ -235,8 +237,18 @@ def from_scan(
     )
 
 
+FIELD_TYPES: Final = {"jpeg": "jpeg", "int64": "int64", "label": "int64", "float64": "float64", "str": "str", "bytes": "bytes",
+                      "json": "json"}
+"""Format type of each column kind of a multi-field conversion; the other image kinds are "raw"."""
+
+
+def field_schema(columns: Sequence[FieldColumn]) -> Schema:
+    """The schema of records of `columns`: one field per column in its format type, then the key."""
+    return Schema(tuple(Field(c.name, FIELD_TYPES.get(c.kind, "raw")) for c in columns) + (Field("key", "str"),))
+
+
 def from_field_scan(
-    scan: FieldScan, *, source: tuple[str, ...], root: str, schema: Schema, options: Mapping[str, Any]
+    scan: FieldScan, *, source: str | tuple[str, ...], root: str, schema: Schema, options: Mapping[str, Any]
 ) -> ConversionPlan:
     """The plan of a multi-field conversion (`convert_fields`) of `scan`; a record's label (for
     the manifest's statistics) is its first label column, or 0."""
@@ -244,7 +256,7 @@ def from_field_scan(
     labels = [n for n, column in enumerate(value_columns) if column.kind == "label"]
     records = []
     for item in scan.inputs:
-        files = tuple(InputFile(f.path, f.size, f.mtime_ns, f.offset) for f in item.files)
+        files = tuple(InputFile(f.path, f.size, f.mtime_ns, f.offset, f.row_group, f.file_size) for f in item.files)
         label = item.values[labels[0]] if labels else 0
         records.append(PlannedRecord(files, label, item.key, tuple(item.values), item.files[0].sample_key))
     return ConversionPlan(
@@ -301,12 +313,25 @@ def _short(value: Any) -> str:
 
 def _json_value(value: Any) -> Any:
     """A value as the plan stores it: floats as their exact hex form, so that a NaN compares
-    equal to itself when a resumed run checks the plan."""
-    return {"float": value.hex()} if isinstance(value, float) else value
+    equal to itself when a resumed run checks the plan; bytes in base64; a JSON value (a list,
+    a mapping, null) wrapped, so that it never reads as one of those."""
+    if isinstance(value, float):
+        return {"float": value.hex()}
+    if isinstance(value, bytes):
+        return {"bytes": base64.b64encode(value).decode("ascii")}
+    if value is None or isinstance(value, (list, dict)):
+        return {"json": value}
+    return value
 
 
 def _python_value(value: Any) -> Any:
-    return float.fromhex(value["float"]) if isinstance(value, dict) and "float" in value else value
+    if not isinstance(value, dict):
+        return value
+    if "float" in value:
+        return float.fromhex(value["float"])
+    if "bytes" in value:
+        return base64.b64decode(value["bytes"])
+    return value["json"]
 
 
 def check_record_kind(kind: str) -> None:

@@ -84,6 +84,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +97,10 @@ from .destination import Output
 from .engine import ENGINES
 from .images import DEFAULT_QUALITY
 from .loop import ConvertResult, already_finished, disk_full_error, run_conversion
-from .plan import from_scan
+from .plan import field_schema, from_field_scan, from_scan
 from .records import builder_for
 from .sources import ParquetColumns, scan_source, source_name, source_texts
+from .sources.results import FieldScan, SourceScan
 
 __all__ = ["ConvertResult", "check_not_all_rejected", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
 
@@ -215,11 +217,30 @@ def _convert_into(output: Output, work: Path, sources: list[str], *, options: di
     if scan.kind == "parquet":
         options.update((columns or ParquetColumns()).to_options())
     named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
-    plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
+    if isinstance(scan, FieldScan):  # rows with further columns: records of several fields
+        if shard_format == "tar":
+            kept = ", ".join(c.name for c in scan.columns if c.name not in ("image", "label"))
+            raise ConvertError(f"--format tar writes an image, its label and key, and the members of tars; this source has further "
+                               f"columns ({kept}): convert to binary shards, or leave them out with --drop-column", path=sources[0])
+        options.update(fields=[[c.name, c.kind] for c in scan.columns], scale=[1], patch=None)
+        plan = from_field_scan(scan, source=named, root=root, schema=field_schema(scan.columns), options=options)
+    else:
+        plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
+    if scan.kind == "parquet":
+        plan = replace(plan, stats={**plan.stats, **_column_stats(scan, columns or ParquetColumns())})
     return run_conversion(
         plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
         progress=progress, strict=strict, started=started,
     )
+
+
+def _column_stats(scan: SourceScan | FieldScan, columns: ParquetColumns) -> dict[str, Any]:
+    """What the manifest's ``stats`` say of a Parquet source's further columns: those kept as
+    fields and those dropped (nothing when it has none)."""
+    kept = [c.name for c in scan.columns if c.name not in ("image", "label")] if isinstance(scan, FieldScan) else []
+    if not kept and not columns.drop:
+        return {}
+    return {"columns_kept": kept, "columns_dropped": list(columns.drop)}
 
 
 def check_not_all_rejected(result: ConvertResult, *, allow_empty: bool) -> None:

@@ -88,7 +88,8 @@ def test_class_names_come_from_the_hugging_face_features(tmp_path: Path) -> None
     rejects = [json.loads(line) for line in (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
     assert [(r["key"], r["reason"], r["detail"]) for r in rejects] == [
         ("fruit/2", "bad-label", "row 2 (row group 0): label 3 names no class (the files name 3 classes)"),
-        ("fruit/3", "bad-label", "row 3 (row group 0): label -1 names no class (the files name 3 classes)"),
+        ("fruit/3", "no-label", "row 3 (row group 0): the label is -1, the Hugging Face mark of an example without a label; "
+                                "--label-column none (label_column='none') converts the records without labels"),
     ]
 
 
@@ -215,7 +216,7 @@ def test_the_command_takes_files_a_shell_expanded_and_the_column_options(hub: Pa
     assert result.exit_code == 0, result.output
     assert result.output.startswith("6 records in 1 shards, 3 rejected")
     result = CliRunner().invoke(main, ["convert", str(tmp_path / "nowhere"), str(tmp_path / "x"), "--key-column", "id"])
-    assert result.exit_code == 1 and "--key-column are for Parquet sources" in result.output
+    assert result.exit_code == 1 and "--key-column, --image-root, --drop-column) are for Parquet and Arrow sources" in result.output
 
 
 def test_without_pyarrow_the_error_says_what_to_install(hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

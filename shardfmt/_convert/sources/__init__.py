@@ -93,7 +93,7 @@ def source_texts(location: Location | Sequence[Location]) -> list[str]:
 def scan_source(
     location: Location | Sequence[Location], *, remote: RemoteOptions | None = None, columns: ParquetColumns | None = None,
     members: Mapping[str, str] | None = None, work: Path | None = None,
-) -> SourceScan:
+) -> SourceScan | FieldScan:
     """Find the inputs of a conversion of images and labels.
 
     Args:
@@ -107,7 +107,8 @@ def scan_source(
         work: where compressed tars are decompressed to (streamed, in parallel across files).
 
     Returns:
-        The inputs in conversion order, the classes, and the rejects found while scanning.
+        The inputs in conversion order, the classes, and the rejects found while scanning; for
+        Parquet files with further columns, a `FieldScan` of their records.
 
     Raises:
         ConvertError: the source does not exist, is none of these, names tars by URL, is a URL
@@ -217,7 +218,7 @@ def scan_fields(
     kind = dict(declared).get("image") or store
     if kind not in IMAGE_KINDS:
         raise ConvertError(f"field 'image' must be stored as an image kind ({', '.join(IMAGE_KINDS)}), not {kind!r}")
-    scan = scan_source(names[0], remote=remote)
+    scan = cast(SourceScan, scan_source(names[0], remote=remote))  # an ImageFolder or path,label listing: never Parquet here
     inputs = tuple(FieldInput((item,), (item.label,), item.key) for item in scan.inputs)
     columns = (FieldColumn("image", kind), FieldColumn("label", "label"))
     return FieldScan(scan.root, scan.kind, columns, scan.classes, inputs, scan.rejects)
@@ -248,7 +249,7 @@ def source_name(location: Location, *, remote: RemoteOptions | None = None) -> s
     return open_store(text, remote=remote).root if classify_location(text).is_remote else str(Path(text).resolve())
 
 
-def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptions | None) -> SourceScan:
+def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptions | None) -> SourceScan | FieldScan:
     """Scan Parquet files: local files and patterns, or one URL of a file or a pattern of file names."""
     others = [text for text in texts if not names_parquet(text)]
     if others:

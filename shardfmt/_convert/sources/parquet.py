@@ -6,9 +6,10 @@ file, a glob pattern of them (``data/train-*.parquet``; by URL, the pattern is i
 or several files; they are read in the order of their paths, rows in file order. Local files are
 read memory-mapped, stored ones through the store's range reads.
 
-Columns (`ParquetColumns`): ``image`` by default; ``label`` if the files have it (else every label
-is 0 and the dataset has no class names); the key is the file's path without ``.parquet`` and the
-row number in the file (``train-00000-of-00002/17``), or the value of a key column.
+Columns (`ParquetColumns`): ``image`` by default; the label column as `columns.choose_label`
+decides (records may have none); the key is the file's path without ``.parquet`` and the row
+number in the file (``train-00000-of-00002/17``), or the value of a key column. Every further
+column is kept as a field (`columns.further_columns`): then the scan is a `FieldScan`.
 
 Labels: an integer column gives the labels as they are; its class names come from the Hugging
 Face features stored in the schema metadata (``huggingface``: a ``ClassLabel`` with ``names``)
@@ -16,8 +17,9 @@ where present, and a label outside them is "bad-label"; metadata that is there b
 a `ConvertError` (its names cannot be told). Without such names the dataset has no class names.
 A string column gives class names, sorted as plain strings, label = index.
 
-Found while scanning and reported as rejects, never fatal: "no-label" (a null label),
-"bad-label" (an empty class name, or an integer that names no class), "bad-key" (a null or
+Found while scanning and reported as rejects, never fatal: "no-label" (a null label, or -1
+where the files name classes), "bad-label" (an empty class name, or an integer that names no
+class), "null-value" and "bad-value" (a further column's value that does not fit its kind), "bad-key" (a null or
 empty key), "corrupt" (a file that is not readable as Parquet). Found when the row is built:
 "no-image" (a null image, or a struct without bytes), then every rule of an image file.
 A missing column, or a column of the wrong type, is a `ConvertError`: it is the command that
@@ -31,10 +33,12 @@ unit of parallel reading. pyarrow is an optional dependency (``shardfmt[parquet]
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import glob
 import io
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,8 +48,21 @@ from typing import Any, Final
 from ..._errors import ConvertError, RejectError, RemoteError
 from ..._storage import ByteSource, RemoteOptions, open_store
 from ..._storage.urls import is_url, local_path
+from .columns import choose_label, class_label_columns, column_kind, column_value, further_columns, value_problem
 from .confine import check_regular, read_regular, resolve_inside
-from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path, is_transient_os_error, record_key
+from .results import (
+    FieldColumn,
+    FieldInput,
+    FieldScan,
+    ScanReject,
+    SourceFile,
+    SourceScan,
+    describe_os_error,
+    display_path,
+    is_field_name,
+    is_transient_os_error,
+    record_key,
+)
 from .trees import Entry, LocalTree, StoreTree, Tree
 
 pa: Any = None
@@ -80,22 +97,32 @@ class ParquetColumns:
 
     Attributes:
         image: the encoded image: binary, or a struct with a binary ``bytes`` field.
-        label: an integer or string column; None: ``label`` if the files have it, else none.
+        label: an integer or string column; ``"none"`` (`columns.NO_LABEL`): no label; None:
+            as `columns.choose_label` says.
         key: a column whose values are the record keys; None: file name and row number.
         image_root: the folder that relative image paths are resolved against (a row whose
             image is a ``path`` without ``bytes``); None: the folder of the row's file.
+        fields: (column, kind or None) of further columns whose kind is declared.
+        drop: further columns left out.
     """
 
     image: str = "image"
     label: str | None = None
     key: str | None = None
     image_root: str | None = None
+    fields: tuple[tuple[str, str | None], ...] = ()
+    drop: tuple[str, ...] = ()
 
-    def to_options(self) -> dict[str, str | None]:
-        """How the manifest's ``converter.options`` records the columns (and the image root, if given)."""
-        options = {"image_column": self.image, "label_column": self.label, "key_column": self.key}
+    def to_options(self) -> dict[str, Any]:
+        """How the manifest's ``converter.options`` records the columns (and the image root,
+        declared kinds and dropped columns, if given)."""
+        options: dict[str, Any] = {"image_column": self.image, "label_column": self.label, "key_column": self.key}
         if self.image_root is not None:
             options["image_root"] = self.image_root
+        if self.fields:
+            options["declared_fields"] = [list(item) for item in self.fields]
+        if self.drop:
+            options["drop_columns"] = list(self.drop)
         return options
 
 
@@ -207,19 +234,21 @@ def require_pyarrow() -> None:
     pa, pq = pyarrow, pyarrow.parquet
 
 
-def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan:
-    """Find the rows of Parquet files `names` (relative to `tree`), in order (see the module docstring).
+def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan | FieldScan:
+    """Find the rows of Parquet files `names` (relative to `tree`), in order (see the module
+    docstring): a `SourceScan` of images and labels, or a `FieldScan` when further columns are
+    kept (`columns.further_columns`).
 
     Raises:
         ConvertError: pyarrow is missing; a file does not exist; a column is missing or of a
-            type that cannot be an image, a label or a key; the files disagree on the label
-            column's kind or on its class names.
+            type that cannot be an image, a label or a key; no label column is chosen among
+            candidates; the files disagree on the label column's kind, its class names or
+            their further columns.
     """
     require_pyarrow()
-    rows: list[tuple[SourceFile, Any, Any, str]] = []  # (input without its label, label value, key value, where)
+    rows: list[_Row] = []
     rejects: list[ScanReject] = []
-    label_kind: tuple[str, str] | None = None  # (kind, the file that decided it)
-    names_found: tuple[tuple[str, ...], str] | None = None
+    agreed = _Agreement()
     for name in names:
         entry = tree.lookup(name)
         where = tree.describe(name)
@@ -231,34 +260,67 @@ def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -
         except (OSError, pa.ArrowException) as err:
             rejects.append(ScanReject(len(rows), display_path(name), "corrupt", f"not a readable Parquet file: {err}"))
             continue
-        label = columns.label if columns.label is not None or "label" not in schema.names else "label"
+        features = _features(schema, where)
+        label = choose_label(pa, schema, chosen=columns.label, image=columns.image, key=columns.key,
+                             class_labels=class_label_columns(features, schema.names), where=where)
         _check_columns(schema, columns, label, where)
-        if label is None and label_kind is not None:
-            raise ConvertError(f"no label column, but {label_kind[1]} has one", path=where)
-        if label is not None and label_kind is None and rows:
+        further = further_columns(schema, used=(columns.image, label, columns.key), drop=columns.drop,
+                                  declared=[column for column, _ in columns.fields], where=where)
+        agreed.check(schema, label, further, features, has_rows=bool(rows), where=where)
+        _read_rows(parquet, name, entry, label=label, further=further, columns=columns, rows=rows, rejects=rejects)
+    scan, values = _labelled(tree, rows, rejects, agreed)
+    if not agreed.further:
+        return scan
+    return _field_scan(scan, values, agreed, columns)
+
+
+_Row = tuple[SourceFile, Any, Any, str, tuple[Any, ...]]
+"""A row found: (input without its label, label value, key value, where, values of further columns)."""
+
+
+class _Agreement:
+    """What the files of a source must agree on: the label column's kind and class names, and
+    the further columns; and which further columns hold a null."""
+
+    def __init__(self) -> None:
+        self.label: tuple[str, str] | None = None  # (kind, the file that decided it)
+        self.names: tuple[tuple[str, ...], str] | None = None
+        self.further: list[str] = []
+        self.types: dict[str, Any] = {}
+        self.nulls: set[str] = set()
+        self.further_from: str | None = None
+
+    def check(self, schema: Any, label: str | None, further: list[str], features: dict[str, Any] | None, *, has_rows: bool,
+              where: str) -> None:
+        if label is None and self.label is not None:
+            raise ConvertError(f"no label column, but {self.label[1]} has one", path=where)
+        if label is not None and self.label is None and has_rows:
             raise ConvertError(f"column {label!r} holds labels here, but the files before have no label column", path=where)
-        if label is not None:
-            kind = _label_kind(schema.field(label).type, label, where)
-            if label_kind is not None and kind != label_kind[0]:
-                raise ConvertError(f"column {label!r} holds {kind} labels here, {label_kind[0]} labels in {label_kind[1]}", path=where)
-            label_kind = (kind, where)
-            hf_names = _class_names(schema, label, where)
-            if hf_names is not None:
-                if names_found is not None and hf_names != names_found[0]:
-                    raise ConvertError(f"the class names of column {label!r} differ from those of {names_found[1]}", path=where)
-                names_found = (hf_names, where)
-        _read_rows(parquet, name, entry, label=label, columns=columns, rows=rows, rejects=rejects)
-    return _labelled(tree, rows, rejects, label_kind[0] if label_kind is not None else None,
-                     names_found[0] if names_found is not None else None)
+        if self.further_from is not None and further != self.further:
+            raise ConvertError(f"the further columns here are {', '.join(further) or 'none'}, in {self.further_from} "
+                               f"{', '.join(self.further) or 'none'}: give files of one layout, or --drop-column", path=where)
+        self.further, self.further_from = further, where
+        self.types.update((column, schema.field(column).type) for column in further)
+        if label is None:
+            return
+        kind = _label_kind(schema.field(label).type, label, where)
+        if self.label is not None and kind != self.label[0]:
+            raise ConvertError(f"column {label!r} holds {kind} labels here, {self.label[0]} labels in {self.label[1]}", path=where)
+        self.label = (kind, where)
+        hf_names = _class_names(features, label, where)
+        if hf_names is not None:
+            if self.names is not None and hf_names != self.names[0]:
+                raise ConvertError(f"the class names of column {label!r} differ from those of {self.names[1]}", path=where)
+            self.names = (hf_names, where)
 
 
 def _read_rows(
-    parquet: Any, name: str, entry: Entry, *, label: str | None, columns: ParquetColumns,
-    rows: list[tuple[SourceFile, Any, Any, str]], rejects: list[ScanReject],
+    parquet: Any, name: str, entry: Entry, *, label: str | None, further: list[str], columns: ParquetColumns,
+    rows: list[_Row], rejects: list[ScanReject],
 ) -> None:
-    """Append each row of one file, row group by row group, with its label and key values (not
-    yet checked); a row group that cannot be read is one reject."""
-    wanted = [column for column in (label, columns.key) if column is not None]
+    """Append each row of one file, row group by row group, with its label, key and further
+    values (not yet checked); a row group that cannot be read is one reject."""
+    wanted = [column for column in (label, columns.key, *further) if column is not None]
     metadata = parquet.metadata
     row = 0
     for group in range(metadata.num_row_groups):
@@ -273,54 +335,103 @@ def _read_rows(
             continue
         labels = table.column(label).to_pylist() if table is not None and label is not None else [0] * count
         keys = table.column(columns.key).to_pylist() if table is not None and columns.key is not None else [None] * count
+        columns_read = [table.column(column).to_pylist() for column in further] if table is not None else []
+        values = list(zip(*columns_read, strict=True)) if columns_read else [()] * count
         for n in range(count):
             key = keys[n] if columns.key is not None else f"{record_key(name)}/{row + n}"
             item = SourceFile(name, 0, sizes[n], entry.version, offset=n, sample_key=None if key is None else str(key),
                               row_group=group, file_size=entry.size)
-            rows.append((item, labels[n], key, f"row {row + n} (row group {group})"))
+            rows.append((item, labels[n], key, f"row {row + n} (row group {group})", tuple(values[n])))
         row += count
 
 
-def _labelled(tree: Tree, rows: list[tuple[SourceFile, Any, Any, str]], found: list[ScanReject], kind: str | None,
-              class_names: tuple[str, ...] | None) -> SourceScan:
-    """Give each row its label (or reject it), merging the rejects found on the way in input order."""
-    classes: tuple[str, ...] | None = class_names
+def _labelled(tree: Tree, rows: list[_Row], found: list[ScanReject], agreed: _Agreement) -> tuple[SourceScan, list[tuple[Any, ...]]]:
+    """Give each row its label (or reject it), merging the rejects found on the way in input
+    order; and the further values of each input."""
+    kind = agreed.label[0] if agreed.label is not None else None
+    classes: tuple[str, ...] | None = agreed.names[0] if agreed.names is not None else None
+    hub_names = classes is not None
     if kind == "string":
-        classes = tuple(sorted({value for _, value, _, _ in rows if isinstance(value, str) and value}))
+        classes = tuple(sorted({value for _, value, _, _, _ in rows if isinstance(value, str) and value}))
     index = {name: n for n, name in enumerate(classes)} if kind == "string" and classes is not None else {}
     inputs: list[SourceFile] = []
+    values: list[tuple[Any, ...]] = []
     rejects: list[ScanReject] = []
     pending = iter(found)
     upcoming = next(pending, None)
-    for position, (item, value, key, where) in enumerate(rows):
+    for position, (item, value, key, where, further) in enumerate(rows):
         while upcoming is not None and upcoming.position <= position:
             rejects.append(ScanReject(len(inputs), upcoming.path, upcoming.reason, upcoming.detail, upcoming.key))
             upcoming = next(pending, None)
         shown = display_path(item.sample_key) if item.sample_key is not None else None
-        problem: tuple[str, str] | None = None
-        if item.sample_key is None or item.sample_key == "":
-            problem = ("bad-key", f"{where}: the key is {'null' if key is None else 'empty'}")
-        elif value is None:
-            problem = ("no-label", f"{where}: the label is null")
-        elif kind == "string":
-            if value == "":
-                problem = ("bad-label", f"{where}: the class name is empty")
-            else:
-                value = index[value]
-        elif classes is not None and not 0 <= value < len(classes):
-            problem = ("bad-label", f"{where}: label {value} names no class (the files name {len(classes)} classes)")
-        elif not -(1 << 63) <= value < 1 << 63:
-            problem = ("bad-label", f"{where}: label {value} does not fit in int64")
+        problem = _row_problem(item, value, key, where, kind=kind, classes=classes, hub_names=hub_names)
+        if problem is None and kind == "string":
+            value = index[value]
         if problem is not None:
             rejects.append(ScanReject(len(inputs), display_path(item.path), *problem, key=shown))
             continue
-        inputs.append(
-            SourceFile(item.path, int(value), item.size, item.mtime_ns, item.offset, item.sample_key, item.row_group, item.file_size)
-        )
+        inputs.append(SourceFile(item.path, int(value) if kind is not None else 0, item.size, item.mtime_ns, item.offset,
+                                 item.sample_key, item.row_group, item.file_size))
+        values.append(further)
     while upcoming is not None:
         rejects.append(ScanReject(len(inputs), upcoming.path, upcoming.reason, upcoming.detail, upcoming.key))
         upcoming = next(pending, None)
-    return SourceScan(tree.root, "parquet", classes, tuple(inputs), tuple(rejects))
+    scan = SourceScan(tree.root, "parquet", classes, tuple(inputs), tuple(rejects), labelled=kind is not None)
+    return scan, values
+
+
+def _row_problem(item: SourceFile, value: Any, key: Any, where: str, *, kind: str | None, classes: tuple[str, ...] | None,
+                 hub_names: bool) -> tuple[str, str] | None:
+    """(reason, detail) if a row cannot be a record for its key or label, else None."""
+    if item.sample_key is None or item.sample_key == "":
+        return "bad-key", f"{where}: the key is {'null' if key is None else 'empty'}"
+    if kind is None:
+        return None
+    if value is None:
+        return "no-label", f"{where}: the label is null"
+    if kind == "string":
+        return ("bad-label", f"{where}: the class name is empty") if value == "" else None
+    if hub_names and value == -1:
+        return "no-label", (f"{where}: the label is -1, the Hugging Face mark of an example without a label; "
+                            "--label-column none (label_column='none') converts the records without labels")
+    if classes is not None and not 0 <= value < len(classes):
+        return "bad-label", f"{where}: label {value} names no class (the files name {len(classes)} classes)"
+    if not -(1 << 63) <= value < 1 << 63:
+        return "bad-label", f"{where}: label {value} does not fit in int64"
+    return None
+
+
+def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreement, columns: ParquetColumns) -> FieldScan:
+    """The records of a scan with further columns: the image, the label if any, then each
+    further column as a field of its kind (`columns.column_kind`); a value that does not fit
+    its kind rejects its record."""
+    declared = dict(columns.fields)
+    nulls = {column for n, column in enumerate(agreed.further) if any(row[n] is None for row in values)}
+    kinds = [column_kind(pa, agreed.types[column], declared=declared.get(column), has_null=column in nulls, name=column,
+                         where=agreed.further_from or "") for column in agreed.further]
+    head = [FieldColumn("image", "jpeg")] + ([FieldColumn("label", "label")] if scan.labelled else [])
+    fields = tuple(head + [FieldColumn(column, kind) for column, kind in zip(agreed.further, kinds, strict=True)])
+    taken = ("image", "label", "key")  # a column named label is never a field of another meaning
+    clash = next((column for column in agreed.further if column in taken or not is_field_name(column)), None)
+    if clash is not None:
+        use = f"take it as the keys with --key-column {clash} (key_column=), or " if clash == "key" else ""
+        raise ConvertError(f"column {clash!r} cannot be a field (a name taken by the record, or not an identifier of 1 to 64 "
+                           f"characters): {use}leave it out with --drop-column {clash} (drop_columns=)", path=agreed.further_from)
+    inputs: list[FieldInput] = []
+    found: list[tuple[float, ScanReject]] = []  # (place among the inputs, reject)
+    for position, (item, found_row) in enumerate(zip(scan.inputs, values, strict=True)):
+        row = tuple(column_value(v, k) for v, k in zip(found_row, kinds, strict=True))
+        problem = next((found for found in (value_problem(v, k, c) for v, k, c in zip(row, kinds, agreed.further, strict=True))
+                        if found is not None), None)
+        if problem is not None:
+            found.append((position, ScanReject(0, display_path(item.path), *problem, key=item.key)))
+            continue
+        inputs.append(FieldInput((item,), ((item.label,) if scan.labelled else ()) + row, item.key))
+    found.extend((reject.position - 0.5, reject) for reject in scan.rejects)
+    dropped = sorted(place for place, reject in found if place == int(place))
+    rejects = [ScanReject(math.ceil(place) - bisect.bisect_left(dropped, place), r.path, r.reason, r.detail, r.key)
+               for place, r in sorted(found, key=lambda pair: pair[0])]
+    return FieldScan(scan.root, "parquet", fields, scan.classes, tuple(inputs), tuple(rejects))
 
 
 def _check_columns(schema: Any, columns: ParquetColumns, label: str | None, where: str) -> None:
@@ -355,26 +466,36 @@ def _label_kind(kind: Any, column: str, where: str) -> str:
     raise ConvertError(f"label column {column!r} holds {kind}; a label column holds integers or strings (class names)", path=where)
 
 
-def _class_names(schema: Any, column: str, where: str) -> tuple[str, ...] | None:
-    """The class names the Hugging Face features in the schema metadata give `column`, if any.
+def _features(schema: Any, where: str) -> dict[str, Any] | None:
+    """The Hugging Face features in the schema metadata (``huggingface``), or None without any.
 
     Raises:
-        ConvertError: the metadata is there but malformed (not JSON, or a ``ClassLabel`` whose
-            ``names`` are not a list of distinct non-empty strings): without its names, labels
-            outside them would be taken as they are.
+        ConvertError: the metadata is there but malformed (not JSON, or no mapping of features).
     """
     raw = (schema.metadata or {}).get(b"huggingface")
     if raw is None:
         return None
-    fix = "fix the metadata, or write the files without it to take the labels as plain integers"
     try:
         info = json.loads(raw)
     except ValueError as err:
-        raise ConvertError(f"the Hugging Face metadata (schema metadata 'huggingface') is not JSON ({err}): {fix}", path=where) from None
+        raise ConvertError(f"the Hugging Face metadata (schema metadata 'huggingface') is not JSON ({err}): {_FIX}", path=where) from None
     features = info.get("info", {}).get("features", {}) if isinstance(info, dict) and isinstance(info.get("info", {}), dict) else None
     if not isinstance(features, dict):
-        raise ConvertError(f"the Hugging Face metadata holds no mapping of features: {fix}", path=where)
-    feature = features.get(column)
+        raise ConvertError(f"the Hugging Face metadata holds no mapping of features: {_FIX}", path=where)
+    return features
+
+
+_FIX = "fix the metadata, or write the files without it to take the labels as plain integers"
+
+
+def _class_names(features: dict[str, Any] | None, column: str, where: str) -> tuple[str, ...] | None:
+    """The class names the Hugging Face features give `column`, if any.
+
+    Raises:
+        ConvertError: a ``ClassLabel`` whose ``names`` are not a list of distinct non-empty
+            strings: without its names, labels outside them would be taken as they are.
+    """
+    feature = (features or {}).get(column)
     if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
         return None
     names = feature.get("names")
@@ -385,7 +506,7 @@ def _class_names(schema: Any, column: str, where: str) -> tuple[str, ...] | None
         or len(set(names)) != len(names)
     ):
         raise ConvertError(
-            f"the Hugging Face ClassLabel of column {column!r} has names {names!r}, not a list of distinct non-empty strings: {fix}",
+            f"the Hugging Face ClassLabel of column {column!r} has names {names!r}, not a list of distinct non-empty strings: {_FIX}",
             path=where,
         )
     return tuple(names)

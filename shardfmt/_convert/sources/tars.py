@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 from ..._dataset.tars import expand_braces, tar_sources
 from ..._errors import ConvertError, FormatError, RejectError, ShardNotFoundError
@@ -198,20 +198,59 @@ def _member_columns(
     return columns, counts
 
 
+def _declared_extensions(found: list[tuple[str, int, TarSample, TarMember, int | None] | ScanReject],
+                         declared: Mapping[str, str]) -> dict[str, str]:
+    """The member extension each declared field names (by field name or by extension), among
+    the members of the samples found.
+
+    Raises:
+        ConvertError: no sample has a member that a declared field names.
+    """
+    extensions = {ext for item in found if not isinstance(item, ScanReject) for ext in item[2].members}
+    named: dict[str, str] = {}
+    for name in declared:
+        ext = name if name in extensions else next((e for e in sorted(extensions) if member_field(e) == name), None)
+        if ext is None:
+            raise ConvertError(f"field {name!r} was declared, but no sample of the tars has a member .{name}")
+        named[name] = ext
+    return named
+
+
+def _without_declared(found: list[tuple[str, int, TarSample, TarMember, int | None] | ScanReject],
+                      declared: Mapping[str, str]) -> list[tuple[str, int, TarSample, TarMember, int | None] | ScanReject]:
+    """The samples found, each that lacks a member a field was declared for made a
+    "missing-member" reject: a declared field is kept, and every record has it."""
+    if not declared:
+        return found
+    named = _declared_extensions(found, declared)
+    kept: list[tuple[str, int, TarSample, TarMember, int | None] | ScanReject] = []
+    for item in found:
+        lacking = None if isinstance(item, ScanReject) else next((n for n, e in named.items() if e not in item[2].members), None)
+        if lacking is None:
+            kept.append(item)
+            continue
+        rel, _, sample, _, _ = cast(tuple[str, int, TarSample, TarMember, "int | None"], item)
+        detail = f"no member .{named[lacking]}, which the declared field {lacking!r} needs (--field {lacking}=KIND, fields=)"
+        kept.append(ScanReject(0, display_path(rel), "missing-member", detail, key=display_key(sample.key)))
+    return kept
+
+
 def scan_tars(tars: list[Path], *, declared: Mapping[str, str] | None = None, work: Path | None = None) -> SourceScan:
     """Find the samples of local tars, in tar order (see the module docstring).
 
     The records are labelled when any sample has a ``.cls`` member (then a sample without one
     is a "no-label" reject). Each further member extension that every kept sample has is a
     member column (`tar.keys.member_field` names it; `declared` may give its kind by name or
-    extension, else `tar.keys.member_kind`); the other members are counted in `not_stored`.
+    extension, else `tar.keys.member_kind`); the other members are counted in `not_stored`. A
+    declared member is a column even where some samples lack it: those samples are
+    "missing-member" rejects.
 
     Compressed tars (``.tar.gz``, ``.tgz``) are first streamed into uncompressed copies under
     `work` (`decompress_tars`), which the conversion then reads.
 
     Raises:
-        ConvertError: a tar does not exist, a declared kind is not str, json or bytes, or a
-            declared field is not a member of every kept sample, or compressed tars without `work`.
+        ConvertError: a tar does not exist, a declared kind is not str, json or bytes, or no
+            sample has a member a declared field names, or compressed tars without `work`.
     """
     declared = dict(declared or {})
     if any(tar.name.endswith(COMPRESSED_SUFFIXES) for tar in tars):
@@ -227,11 +266,9 @@ def scan_tars(tars: list[Path], *, declared: Mapping[str, str] | None = None, wo
     found: list[tuple[str, int, TarSample, TarMember, int | None] | ScanReject] = []
     for scan in scans:
         found.extend([scan] if isinstance(scan, ScanReject) else _read_samples(*scan, labelled=labelled))
+    found = _without_declared(found, declared)
     kept = [item for item in found if not isinstance(item, ScanReject)]
     columns, counts = _member_columns(kept, labelled=labelled, declared=declared)
-    missing = [name for name in declared if all(name not in (taken, ext) for taken, _, ext in columns)]
-    if missing:
-        raise ConvertError(f"field {missing[0]!r} was declared, but not every sample of the tars has a member .{missing[0]}")
     inputs: list[SourceFile] = []
     rejects: list[ScanReject] = []
     max_label = -1
