@@ -348,3 +348,49 @@ def test_the_skipped_are_not_names() -> None:
         "a file name", "a member-name pattern", "a member-name pattern",
         "a name in torchvision, which the test does not import: not installed by the test extra", None]
     assert not any(name in dir(builtins) for name in INSTANCES)
+
+
+HOP = re.compile(r"`(shardfmt/[A-Za-z0-9_/]+\.py): (" + IDENTIFIER + r"(?:\." + IDENTIFIER + r")*)`")
+"""A hop of the maps in docs/internals.md: ``path/to/module.py: function`` or ``: Class.method``."""
+INTERNALS = ROOT / "docs" / "internals.md"
+
+
+def defines(path: Path, qualified: str) -> bool:
+    """Whether the module at `path` defines `qualified` (a function or class at its top level, or
+    a method or class nested in such a class)."""
+    body: list[ast.stmt] = ast.parse(path.read_text(encoding="utf-8")).body
+    for part in qualified.split("."):
+        found = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == part]
+        if not found:
+            return False
+        body = found[0].body
+    return True
+
+
+def section(title: str) -> str:
+    text = INTERNALS.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_every_hop_of_the_maps_is_defined_where_it_says() -> None:
+    hops = HOP.findall(INTERNALS.read_text(encoding="utf-8"))
+    broken = [f"{path}: {name}" for path, name in hops if not (ROOT / path).is_file() or not defines(ROOT / path, name)]
+    assert broken == []
+    assert len(hops) >= 30  # the walk finds the hops (31 when this test was written)
+
+
+def test_a_batch_is_followed_in_at_most_eight_hops() -> None:
+    steps = [HOP.search(line) for line in section("Life of a batch").splitlines() if re.match(r"\d+\. ", line)]
+    assert [(step.group(1), step.group(2)) for step in steps if step is not None][0] == ("shardfmt/_loader/core.py", "Loader.__iter__")
+    assert len(steps) == 8 and all(steps)
+    conversion = [line for line in section("Life of a conversion").splitlines() if re.match(r"\d+\. ", line)]
+    assert conversion[0].startswith("1. `shardfmt/_cli.py: convert_command`")
+    assert conversion[-1].startswith("9. `shardfmt/_convert/destination.py: Output.finish`")
+
+
+def test_the_hop_check_fails_on_a_missing_method() -> None:
+    assert defines(ROOT / "shardfmt/_loader/scheduler.py", "Scheduler.hand_out")
+    assert not defines(ROOT / "shardfmt/_loader/scheduler.py", "Scheduler.no_such_method")
+    assert not defines(ROOT / "shardfmt/_loader/scheduler.py", "hand_out")  # a method, not a function of the module
