@@ -22,7 +22,10 @@ The resolution rule. The first component is looked up, in this order:
 A module may be written with or without its leading underscore, as the codebase writes them
 (``tar.keys`` and ``tar._keys`` both name ``shardfmt.tar._keys``); every other component must be
 an attribute: of a module (or one of its submodules), or of a class, where an attribute set on
-``self`` in a method, an annotated field or a slot counts as the class's. Not names, and skipped:
+``self`` in a method, an annotated field or a slot counts as the class's, and a property leads
+to the class its return annotation names (``loader.dataset.classes``). Names in the libraries of
+`NOT_IMPORTED` are recognised by their first component only, each for the reason given there.
+Not names, and skipped:
 file names (the last component a file suffix, `FILE_SUFFIXES`: ``manifest.json``, ``trees.py``),
 member-name patterns whose first component is a capitalised placeholder (``KEY.jpg``,
 ``NAME.tar.idx``), and the few written in `NOT_NAMES` with the reason each is not a name.
