@@ -21,7 +21,7 @@ from .._errors import torch_missing
 try:
     import torch  # noqa: F401  (checked first, so that a missing torch is named with its extra)
 except ModuleNotFoundError as _error:
-    if _error.name != "torch":
+    if _error.name != "torch" and not (_error.name or "").startswith("torch."):
         raise
     raise torch_missing("shardfmt.ops", _error) from _error
 
