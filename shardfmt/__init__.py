@@ -5,7 +5,8 @@ held in memory once (`convert`, or ``shardfmt convert``), then read it with `ope
 shuffled batches with `Loader`, from a local folder or from a URL (S3, GCS, HTTP, ... through
 fsspec; see `RemoteOptions`). WebDataset tars work too: written by a `DatasetWriter` with
 ``shard_format="tar"``, or indexed where they lie (`index_tars`). The converter and the reader
-work without torch; `Loader` and `Dataset` import it when first used.
+work without torch; `Loader` and `Dataset` import it when first used and need the
+``shardfmt[torch]`` extra (``pip install 'shardfmt[torch]'``), as `shardfmt.ops` does.
 
 The public API is this package's `__all__`, `shardfmt.ops` (pipelines and augmentation steps),
 and, for those who implement or inspect the format, `shardfmt.format` and `shardfmt.tar`. Every
@@ -82,7 +83,13 @@ _LAZY = ("Dataset", "Loader")
 def __getattr__(name: str) -> typing.Any:
     # The torch-facing names load torch only when asked for.
     if name in _LAZY:
-        from . import _loader
+        try:
+            from . import _loader
+        except ModuleNotFoundError as error:
+            from ._errors import torch_missing
 
+            if error.name != "torch" and not (error.name or "").startswith("torch."):
+                raise
+            raise torch_missing(f"shardfmt.{name}", error) from error
         return getattr(_loader, name)
     raise AttributeError(f"module 'shardfmt' has no attribute {name!r}")

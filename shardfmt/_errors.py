@@ -25,6 +25,9 @@ crosses the process boundary, looked up in a closed set (the classes above and c
 ones), never unpickled; the worker's traceback is attached as the ``__cause__``
 (`WorkerTraceback`).
 
+Without torch (installed by the ``shardfmt[torch]`` extra), `Loader`, `Dataset` and
+`shardfmt.ops` raise the builtin `ModuleNotFoundError` that `torch_missing` words, naming the extra.
+
 A reader error carries ``.path``, ``.offset`` and ``.record`` (each may be None) and renders as
 ``shards/shard-00003.shard: byte 81920: record 17: payload [81920, 99008) runs past end of file``.
 """
@@ -53,6 +56,7 @@ __all__ = [
     "UnsupportedVersionError",
     "WorkerError",
     "WorkerTraceback",
+    "torch_missing",
     "worker_error_class",
     "worker_error_kind",
 ]
@@ -311,3 +315,26 @@ def _reduce_worker_error(self: WorkerError) -> tuple[Callable[..., WorkerError],
 
 def _rebuild_worker_error(kind: str, message: str, path: str | None, offset: int | None, record: int | None) -> WorkerError:
     return worker_error_class(kind)(message, path=path, offset=offset, record=record)
+
+
+TORCH_EXTRA = "shardfmt[torch]"
+"""The extra that installs torch, which `Loader`, `Dataset` and `shardfmt.ops` need."""
+
+
+def torch_missing(what: str, error: ModuleNotFoundError) -> ModuleNotFoundError:
+    """Return the error to raise when `what` (``"shardfmt.Loader"``) is used without torch.
+
+    Args:
+        what: the name the user asked for.
+        error: the `ModuleNotFoundError` the import of torch raised; re-raise it (``raise error``)
+            when it is about another module.
+
+    Returns:
+        A `ModuleNotFoundError` (an `ImportError`) whose ``name`` is ``"torch"`` and whose
+        message names the extra to install; raise it ``from error``.
+    """
+    return ModuleNotFoundError(
+        f"{what} needs torch ({error}): pip install '{TORCH_EXTRA}' installs it; "
+        "converting, reading and verifying work without it",
+        name="torch",
+    )

@@ -195,3 +195,30 @@ def test_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
     graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 9}, "d": {"a": 1}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+TORCH_LAYERS = frozenset({"ops", "loader"})
+"""The layers whose modules may import torch (the ``shardfmt[torch]`` extra): converting, reading
+and verifying import none of them, so they work without torch (tests/test_torchless.py runs them)."""
+
+
+def torch_imports(path: Path) -> list[int]:
+    """Return the lines of `path` that import torch or a module of it, at any depth."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_torch_layers_import_torch() -> None:
+    # The top package names torch only in `__getattr__`, through the loader, never importing it.
+    found = {module: torch_imports(path) for module, path in MODULES.items()}
+    assert {module: lines for module, lines in found.items() if lines and layer(module) not in TORCH_LAYERS} == {}
+    assert found["shardfmt.ops"] != [] and found["shardfmt._loader.core"] != []

@@ -113,7 +113,7 @@ class Output:
         location: how results name the output: a `Path`, or the URL without credentials.
         has_plan: the output holds the plan of an interrupted conversion.
         finished: opened to resume, the manifest of the finished dataset it already holds
-            (there is nothing to resume: `pipeline.already_finished` reports it), else None.
+            (there is nothing to resume: `loop.already_finished` reports it), else None.
     """
 
     def __init__(self, store: Store, location: Path | str, *, has_plan: bool, lock: StoreLock | None = None, created: bool = False) -> None:

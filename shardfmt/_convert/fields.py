@@ -14,7 +14,7 @@ every other one by the same geometry times its scale, so the relation stays exac
 
 Planning (`plan.from_field_scan`), the parallel build (`records.FieldsBuilder`), sidecars,
 resume, rejects.jsonl and the manifest written last are `convert`'s own pipeline
-(`pipeline.run_conversion`): same determinism, atomicity and crash safety, for a local output or
+(`loop.run_conversion`): same determinism, atomicity and crash safety, for a local output or
 one given by URL. One source (an ImageFolder or a listing) may be a URL; several folders
 must be local.
 """

@@ -187,7 +187,7 @@ def _unreadable(err: OSError) -> RejectError:
 
 @dataclass(frozen=True)
 class ImageLabelBuilder:
-    """(image, label, key) records: the image normalised (`normalise.normalise_image`). The key
+    """(image, label, key) records: the image normalised (`images.normalise_image`). The key
     must obey the key rule of every output (`tar.keys.key_problem`), and for a tar shard also
     read back as a tar key (`tar.keys.tar_key`), or the record is a "bad-key" reject before
     its file is read. Records from tars may have no label

@@ -55,9 +55,9 @@ raises `ConvertError` naming the first reject.
 
 Sharding, determinism and crash safety. All inputs are scanned and ordered first, then cut into
 shards by their file sizes: consecutive inputs until their sizes add up to ``shard_size`` (or
-`layout.MAX_RECORDS_PER_SHARD` inputs). The plan (`plan.ConversionPlan`: inputs with size and
+`format.layout.MAX_RECORDS_PER_SHARD` inputs). The plan (`plan.ConversionPlan`: inputs with size and
 mtime, options, classes) is written to ``OUT/.shardfmt-work/plan.json`` before any shard. Then
-`pipeline.run_conversion` builds the records in chunks on every worker and writes each shard in
+`loop.run_conversion` builds the records in chunks on every worker and writes each shard in
 order, atomically, then its sidecar. At the end come ``rejects.jsonl`` and, as the commit point,
 ``manifest.json``; then the work folder is removed. Equal inputs and options give byte-identical
 shards and manifest for any number of workers. A shard whose inputs are all rejected is not
@@ -70,7 +70,7 @@ stops answering is never a reject: the run stops with `RemoteError`, resumable; 
 cause may pass (a read that timed out) is read again on resume.
 
 Object storage and Ray. A source or output given by URL (``s3://bucket/prefix``) goes through
-the same plan, pipeline and bytes (`output.Output` writes into any `Store`); ``engine="ray"``
+the same plan, pipeline and bytes (`destination.Output` writes into any `Store`); ``engine="ray"``
 builds the chunks as Ray tasks instead of in the local process pool (`engine`). Both work for
 binary and tar shards and for `fields.convert_fields`; what is not supported is refused with a
 `ConvertError` naming the combination: WebDataset tars given by URL as a source (they are read

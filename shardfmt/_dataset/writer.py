@@ -66,7 +66,7 @@ class DatasetWriter(Transaction):
         self.options = dict(options or {})
         self.shard_format = shard_format
         self.shards: list[Any] = []
-        """`ShardInfo` of each finished shard, or `tar.TarShardInfo` for tar shards."""
+        """`ShardInfo` of each finished shard, or `tar.writer.TarShardInfo` for tar shards."""
         self._current: Any = None
 
     def _open_shard(self) -> Any:

@@ -29,7 +29,7 @@ measure of the CPU's rate.
 
 After the fields, a sample of the image field named by the config's "transform" (the loader's
 ``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
-chunk's draws (`ops.SampleTransform`) and written into its slot row; outputs of type "index"
+chunk's draws (`ops.augment.SampleTransform`) and written into its slot row; outputs of type "index"
 receive the chunk's dataset indices.
 """
 

@@ -82,7 +82,7 @@ class Loader(LoaderAttributes):
             `shardfmt.ops`.
         size: output size for the named pipelines, int or (height, width); `set_size` changes it
             between epochs.
-        drop_last: drop the epoch's remainder so every batch is full (see `sampling.sample_batches`).
+        drop_last: drop the epoch's remainder so every batch is full (see `sampling.keys.sample_batches`).
         layout: "NCHW" (default; a channels_last view of the slot, what convolutions run fastest
             on; use .reshape rather than .view) or "NHWC" (contiguous).
         rank, world_size: this process's share; where not given, torch.distributed's when it is
@@ -120,11 +120,11 @@ class Loader(LoaderAttributes):
             credentials, retries; see `RemoteOptions`). With a cache, the loader downloads the
             shards its coming batches need ahead of the workers.
         window: shuffle shards, then records within windows of this many shards (see
-            `sampling.window_order`), so that only about `window` shards are read at a time;
+            `sampling.keys.window_order`), so that only about `window` shards are read at a time;
             None shuffles all records at once. Works alike with `fields`. Not with a `Mixture`.
         order: how a shuffled epoch is ordered: "sorted-key" (every record's key sorted: 8
             bytes a record), "feistel" (a bijection computed batch by batch: nothing a record),
-            or "auto" (default): "sorted-key" below `orders.FEISTEL_FROM` (65,536) records,
+            or "auto" (default): "sorted-key" below `sampling.orders.FEISTEL_FROM` (65,536) records,
             "feistel" from there on. A `Mixture` is always "feistel".
         fields: deliver several fields as a dict of tensors instead of (images, labels): a
             mapping from field name to `shardfmt.ops.ImageOutput` (or its size, or None for
@@ -287,7 +287,7 @@ class Loader(LoaderAttributes):
 
     @property
     def dataset(self) -> EpochRecords:
-        """The records an epoch draws from, as torch's ``DataLoader.dataset``."""
+        """The records an epoch draws from, as torch's `torch.utils.data.DataLoader.dataset`."""
         return EpochRecords(self._dataset, subset=self._epochs.subset, epoch_records=self._epochs.epoch_records)
 
     @property

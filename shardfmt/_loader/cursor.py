@@ -196,7 +196,7 @@ class Cursor:
     """The position of one rank's stream of batches.
 
     Args:
-        order_of: epoch -> that epoch's order of record indices (`orders.epoch_order`).
+        order_of: epoch -> that epoch's order of record indices (`sampling.orders.epoch_order`).
         epoch_records: records an epoch holds (a subset's, or all).
         batch_size, rank, world_size, drop_last: this rank's split of each epoch.
     """

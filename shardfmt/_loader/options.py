@@ -269,7 +269,7 @@ MIN_STD = 1e-6
 MAX_PREFETCH = 1024
 MAX_WINDOW = 2**31 - 1
 MAX_SEED = 2**64 - 1
-"""Seeds are hashed as 64-bit words (`sampling.record_keys`)."""
+"""Seeds are hashed as 64-bit words (`sampling.keys.record_keys`)."""
 MAX_WORLD_SIZE = 2**31 - 1
 
 
@@ -379,7 +379,7 @@ def transform_outputs(
     and what the workers run on it; None without steps or normalisation.
 
     Args:
-        outputs: as `fields.resolve_outputs` gives them.
+        outputs: as `outputs.resolve_outputs` gives them.
         augment: the steps, applied to the one image field.
         mean, std: per-channel values (0-255 scale) to normalise with in the workers, or None.
 

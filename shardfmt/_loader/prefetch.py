@@ -1,7 +1,7 @@
 """Downloading whole shards into the cache ahead of the workers, in the order batches need them.
 
 Used by `Loader` for a remote dataset read with ``RemoteOptions(mode="cache")``. The loader knows
-its order (`sampling.sample_batches`), so for every batch it schedules the prefetcher works out
+its order (`sampling.keys.sample_batches`), so for every batch it schedules the prefetcher works out
 which shards are in use from that batch on and which come next, by their first record in the
 order, and downloads the next `ahead` of them on a few threads. A failed prefetch is only logged:
 the worker that needs the shard fetches it itself and reports the error with shard and record.

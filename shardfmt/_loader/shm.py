@@ -107,7 +107,7 @@ class Slot:
         self._owner = owner
         self.buffer = buffer
         self.capacity = len(buffer)
-        """Bytes of the mapping: at least `layout.slot_bytes`."""
+        """Bytes of the mapping: at least `SlotLayout.slot_bytes`."""
         self.arrays = slot_arrays(buffer, layout)
 
     def with_layout(self, layout: SlotLayout) -> Slot:

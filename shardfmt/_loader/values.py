@@ -57,7 +57,7 @@ def read_values(dataset: RecordSource, names: Sequence[str], indices: Sequence[i
 
     Raises:
         FormatError: a value is not valid for its type, or a shard file was truncated since it
-            was opened (`format.ShardReaderBase.check_file`).
+            was opened (`format.reader.ShardReaderBase.check_file`).
         ChecksumError: a tar member does not match its checksum (with `verify`).
     """
     values: dict[str, list[Any]] = {name: [] for name in names}

@@ -13,7 +13,7 @@ structs sent with `send_bytes` (no pickling):
 
 While it works, a worker stores the record it is on in a shared array, so that if it dies the
 loader can name the shard and record, and it holds a shared byte at 1 while libjpeg's partial
-decoder runs (`ImageDecoder.in_partial_decode`), so that the loader can tell a death there from
+decoder runs (`ops.decode.ImageDecoder.in_partial_decode`), so that the loader can tell a death there from
 any other. The workers also share the bitmaps of checked records and of records to decode whole
 (`chunk`).
 

@@ -66,11 +66,11 @@ def epoch_order(
 
     Args:
         name: "sorted-key" or "feistel" (`resolve_order`).
-        num_records, seed, epoch, shuffle: as for `sampling.sample_batches`.
+        num_records, seed, epoch, shuffle: as for `keys.sample_batches`.
         shard_sizes, window: the block shuffle (both, or neither).
         source_sizes, source_counts: for a mixture, each source's records and its draws an epoch
             (then `num_records` is the epoch size).
-        subset: distinct record indices (as `sampling.check_subset` returns them): the epoch
+        subset: distinct record indices (as `keys.check_subset` returns them): the epoch
             holds those only, shuffled in the order the full epoch puts them (the full order with
             the others left out), unshuffled in the order given. The order is then an array of
             the subset's size; with "feistel" the full order is evaluated once to filter it.

@@ -5,11 +5,11 @@ here compute the record at any position of an epoch from the position alone, wit
 state only, so an epoch of 10^9 records costs nothing before its first batch:
 
 - `permute` is a Feistel network on ``2 * h`` bits (``4^h >= n``) with `ROUNDS` rounds keyed by
-  SplitMix64 (`sampling.record_keys`), restricted to [0, n) by cycle walking: a value outside
+  SplitMix64 (`keys.record_keys`), restricted to [0, n) by cycle walking: a value outside
   [0, n) is encrypted again until it falls inside. It is a permutation of [0, n) for every n.
 - `FeistelOrder` is the shuffled order of an epoch: position p holds record ``permute(p)``.
 - `WindowedFeistelOrder` is the block shuffle: shards ordered by their SHARD keys and cut into
-  windows of `window` shards (as `sampling.window_order`), then each window's records permuted
+  windows of `window` shards (as `keys.window_order`), then each window's records permuted
   by its own bijection. One window is exactly `FeistelOrder`.
 - `RepeatedOrder` is repeated augmentation: any of these orders with each position taken `k`
   times in a row, so each record comes k times an epoch and consecutive copies fall on

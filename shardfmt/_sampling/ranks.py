@@ -3,7 +3,7 @@
 `RankPlan` applies the split of spec/sampling.md ("Splitting over ranks and into batches") to any
 `permutation.EpochOrder` from position `start` on: rank r takes positions ``start + r + k W``,
 cut into batches by arithmetic, so a batch costs only its own records whatever the epoch's size.
-With ``start = 0`` and an `ArrayOrder` it gives `sampling.sample_batches`' batches exactly.
+With ``start = 0`` and an `ArrayOrder` it gives `keys.sample_batches`' batches exactly.
 
 `delivered_records` is the elastic rule: after every rank of W has taken the same number of
 batches, the records delivered are the first ``delivered_records(...)`` positions of the split

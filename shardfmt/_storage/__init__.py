@@ -32,7 +32,7 @@ def open_source(path: str) -> ByteSource:
 
 
 def open_store(location: str, *, remote: RemoteOptions | None = None) -> Store:
-    """Open a local folder or a URL as a `Store` (credentials from `remote.storage_options`)."""
+    """Open a local folder or a URL as a `Store` (credentials from `RemoteOptions.storage_options`)."""
     from .remote import FsspecStore
     from .urls import local_path
 

@@ -149,7 +149,7 @@ class ShardReaderBase(ABC):
         path: how messages name the shard.
         verify: check a record's checksum whenever one of its payloads is read.
         schema: the fields of every record.
-        table: one row per record, with the columns of ``schema.record_dtype()``; ``offset``,
+        table: one row per record, with the columns of `Schema.record_dtype()`; ``offset``,
             ``size`` and ``checksum`` are the span of `source` that a record's checksum covers.
     """
 

@@ -9,9 +9,21 @@ decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentatio
 `ImageOutput` states how one image field of several is
 delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan`, `AugmentStep` and `BatchStep` are
 the types a pipeline or step of your own implements. The modules of this package are internal.
+
+The steps run on torch tensors: this package needs the ``shardfmt[torch]`` extra and says so
+when torch is missing.
 """
 
 from __future__ import annotations
+
+from .._errors import torch_missing
+
+try:
+    import torch  # noqa: F401  (checked first, so that a missing torch is named with its extra)
+except ModuleNotFoundError as _error:
+    if _error.name != "torch" and not (_error.name or "").startswith("torch."):
+        raise
+    raise torch_missing("shardfmt.ops", _error) from _error
 
 from ._augment import AugmentStep, ColorJitter, RandomGrayscale, RandomRotation, RandomVerticalFlip
 from ._augmix import AugMix

@@ -12,10 +12,10 @@ torchvision transform, a `torch.nn.Module`; `as_step` tells them apart by signat
 this record; it returns a (3, H, W) uint8 tensor (the same one, changed in place, or a new one).
 
 Randomness. Step number j of the list (from 0) takes its draws from the key
-``key(seed, STEP + j, epoch, record)`` (`sampling.STEP_STREAM`; spec/sampling.md): `u[k]` is draw
+``key(seed, STEP + j, epoch, record)`` (`sampling.keys.STEP_STREAM`; spec/sampling.md): `u[k]` is draw
 k + 1 of that key as a float in [0, 1), and a user's step gets a generator seeded with the key
 itself. Before a user's step runs, the process's global torch, numpy and `random` generators are
-seeded from ``key(seed, RNG + j, epoch, record)`` (`sampling.RNG_STREAM`), so that a step drawing
+seeded from ``key(seed, RNG + j, epoch, record)`` (`sampling.keys.RNG_STREAM`), so that a step drawing
 from them (every torchvision transform does) is reproducible too. So every draw is a pure function
 of (seed, epoch, record, position in the list): the number of workers, the batch and a resume
 never change it.

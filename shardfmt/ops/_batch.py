@@ -2,7 +2,7 @@
 labels in, images and soft labels out), with torchvision v2's semantics, drawn from (seed,
 epoch, batch) so that a resumed run mixes the same batches the same way.
 
-torchvision v2 (``transforms.v2.MixUp``, ``CutMix``, ``RandomChoice``), for a batch of N images
+torchvision v2 (``torchvision.transforms.v2.MixUp``, ``CutMix``, ``RandomChoice``), for a batch of N images
 and labels, with ``lam`` drawn from Beta(alpha, alpha) once a batch:
 
 - labels become one-hot float rows ``y`` (``num_classes`` wide), then
@@ -15,7 +15,7 @@ and labels, with ``lam`` drawn from Beta(alpha, alpha) once a batch:
 - RandomChoice: one of its steps, chosen with probabilities `p` (equal by default).
 
 Randomness: batch step j of a list draws from ``key(seed, BATCH + j, epoch, batch)``
-(`sampling.BATCH_STREAM`; spec/sampling.md): ``u[k]`` is draw k + 1 as a float. ``lam`` is
+(`sampling.keys.BATCH_STREAM`; spec/sampling.md): ``u[k]`` is draw k + 1 as a float. ``lam`` is
 the ``u[0]``-quantile of Beta(alpha, alpha) (`beta_quantile`), and CutMix takes
 ``r_x = floor(W u[1])``, ``r_y = floor(H u[2])``; RandomChoice picks its step with ``u[0]`` and
 hands it ``u[1:]``.

@@ -86,7 +86,7 @@ class PixelOps:
         return target
 
     def gray(self, image: np.ndarray) -> np.ndarray:
-        """trunc(0.2989 R + 0.587 G + 0.114 B) in float32, as `ColourKernels.gray`."""
+        """trunc(0.2989 R + 0.587 G + 0.114 B) in float32, as `colour.ColourKernels.gray`."""
         out, term = self._gray, self._term
         red, green, blue = cv2.split(image)  # contiguous planes: the products below then take 2/3 of the time
         np.multiply(red, _R, out=out)
