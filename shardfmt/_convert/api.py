@@ -137,8 +137,8 @@ def convert(
             the kind of a tar member ("str", "json" or "bytes": kept, and samples without it
             rejected as "missing-member"), or of a Parquet or Arrow column ("str", "int64",
             "float64", "bytes" or "json").
-        store, scale, patch: how images are stored and related (several fields).
-        shard_format: "binary", or "tar" (WebDataset tars with a member index each).
+        store, scale, patch, shard_format: how images are stored and related (several fields);
+            "binary" shards, or "tar" (WebDataset tars with a member index each).
         image_column, label_column, key_column, image_root, drop_columns: for Parquet and Arrow
             files (and a ``datasets.Dataset``): the columns; the folder image paths are resolved
             against and must stay inside once symbolic links are resolved (default: the folder
@@ -154,9 +154,8 @@ def convert(
         ConvertError: the source is none of the kinds above (the message lists them), holds no
             input, or every input was rejected (without `allow_empty`; the output is written
             first), or the options do not fit the source.
-        RemoteError: a store stopped answering: the run stopped, nothing was rejected for it,
-            and the message says how to resume (``resume=True``, and ``break_lock=True`` when
-            the lock object of an output in a store was left).
+        RemoteError: a store stopped answering: the run stopped, nothing was rejected for it, and
+            the message says how to resume (``resume=True``, with ``break_lock=True`` if a lock was left).
         ValueError, LockedError, WorkerError, OSError: as ``shardfmt convert`` reports them.
     """
     check_workers(workers)
@@ -166,8 +165,7 @@ def convert(
     declared = list(fields.items()) if isinstance(fields, Mapping) else [tuple(item) for item in fields]
     table = _table_options(image_column=image_column, label_column=label_column, key_column=key_column, image_root=image_root,
                            drop_columns=drop_columns)
-    paths = isinstance(src, (str, os.PathLike)) or (
-        isinstance(src, (list, tuple)) and all(isinstance(item, (str, os.PathLike)) for item in src))
+    paths = isinstance(src, (str, os.PathLike)) or (isinstance(src, (list, tuple)) and all(isinstance(i, (str, os.PathLike)) for i in src))
     if _is_hf_dataset(src) or not paths:
         result = _convert_in_memory(src, out, declared, store, scale, patch, shard_format, table, common)
     else:
