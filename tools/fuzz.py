@@ -113,6 +113,11 @@ class Seed:
     files: dict[str, bytes]
     rows: tuple[dict[str, Any], ...] = ()
 
+    def __repr__(self) -> str:
+        # short: a failing property test prints every seed it drew, and the files are bytes
+        sizes = ", ".join(f"{name}: {len(data)} bytes" for name, data in self.files.items())
+        return f"Seed({self.name!r}, {{{sizes}}})"
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -125,6 +130,10 @@ class Corpus:
 
     def seeds(self, kind: str) -> tuple[Seed, ...]:
         return getattr(self, kind)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        # short: a failing property test prints its fixtures, and the corpus holds about 800 kB
+        return f"Corpus({len(self.binary)} binary, {len(self.tar)} tar, {len(self.manifest)} manifest seeds)"
 
 
 def jpeg(height: int, width: int, seed: int) -> bytes:

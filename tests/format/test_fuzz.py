@@ -46,7 +46,23 @@ from shardfmt.tar._reader import TarShardReader
 from shardfmt.tar._writer import TarShardWriter
 
 ROOT = Path(__file__).resolve().parents[2]
-SEEDS = [path.read_bytes() for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]
+
+
+class SeedShard(bytes):
+    """A seed shard's bytes that print as their file's name: a failing example stays readable."""
+
+    name: str
+
+    def __new__(cls, path: Path) -> SeedShard:
+        seed = super().__new__(cls, path.read_bytes())
+        seed.name = f"{path.parent.parent.name}/{path.name}"
+        return seed
+
+    def __repr__(self) -> str:
+        return f"<seed {self.name}, {len(self)} bytes>"
+
+
+SEEDS = [SeedShard(path) for path in sorted(ROOT.glob("spec/vectors/v*/valid/*.shard"))]
 PEAK_LIMIT = 2 * 1024 * 1024
 """The seeds are at most a few KB; reading one allocates far less than this."""
 
