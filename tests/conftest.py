@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 # (remote_servers) are imported from any of them.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from leaks import no_leaks  # noqa: E402, F401  (the fixture, for every test)
+
 # Hypothesis: in CI (the CI variable set) every run draws the same examples, so a failure is a
 # failure of the code and not of the draw; in development each run draws afresh, to find more.
 # Either way a failure prints the blob that replays it (@reproduce_failure), and a failure found
@@ -34,14 +36,17 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None, 
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
+
 def jpeg_bytes(height: int = 24, width: int = 32, *, seed: int = 0, quality: int = 90) -> bytes:
     """A small textured RGB JPEG."""
     return simplejpeg.encode_jpeg(make_image(height, width, seed=seed), quality=quality, colorsubsampling="420")
+
 
 @pytest.fixture
 def imagefolder(tmp_path: Path) -> Path:
     """A 3-class ImageFolder of 8 small JPEGs per class."""
     return make_imagefolder(tmp_path / "src", num_classes=3, per_class=8, size=(48, 64), seed=1)
+
 
 @pytest.fixture
 def small_dataset(tmp_path: Path) -> Path:
@@ -54,17 +59,20 @@ def small_dataset(tmp_path: Path) -> Path:
             writer.write({"image": jpeg_bytes(h, w, seed=i), "label": i % 3, "key": f"rec{i:03d}"})
     return out
 
+
 def pillow_bytes(image: Image.Image, fmt: str = "JPEG", **options: object) -> bytes:
     """`image` saved in `fmt` with Pillow's `options`."""
     out = io.BytesIO()
     image.save(out, fmt, **options)
     return out.getvalue()
 
+
 def exif_rotated_jpeg(height: int = 24, width: int = 40, *, orientation: int = 6, seed: int = 0) -> bytes:
     """A JPEG stored `height` x `width` whose EXIF says to turn it (6: 90 degrees clockwise)."""
     exif = Image.Exif()
     exif[0x0112] = orientation
     return pillow_bytes(Image.fromarray(make_image(height, width, seed=seed)), exif=exif)
+
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose header claims `width` x `height` 1-bit pixels; its data is never valid."""
@@ -74,6 +82,7 @@ def png_header_only(width: int, height: int) -> bytes:
 
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00")) + chunk(b"IEND", b"")
+
 
 def awkward_files() -> dict[str, bytes]:
     """Inputs that each exercise one handling rule, by file name relative to a class folder."""
@@ -91,6 +100,7 @@ def awkward_files() -> dict[str, bytes]:
         ".hidden.jpg": full,
         "bomb.png": png_header_only(10_000, 10_000),
     }
+
 
 @pytest.fixture
 def awkward_tree(tmp_path: Path) -> Path:
@@ -110,11 +120,13 @@ def awkward_tree(tmp_path: Path) -> Path:
         file.write(jpeg_bytes(16, 16, seed=9))
     return root
 
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every file under `root` by relative path: to compare two outputs byte for byte."""
     return {
         str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()
     }
+
 
 @pytest.fixture(scope="module")
 def small_dataset_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
