@@ -131,6 +131,7 @@ def test_ranks_disjoint_equal_and_covering(indexed_dataset: Path, world_size: in
     assert sorted(flat) == list(range(NUM_RECORDS))
 
 
+@pytest.mark.slow
 def test_two_process_gloo_run_splits_the_epoch(indexed_dataset: Path, tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
@@ -299,6 +300,7 @@ def test_dev_shm_holds_no_name_while_running_after_close_and_after_an_error(inde
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.slow
 def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
     # The ring is named after the process that makes it: the child prints the rings it maps.
     script = (
@@ -330,6 +332,7 @@ def test_a_killed_worker_is_reported_not_waited_for(indexed_dataset: Path) -> No
     loader.close()
 
 
+@pytest.mark.slow
 def test_spawn_start_method_works(indexed_dataset: Path) -> None:
     with Loader(indexed_dataset, batch_size=32, num_workers=1, size=16, start_method="spawn", shuffle=False) as loader:
         labels, _ = collect(loader)
@@ -400,6 +403,7 @@ def test_too_little_shared_memory_is_a_clear_error(indexed_dataset: Path, monkey
         next(iter(loader))
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
     """SIGINT in the training process ends it with KeyboardInterrupt: no hang, no leftovers."""
@@ -420,10 +424,10 @@ def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
         """
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=30) == 130
-    assert "interrupted" in process.stdout.read()
+    with subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+        assert "interrupted" in process.stdout.read()
