@@ -118,6 +118,9 @@ class Seed:
         sizes = ", ".join(f"{name}: {len(data)} bytes" for name, data in self.files.items())
         return f"Seed({self.name!r}, {{{sizes}}})"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # the pretty-printer Hypothesis uses would list every field
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -134,6 +137,9 @@ class Corpus:
     def __repr__(self) -> str:
         # short: a failing property test prints its fixtures, and the corpus holds about 800 kB
         return f"Corpus({len(self.binary)} binary, {len(self.tar)} tar, {len(self.manifest)} manifest seeds)"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # the pretty-printer Hypothesis uses would list every field
 
 
 def jpeg(height: int, width: int, seed: int) -> bytes:

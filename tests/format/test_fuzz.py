@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes
 from fuzz_mutations import field_locations, reseal_what_parses
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from shardbytes import ShardBytes
 
@@ -228,6 +228,29 @@ def test_tar_header_field_set_and_resealed(corpus: fuzz.Corpus, worker: fuzz.Wor
     assert_no_finding(worker, mutant("tar", seed, {"fuzz.tar": bytes(tar)}, f"header field [{start}, +{width}) at {offset}"))
 
 
+TAR_INCONSISTENCY = (
+    "index_tar indexes a tar whose index TarShardReader then refuses (label -1 in a labelled "
+    "dataset): the tar inconsistency the fuzz campaign found, fixed in the reader separately"
+)
+
+
+@MORE
+@given(seed=st.integers(0, 3), names=st.dictionaries(st.integers(0, 63), st.sampled_from(fuzz_mutations._NAMES), max_size=3))
+@example(seed=1, names={0: b"x" * 100, 2: b"x" * 100}).xfail(raises=AssertionError, reason=TAR_INCONSISTENCY)
+@example(seed=2, names={1: b"x" * 100, 7: b"x" * 100, 13: b"x" * 100}).xfail(raises=AssertionError, reason=TAR_INCONSISTENCY)
+def test_tar_member_names_set_and_resealed(corpus: fuzz.Corpus, worker: fuzz.Worker, seed: int, names: dict[int, bytes]) -> None:
+    # The examples give every label member of a seed (small.tar, then wds.tar) a 100-byte name
+    # with no extension: a tar without labels.
+    chosen = corpus.tar[seed]
+    tar = bytearray(chosen.files["fuzz.tar"])
+    headers = fuzz_mutations.header_blocks(bytes(tar))
+    for number, name in names.items():
+        offset = headers[number % len(headers)]
+        tar[offset : offset + 100] = name[:100].ljust(100, b"\0")
+        fuzz_mutations.reseal_header(tar, offset)
+    assert_no_finding(worker, mutant("tar", chosen, {"fuzz.tar": bytes(tar)}, f"names {names!r}"))
+
+
 @MORE
 @given(st.data())
 def test_tar_flipped_truncated_or_extended(corpus: fuzz.Corpus, worker: fuzz.Worker, data: st.DataObject) -> None:
@@ -297,6 +320,8 @@ def test_manifest_path_set(corpus: fuzz.Corpus, worker: fuzz.Worker, data: st.Da
 
 @MORE
 @given(kind=st.sampled_from(["tar", "manifest"]), seed=st.integers(0, 1 << 16), index=st.integers(0, 1 << 40))
+# found by `tools/fuzz.py --kinds tar` (seed 0): both label members of small.tar renamed, headers resealed
+@example(kind="tar", seed=0, index=56945).xfail(raises=AssertionError, reason=TAR_INCONSISTENCY)
 def test_campaign_mutants(corpus: fuzz.Corpus, worker: fuzz.Worker, kind: str, seed: int, index: int) -> None:
     assert_no_finding(worker, fuzz.make_mutant(corpus, kind, seed=seed, index=index, scratch=worker.scratch))
 
@@ -321,6 +346,7 @@ def campaign(out: Path, *options: str) -> tuple[int, dict[str, Any]]:
     return code, json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_short_campaign_of_every_kind_finds_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, summary = campaign(tmp_path / "out", "--seconds", "3", "--seed", "1")
     assert code == 0
