@@ -93,9 +93,19 @@ def test_a_drop_of_free_shared_memory_beyond_the_tolerance_is_reported(free_afte
     assert bool(found) == bool(dropped)
 
 
+def test_the_growth_of_multiprocessings_shared_heap_is_no_drop() -> None:
+    before = leaks.Resources(frozenset(), {}, {}, 10 << 20, arena_bytes=4096)
+    after = leaks.Resources(frozenset(), {}, {}, (10 << 20) - 3 * 4096, arena_bytes=3 * 4096)
+    assert leaks.leaks_between(before, after, shm_tolerance=0).shm_dropped == 4096
+
+
 def test_the_tolerance_for_free_shared_memory_is_none_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SHARDFMT_TEST_SHM_TOLERANCE", raising=False)
     monkeypatch.setenv("CI", "1")
     assert leaks.shm_tolerance() == 0
+    monkeypatch.setenv("SHARDFMT_TEST_SHM_TOLERANCE", "65536")
+    assert leaks.shm_tolerance() == 65536
+    monkeypatch.delenv("SHARDFMT_TEST_SHM_TOLERANCE")
     monkeypatch.delenv("CI")
     assert leaks.shm_tolerance() == leaks.SHARED_MACHINE_SHM_TOLERANCE
 
