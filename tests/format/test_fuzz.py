@@ -320,8 +320,11 @@ def test_manifest_path_set(corpus: fuzz.Corpus, worker: fuzz.Worker, data: st.Da
 
 @MORE
 @given(kind=st.sampled_from(["tar", "manifest"]), seed=st.integers(0, 1 << 16), index=st.integers(0, 1 << 40))
-# found by `tools/fuzz.py --kinds tar` (seed 0): both label members of small.tar renamed, headers resealed
+# the two findings of `tools/fuzz.py --kinds tar` (seed 0) in its first 107,127 mutations: small.tar
+# without a label member, its two renamed (56945), or one renamed and one made a non-regular member
+# (102071), headers resealed
 @example(kind="tar", seed=0, index=56945).xfail(raises=AssertionError, reason=TAR_INCONSISTENCY)
+@example(kind="tar", seed=0, index=102071).xfail(raises=AssertionError, reason=TAR_INCONSISTENCY)
 def test_campaign_mutants(corpus: fuzz.Corpus, worker: fuzz.Worker, kind: str, seed: int, index: int) -> None:
     assert_no_finding(worker, fuzz.make_mutant(corpus, kind, seed=seed, index=index, scratch=worker.scratch))
 
