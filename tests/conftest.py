@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simplejpeg
+from hypothesis import settings
 from PIL import Image
 
 from shardfmt import DatasetWriter
@@ -23,6 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 # Tests live in folders that mirror the package's layers; the helpers beside this file
 # (remote_servers) are imported from any of them.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from leaks import no_leaks  # noqa: E402, F401  (the fixture, for every test)
+
+# Hypothesis: in CI (the CI variable set) every run draws the same examples, so a failure is a
+# failure of the code and not of the draw; in development each run draws afresh, to find more.
+# Either way a failure prints the blob that replays it (@reproduce_failure), and a failure found
+# once is kept as an explicit @example. No deadline: a deadline is a wall-clock assertion, and
+# the suite runs on loaded machines. HYPOTHESIS_PROFILE picks a profile by name.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+webdataset_leaves_files_open = pytest.mark.filterwarnings("ignore:unclosed file <_io.BufferedReader:ResourceWarning")
+"""For a test that reads tars with webdataset's WebDataset: webdataset 1.0 opens each tar and never
+closes it (the garbage collector does, with a ResourceWarning, which the suite makes an error).
+Not ours to fix; only tests that read with webdataset carry this mark."""
 
 
 def jpeg_bytes(height: int = 24, width: int = 32, *, seed: int = 0, quality: int = 90) -> bytes:
@@ -126,3 +143,4 @@ def small_dataset_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
             h, w = int(rng.integers(20, 60)), int(rng.integers(20, 60))
             writer.write({"image": jpeg_bytes(h, w, seed=i), "label": i % 3, "key": f"rec{i:03d}"})
     return out
+

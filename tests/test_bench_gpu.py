@@ -24,6 +24,7 @@ def run_tool(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(TOOLS / script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
 
 
+@pytest.mark.slow
 def test_scaling_against_the_decode_limit(tmp_path: Path) -> None:
     out = tmp_path / "scaling.json"
     done = run_tool(
@@ -43,6 +44,7 @@ def test_scaling_against_the_decode_limit(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 @pytest.mark.parametrize("script", ["bench_gpu.py", "bench_train.py"])
+@pytest.mark.slow
 def test_gpu_benches_skip_without_cuda(tmp_path: Path, script: str) -> None:
     done = run_tool(script, "--work-dir", str(tmp_path), "--json", str(tmp_path / "out.json"))
     assert done.returncode == 0, done.stderr

@@ -48,6 +48,7 @@ def ratio_lines(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("ratio ")]
 
 
+@pytest.mark.slow
 def test_shardfmt_and_decode_limit(tmp_path: Path) -> None:
     done = run_bench("--only", "shardfmt,decode", "--json", str(tmp_path / "out.json"), "--rounds", "2", work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -65,6 +66,7 @@ def test_shardfmt_and_decode_limit(tmp_path: Path) -> None:
     assert all(result["images"] == 40 for result in document["results"])
 
 
+@pytest.mark.slow
 def test_every_contender_with_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     chart = tmp_path / "bench.png"
@@ -93,6 +95,7 @@ def test_every_contender_with_chart(tmp_path: Path) -> None:
     assert chart.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_raw_pixels_beside_the_jpeg_path(tmp_path: Path) -> None:
     done = run_bench("--only", "shardfmt,raw,patches", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -110,12 +113,14 @@ def test_raw_pixels_beside_the_jpeg_path(tmp_path: Path) -> None:
         assert kind in json.dumps(manifest["schema"])
 
 
+@pytest.mark.slow
 def test_unknown_contender_is_refused(tmp_path: Path) -> None:
     done = run_bench("--only", "shardfmt,dali", work_dir=tmp_path)
     assert done.returncode == 2
     assert "--only" in done.stderr
 
 
+@pytest.mark.slow
 def test_s3_contender_beside_local_disk(tmp_path: Path) -> None:
     pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
@@ -126,6 +131,7 @@ def test_s3_contender_beside_local_disk(tmp_path: Path) -> None:
     assert any("shardfmt over S3, shard cache / shardfmt fast_decode=True" in line and "x" in line for line in ratio_lines(done.stdout))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # about 140 s on two cores under a load of 10
 def test_convert_bench_prints_every_writer_and_the_ceiling(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -160,6 +166,7 @@ def test_convert_bench_prints_every_writer_and_the_ceiling(tmp_path: Path) -> No
     assert any(line.startswith(target) and line.rstrip().endswith(("met", "NOT met")) for line in done.stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
     done = run_bench("--only", "shardfmt,pil,augment", "--json", str(tmp_path / "out.json"), work_dir=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -207,6 +214,7 @@ def test_rounds_keep_each_measure_at_its_best() -> None:
     assert "best of 1000, 1250" in best.note and "1st epoch best of 1000, 556" in best.note
 
 
+@pytest.mark.slow
 def test_outage_bench_counts_one_request_per_attempt() -> None:
     pytest.importorskip("gcsfs", reason="gs:// URLs need gcsfs")
     pytest.importorskip("adlfs", reason="az:// URLs need adlfs")

@@ -51,6 +51,7 @@ def plain(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subproc
     return done, read_log(log)
 
 
+@pytest.mark.slow
 def test_one_process_trains_across_an_epoch_with_a_progress_bar(
     plain: tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]],
 ) -> None:
@@ -63,6 +64,7 @@ def test_one_process_trains_across_an_epoch_with_a_progress_bar(
     assert log[-1]["done"] == 9
 
 
+@pytest.mark.slow
 def test_a_run_resumed_mid_epoch_sees_the_same_batches_and_ends_with_the_same_weights(
     demo: Path, plain: tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]], tmp_path: Path
 ) -> None:
@@ -81,6 +83,7 @@ def test_a_run_resumed_mid_epoch_sees_the_same_batches_and_ends_with_the_same_we
     assert resumed[-1]["weights"] == plain[1][-1]["weights"]
 
 
+@pytest.mark.slow
 def test_torchrun_trains_two_processes_with_gloo(demo: Path, tmp_path: Path) -> None:
     log, checkpoint = tmp_path / "steps.jsonl", tmp_path / "run.pt"
     done = train(demo, *SHORT, "--max-steps", "4", "--step-log", log, "--checkpoint", checkpoint, torchrun=2)
@@ -101,6 +104,7 @@ RECIPE = ["--auto-augment", "ta_wide", "--random-erase", "0.5", "--mixup-alpha",
           "--interpolation", "bicubic", "--val-resize-size", "40", "--val-crop-size", "32"]
 
 
+@pytest.mark.slow
 def test_the_reference_recipe_runs_and_resumes_mid_epoch_with_the_same_batches(demo: Path, tmp_path: Path) -> None:
     whole = tmp_path / "whole.jsonl"
     train(demo, *SHORT, *RECIPE, "--max-steps", "8", "--step-log", whole)

@@ -29,6 +29,14 @@ def label_strip(sheet: Image.Image, layout: SheetLayout, number: int) -> np.ndar
     return np.asarray(sheet.crop((x, y, x + layout.tile_width, y + layout.label_height)))
 
 
+def read_png(path: Path) -> Image.Image:
+    """The image at `path`, read whole and its file closed."""
+    with Image.open(path) as image:
+        image.load()
+    return image
+
+
+
 def test_layout_places_tiles_row_by_row() -> None:
     layout = SheetLayout(2, 3, 32, 32)
     assert layout.size == (3 * 32 + 4 * 4, 2 * (32 + 14) + 3 * 4) == (112, 104)
@@ -43,7 +51,7 @@ def test_a_sheet_holds_the_loaders_first_batch(
     small_dataset: Path, tmp_path: Path, pipeline: str, augment: dict | None, made: object
 ) -> None:
     result = preview(small_dataset, tmp_path / "grid.png", rows=2, cols=3, pipeline=pipeline, size=32, seed=5, augment=augment)
-    sheet = Image.open(tmp_path / "grid.png")
+    sheet = read_png(tmp_path / "grid.png")
     assert sheet.size == (112, 104) and sheet.mode == "RGB"
     indices = [int(i) for i in sample_batches(40, batch_size=6, seed=5, epoch=0).batch(0)]
     assert [t.index for t in result.tiles] == indices
@@ -61,7 +69,7 @@ def test_a_sheet_holds_the_loaders_first_batch(
 
 def test_stored_records_are_shown_as_they_are(small_dataset: Path, tmp_path: Path) -> None:
     result = preview(small_dataset, tmp_path / "stored.png", rows=1, cols=4, size=64, records=[0, 17, 39])
-    sheet = Image.open(tmp_path / "stored.png")
+    sheet = read_png(tmp_path / "stored.png")
     assert sheet.size == (4 * 64 + 5 * 4, 64 + 14 + 2 * 4)
     with open_dataset(small_dataset) as dataset:
         stored = Image.open(io.BytesIO(bytes(dataset[17]["image"]))).convert("RGB")
@@ -99,7 +107,7 @@ def test_the_command(small_dataset: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert result.stdout == f"4 records of the first train batch (seed 3) in 108x136 px: {out}\n"
-    assert Image.open(out).size == (2 * 48 + 3 * 4, 2 * (48 + 14) + 3 * 4) == (108, 136)
+    assert read_png(out).size == (2 * 48 + 3 * 4, 2 * (48 + 14) + 3 * 4) == (108, 136)
     result = CliRunner().invoke(main, ["preview", str(small_dataset), "-o", str(out), "--records", "1,2,40"])
     assert result.exit_code == 1 and "record 40 is outside the dataset's 40 records" in result.output
     result = CliRunner().invoke(main, ["preview", str(small_dataset), "-o", str(out), "--pipeline", "eval", "--augment", "flip=0"])

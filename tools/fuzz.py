@@ -115,6 +115,14 @@ class Seed:
     files: dict[str, bytes]
     rows: tuple[dict[str, Any], ...] = ()
 
+    def __repr__(self) -> str:
+        # short: a failing property test prints every seed it drew, and the files are bytes
+        sizes = ", ".join(f"{name}: {len(data)} bytes" for name, data in self.files.items())
+        return f"Seed({self.name!r}, {{{sizes}}})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # the pretty-printer Hypothesis uses would list every field
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -127,6 +135,13 @@ class Corpus:
 
     def seeds(self, kind: str) -> tuple[Seed, ...]:
         return getattr(self, kind)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        # short: a failing property test prints its fixtures, and the corpus holds about 800 kB
+        return f"Corpus({len(self.binary)} binary, {len(self.tar)} tar, {len(self.manifest)} manifest seeds)"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # the pretty-printer Hypothesis uses would list every field
 
 
 def jpeg(height: int, width: int, seed: int) -> bytes:

@@ -13,8 +13,11 @@ renamed into place: a reader only ever sees complete, verified files. A corrupt 
 fetched once more; a second mismatch raises `ChecksumError` naming the object. Before a download
 starts, room is made under the cache lock: the least recently used complete shards (by mtime,
 which every use touches) are removed until the shards plus every download in progress (counted
-at full size, from their names) fit the limit. Removing a file that another process has mapped
-is safe on POSIX: its mapping stays valid, and the space returns when the last mapping closes.
+at full size, from their names) fit the limit; when the downloads in progress alone leave no room,
+the download waits for one of them to end. A reader maps a shard under the cache lock, so no
+eviction comes between its arrival and its mapping. Removing a file that another process has
+mapped is safe on POSIX: its mapping stays valid, and the space returns when the last mapping
+closes.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ import re
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from .._checksum import file_checksum
-from .._errors import ChecksumError, RemoteError, ShardNotFoundError
+from .._errors import ChecksumError, RemoteError
 from .local import LocalFile
 from .protocol import Store
 from .remote import RemoteFile
@@ -44,6 +47,7 @@ LOCK_STRIPES: Final = 64
 MAX_MAPPED_SHARDS: Final = 16
 """Cached shards a process keeps memory-mapped at once; older mappings close (LRU), so that
 shards the cache evicted stop holding disk space."""
+_T = TypeVar("_T")
 _TEMP = re.compile(r"\.(?P<name>.+)\.(?P<size>\d+)\.tmp-(?P<pid>\d+)-\d+\Z")
 
 
@@ -85,24 +89,35 @@ class ShardCache:
             RemoteError: the download failed after its retries, or the limit is below `size`.
             ShardNotFoundError: the object does not exist.
         """
+        return self._get(store, key, size=size, checksum=checksum, namespace=namespace, use=lambda path: path)
+
+    def open(self, store: Store, key: str, *, size: int, checksum: int, namespace: str) -> LocalFile:
+        """Return the cached copy of a shard mapped, downloading it first if needed: it is mapped
+        under the cache lock, so no eviction comes between its arrival and its mapping (an
+        eviction after that leaves the mapping valid). Raises as `fetch` does."""
+        return self._get(store, key, size=size, checksum=checksum, namespace=namespace, use=LocalFile)
+
+    def _get(self, store: Store, key: str, *, size: int, checksum: int, namespace: str, use: Callable[[Path], _T]) -> _T:
+        """`use` the cached copy of a shard, under .lock, downloading it first if needed."""
         dest = self.entry_path(namespace, key, size=size, checksum=checksum)
         if self._hit(dest, size):
-            return dest
+            with _locked(self.directory / ".lock"):
+                if self._hit(dest, size):
+                    return use(dest)
         if size > self.size_limit:
             raise RemoteError(
                 f"the shard is {size} bytes, more than the cache's size limit of {self.size_limit}: raise cache_size to at least {size}",
                 path=store.describe(key),
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
-        stripe = zlib.crc32(dest.name.encode()) % LOCK_STRIPES
-        with _locked(self.directory / "locks" / f"{stripe:02d}.lock"):
-            if self._hit(dest, size):
-                return dest
+        stripe = self._stripe(dest.name)
+        with _locked(stripe):
+            with _locked(self.directory / ".lock"):
+                if self._hit(dest, size):
+                    return use(dest)
             for attempt in (1, 2):
                 temp = dest.with_name(f".{dest.name}.{size}.tmp-{os.getpid()}-{threading.get_ident()}")
-                with _locked(self.directory / ".lock"):
-                    self._make_room(size, keep=dest)
-                    temp.touch()
+                self._reserve(temp, size, keep=dest, stripe=stripe)
                 try:
                     store.get_file(key, os.fspath(temp))
                     self.downloads += 1
@@ -110,7 +125,7 @@ class ShardCache:
                     if got_size == size and got == checksum:
                         with _locked(self.directory / ".lock"):  # never while room is being made:
                             os.replace(temp, dest)  # a listing may miss a file renamed under it
-                        return dest
+                            return use(dest)
                 finally:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(temp)
@@ -118,6 +133,29 @@ class ShardCache:
                 if attempt == 1:
                     logger.warning("%s: downloaded %s; fetching it again", store.describe(key), detail)
         raise ChecksumError(f"downloaded twice, both times {detail}: the stored object is corrupt", path=store.describe(key))
+
+    def _stripe(self, name: str) -> Path:
+        """The lock a download of the complete shard `name` holds from start to end."""
+        return self.directory / "locks" / f"{zlib.crc32(name.encode()) % LOCK_STRIPES:02d}.lock"
+
+    def _reserve(self, temp: Path, size: int, *, keep: Path, stripe: Path) -> None:
+        """Make room for `size` bytes and claim it with `temp`, the download's name (call holding
+        `stripe`, the download's lock). While the downloads in progress leave no room, wait for
+        one of them to end: a download holds its lock from before its name exists until after it
+        is gone, so once that lock is held here, a name still there is stale and is removed."""
+        while True:
+            with _locked(self.directory / ".lock"):
+                waiting = self._make_room(size, keep=keep)
+                if waiting is None:
+                    temp.touch()
+                    return
+            busy, name = waiting
+            lock = self._stripe(name)
+            with contextlib.ExitStack() as held:
+                if lock != stripe:  # held here already: no download of its stripe is in progress
+                    held.enter_context(_locked(lock))
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(busy)
 
     def _hit(self, dest: Path, size: int) -> bool:
         try:
@@ -128,9 +166,15 @@ class ShardCache:
         except FileNotFoundError:
             return False
 
-    def _make_room(self, incoming: int, *, keep: Path) -> None:
-        """Remove least recently used shards until `incoming` more bytes fit. Call under .lock."""
+    def _make_room(self, incoming: int, *, keep: Path) -> tuple[Path, str] | None:
+        """Remove least recently used shards until `incoming` more bytes fit. Call under .lock.
+
+        Returns:
+            None if they fit now; else the file of a download in progress that takes the room
+            (removing every complete shard would not make enough), and the shard's name.
+        """
         complete: list[tuple[int, int, Path]] = []
+        downloads: list[tuple[Path, str]] = []
         total = incoming
         for folder in (self.directory / "shards").iterdir():
             if not folder.is_dir():
@@ -140,6 +184,7 @@ class ShardCache:
                 if temp is not None:
                     if _alive(int(temp.group("pid"))):
                         total += int(temp.group("size"))
+                        downloads.append((Path(entry.path), temp.group("name")))
                     else:  # left by a process that died mid-download
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(entry.path)
@@ -158,6 +203,7 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
                 total -= size
+        return downloads[0] if total > self.size_limit and downloads else None
 
     def usage(self) -> int:
         """Bytes of complete shards in the cache now."""
@@ -223,10 +269,7 @@ class CachedFile:
         return local
 
     def _open_cached(self) -> LocalFile:
-        try:
-            return LocalFile(self._cache.fetch(self._store, self._key, size=self.size, checksum=self._checksum, namespace=self._namespace))
-        except ShardNotFoundError:  # evicted between the fetch and the open: once more
-            return LocalFile(self._cache.fetch(self._store, self._key, size=self.size, checksum=self._checksum, namespace=self._namespace))
+        return self._cache.open(self._store, self._key, size=self.size, checksum=self._checksum, namespace=self._namespace)
 
     def unmap(self) -> None:
         """Close the mapping of the cached copy; the next payload read maps it again."""

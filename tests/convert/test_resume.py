@@ -95,21 +95,22 @@ def test_resume_after_kill_9_equals_a_clean_run(
         "--quiet",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     reached = KILL_POINTS[point]
     workers_seen: list[int] = []
-    try:
-        while process.poll() is None and not reached(out):
+    with subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        try:
+            while process.poll() is None and not reached(out):
+                workers_seen = children_of(process.pid) or workers_seen
+                time.sleep(0.001)
             workers_seen = children_of(process.pid) or workers_seen
-            time.sleep(0.001)
-        workers_seen = children_of(process.pid) or workers_seen
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    finally:
-        if process.poll() is None:
-            process.kill()
+            process.send_signal(signal.SIGKILL)
             process.wait()
-    assert process.returncode == -signal.SIGKILL, f"the conversion ended before {point}: {process.stderr.read()!r}"
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        assert process.stderr is not None
+        assert process.returncode == -signal.SIGKILL, f"the conversion ended before {point}: {process.stderr.read()!r}"
     assert not (out / "manifest.json").exists()
     with pytest.raises(DatasetNotFoundError):
         open_dataset(out)

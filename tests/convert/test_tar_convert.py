@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import jpeg_bytes, tree_bytes
+from conftest import jpeg_bytes, tree_bytes, webdataset_leaves_files_open
 from PIL import Image
 
 from shardfmt import ConvertError, Loader, open_dataset
@@ -37,6 +37,7 @@ def run(*args: Any) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+@webdataset_leaves_files_open
 def test_tar_output_is_deterministic_and_read_by_everyone(imagefolder: Path, tmp_path: Path) -> None:
     dotted = imagefolder / "class_001" / "img.v2.00008.JPEG"
     (imagefolder / "class_001" / "img_00008.JPEG").rename(dotted)

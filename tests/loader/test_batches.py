@@ -5,7 +5,6 @@ steps; DataLoader's attributes are there."""
 
 from __future__ import annotations
 
-import os
 import pickle
 import warnings
 from pathlib import Path
@@ -34,11 +33,6 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for i in range(NUM_RECORDS):
             writer.write({"image": jpeg_bytes(40 + i % 7, 48, seed=300 + i), "label": i % NUM_CLASSES, "key": f"key-{i}"})
     return out
-
-
-def shm_entries() -> set[str]:
-    mine = f"shardfmt-{os.getpid()}-"
-    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)} if os.path.isdir("/dev/shm") else set()
 
 
 def copied_epoch(path: Path, **kwargs: Any) -> list[tuple[torch.Tensor, ...]]:
@@ -86,10 +80,10 @@ def test_the_previous_batch_kept_one_step(classes: Path) -> None:
     assert seen == len(expected) - 1
 
 
+@pytest.mark.usefixtures("no_leaks")
 def test_a_view_kept_across_an_epoch_boundary_iter_set_size_and_close(classes: Path) -> None:
     kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 2, "size": 16, "seed": 5}
     expected = copied_epoch(classes, **kwargs)
-    before = shm_entries()
     with Loader(classes, **kwargs) as loader:
         first_epoch = list(loader)
         kept = first_epoch[-1][0][1:, :, 2:]  # a view of the epoch's last batch
@@ -100,18 +94,16 @@ def test_a_view_kept_across_an_epoch_boundary_iter_set_size_and_close(classes: P
         next(iter(loader))
         loader.set_size(12)
         next(iter(loader))
-    assert shm_entries() - before == set(), "a segment was left in /dev/shm after close"
     assert torch.equal(kept, expected[-1][0][1:, :, 2:])
     assert np.array_equal(array, expected[2][0].numpy())
 
 
+@pytest.mark.usefixtures("no_leaks")
 def test_kept_batches_outlive_the_loader_and_leave_nothing_in_dev_shm(classes: Path) -> None:
-    before = shm_entries()
     loader = Loader(classes, batch_size=8, num_workers=2, size=16, seed=6, shuffle=False)
     kept = [images for images, _ in loader]
     loader.close()
     del loader
-    assert shm_entries() - before == set()
     expected = copied_epoch(classes, batch_size=8, num_workers=0, size=16, seed=6, shuffle=False)
     assert all(torch.equal(a, b[0]) for a, b in zip(kept, expected, strict=True))
 

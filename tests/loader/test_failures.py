@@ -84,25 +84,31 @@ while True:  # killed somewhere in here, mid-epoch or between epochs
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize(
     ("sig", "start_method"),
-    [(signal.SIGKILL, "fork"), (signal.SIGTERM, "fork"), (signal.SIGHUP, "fork"), (signal.SIGKILL, "spawn")],
+    [
+        (signal.SIGKILL, "fork"),
+        (signal.SIGTERM, "fork"),
+        (signal.SIGHUP, "fork"),
+        pytest.param(signal.SIGKILL, "spawn", marks=pytest.mark.slow),
+    ],
 )
 def test_workers_end_with_a_killed_training_process(dataset: Path, sig: signal.Signals, start_method: str) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(dataset), start_method], env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert trainer.stdout is not None
-        workers = [int(pid) for pid in trainer.stdout.readline().split()]
-        assert len(workers) == 2
-        started = {pid: start_time(pid) for pid in workers}
-        assert all(started.values())
-        trainer.send_signal(sig)
-        assert trainer.wait(timeout=30) == -sig
-        wait_gone(started)  # before, they lived on, each blocked on a pipe whose other end it held itself
-        assert shm_names(trainer.pid) == set()
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-            trainer.wait()
+    command = [sys.executable, "-c", TRAINER, str(dataset), start_method]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as trainer:
+        try:
+            assert trainer.stdout is not None
+            workers = [int(pid) for pid in trainer.stdout.readline().split()]
+            assert len(workers) == 2
+            started = {pid: start_time(pid) for pid in workers}
+            assert all(started.values())
+            trainer.send_signal(sig)
+            assert trainer.wait(timeout=30) == -sig
+            wait_gone(started)  # before, they lived on, each blocked on a pipe whose other end it held itself
+            assert shm_names(trainer.pid) == set()
+        finally:
+            if trainer.poll() is None:
+                trainer.kill()
+                trainer.wait()
 
 
 def zombie(pid: int) -> bool:

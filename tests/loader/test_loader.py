@@ -26,13 +26,6 @@ from shardfmt.ops import CenterCrop, RandomResizedCrop
 NUM_RECORDS = 103
 
 
-def shm_entries() -> set[str]:
-    """The /dev/shm entries this test process's loaders made (named ``shardfmt-PID-...`` after the
-    process that creates the ring): other loaders may run on the machine at the same time."""
-    mine = f"shardfmt-{os.getpid()}-"
-    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)} if os.path.isdir("/dev/shm") else set()
-
-
 @pytest.fixture(scope="module")
 def indexed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """103 records whose label is their index, in several shards."""
@@ -138,6 +131,7 @@ def test_ranks_disjoint_equal_and_covering(indexed_dataset: Path, world_size: in
     assert sorted(flat) == list(range(NUM_RECORDS))
 
 
+@pytest.mark.slow
 def test_two_process_gloo_run_splits_the_epoch(indexed_dataset: Path, tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
@@ -215,6 +209,7 @@ def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: obj
     assert np.percentile(scores, 5) >= 30.0
 
 
+@pytest.mark.usefixtures("no_leaks")
 def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -231,13 +226,11 @@ def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> Non
         byte = f.read(1)
         f.seek(offset)
         f.write(bytes([byte[0] ^ 0xFF]))
-    before = shm_entries()
     with pytest.raises(WorkerError) as info:
         with Loader(broken, batch_size=8, num_workers=2, size=16, shuffle=False) as loader:
             collect(loader)
     assert info.value.path == path and info.value.record == local
     assert "checksum" in str(info.value)
-    assert shm_entries() <= before
 
 
 @pytest.mark.parametrize(("verify", "checks_per_record"), [(True, 1), ("always", 3), (False, 0)])
@@ -297,24 +290,24 @@ def unlinked_rings(pid: int | str = "self") -> list[str]:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.usefixtures("no_leaks")
 def test_dev_shm_holds_no_name_while_running_after_close_and_after_an_error(indexed_dataset: Path) -> None:
-    before, mapped = shm_entries(), set(unlinked_rings())
+    mapped = set(unlinked_rings())
     loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
     next(iter(loader))
-    assert shm_entries() <= before, "the ring's name is unlinked as soon as it is made"
-    ring = set(unlinked_rings()) - mapped
+    ring = set(unlinked_rings()) - mapped  # mappings of deleted files: the names are gone already
     assert len(ring) == 3, "the ring's slots (prefetch + 1, a segment each) live on through their mappings"
+    assert not {os.path.basename(name.removesuffix(" (deleted)")) for name in ring} & set(os.listdir("/dev/shm"))
     assert all(ring <= set(unlinked_rings(pid)) for pid in loader.worker_pids)
     loader.close()
-    assert shm_entries() <= before
     with pytest.raises(RuntimeError, match="training step failed"):
         with Loader(indexed_dataset, batch_size=8, num_workers=2, size=16) as loader:
             for _ in loader:
                 raise RuntimeError("training step failed")
-    assert shm_entries() <= before
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.slow
 def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
     # The ring is named after the process that makes it: the child prints the rings it maps.
     script = (
@@ -331,10 +324,10 @@ def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> 
     assert not {os.path.basename(name) for name in made} & set(os.listdir("/dev/shm"))
 
 
+@pytest.mark.usefixtures("no_leaks")
 def test_a_killed_worker_is_reported_not_waited_for(indexed_dataset: Path) -> None:
     """The loader raises with the signal instead of waiting for the dead worker's chunk (a hang
     fails the suite's per-test timeout, pyproject's ``timeout = 120``, not a timed assertion)."""
-    before = shm_entries()
     loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
     iterator = iter(loader)
     next(iterator)
@@ -343,10 +336,10 @@ def test_a_killed_worker_is_reported_not_waited_for(indexed_dataset: Path) -> No
         for _ in range(100):
             next(iterator)
         list(loader)
-    assert shm_entries() <= before
     loader.close()
 
 
+@pytest.mark.slow
 def test_spawn_start_method_works(indexed_dataset: Path) -> None:
     with Loader(indexed_dataset, batch_size=32, num_workers=1, size=16, start_method="spawn", shuffle=False) as loader:
         labels, _ = collect(loader)
@@ -404,6 +397,7 @@ def test_breaking_out_then_iterating_again_starts_the_next_epoch(indexed_dataset
         assert collect(loader)[0] == epochs[1]
 
 
+@pytest.mark.usefixtures("no_leaks")
 def test_too_little_shared_memory_is_a_clear_error(indexed_dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
@@ -411,16 +405,15 @@ def test_too_little_shared_memory_is_a_clear_error(indexed_dataset: Path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", no_space, raising=False)
-    before = shm_entries()
     loader = Loader(indexed_dataset, batch_size=8, num_workers=1, size=16)
     with pytest.raises(MemoryError, match="--shm-size"):
         next(iter(loader))
-    assert shm_entries() <= before
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leaks")
 def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
     """SIGINT in the training process ends it with KeyboardInterrupt: no hang, no leftovers."""
-    before = shm_entries()
     script = textwrap.dedent(
         f"""
         import sys
@@ -438,11 +431,10 @@ def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
         """
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=30) == 130
-    assert "interrupted" in process.stdout.read()
-    assert shm_entries() <= before
+    with subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+        assert "interrupted" in process.stdout.read()

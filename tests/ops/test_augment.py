@@ -302,7 +302,7 @@ def test_augmented_batches_are_the_reference_steps_on_the_plain_crops(dataset: P
     assert close / total >= 0.99  # hue's one level, and rotation ties, move a few values
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize("start_method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_the_same_draws_under_0_and_2_workers_and_after_resume(dataset: Path, start_method: str) -> None:
     steps = STEPS + [add_noise]
     inline = batches(dataset, augment=steps)

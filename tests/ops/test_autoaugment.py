@@ -368,6 +368,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_steps_give_the_same_batches_under_0_and_2_workers_and_spawn(dataset: Path) -> None:
     steps = [TrivialAugmentWide(), RandAugment(2, 9), AutoAugment(), RandomErasing(p=0.7)]
     settings: dict[str, Any] = dict(

@@ -202,6 +202,7 @@ def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpe
     assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
+@pytest.mark.slow
 def test_the_parsed_declarations_are_those_of_cdef() -> None:
     """_jpeglib_abi.py is _CDEF already parsed: the same functions with the same C types as a
     fresh parse, and the file is what tools/make_jpeglib_abi.py writes."""

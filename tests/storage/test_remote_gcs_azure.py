@@ -126,6 +126,7 @@ def test_fork_is_refused_for_a_gs_dataset_with_the_reason(server: StorageServer,
     assert server.requests == []  # refused before anything was fetched
 
 
+@pytest.mark.slow
 def test_convert_from_gs_with_worker_processes_writes_the_local_bytes(server: StorageServer, imagefolder: Path, tmp_path: Path) -> None:
     """The workers that read a gs:// source are spawned, not forked (gcsfs's gRPC does not
     survive fork: every forked worker used to die), and write the bytes of a local conversion."""
@@ -143,6 +144,7 @@ def test_convert_from_gs_with_worker_processes_writes_the_local_bytes(server: St
         assert (tmp_path / "by-url" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_a_map_style_gs_dataset_asks_for_workers_that_are_not_forked(server: StorageServer, small_dataset: Path) -> None:
     """shardfmt.Dataset in torch's DataLoader: forked workers get a RuntimeError naming the fix
     (not a SIGABRT from gRPC); forkserver workers read the records of the local copy."""

@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 import shutil
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from shardfmt import (
     ShardfmtError,
     open_dataset,
 )
+from shardfmt._checksum import checksum
 from shardfmt._storage.cache import ShardCache
 
 FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
@@ -218,6 +220,64 @@ def test_cache_entries_are_named_by_content(tmp_path: Path) -> None:
     path = cache.entry_path("ns", "a/b.shard", size=10, checksum=0xABC)
     assert path.name == "0000000000000abc-10-a%2Fb.shard"
     assert np.isscalar(cache.usage())
+
+
+class HeldStore:
+    """A store whose downloads each wait for the test to let them finish, and that records
+    in what order they start and end."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+        self.events: list[str] = []
+        self.started = {key: threading.Event() for key in objects}
+        self.finish = {key: threading.Event() for key in objects}
+
+    def describe(self, key: str) -> str:
+        return f"held://{key}"
+
+    def get_file(self, key: str, path: str) -> None:
+        self.events.append(f"start {key}")
+        self.started[key].set()
+        assert self.finish[key].wait(60), "the test never let the download finish"
+        Path(path).write_bytes(self.objects[key])
+        self.events.append(f"end {key}")
+
+
+def test_a_download_that_does_not_fit_beside_those_in_progress_waits_for_one_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = {key: bytes([n]) * 1000 for n, key in enumerate(["a", "b", "c"])}
+    store = HeldStore(objects)
+    cache = ShardCache(tmp_path, size_limit=2000)  # two of them
+    full = threading.Event()  # the third download found no room
+    make_room = ShardCache._make_room
+
+    def watched(self: ShardCache, incoming: int, *, keep: Path) -> tuple[Path, str] | None:
+        waiting = make_room(self, incoming, keep=keep)
+        if keep.name.endswith("-c"):
+            full.set()
+        return waiting
+
+    monkeypatch.setattr(ShardCache, "_make_room", watched)
+
+    def fetch(key: str) -> None:
+        cache.fetch(store, key, size=1000, checksum=checksum(objects[key]), namespace="ns")  # type: ignore[arg-type]
+
+    threads = {key: threading.Thread(target=fetch, args=(key,)) for key in objects}
+    for key in ("a", "b"):
+        threads[key].start()
+        assert store.started[key].wait(60)
+    threads["c"].start()
+    assert full.wait(60)
+    store.finish["a"].set()
+    threads["a"].join(60)
+    store.finish["b"].set()
+    store.finish["c"].set()
+    for thread in threads.values():
+        thread.join(60)
+    assert store.events.index("start c") > store.events.index("end a")
+    assert sorted(store.events) == ["end a", "end b", "end c", "start a", "start b", "start c"]
+    assert cache.usage() == 2000
 
 
 def test_map_style_dataset_over_http_in_a_dataloader(server: RangeServer) -> None:

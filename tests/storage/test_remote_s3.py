@@ -197,6 +197,7 @@ def test_s3_errors_hold_no_secret(endpoint: str) -> None:
     assert not any("Sup3rS3cretValue" in t or "AKIASECRETKEY1234" in t for t in texts)
 
 
+@pytest.mark.slow
 def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
     imagefolder: Path, tmp_path: Path, endpoint: str, s3: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

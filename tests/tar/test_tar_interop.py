@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import jpeg_bytes
+from conftest import jpeg_bytes, webdataset_leaves_files_open
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +26,8 @@ from shardfmt.tar._writer import TarShardWriter
 
 wds = pytest.importorskip("webdataset")
 from webdataset.tariterators import base_plus_ext  # noqa: E402
+
+pytestmark = webdataset_leaves_files_open  # every test here reads with webdataset, or may
 
 
 def plain(sample: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import jpeg_bytes
+from conftest import jpeg_bytes, webdataset_leaves_files_open
 
 from shardfmt import DatasetWriter, ManifestError, open_dataset
 from shardfmt._cli import main
@@ -111,6 +111,7 @@ def test_a_png_sample_is_not_served_in_place_and_says_to_convert(tmp_path: Path)
     assert report["detail"] == "the image member is .png: a tar read in place serves JPEGs; convert the tars (shardfmt convert) to store it"
 
 
+@webdataset_leaves_files_open
 def test_tar_shards_with_fields_are_read_by_webdataset_and_by_shardfmt(tmp_path: Path) -> None:
     schema = tar_schema(labelled=False, members=(("json", "json"), ("txt", "str"), ("raw", "bytes")))
     records = [
@@ -146,6 +147,7 @@ def test_member_field_names(extension: str, name: str | None) -> None:
 
 
 @pytest.mark.parametrize("shard_format", ["binary", "tar"])
+@webdataset_leaves_files_open
 def test_image_text_tars_convert_with_every_caption_and_json_value(tmp_path: Path, shard_format: str) -> None:
     from shardfmt._convert.run import convert
 
