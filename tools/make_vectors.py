@@ -2084,6 +2084,58 @@ def sampling_steps() -> dict[str, Any]:
     }
 
 
+LINSPACE_CASES: list[tuple[str, float, float, int]] = [
+    ("ShearX, ShearY (TrivialAugmentWide); Brightness, Color, Contrast, Sharpness (TrivialAugmentWide)", 0.0, 0.99, 31),
+    ("ShearX, ShearY (RandAugment, AutoAugment, AugMix)", 0.0, 0.3, 10),
+    ("ShearX, ShearY (RandAugment, 31 bins)", 0.0, 0.3, 31),
+    ("TranslateX, TranslateY (TrivialAugmentWide)", 0.0, 32.0, 31),
+    ("TranslateX, TranslateY (RandAugment, AutoAugment) of a side of 224: 150 / 331 * 224", 0.0, 150.0 / 331.0 * 224, 10),
+    ("TranslateX, TranslateY (RandAugment, 31 bins) of a side of 224", 0.0, 150.0 / 331.0 * 224, 31),
+    ("TranslateX (RandAugment, 21 bins) of a side of 331", 0.0, 150.0 / 331.0 * 331, 21),
+    ("TranslateY (RandAugment, 21 bins) of a side of 160", 0.0, 150.0 / 331.0 * 160, 21),
+    ("TranslateX, TranslateY (AugMix) of a side of 224: 224 / 3", 0.0, 224 / 3.0, 10),
+    ("Rotate (TrivialAugmentWide)", 0.0, 135.0, 31),
+    ("Rotate (RandAugment, AutoAugment, AugMix)", 0.0, 30.0, 10),
+    ("Brightness, Color, Contrast, Sharpness (RandAugment, AutoAugment, AugMix)", 0.0, 0.9, 10),
+    ("Brightness, Color, Contrast, Sharpness (RandAugment, 21 bins)", 0.0, 0.9, 21),
+    ("Brightness, Color, Contrast, Sharpness (RandAugment, 31 bins)", 0.0, 0.9, 31),
+    ("Solarize (TrivialAugmentWide, RandAugment with 31 bins)", 255.0, 0.0, 31),
+    ("Solarize (RandAugment, AutoAugment, AugMix)", 255.0, 0.0, 10),
+    ("no step's table: a != 0, the two readings differ in the A + i step branch (i = 3, 6)", 0.1, 1.0, 21),
+    ("no step's table: a != 0, the two readings differ in both branches (i = 14, 15, 19)", 0.3, 0.9, 31),
+    ("no step's table: one value", 0.5, 2.0, 1),
+]
+"""torch's float32 linspace: (what uses it, a, b, n); a and b are binary64 numbers, rounded to float32."""
+
+
+def _linspace_twice_rounded(a: float, b: float, n: int) -> list[float]:
+    """The other reading of spec/sampling.md's linspace: ``i * step`` rounded to float32, then the sum."""
+    start, end = np.float32(a), np.float32(b)
+    if n == 1:
+        return [float(start)]
+    step = (end - start) / np.float32(n - 1) if n > 1 else np.float32(0)
+    return [float(start + np.float32(i) * step) if i < n // 2 else float(end - np.float32(n - 1 - i) * step) for i in range(n)]
+
+
+def sampling_linspace() -> dict[str, Any]:
+    import torch
+
+    cases = []
+    for use, a, b, n in LINSPACE_CASES:
+        values = [float(v) for v in torch.linspace(a, b, n, dtype=torch.float32).tolist()]
+        other = _linspace_twice_rounded(a, b, n)
+        differs = [i for i in range(n) if values[i] != other[i]]
+        cases.append({"use": use, "a": a, "b": b, "n": n, "values": values, "twice_rounded_differs_at": differs})
+    return {
+        "description": (
+            "torch's float32 linspace(a, b, n) as the magnitude tables use it: every value (a float32 read back as a binary64), "
+            "each rounded once from the exact A + i step or B - (n - 1 - i) step; twice_rounded_differs_at lists the indices "
+            "where rounding i step first gives another value (spec/sampling.md, The auto-augment family)"
+        ),
+        "cases": cases,
+    }
+
+
 REPEAT_CASES: list[dict[str, Any]] = [
     {"order": "sorted-key", "num_records": 10, "repeats": 3, "batch_size": 4, "seed": 0, "epoch": 0, "world_size": 3},
     {"order": "sorted-key", "num_records": 7, "repeats": 2, "batch_size": 3, "seed": 5, "epoch": 1, "world_size": 1},
@@ -2257,6 +2309,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "augment-steps.json").write_bytes(dump_cases(sampling_steps()))
     (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
     (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
+    (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
         "feistel-batches": "epoch orders by the Feistel rule (with and without a window), the first batches of chosen ranks",
@@ -2267,6 +2320,7 @@ def generate(out: Path) -> None:
         "augment-steps": "the operations, magnitudes and erased boxes the auto-augment steps and random erasing draw",
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
         "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",
+        "linspace": "the magnitude tables' float32 linspace, every value, and where rounding twice differs",
     }
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))

@@ -673,3 +673,28 @@ def test_batch_step_vectors_follow_the_written_rules() -> None:
                 box = draw["box"]
             assert abs(draw["lam"] - (1 - (box[2] - box[0]) * (box[3] - box[1]) / (height * width))) < 1e-12
     assert kinds == {"MixUp", "CutMix", "RandomChoice"}
+
+
+def _spec_linspace(a: float, b: float, n: int) -> list[float]:
+    """spec/sampling.md's linspace: every value rounded to float32 once from the exact A + i step
+    (B - (n - 1 - i) step); in binary64 the product and the sum are exact for these sizes."""
+    start, end = float(np.float32(a)), float(np.float32(b))
+    if n == 1:
+        return [start]
+    step = float(np.float32(np.float32(end - start) / np.float32(n - 1)))
+    values = [start + i * step if i < n // 2 else end - (n - 1 - i) * step for i in range(n)]
+    return [float(np.float32(v)) for v in values]
+
+
+def test_linspace_vector_is_the_one_rounding_rule() -> None:
+    from shardfmt.ops._autoaugment import magnitude_table
+
+    cases = sampling_vector("linspace")["cases"]
+    for case in cases:
+        assert case["values"] == _spec_linspace(case["a"], case["b"], case["n"]), case["use"]
+    tables = {(case["a"], case["b"], case["n"]): case["values"] for case in cases}
+    assert tables[(0.0, 0.9, 21)][15] == 0.675000011920929
+    assert any(i < case["n"] // 2 for case in cases for i in case["twice_rounded_differs_at"])
+    assert magnitude_table("standard", "Color", 21, height=224, width=224) == tables[(0.0, 0.9, 21)]
+    assert magnitude_table("wide", "TranslateX", 31, height=224, width=224) == tables[(0.0, 32.0, 31)]
+    assert magnitude_table("standard", "TranslateY", 21, height=160, width=331) == tables[(0.0, 150.0 / 331.0 * 160, 21)]
