@@ -2028,57 +2028,111 @@ augment list; each case is drawn for the (seed, epoch, record) of STEP_DRAWS."""
 STEP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (7, 3, 12), (2024, 7, 123456), (1, 0, 5), (1, 0, 6), (1, 0, 7)]
 
 
-def sampling_steps() -> dict[str, Any]:
+def _step_draw(step: Any, case: dict[str, Any], seed: int, epoch: int, record: int) -> dict[str, Any]:
+    """One draw of an augment-steps case: the key, the operations chosen (or the erased box) and the first draws."""
     from shardfmt import ops
     from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
     from shardfmt.ops._autoaugment import OPERATIONS, SIGNED_OPERATIONS, magnitude_table
 
+    height, width = case["height"], case["width"]
+    key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
+    u = uniforms(key, step.draws)
+    entry: dict[str, Any] = {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0]))}
+    if isinstance(step, ops.RandomErasing):
+        entry["box"] = [int(v) for v in step.boxes(u, height=height, width=width)[0]]
+    else:
+        params = step.parameters(u)[0]
+        family, bins = (
+            ("wide", step.num_magnitude_bins)
+            if isinstance(step, ops.TrivialAugmentWide)
+            else ("standard", getattr(step, "num_magnitude_bins", 10))
+        )
+        if isinstance(step, ops.AugMix):  # the weights first, then the chains' slots
+            entry["weights"] = [float(v) for v in params[: 1 + step.mixture_width]]
+            params, family = params[1 + step.mixture_width :], "augmix"
+        applied: list[Any] = []
+        for slot in range(len(params) // 3):
+            operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
+            if operation < 0:
+                applied.append(None)
+                continue
+            table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
+            magnitude = table[bin_index] if len(table) > 1 else 0.0
+            signed = OPERATIONS[operation] in SIGNED_OPERATIONS
+            applied.append(
+                [
+                    OPERATIONS[operation],
+                    bin_index if len(table) > 1 else None,
+                    float_value(-magnitude if sign and signed else magnitude),
+                ]
+            )
+        entry["operations"] = applied
+    entry["u"] = [float(v) for v in u[0][:5]]
+    return entry
+
+
+def sampling_steps() -> dict[str, Any]:
+    from shardfmt import ops
+
     cases = []
     for case in STEP_CASES:
         step = getattr(ops, case["step"])(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["args"].items()})
-        height, width = case["height"], case["width"]
-        draws = []
-        for seed, epoch, record in STEP_DRAWS:
-            key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
-            u = uniforms(key, step.draws)
-            entry: dict[str, Any] = {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0]))}
-            if isinstance(step, ops.RandomErasing):
-                entry["box"] = [int(v) for v in step.boxes(u, height=height, width=width)[0]]
-            else:
-                params = step.parameters(u)[0]
-                family, bins = (
-                    ("wide", step.num_magnitude_bins)
-                    if isinstance(step, ops.TrivialAugmentWide)
-                    else ("standard", getattr(step, "num_magnitude_bins", 10))
-                )
-                if isinstance(step, ops.AugMix):  # the weights first, then the chains' slots
-                    entry["weights"] = [float(v) for v in params[: 1 + step.mixture_width]]
-                    params, family = params[1 + step.mixture_width :], "augmix"
-                applied = []
-                for slot in range(len(params) // 3):
-                    operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
-                    if operation < 0:
-                        applied.append(None)
-                        continue
-                    table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
-                    magnitude = table[bin_index] if len(table) > 1 else 0.0
-                    signed = OPERATIONS[operation] in SIGNED_OPERATIONS
-                    applied.append(
-                        [
-                            OPERATIONS[operation],
-                            bin_index if len(table) > 1 else None,
-                            float_value(-magnitude if sign and signed else magnitude),
-                        ]
-                    )
-                entry["operations"] = applied
-            entry["u"] = [float(v) for v in u[0][:5]]
-            draws.append(entry)
+        draws = [_step_draw(step, case, seed, epoch, record) for seed, epoch, record in STEP_DRAWS]
         cases.append({**case, "draws": draws})
     return {
         "description": (
             "augmentation steps' draws: for each (seed, epoch, record), the step's key (stream STEP + position), its first "
             "draws as floats, and the operations chosen ([name, bin, signed magnitude], null where a sub-policy's operation "
             "does not run) or the erased box (top, left, height, width; all 0 when nothing is erased) (spec/sampling.md)"
+        ),
+        "cases": cases,
+    }
+
+
+POLICY_CASES: list[dict[str, Any]] = [
+    {"step": "AutoAugment", "args": {"policy": "imagenet"}, "height": 224, "width": 224, "position": 0},
+    {"step": "AutoAugment", "args": {"policy": "cifar10"}, "height": 32, "width": 32, "position": 0},
+    {"step": "AutoAugment", "args": {"policy": "svhn"}, "height": 32, "width": 32, "position": 0},
+]
+"""AutoAugment's three policies; each is drawn at seed 0, epoch 0 for records chosen to reach every sub-policy."""
+
+
+def _policy_records(step: Any, position: int, *, count: int = 4096) -> list[int]:
+    """For each sub-policy s: the first record (seed 0, epoch 0) that draws s, then the first that
+    draws s and runs each of its operations whose probability is not 0 (when that is another record)."""
+    from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+    from shardfmt.ops._autoaugment import POLICIES
+
+    u = uniforms(record_keys(0, STEP_STREAM + position, 0, np.arange(count, dtype=np.uint64)), step.draws)
+    chosen = np.floor(25 * u[:, 0]).astype(int)
+    records: list[int] = []
+    for s, pair in enumerate(POLICIES[step.policy]):
+        first = int(np.flatnonzero(chosen == s)[0])
+        runs = chosen == s
+        for i, (_, probability, _) in enumerate(pair):
+            if probability > 0:
+                runs &= u[:, 1 + i] <= probability
+        both = int(np.flatnonzero(runs)[0])
+        records += [first] if first == both else [first, both]
+    return records
+
+
+def sampling_policies() -> dict[str, Any]:
+    from shardfmt import ops
+
+    cases = []
+    for case in POLICY_CASES:
+        step = ops.AutoAugment(**case["args"])
+        draws = []
+        for record in _policy_records(step, case["position"]):
+            entry = _step_draw(step, case, 0, 0, record)
+            draws.append({"sub_policy": int(25 * entry["u"][0]), **entry})
+        cases.append({**case, "draws": draws})
+    return {
+        "description": (
+            "AutoAugment's policies, every sub-policy reached: for each record (seed 0, epoch 0, position 0), the sub-policy "
+            "floor(25 u_1) it draws, its key, its first draws and the operations that run, as in augment-steps "
+            "(spec/sampling.md, AutoAugment's policies)"
         ),
         "cases": cases,
     }
@@ -2310,6 +2364,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
     (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
     (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
+    (out / "sampling" / "autoaugment-policies.json").write_bytes(dump_cases(sampling_policies()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
         "feistel-batches": "epoch orders by the Feistel rule (with and without a window), the first batches of chosen ranks",
@@ -2321,6 +2376,7 @@ def generate(out: Path) -> None:
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
         "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",
         "linspace": "the magnitude tables' float32 linspace, every value, and where rounding twice differs",
+        "autoaugment-policies": "AutoAugment's three policies: records that reach every sub-policy, and the operations they run",
     }
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))

@@ -504,9 +504,47 @@ def _erasing_box(u: list[float], args: dict[str, Any], height: int, width: int) 
     return box
 
 
-def test_augment_step_vectors_follow_the_written_rules() -> None:
+def spec_policies() -> dict[str, list[list[tuple[str, float, int | None]]]]:
+    """AutoAugment's policy tables as spec/sampling.md writes them."""
+    text = (ROOT / "spec" / "sampling.md").read_text()
+    policies = {}
+    for name in ("imagenet", "cifar10", "svhn"):
+        block = text.split(f'\n`"{name}"` (', 1)[1].split("\n\n", 2)[1]
+        rows = []
+        for line in block.splitlines()[2:]:
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            assert int(cells[0]) == len(rows)
+            rows.append([(cells[i], float(cells[i + 1]), None if cells[i + 2] == "-" else int(cells[i + 2])) for i in (1, 4)])
+        assert len(rows) == 25
+        policies[name] = rows
+    return policies
+
+
+def test_policy_tables_are_the_reference_policies() -> None:
     from shardfmt.ops._autoaugment import POLICIES
 
+    assert spec_policies() == {name: [list(pair) for pair in table] for name, table in POLICIES.items()}
+
+
+def test_policy_vector_reaches_every_sub_policy() -> None:
+    cases = sampling_vector("autoaugment-policies")["cases"]
+    policies = spec_policies()
+    assert sorted(case["args"]["policy"] for case in cases) == ["cifar10", "imagenet", "svhn"]
+    for case in cases:
+        table = policies[case["args"]["policy"]]
+        reached = {draw["sub_policy"] for draw in case["draws"]}
+        ran = {  # every operation of the sub-policy whose probability is not 0 runs
+            s
+            for draw in case["draws"]
+            for s in [draw["sub_policy"]]
+            if all(op is not None or table[s][i][1] == 0 for i, op in enumerate(draw["operations"]))
+        }
+        assert reached == set(range(25)) and ran == set(range(25)), case["args"]
+
+
+@pytest.mark.parametrize("vector", ["augment-steps", "autoaugment-policies"])
+def test_augment_step_vectors_follow_the_written_rules(vector: str) -> None:
+    policies = spec_policies()
     names = [
         "Identity",
         "ShearX",
@@ -524,7 +562,7 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
         "Equalize",
     ]
     kinds = set()
-    for case in sampling_vector("augment-steps")["cases"]:
+    for case in sampling_vector(vector)["cases"]:
         kinds.add(case["step"])
         args, height, width = case["args"], case["height"], case["width"]
         for draw in case["draws"]:
@@ -543,7 +581,8 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
             elif case["step"] == "RandAugment":
                 chosen = [(names[math.floor(14 * u[2 * k])], args["magnitude"], u[2 * k + 1] < 0.5) for k in range(args["num_ops"])]
             else:
-                policy = POLICIES[args.get("policy", "imagenet")][math.floor(25 * u[0])]
+                assert draw.get("sub_policy", math.floor(25 * u[0])) == math.floor(25 * u[0])
+                policy = policies[args.get("policy", "imagenet")][math.floor(25 * u[0])]
                 chosen = [
                     (name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)
                 ]
@@ -558,7 +597,8 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
                 if have[1] is not None:
                     assert have[1] == bin_index
                     assert (have[2] < 0) == (negative and have[2] != 0 and name not in ("Posterize", "Solarize"))
-    assert kinds == {"TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomErasing"}
+    everything = {"TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomErasing"}
+    assert kinds == ({"AutoAugment"} if vector == "autoaugment-policies" else everything)
 
 
 AUGMIX_NAMES = [
