@@ -2138,6 +2138,92 @@ def sampling_policies() -> dict[str, Any]:
     }
 
 
+COIN_STEP_CASES: list[dict[str, Any]] = [
+    {"step": "ColorJitter", "args": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}, "position": 0},
+    {"step": "ColorJitter", "args": {"brightness": [0.5, 1.5], "contrast": 0, "saturation": 0.2, "hue": [-0.05, 0.2]}, "position": 1},
+    {"step": "RandomRotation", "args": {"degrees": 30}, "position": 0},
+    {"step": "RandomRotation", "args": {"degrees": [-10, 45], "fill": [255, 0, 0]}, "position": 2},
+    {"step": "RandomGrayscale", "args": {}, "position": 0},
+    {"step": "RandomGrayscale", "args": {"p": 0.5}, "position": 1},
+    {"step": "RandomVerticalFlip", "args": {}, "position": 0},
+    {"step": "RandomVerticalFlip", "args": {"p": 0.25}, "position": 3},
+]
+"""ColorJitter, RandomRotation, RandomGrayscale and RandomVerticalFlip: class, arguments and the step's position j."""
+USER_STEP_POSITIONS = (0, 2)
+"""Positions of a user's step whose generator seeds the vector gives."""
+
+
+def _coin_step_outcome(step: Any, u: np.ndarray) -> dict[str, Any]:
+    from shardfmt import ops
+
+    params = step.parameters(u)[0]
+    if isinstance(step, ops.ColorJitter):
+        factors = [None if math.isnan(v) else float(v) for v in params[4:]]
+        return {"order": [["brightness", "contrast", "saturation", "hue"][int(n)] for n in params[:4]], "factors": factors}
+    if isinstance(step, ops.RandomRotation):
+        return {"angle": float(params[0])}
+    return {"applies": bool(params[0])}
+
+
+def _user_step_seeds(seed: int, epoch: int, record: int, position: int) -> dict[str, Any]:
+    """A user's step's generator key K_j, the global seed G_j and the first draw of each generator so seeded."""
+    import random
+
+    import torch
+
+    from shardfmt._sampling.keys import RNG_STREAM, STEP_STREAM, record_keys
+    from shardfmt.ops._augment import seed_global_generators
+
+    records = np.array([record], np.uint64)
+    step_key = int(record_keys(seed, STEP_STREAM + position, epoch, records)[0])
+    global_key = int(record_keys(seed, RNG_STREAM + position, epoch, records)[0])
+    generator = torch.Generator()
+    generator.manual_seed(step_key)
+    given = float(torch.rand(1, generator=generator, dtype=torch.float64)[0])
+    torch_state, numpy_state, python_state = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        seed_global_generators(global_key)
+        drawn = [float(torch.rand(1, dtype=torch.float64)[0]), float(np.random.random()), random.random()]
+    finally:
+        torch.random.set_rng_state(torch_state)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+    return {
+        "seed": seed, "epoch": epoch, "record": record, "position": position, "generator_key": hex64(step_key),
+        "global_key": hex64(global_key), "generator_rand": given, "torch_rand": drawn[0], "numpy_random": drawn[1],
+        "python_random": drawn[2],
+    }
+
+
+def sampling_step_draws() -> dict[str, Any]:
+    from shardfmt import ops
+    from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+
+    cases = []
+    for case in COIN_STEP_CASES:
+        step = getattr(ops, case["step"])(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["args"].items()})
+        draws = []
+        for seed, epoch, record in STEP_DRAWS:
+            key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
+            u = uniforms(key, step.draws)
+            draws.append(
+                {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0])), "u": [float(v) for v in u[0]],
+                 **_coin_step_outcome(step, u)}
+            )
+        cases.append({**case, "draws": draws})
+    user = [_user_step_seeds(seed, epoch, record, j) for j in USER_STEP_POSITIONS for seed, epoch, record in STEP_DRAWS]
+    cases.append({"step": "user", "draws": user})
+    return {
+        "description": (
+            "the draws of ColorJitter (order of the adjustments, factors, null where not applied), RandomRotation (angle), "
+            "RandomGrayscale and RandomVerticalFlip (applies), and a user's step's seeds: the generator's key K_j, the global "
+            "key G_j, and the first float64 of torch.rand from a generator seeded with K_j, of torch.rand, numpy.random.random "
+            "and random.random after the global generators are seeded from G_j (spec/sampling.md, Augmentation steps)"
+        ),
+        "cases": cases,
+    }
+
+
 LINSPACE_CASES: list[tuple[str, float, float, int]] = [
     ("ShearX, ShearY (TrivialAugmentWide); Brightness, Color, Contrast, Sharpness (TrivialAugmentWide)", 0.0, 0.99, 31),
     ("ShearX, ShearY (RandAugment, AutoAugment, AugMix)", 0.0, 0.3, 10),
@@ -2364,6 +2450,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
     (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
     (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
+    (out / "sampling" / "step-draws.json").write_bytes(dump_cases(sampling_step_draws()))
     (out / "sampling" / "autoaugment-policies.json").write_bytes(dump_cases(sampling_policies()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
@@ -2376,6 +2463,7 @@ def generate(out: Path) -> None:
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
         "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",
         "linspace": "the magnitude tables' float32 linspace, every value, and where rounding twice differs",
+        "step-draws": "the draws of ColorJitter, RandomRotation, RandomGrayscale, RandomVerticalFlip, and a user step's seeds",
         "autoaugment-policies": "AutoAugment's three policies: records that reach every sub-policy, and the operations they run",
     }
     index["canonical"] = sorted(index["valid"])

@@ -738,3 +738,46 @@ def test_linspace_vector_is_the_one_rounding_rule() -> None:
     assert magnitude_table("standard", "Color", 21, height=224, width=224) == tables[(0.0, 0.9, 21)]
     assert magnitude_table("wide", "TranslateX", 31, height=224, width=224) == tables[(0.0, 32.0, 31)]
     assert magnitude_table("standard", "TranslateY", 21, height=160, width=331) == tables[(0.0, 150.0 / 331.0 * 160, 21)]
+
+
+def _jitter_range(value: Any, center: float) -> list[float] | None:
+    """ColorJitter's range by spec/sampling.md: v means [max(0, 1 - v), 1 + v] ([-v, v] for hue); a pair is the range."""
+    if isinstance(value, list):
+        pair = [float(v) for v in value]
+    else:
+        pair = [max(0.0, 1.0 - value) if center == 1 else -value, center + value]
+    return None if pair == [center, center] else pair
+
+
+def test_step_draw_vectors_follow_the_written_rules() -> None:
+    import random
+
+    cases = sampling_vector("step-draws")["cases"]
+    assert {case["step"] for case in cases} == {"ColorJitter", "RandomRotation", "RandomGrayscale", "RandomVerticalFlip", "user"}
+    for case in cases:
+        args = case["args"] if case["step"] != "user" else {}
+        for draw in case["draws"]:
+            if case["step"] == "user":
+                j = draw["position"]
+                k, g = (_key(draw["seed"], stream + j, draw["epoch"], draw["record"]) for stream in (0x53544550530000, 0x524E47530000))
+                assert (f"0x{k:016x}", f"0x{g:016x}") == (draw["generator_key"], draw["global_key"])
+                assert float(torch.rand(1, generator=torch.Generator().manual_seed(k), dtype=torch.float64)[0]) == draw["generator_rand"]
+                assert float(torch.rand(1, generator=torch.Generator().manual_seed(g), dtype=torch.float64)[0]) == draw["torch_rand"]
+                assert float(np.random.RandomState(g % 2**32).random_sample()) == draw["numpy_random"]
+                assert random.Random(g).random() == draw["python_random"]
+                continue
+            key = _key(draw["seed"], 0x53544550530000 + case["position"], draw["epoch"], draw["record"])
+            u = [_uniform(key, n) for n in range(1, len(draw["u"]) + 1)]
+            assert f"0x{key:016x}" == draw["key"] and u == draw["u"]
+            if case["step"] == "ColorJitter":
+                names = ["brightness", "contrast", "saturation", "hue"]
+                assert draw["order"] == [names[n] for n in sorted(range(4), key=lambda n: u[n])]
+                for n, name in enumerate(names):
+                    span = _jitter_range(args.get(name, 0), 0.0 if name == "hue" else 1.0)
+                    assert draw["factors"][n] == (None if span is None else span[0] + (span[1] - span[0]) * u[4 + n])
+            elif case["step"] == "RandomRotation":
+                d = args["degrees"]
+                lo, hi = (-d, d) if not isinstance(d, list) else d
+                assert draw["angle"] == lo + (hi - lo) * u[0]
+            else:
+                assert draw["applies"] == (u[0] < args.get("p", 0.1 if case["step"] == "RandomGrayscale" else 0.5))
