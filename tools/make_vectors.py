@@ -216,6 +216,19 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
         ],
         64,
     ),
+    "ndarray-nan": (
+        "NaN in float16, float32 and float64 ndarray values: a writer writes the quiet NaN without payload and with sign 0, "
+        "7e00, 7fc00000 and 7ff8000000000000 (v1.1)",
+        Schema.of(f16="ndarray:float16:2", f32="ndarray:float32:2", f64="ndarray:float64:2"),
+        [
+            {
+                "f16": np.array([math.nan, -0.0], np.float16),
+                "f32": np.array([-0.0, math.nan], np.float32),
+                "f64": np.array([math.nan, -math.inf], np.float64),
+            },
+        ],
+        64,
+    ),
     "pairs": (
         "a super-resolution record: a low- and a high-resolution image (2x), a one-channel mask and a label (v1.1)",
         PAIRS,
@@ -535,6 +548,18 @@ def raw_size_mismatch(s: ShardBytes) -> Invalid:
     s.table()["pixels.height"][0] = 2  # 2 x 5 x 1 pixels, but 15 bytes stored
     s.reseal_table()
     return "FormatError", s.column_offset(0, "pixels.size"), 0, "open"
+
+
+@invalid(
+    "raw",
+    "raw size: height x width x channels is compared exactly; 3340214413 x 4141967055 x 4 wraps to the 12 bytes stored in "
+    "64-bit arithmetic, but height x width is over MAX_FIELD_SIZE first (v1.1)",
+)
+def raw_size_overflow(s: ShardBytes) -> Invalid:
+    s.table()["pixels.height"][2] = 3340214413  # record 2: 1 x 3 x 4 pixels, 12 bytes
+    s.table()["pixels.width"][2] = 4141967055  # 3340214413 * 4141967055 * 4 = 3 * 2**64 + 12
+    s.reseal_table()
+    return "FormatError", s.column_offset(2, "pixels.size"), 2, "open"
 
 
 @invalid("raw", "raw channels: 1, 3 or 4 (v1.1)")
@@ -2224,6 +2249,60 @@ def sampling_step_draws() -> dict[str, Any]:
     }
 
 
+JSON_TEXT_CASES: list[tuple[str, str]] = [
+    ("value", "-0"),
+    ("value", "[0, -0, -0.0, -0e0, 0e0, 1E2, -1e-400]"),
+    ("value", '{"num_records": -0}'),
+    ("schema", '{"fields":[{"name":"a","type":"int64","dtype":"uint8","shape":[3]}]}'),
+    ("schema", '{"fields":[{"dtype":5,"name":"a","shape":"x","type":"str"}]}'),
+    ("schema", '{"fields":[{"dtype":"float32","name":"a","shape":[-0,2],"type":"ndarray"}]}'),
+    ("schema", '{"fields":[{"dtype":"float32","name":"a","shape":[1.0],"type":"ndarray"}]}'),
+    ("schema", '{"fields":[{"dtype":"complex64","name":"a","shape":[1],"type":"ndarray"}]}'),
+    ("schema", '{"fields":[{"dtype":"float32","name":"a","type":"ndarray"}]}'),
+]
+"""JSON texts and schemas whose reading a rule of spec/format.md decides: negative zeros, and the
+dtype and shape keys on fields of every kind."""
+
+
+def _json_value(value: Any) -> Any:
+    """A parsed JSON value for a vector: integers as they are, binary64 numbers as {"float": hex bits}."""
+    if isinstance(value, float):
+        return {"float": hex64(float_bits(value))}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    return value
+
+
+def json_text_cases() -> dict[str, Any]:
+    import shardfmt
+    from shardfmt._jsontext import parse_json
+
+    cases = []
+    for kind, text in JSON_TEXT_CASES:
+        case: dict[str, Any] = {"kind": kind, "text": text}
+        if kind == "value":
+            case["value"] = _json_value(parse_json(text.encode()))
+        else:
+            try:
+                schema = Schema.from_bytes(text.encode())
+            except shardfmt.UnsupportedVersionError:
+                case["error"] = "UnsupportedVersionError"
+            except shardfmt.SchemaError:  # a shard reader reports it as FormatError at offset 64 (step 14)
+                case["error"] = "FormatError"
+            else:
+                case["canonical"] = schema.to_bytes().decode()
+        cases.append(case)
+    return {
+        "description": (
+            "JSON texts and schema texts: the value each denotes (integers as numbers, binary64 numbers as {\"float\": bits}), "
+            "or a schema's canonical encoding, or the error a reader reports for it (spec/format.md, sections 4 and 7)"
+        ),
+        "cases": cases,
+    }
+
+
 LINSPACE_CASES: list[tuple[str, float, float, int]] = [
     ("ShearX, ShearY (TrivialAugmentWide); Brightness, Color, Contrast, Sharpness (TrivialAugmentWide)", 0.0, 0.99, 31),
     ("ShearX, ShearY (RandAugment, AutoAugment, AugMix)", 0.0, 0.3, 10),
@@ -2450,6 +2529,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
     (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
     (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
+    (out / "json-text.json").write_bytes(dump_cases(json_text_cases()))
     (out / "sampling" / "step-draws.json").write_bytes(dump_cases(sampling_step_draws()))
     (out / "sampling" / "autoaugment-policies.json").write_bytes(dump_cases(sampling_policies()))
     index["sampling"] = {
@@ -2466,6 +2546,7 @@ def generate(out: Path) -> None:
         "step-draws": "the draws of ColorJitter, RandomRotation, RandomGrayscale, RandomVerticalFlip, and a user step's seeds",
         "autoaugment-policies": "AutoAugment's three policies: records that reach every sub-policy, and the operations they run",
     }
+    index["json_text"] = "JSON texts and schema texts: negative zeros, dtype and shape keys, and what a reader finds or refuses"
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))
 
