@@ -2303,6 +2303,46 @@ def json_text_cases() -> dict[str, Any]:
     }
 
 
+SHARD_PLAN_CASES: list[dict[str, Any]] = [
+    {"shard_size": 100, "sizes": [40, 40, 40, 40, 40, 40, 40]},
+    {"shard_size": 100, "sizes": [100, 1, 99, 250, 0, 0, 5]},
+    {"shard_size": 100, "sizes": [30, 30, 30]},
+    {"shard_size": 100, "sizes": []},
+    {"shard_size": 1000, "sizes": [1] * 10, "max_records": 4},
+    {"shard_size": 268435456, "sizes": [110000] * 2441 + [150000] * 3},
+]
+"""Conversion's shard cutting: record sizes in output order, the shard size, and (to show the
+record bound without 2^24 records) a smaller bound in place of MAX_RECORDS_PER_SHARD."""
+
+
+def shard_plans() -> dict[str, Any]:
+    from shardfmt._convert.plan import plan_shards
+
+    cases = []
+    for case in SHARD_PLAN_CASES:
+        kwargs = {"max_records": case["max_records"]} if "max_records" in case else {}
+        spans = plan_shards(case["sizes"], shard_size=case["shard_size"], **kwargs)
+        sizes: Any = case["sizes"] if len(case["sizes"]) <= 16 else _run_lengths(case["sizes"])
+        cases.append({**case, "sizes": sizes, "shards": [list(span) for span in spans]})
+    return {
+        "description": (
+            "how conversion cuts records into shards: record sizes in output order (or [size, count] runs), shard_size, "
+            "max_records where it is not 2^24, and the [start, stop) record range of each shard (spec/conversion.md)"
+        ),
+        "cases": cases,
+    }
+
+
+def _run_lengths(values: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return runs
+
+
 LINSPACE_CASES: list[tuple[str, float, float, int]] = [
     ("ShearX, ShearY (TrivialAugmentWide); Brightness, Color, Contrast, Sharpness (TrivialAugmentWide)", 0.0, 0.99, 31),
     ("ShearX, ShearY (RandAugment, AutoAugment, AugMix)", 0.0, 0.3, 10),
@@ -2530,6 +2570,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
     (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
     (out / "json-text.json").write_bytes(dump_cases(json_text_cases()))
+    (out / "shard-plans.json").write_bytes(dump_cases(shard_plans()))
     (out / "sampling" / "step-draws.json").write_bytes(dump_cases(sampling_step_draws()))
     (out / "sampling" / "autoaugment-policies.json").write_bytes(dump_cases(sampling_policies()))
     index["sampling"] = {
@@ -2547,6 +2588,7 @@ def generate(out: Path) -> None:
         "autoaugment-policies": "AutoAugment's three policies: records that reach every sub-policy, and the operations they run",
     }
     index["json_text"] = "JSON texts and schema texts: negative zeros, dtype and shape keys, and what a reader finds or refuses"
+    index["shard_plans"] = "conversion's shard cutting: record sizes and the shard boundaries they give"
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))
 

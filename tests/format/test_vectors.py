@@ -815,3 +815,21 @@ def test_json_text_vector_reads_as_stated() -> None:
                 Schema.from_bytes(text)
             kind = "UnsupportedVersionError" if isinstance(caught.value, shardfmt.UnsupportedVersionError) else "FormatError"
             assert kind == case["error"] and isinstance(caught.value, (shardfmt.SchemaError, shardfmt.UnsupportedVersionError))
+
+
+def test_shard_plan_vector_follows_the_written_rule() -> None:
+    cases = json.loads((VECTORS / make_vectors.VERSION / "shard-plans.json").read_text())["cases"]
+    for case in cases:
+        sizes = case["sizes"]
+        if sizes and isinstance(sizes[0], list):
+            sizes = [size for size, count in sizes for _ in range(count)]
+        limit, bound = case["shard_size"], case.get("max_records", 1 << 24)
+        shards, start, total = [], 0, 0
+        for i, size in enumerate(sizes):
+            total += size
+            if total >= limit or i + 1 - start >= bound:
+                shards.append([start, i + 1])
+                start, total = i + 1, 0
+        if start < len(sizes):
+            shards.append([start, len(sizes)])
+        assert shards == case["shards"]
