@@ -2343,6 +2343,129 @@ def _run_lengths(values: list[int]) -> list[list[int]]:
     return runs
 
 
+def _pixel_image(height: int, width: int, channels: int) -> np.ndarray[Any, Any]:
+    """A smooth image with edges (gradients, a disc, stripes): every decoder choice shows in it."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    planes = [
+        255 * x / (width - 1),
+        255 * y / (height - 1),
+        128 + 100 * np.sin(x / 3.0) * np.cos(y / 5.0),
+    ]
+    disc = (y - height / 2) ** 2 + (x - width / 3) ** 2 < (height / 4) ** 2
+    stripes = (x.astype(int) // 3) % 2 == 0
+    pixels = np.stack(planes, axis=2)
+    pixels[disc] = [250, 30, 60]
+    pixels[stripes & (y > 3 * height / 4)] = [10, 10, 10]
+    image = np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+    return image if channels == 3 else image[:, :, 1:2].copy()
+
+
+PIXEL_IMAGES: list[dict[str, Any]] = [
+    {"name": "rgb-420", "height": 40, "width": 56, "channels": 3, "quality": 90, "subsampling": "420"},
+    {"name": "rgb-444", "height": 33, "width": 21, "channels": 3, "quality": 75, "subsampling": "444"},
+    {"name": "gray", "height": 24, "width": 30, "channels": 1, "quality": 85, "subsampling": "444"},
+]
+"""Small JPEGs the pixel vector encodes with libjpeg (their bytes are in the vector)."""
+PIXEL_CROPS: list[dict[str, Any]] = [
+    {"box": [3, 5, 30, 40], "size": [16, 16], "interpolation": "bilinear", "flip": False},
+    {"box": [3, 5, 30, 40], "size": [16, 16], "interpolation": "bicubic", "flip": True},
+    {"box": [0, 0, 20, 20], "size": [32, 24], "interpolation": "bilinear", "flip": False},
+    {"box": [2, 1, 19, 17], "size": [7, 9], "interpolation": "nearest", "flip": False},
+    {"box": [1, 2, 16, 16], "size": [16, 16], "interpolation": "bilinear", "flip": True},
+]
+"""Boxes [top, left, height, width] of every image, each resized to `size` [h, w] by `interpolation`."""
+PIXEL_OPERATIONS: list[tuple[str, float, int]] = [
+    ("VerticalFlip", 0.0, 0), ("Invert", 0.0, 0), ("Posterize", 3.0, 0), ("Solarize", 128.0, 0), ("Equalize", 0.0, 0),
+    ("AutoContrast", 0.0, 1), ("Rotate", 20.0, 0), ("ShearX", 0.25, 0), ("ShearY", -0.2, 0), ("TranslateX", 5.0, 0),
+    ("TranslateY", -3.0, 0), ("Brightness", 0.5, 1), ("Color", -0.4, 1), ("Contrast", 0.3, 1), ("Sharpness", 0.6, 1),
+    ("Grayscale", 0.0, 1),
+]
+"""Steps and operations run on the evaluation crop of "rgb-420": (name, magnitude, tolerance in levels)."""
+
+
+def _pixel_summary(pixels: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """An H x W x C uint8 array as its shape, XXH3-64 of its bytes and a few values."""
+    height, width = pixels.shape[:2]
+    points = [(0, 0), (height // 2, width // 3), (height - 1, width - 1), (height // 3, width - 2)]
+    return {
+        "shape": list(pixels.shape),
+        "checksum": format_checksum(checksum(np.ascontiguousarray(pixels).tobytes())),
+        "samples": [[y, x, [int(v) for v in pixels[y, x]]] for y, x in points],
+    }
+
+
+def _resized(pixels: np.ndarray[Any, Any], size: list[int], interpolation: str, flip: bool) -> np.ndarray[Any, Any]:
+    """torch's interpolate of the box as an image of its own (antialiased uint8 kernels, or nearest-exact)."""
+    import torch
+
+    source = torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1)[None]
+    if list(pixels.shape[:2]) == size:
+        out = source
+    elif interpolation == "nearest":
+        out = torch.nn.functional.interpolate(source, size=tuple(size), mode="nearest-exact")
+    else:
+        out = torch.nn.functional.interpolate(source, size=tuple(size), mode=interpolation, antialias=True, align_corners=False)
+    if flip:
+        out = out.flip(3)
+    return out[0].permute(1, 2, 0).contiguous().numpy()
+
+
+def _operated(pixels: np.ndarray[Any, Any], name: str, magnitude: float) -> np.ndarray[Any, Any]:
+    """The reference's pixels after one step or operation on an H x W x 3 sample."""
+    from shardfmt.ops._autoaugment import OPERATIONS, apply_operation
+    from shardfmt.ops._imageops import ImageOps
+
+    height, width = pixels.shape[:2]
+    if name == "VerticalFlip":
+        return pixels[::-1].copy()
+    ops = ImageOps(height, width)
+    planes = np.ascontiguousarray(pixels.transpose(2, 0, 1)).astype(np.float32)
+    if name == "Grayscale":
+        ops.colour.grayscale(planes)
+        result = planes
+    else:
+        result = apply_operation(ops, planes, OPERATIONS.index(name), magnitude, (0.0, 0.0, 0.0))
+    return np.ascontiguousarray(result.transpose(1, 2, 0)).astype(np.uint8)
+
+
+def pixel_vectors() -> dict[str, Any]:
+    import simplejpeg
+
+    images = []
+    for spec in PIXEL_IMAGES:
+        source = _pixel_image(spec["height"], spec["width"], spec["channels"])
+        data = simplejpeg.encode_jpeg(
+            source, quality=spec["quality"], colorspace="RGB" if spec["channels"] == 3 else "GRAY",
+            colorsubsampling=spec["subsampling"] if spec["channels"] == 3 else "Gray",
+        )
+        colorspace = "RGB" if spec["channels"] == 3 else "GRAY"
+        decoded = simplejpeg.decode_jpeg(data, colorspace=colorspace, fastdct=False, fastupsample=False)
+        crops = []
+        for crop in PIXEL_CROPS:
+            top, left, h, w = crop["box"]
+            top, left = min(top, spec["height"] - 1), min(left, spec["width"] - 1)
+            h, w = min(h, spec["height"] - top), min(w, spec["width"] - left)
+            out = _resized(decoded[top : top + h, left : left + w], crop["size"], crop["interpolation"], crop["flip"])
+            crops.append({**crop, "box": [top, left, h, w], **_pixel_summary(out)})
+        images.append({**spec, "jpeg": data.hex(), "decoded": _pixel_summary(decoded), "crops": crops})
+    base = images[0]
+    decoded = simplejpeg.decode_jpeg(bytes.fromhex(base["jpeg"]), colorspace="RGB", fastdct=False, fastupsample=False)
+    sample = _resized(decoded, [24, 33], "bilinear", False)
+    steps = [
+        {"step": name, "magnitude": magnitude, "tolerance": tolerance, **_pixel_summary(_operated(sample, name, magnitude))}
+        for name, magnitude, tolerance in PIXEL_OPERATIONS
+    ]
+    return {
+        "description": (
+            "pixels: small JPEGs (hex), their decoded pixels (ISLOW IDCT, fancy upsampling), boxes of them resized by the "
+            "antialiased bilinear and bicubic kernels or nearest, flipped; and the steps' pixels on one sample, each as its "
+            "shape, XXH3-64 of its H x W x C bytes and a few [y, x, values] (spec/pixels.md)"
+        ),
+        "cases": images + [{"sample": {"image": base["name"], "resized_to": [24, 33], "interpolation": "bilinear"},
+                            **_pixel_summary(sample), "steps": steps}],
+    }
+
+
 LINSPACE_CASES: list[tuple[str, float, float, int]] = [
     ("ShearX, ShearY (TrivialAugmentWide); Brightness, Color, Contrast, Sharpness (TrivialAugmentWide)", 0.0, 0.99, 31),
     ("ShearX, ShearY (RandAugment, AutoAugment, AugMix)", 0.0, 0.3, 10),
@@ -2571,6 +2694,7 @@ def generate(out: Path) -> None:
     (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
     (out / "json-text.json").write_bytes(dump_cases(json_text_cases()))
     (out / "shard-plans.json").write_bytes(dump_cases(shard_plans()))
+    (out / "pixels.json").write_bytes(dump_cases(pixel_vectors()))
     (out / "sampling" / "step-draws.json").write_bytes(dump_cases(sampling_step_draws()))
     (out / "sampling" / "autoaugment-policies.json").write_bytes(dump_cases(sampling_policies()))
     index["sampling"] = {
@@ -2589,6 +2713,7 @@ def generate(out: Path) -> None:
     }
     index["json_text"] = "JSON texts and schema texts: negative zeros, dtype and shape keys, and what a reader finds or refuses"
     index["shard_plans"] = "conversion's shard cutting: record sizes and the shard boundaries they give"
+    index["pixels"] = "small JPEGs and their decoded, cropped, resized, flipped and augmented pixels"
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))
 

@@ -833,3 +833,67 @@ def test_shard_plan_vector_follows_the_written_rule() -> None:
         if start < len(sizes):
             shards.append([start, len(sizes)])
         assert shards == case["shards"]
+
+
+def _pixels_vector() -> list[dict[str, Any]]:
+    return json.loads((VECTORS / make_vectors.VERSION / "pixels.json").read_text())["cases"]
+
+
+def _summary_matches(pixels: np.ndarray, summary: dict[str, Any], tolerance: int = 0) -> bool:
+    if list(pixels.shape) != summary["shape"]:
+        return False
+    if tolerance == 0 and format_checksum(checksum(np.ascontiguousarray(pixels).tobytes())) != summary["checksum"]:
+        return False
+    return all(np.abs(pixels[y, x].astype(int) - np.array(values)).max() <= tolerance for y, x, values in summary["samples"])
+
+
+def test_pixel_vector_decodes_as_libjpeg_does_by_default() -> None:
+    """PIL's decoder (libjpeg-turbo with its defaults: ISLOW IDCT, fancy upsampling) gives every
+    decoded image byte for byte, and PIL's antialiased resize of each box every crop within 1."""
+    import io
+
+    from PIL import Image
+
+    filters = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC, "nearest": Image.Resampling.NEAREST}
+    worst = 0
+    for case in _pixels_vector():
+        if "jpeg" not in case:
+            continue
+        with Image.open(io.BytesIO(bytes.fromhex(case["jpeg"]))) as image:
+            image.load()
+            decoded = np.asarray(image).reshape(case["height"], case["width"], case["channels"])
+            assert _summary_matches(decoded, case["decoded"]), case["name"]
+            for crop in case["crops"]:
+                top, left, h, w = crop["box"]
+                box = image.crop((left, top, left + w, top + h))
+                resized = box if [h, w] == crop["size"] else box.resize(crop["size"][::-1], filters[crop["interpolation"]])
+                pixels = np.asarray(resized).reshape(*crop["size"], case["channels"])
+                pixels = pixels[:, ::-1] if crop["flip"] else pixels
+                assert _summary_matches(pixels, crop, tolerance=0 if crop["interpolation"] == "nearest" else 1), (case["name"], crop)
+                worst = max(worst, max(int(np.abs(pixels[y, x].astype(int) - v).max()) for y, x, v in crop["samples"]))
+    assert worst <= 1
+
+
+def test_pixel_vector_steps_follow_the_written_formulas() -> None:
+    cases = _pixels_vector()
+    sample_case = cases[-1]
+    image = next(case for case in cases if case.get("name") == sample_case["sample"]["image"])
+    import simplejpeg
+
+    decoded = simplejpeg.decode_jpeg(bytes.fromhex(image["jpeg"]), colorspace="RGB", fastdct=False, fastupsample=False)
+    source = torch.from_numpy(decoded).permute(2, 0, 1)[None]
+    size = tuple(sample_case["sample"]["resized_to"])
+    x = torch.nn.functional.interpolate(source, size=size, mode="bilinear", antialias=True)[0].permute(1, 2, 0).numpy()
+    assert _summary_matches(x, sample_case)
+    gray = np.trunc(0.2989 * x[..., 0].astype(np.float64) + 0.587 * x[..., 1] + 0.114 * x[..., 2])
+    formulas = {
+        "VerticalFlip": lambda m: x[::-1],
+        "Invert": lambda m: 255 - x,
+        "Posterize": lambda m: x & np.uint8(256 - 2 ** (8 - int(m))),
+        "Solarize": lambda m: np.where(x >= m, 255 - x, x),
+        "Grayscale": lambda m: np.repeat(gray[..., None], 3, axis=2),
+    }
+    steps = {step["step"]: step for step in sample_case["steps"]}
+    for name, formula in formulas.items():
+        step = steps[name]
+        assert _summary_matches(np.asarray(formula(step["magnitude"])).astype(np.uint8), step, step["tolerance"]), name
