@@ -1097,6 +1097,13 @@ def shard_format_unknown(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 5, "UnsupportedVersionError", "shard_format 'zip' is unknown to this reader", M, None, None, "open"
 
 
+@invalid_dataset("shard_format is one the reader implements: the empty string is a string (not a malformed manifest) and names no format")
+def shard_format_empty(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shard_format"] = ""
+    write_manifest(d, m)
+    return 5, "UnsupportedVersionError", "shard_format '' is unknown to this reader", M, None, None, "open"
+
+
 @invalid_dataset("the schema is valid")
 def schema_invalid(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["schema"]["fields"][0]["name"] = "a-b"
@@ -1194,6 +1201,17 @@ def shard_path_case(d: Path, m: dict[str, Any]) -> DatasetCase:
         "normalisation)"
     )
     return 8, "ManifestError", message, M, None, None, "open"
+
+
+@invalid_dataset(
+    "an entry's path (syntax, then uniqueness against every path listed before it) is checked before its num_records "
+    "(this entry breaks both)"
+)
+def shard_path_before_count(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][1]["path"] = "shard-00000.shard"
+    m["shards"][1]["num_records"] = -1
+    write_manifest(d, m)
+    return 8, "ManifestError", "shards[1]: path 'shard-00000.shard' is listed twice", M, None, None, "open"
 
 
 @invalid_dataset("num_records and size are integers: 256.0 is a number with a fraction, not an integer")
