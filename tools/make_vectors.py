@@ -1490,6 +1490,13 @@ def tar_label_unlabelled(rows: list[dict[str, Any]], size: int) -> TarCase:
     return 7, "FormatError", _in_tar("label is not -1 in a dataset without labels", size), "label", 1, "read"
 
 
+@tar_invalid("labelled", "check 7: the label range is checked over every record before the -1 rule (record 0 breaks the second, record 1 the first)")
+def tar_label_order(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["label"] = -1
+    rows[1]["label"] = MAX_CLASSES
+    return 7, "FormatError", _in_tar(f"label is outside [-1, {MAX_CLASSES})", size), "label", 1, "read"
+
+
 @tar_invalid("labelled", "check 8: images do not overlap and leave room for a header; the later image in offset order is reported")
 def tar_overlap(rows: list[dict[str, Any]], size: int) -> TarCase:
     rows[0]["image_offset"] = rows[1]["image_offset"] + 512  # record 0 now comes second in offset order
@@ -1510,6 +1517,12 @@ def tar_member_missing(rows: list[dict[str, Any]], size: int) -> TarCase:
 
 
 _NO_SPAN = "members has no valid span for field {!r} (a [data offset, size] or [data offset, size, checksum] inside the tar)"
+
+
+@tar_invalid("image-text", "check 9: members is an object; one that is JSON but not an object has no span for any field")
+def tar_members_not_object(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["members"] = ["txt", "json"]
+    return 9, "FormatError", _NO_SPAN.format("json"), "members.offset", 1, "read"
 
 
 @tar_invalid("image-text", "check 9: a member's checksum is from 0 to 2^64 - 1")
