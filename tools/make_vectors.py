@@ -1490,7 +1490,9 @@ def tar_label_unlabelled(rows: list[dict[str, Any]], size: int) -> TarCase:
     return 7, "FormatError", _in_tar("label is not -1 in a dataset without labels", size), "label", 1, "read"
 
 
-@tar_invalid("labelled", "check 7: the label range is checked over every record before the -1 rule (record 0 breaks the second, record 1 the first)")
+@tar_invalid(
+    "labelled", "check 7: the label range is checked over every record before the -1 rule (record 0 breaks the second, record 1 the first)"
+)
 def tar_label_order(rows: list[dict[str, Any]], size: int) -> TarCase:
     rows[0]["label"] = -1
     rows[1]["label"] = MAX_CLASSES
