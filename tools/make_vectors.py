@@ -216,6 +216,19 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
         ],
         64,
     ),
+    "ndarray-nan": (
+        "NaN in float16, float32 and float64 ndarray values: a writer writes the quiet NaN without payload and with sign 0, "
+        "7e00, 7fc00000 and 7ff8000000000000 (v1.1)",
+        Schema.of(f16="ndarray:float16:2", f32="ndarray:float32:2", f64="ndarray:float64:2"),
+        [
+            {
+                "f16": np.array([math.nan, -0.0], np.float16),
+                "f32": np.array([-0.0, math.nan], np.float32),
+                "f64": np.array([math.nan, -math.inf], np.float64),
+            },
+        ],
+        64,
+    ),
     "pairs": (
         "a super-resolution record: a low- and a high-resolution image (2x), a one-channel mask and a label (v1.1)",
         PAIRS,
@@ -535,6 +548,18 @@ def raw_size_mismatch(s: ShardBytes) -> Invalid:
     s.table()["pixels.height"][0] = 2  # 2 x 5 x 1 pixels, but 15 bytes stored
     s.reseal_table()
     return "FormatError", s.column_offset(0, "pixels.size"), 0, "open"
+
+
+@invalid(
+    "raw",
+    "raw size: height x width x channels is compared exactly; 3340214413 x 4141967055 x 4 wraps to the 12 bytes stored in "
+    "64-bit arithmetic, but height x width is over MAX_FIELD_SIZE first (v1.1)",
+)
+def raw_size_overflow(s: ShardBytes) -> Invalid:
+    s.table()["pixels.height"][2] = 3340214413  # record 2: 1 x 3 x 4 pixels, 12 bytes
+    s.table()["pixels.width"][2] = 4141967055  # 3340214413 * 4141967055 * 4 = 3 * 2**64 + 12
+    s.reseal_table()
+    return "FormatError", s.column_offset(2, "pixels.size"), 2, "open"
 
 
 @invalid("raw", "raw channels: 1, 3 or 4 (v1.1)")
@@ -1072,6 +1097,13 @@ def shard_format_unknown(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 5, "UnsupportedVersionError", "shard_format 'zip' is unknown to this reader", M, None, None, "open"
 
 
+@invalid_dataset("shard_format is one the reader implements: the empty string is a string (not a malformed manifest) and names no format")
+def shard_format_empty(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shard_format"] = ""
+    write_manifest(d, m)
+    return 5, "UnsupportedVersionError", "shard_format '' is unknown to this reader", M, None, None, "open"
+
+
 @invalid_dataset("the schema is valid")
 def schema_invalid(d: Path, m: dict[str, Any]) -> DatasetCase:
     m["schema"]["fields"][0]["name"] = "a-b"
@@ -1169,6 +1201,17 @@ def shard_path_case(d: Path, m: dict[str, Any]) -> DatasetCase:
         "normalisation)"
     )
     return 8, "ManifestError", message, M, None, None, "open"
+
+
+@invalid_dataset(
+    "an entry's path (syntax, then uniqueness against every path listed before it) is checked before its num_records "
+    "(this entry breaks both)"
+)
+def shard_path_before_count(d: Path, m: dict[str, Any]) -> DatasetCase:
+    m["shards"][1]["path"] = "shard-00000.shard"
+    m["shards"][1]["num_records"] = -1
+    write_manifest(d, m)
+    return 8, "ManifestError", "shards[1]: path 'shard-00000.shard' is listed twice", M, None, None, "open"
 
 
 @invalid_dataset("num_records and size are integers: 256.0 is a number with a fraction, not an integer")
@@ -1447,6 +1490,15 @@ def tar_label_unlabelled(rows: list[dict[str, Any]], size: int) -> TarCase:
     return 7, "FormatError", _in_tar("label is not -1 in a dataset without labels", size), "label", 1, "read"
 
 
+@tar_invalid(
+    "labelled", "check 7: the label range is checked over every record before the -1 rule (record 0 breaks the second, record 1 the first)"
+)
+def tar_label_order(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[0]["label"] = -1
+    rows[1]["label"] = MAX_CLASSES
+    return 7, "FormatError", _in_tar(f"label is outside [-1, {MAX_CLASSES})", size), "label", 1, "read"
+
+
 @tar_invalid("labelled", "check 8: images do not overlap and leave room for a header; the later image in offset order is reported")
 def tar_overlap(rows: list[dict[str, Any]], size: int) -> TarCase:
     rows[0]["image_offset"] = rows[1]["image_offset"] + 512  # record 0 now comes second in offset order
@@ -1467,6 +1519,12 @@ def tar_member_missing(rows: list[dict[str, Any]], size: int) -> TarCase:
 
 
 _NO_SPAN = "members has no valid span for field {!r} (a [data offset, size] or [data offset, size, checksum] inside the tar)"
+
+
+@tar_invalid("image-text", "check 9: members is an object; one that is JSON but not an object has no span for any field")
+def tar_members_not_object(rows: list[dict[str, Any]], size: int) -> TarCase:
+    rows[1]["members"] = ["txt", "json"]
+    return 9, "FormatError", _NO_SPAN.format("json"), "members.offset", 1, "read"
 
 
 @tar_invalid("image-text", "check 9: a member's checksum is from 0 to 2^64 - 1")
@@ -2028,57 +2086,469 @@ augment list; each case is drawn for the (seed, epoch, record) of STEP_DRAWS."""
 STEP_DRAWS = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (7, 3, 12), (2024, 7, 123456), (1, 0, 5), (1, 0, 6), (1, 0, 7)]
 
 
-def sampling_steps() -> dict[str, Any]:
+def _step_draw(step: Any, case: dict[str, Any], seed: int, epoch: int, record: int) -> dict[str, Any]:
+    """One draw of an augment-steps case: the key, the operations chosen (or the erased box) and the first draws."""
     from shardfmt import ops
     from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
     from shardfmt.ops._autoaugment import OPERATIONS, SIGNED_OPERATIONS, magnitude_table
 
+    height, width = case["height"], case["width"]
+    key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
+    u = uniforms(key, step.draws)
+    entry: dict[str, Any] = {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0]))}
+    if isinstance(step, ops.RandomErasing):
+        entry["box"] = [int(v) for v in step.boxes(u, height=height, width=width)[0]]
+    else:
+        params = step.parameters(u)[0]
+        family, bins = (
+            ("wide", step.num_magnitude_bins)
+            if isinstance(step, ops.TrivialAugmentWide)
+            else ("standard", getattr(step, "num_magnitude_bins", 10))
+        )
+        if isinstance(step, ops.AugMix):  # the weights first, then the chains' slots
+            entry["weights"] = [float(v) for v in params[: 1 + step.mixture_width]]
+            params, family = params[1 + step.mixture_width :], "augmix"
+        applied: list[Any] = []
+        for slot in range(len(params) // 3):
+            operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
+            if operation < 0:
+                applied.append(None)
+                continue
+            table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
+            magnitude = table[bin_index] if len(table) > 1 else 0.0
+            signed = OPERATIONS[operation] in SIGNED_OPERATIONS
+            applied.append(
+                [
+                    OPERATIONS[operation],
+                    bin_index if len(table) > 1 else None,
+                    float_value(-magnitude if sign and signed else magnitude),
+                ]
+            )
+        entry["operations"] = applied
+    entry["u"] = [float(v) for v in u[0][:5]]
+    return entry
+
+
+def sampling_steps() -> dict[str, Any]:
+    from shardfmt import ops
+
     cases = []
     for case in STEP_CASES:
         step = getattr(ops, case["step"])(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["args"].items()})
-        height, width = case["height"], case["width"]
-        draws = []
-        for seed, epoch, record in STEP_DRAWS:
-            key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
-            u = uniforms(key, step.draws)
-            entry: dict[str, Any] = {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0]))}
-            if isinstance(step, ops.RandomErasing):
-                entry["box"] = [int(v) for v in step.boxes(u, height=height, width=width)[0]]
-            else:
-                params = step.parameters(u)[0]
-                family, bins = (
-                    ("wide", step.num_magnitude_bins)
-                    if isinstance(step, ops.TrivialAugmentWide)
-                    else ("standard", getattr(step, "num_magnitude_bins", 10))
-                )
-                if isinstance(step, ops.AugMix):  # the weights first, then the chains' slots
-                    entry["weights"] = [float(v) for v in params[: 1 + step.mixture_width]]
-                    params, family = params[1 + step.mixture_width :], "augmix"
-                applied = []
-                for slot in range(len(params) // 3):
-                    operation, bin_index, sign = (int(v) for v in params[3 * slot : 3 * slot + 3])
-                    if operation < 0:
-                        applied.append(None)
-                        continue
-                    table = magnitude_table(family, OPERATIONS[operation], bins, height=height, width=width)
-                    magnitude = table[bin_index] if len(table) > 1 else 0.0
-                    signed = OPERATIONS[operation] in SIGNED_OPERATIONS
-                    applied.append(
-                        [
-                            OPERATIONS[operation],
-                            bin_index if len(table) > 1 else None,
-                            float_value(-magnitude if sign and signed else magnitude),
-                        ]
-                    )
-                entry["operations"] = applied
-            entry["u"] = [float(v) for v in u[0][:5]]
-            draws.append(entry)
+        draws = [_step_draw(step, case, seed, epoch, record) for seed, epoch, record in STEP_DRAWS]
         cases.append({**case, "draws": draws})
     return {
         "description": (
             "augmentation steps' draws: for each (seed, epoch, record), the step's key (stream STEP + position), its first "
             "draws as floats, and the operations chosen ([name, bin, signed magnitude], null where a sub-policy's operation "
             "does not run) or the erased box (top, left, height, width; all 0 when nothing is erased) (spec/sampling.md)"
+        ),
+        "cases": cases,
+    }
+
+
+POLICY_CASES: list[dict[str, Any]] = [
+    {"step": "AutoAugment", "args": {"policy": "imagenet"}, "height": 224, "width": 224, "position": 0},
+    {"step": "AutoAugment", "args": {"policy": "cifar10"}, "height": 32, "width": 32, "position": 0},
+    {"step": "AutoAugment", "args": {"policy": "svhn"}, "height": 32, "width": 32, "position": 0},
+]
+"""AutoAugment's three policies; each is drawn at seed 0, epoch 0 for records chosen to reach every sub-policy."""
+
+
+def _policy_records(step: Any, position: int, *, count: int = 4096) -> list[int]:
+    """For each sub-policy s: the first record (seed 0, epoch 0) that draws s, then the first that
+    draws s and runs each of its operations whose probability is not 0 (when that is another record)."""
+    from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+    from shardfmt.ops._autoaugment import POLICIES
+
+    u = uniforms(record_keys(0, STEP_STREAM + position, 0, np.arange(count, dtype=np.uint64)), step.draws)
+    chosen = np.floor(25 * u[:, 0]).astype(int)
+    records: list[int] = []
+    for s, pair in enumerate(POLICIES[step.policy]):
+        first = int(np.flatnonzero(chosen == s)[0])
+        runs = chosen == s
+        for i, (_, probability, _) in enumerate(pair):
+            if probability > 0:
+                runs &= u[:, 1 + i] <= probability
+        both = int(np.flatnonzero(runs)[0])
+        records += [first] if first == both else [first, both]
+    return records
+
+
+def sampling_policies() -> dict[str, Any]:
+    from shardfmt import ops
+
+    cases = []
+    for case in POLICY_CASES:
+        step = ops.AutoAugment(**case["args"])
+        draws = []
+        for record in _policy_records(step, case["position"]):
+            entry = _step_draw(step, case, 0, 0, record)
+            draws.append({"sub_policy": int(25 * entry["u"][0]), **entry})
+        cases.append({**case, "draws": draws})
+    return {
+        "description": (
+            "AutoAugment's policies, every sub-policy reached: for each record (seed 0, epoch 0, position 0), the sub-policy "
+            "floor(25 u_1) it draws, its key, its first draws and the operations that run, as in augment-steps "
+            "(spec/sampling.md, AutoAugment's policies)"
+        ),
+        "cases": cases,
+    }
+
+
+COIN_STEP_CASES: list[dict[str, Any]] = [
+    {"step": "ColorJitter", "args": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}, "position": 0},
+    {"step": "ColorJitter", "args": {"brightness": [0.5, 1.5], "contrast": 0, "saturation": 0.2, "hue": [-0.05, 0.2]}, "position": 1},
+    {"step": "RandomRotation", "args": {"degrees": 30}, "position": 0},
+    {"step": "RandomRotation", "args": {"degrees": [-10, 45], "fill": [255, 0, 0]}, "position": 2},
+    {"step": "RandomGrayscale", "args": {}, "position": 0},
+    {"step": "RandomGrayscale", "args": {"p": 0.5}, "position": 1},
+    {"step": "RandomVerticalFlip", "args": {}, "position": 0},
+    {"step": "RandomVerticalFlip", "args": {"p": 0.25}, "position": 3},
+]
+"""ColorJitter, RandomRotation, RandomGrayscale and RandomVerticalFlip: class, arguments and the step's position j."""
+USER_STEP_POSITIONS = (0, 2)
+"""Positions of a user's step whose generator seeds the vector gives."""
+
+
+def _coin_step_outcome(step: Any, u: np.ndarray) -> dict[str, Any]:
+    from shardfmt import ops
+
+    params = step.parameters(u)[0]
+    if isinstance(step, ops.ColorJitter):
+        factors = [None if math.isnan(v) else float(v) for v in params[4:]]
+        return {"order": [["brightness", "contrast", "saturation", "hue"][int(n)] for n in params[:4]], "factors": factors}
+    if isinstance(step, ops.RandomRotation):
+        return {"angle": float(params[0])}
+    return {"applies": bool(params[0])}
+
+
+def _user_step_seeds(seed: int, epoch: int, record: int, position: int) -> dict[str, Any]:
+    """A user's step's generator key K_j, the global seed G_j and the first draw of each generator so seeded."""
+    import random
+
+    import torch
+
+    from shardfmt._sampling.keys import RNG_STREAM, STEP_STREAM, record_keys
+    from shardfmt.ops._augment import seed_global_generators
+
+    records = np.array([record], np.uint64)
+    step_key = int(record_keys(seed, STEP_STREAM + position, epoch, records)[0])
+    global_key = int(record_keys(seed, RNG_STREAM + position, epoch, records)[0])
+    generator = torch.Generator()
+    generator.manual_seed(step_key)
+    given = float(torch.rand(1, generator=generator, dtype=torch.float64)[0])
+    torch_state, numpy_state, python_state = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        seed_global_generators(global_key)
+        drawn = [float(torch.rand(1, dtype=torch.float64)[0]), float(np.random.random()), random.random()]
+    finally:
+        torch.random.set_rng_state(torch_state)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+    return {
+        "seed": seed, "epoch": epoch, "record": record, "position": position, "generator_key": hex64(step_key),
+        "global_key": hex64(global_key), "generator_rand": given, "torch_rand": drawn[0], "numpy_random": drawn[1],
+        "python_random": drawn[2],
+    }
+
+
+def sampling_step_draws() -> dict[str, Any]:
+    from shardfmt import ops
+    from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
+
+    cases = []
+    for case in COIN_STEP_CASES:
+        step = getattr(ops, case["step"])(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["args"].items()})
+        draws = []
+        for seed, epoch, record in STEP_DRAWS:
+            key = record_keys(seed, STEP_STREAM + case["position"], epoch, np.array([record], np.uint64))
+            u = uniforms(key, step.draws)
+            draws.append(
+                {"seed": seed, "epoch": epoch, "record": record, "key": hex64(int(key[0])), "u": [float(v) for v in u[0]],
+                 **_coin_step_outcome(step, u)}
+            )
+        cases.append({**case, "draws": draws})
+    user = [_user_step_seeds(seed, epoch, record, j) for j in USER_STEP_POSITIONS for seed, epoch, record in STEP_DRAWS]
+    cases.append({"step": "user", "draws": user})
+    return {
+        "description": (
+            "the draws of ColorJitter (order of the adjustments, factors, null where not applied), RandomRotation (angle), "
+            "RandomGrayscale and RandomVerticalFlip (applies), and a user's step's seeds: the generator's key K_j, the global "
+            "key G_j, and the first float64 of torch.rand from a generator seeded with K_j, of torch.rand, numpy.random.random "
+            "and random.random after the global generators are seeded from G_j (spec/sampling.md, Augmentation steps)"
+        ),
+        "cases": cases,
+    }
+
+
+JSON_TEXT_CASES: list[tuple[str, str]] = [
+    ("value", "-0"),
+    ("value", "[0, -0, -0.0, -0e0, 0e0, 1E2, -1e-400]"),
+    ("value", '{"num_records": -0}'),
+    ("schema", '{"fields":[{"name":"a","type":"int64","dtype":"uint8","shape":[3]}]}'),
+    ("schema", '{"fields":[{"dtype":5,"name":"a","shape":"x","type":"str"}]}'),
+    ("schema", '{"fields":[{"dtype":"float32","name":"a","shape":[-0,2],"type":"ndarray"}]}'),
+    ("schema", '{"fields":[{"dtype":"float32","name":"a","shape":[1.0],"type":"ndarray"}]}'),
+    ("schema", '{"fields":[{"dtype":"complex64","name":"a","shape":[1],"type":"ndarray"}]}'),
+    ("schema", '{"fields":[{"dtype":"float32","name":"a","type":"ndarray"}]}'),
+]
+"""JSON texts and schemas whose reading a rule of spec/format.md decides: negative zeros, and the
+dtype and shape keys on fields of every kind."""
+
+
+def _json_value(value: Any) -> Any:
+    """A parsed JSON value for a vector: integers as they are, binary64 numbers as {"float": hex bits}."""
+    if isinstance(value, float):
+        return {"float": hex64(float_bits(value))}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    return value
+
+
+def json_text_cases() -> dict[str, Any]:
+    import shardfmt
+    from shardfmt._jsontext import parse_json
+
+    cases = []
+    for kind, text in JSON_TEXT_CASES:
+        case: dict[str, Any] = {"kind": kind, "text": text}
+        if kind == "value":
+            case["value"] = _json_value(parse_json(text.encode()))
+        else:
+            try:
+                schema = Schema.from_bytes(text.encode())
+            except shardfmt.UnsupportedVersionError:
+                case["error"] = "UnsupportedVersionError"
+            except shardfmt.SchemaError:  # a shard reader reports it as FormatError at offset 64 (step 14)
+                case["error"] = "FormatError"
+            else:
+                case["canonical"] = schema.to_bytes().decode()
+        cases.append(case)
+    return {
+        "description": (
+            "JSON texts and schema texts: the value each denotes (integers as numbers, binary64 numbers as {\"float\": bits}), "
+            "or a schema's canonical encoding, or the error a reader reports for it (spec/format.md, sections 4 and 7)"
+        ),
+        "cases": cases,
+    }
+
+
+SHARD_PLAN_CASES: list[dict[str, Any]] = [
+    {"shard_size": 100, "sizes": [40, 40, 40, 40, 40, 40, 40]},
+    {"shard_size": 100, "sizes": [100, 1, 99, 250, 0, 0, 5]},
+    {"shard_size": 100, "sizes": [30, 30, 30]},
+    {"shard_size": 100, "sizes": []},
+    {"shard_size": 1000, "sizes": [1] * 10, "max_records": 4},
+    {"shard_size": 268435456, "sizes": [110000] * 2441 + [150000] * 3},
+]
+"""Conversion's shard cutting: record sizes in output order, the shard size, and (to show the
+record bound without 2^24 records) a smaller bound in place of MAX_RECORDS_PER_SHARD."""
+
+
+def shard_plans() -> dict[str, Any]:
+    from shardfmt._convert.plan import plan_shards
+
+    cases = []
+    for case in SHARD_PLAN_CASES:
+        kwargs = {"max_records": case["max_records"]} if "max_records" in case else {}
+        spans = plan_shards(case["sizes"], shard_size=case["shard_size"], **kwargs)
+        sizes: Any = case["sizes"] if len(case["sizes"]) <= 16 else _run_lengths(case["sizes"])
+        cases.append({**case, "sizes": sizes, "shards": [list(span) for span in spans]})
+    return {
+        "description": (
+            "how conversion cuts records into shards: record sizes in output order (or [size, count] runs), shard_size, "
+            "max_records where it is not 2^24, and the [start, stop) record range of each shard (spec/conversion.md)"
+        ),
+        "cases": cases,
+    }
+
+
+def _run_lengths(values: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return runs
+
+
+def _pixel_image(height: int, width: int, channels: int) -> np.ndarray[Any, Any]:
+    """A smooth image with edges (gradients, a disc, stripes): every decoder choice shows in it."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    planes = [
+        255 * x / (width - 1),
+        255 * y / (height - 1),
+        128 + 100 * np.sin(x / 3.0) * np.cos(y / 5.0),
+    ]
+    disc = (y - height / 2) ** 2 + (x - width / 3) ** 2 < (height / 4) ** 2
+    stripes = (x.astype(int) // 3) % 2 == 0
+    pixels = np.stack(planes, axis=2)
+    pixels[disc] = [250, 30, 60]
+    pixels[stripes & (y > 3 * height / 4)] = [10, 10, 10]
+    image = np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+    return image if channels == 3 else image[:, :, 1:2].copy()
+
+
+PIXEL_IMAGES: list[dict[str, Any]] = [
+    {"name": "rgb-420", "height": 40, "width": 56, "channels": 3, "quality": 90, "subsampling": "420"},
+    {"name": "rgb-444", "height": 33, "width": 21, "channels": 3, "quality": 75, "subsampling": "444"},
+    {"name": "gray", "height": 24, "width": 30, "channels": 1, "quality": 85, "subsampling": "444"},
+]
+"""Small JPEGs the pixel vector encodes with libjpeg (their bytes are in the vector)."""
+PIXEL_CROPS: list[dict[str, Any]] = [
+    {"box": [3, 5, 30, 40], "size": [16, 16], "interpolation": "bilinear", "flip": False},
+    {"box": [3, 5, 30, 40], "size": [16, 16], "interpolation": "bicubic", "flip": True},
+    {"box": [0, 0, 20, 20], "size": [32, 24], "interpolation": "bilinear", "flip": False},
+    {"box": [2, 1, 19, 17], "size": [7, 9], "interpolation": "nearest", "flip": False},
+    {"box": [1, 2, 16, 16], "size": [16, 16], "interpolation": "bilinear", "flip": True},
+]
+"""Boxes [top, left, height, width] of every image, each resized to `size` [h, w] by `interpolation`."""
+PIXEL_OPERATIONS: list[tuple[str, float, int]] = [
+    ("VerticalFlip", 0.0, 0), ("Invert", 0.0, 0), ("Posterize", 3.0, 0), ("Solarize", 128.0, 0), ("Equalize", 0.0, 0),
+    ("AutoContrast", 0.0, 1), ("Rotate", 20.0, 0), ("ShearX", 0.25, 0), ("ShearY", -0.2, 0), ("TranslateX", 5.0, 0),
+    ("TranslateY", -3.0, 0), ("Brightness", 0.5, 1), ("Color", -0.4, 1), ("Contrast", 0.3, 1), ("Sharpness", 0.6, 1),
+    ("Grayscale", 0.0, 1),
+]
+"""Steps and operations run on the evaluation crop of "rgb-420": (name, magnitude, tolerance in levels)."""
+
+
+def _pixel_summary(pixels: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """An H x W x C uint8 array as its shape, XXH3-64 of its bytes and a few values."""
+    height, width = pixels.shape[:2]
+    points = [(0, 0), (height // 2, width // 3), (height - 1, width - 1), (height // 3, width - 2)]
+    return {
+        "shape": list(pixels.shape),
+        "checksum": format_checksum(checksum(np.ascontiguousarray(pixels).tobytes())),
+        "samples": [[y, x, [int(v) for v in pixels[y, x]]] for y, x in points],
+    }
+
+
+def _resized(pixels: np.ndarray[Any, Any], size: list[int], interpolation: str, flip: bool) -> np.ndarray[Any, Any]:
+    """torch's interpolate of the box as an image of its own (antialiased uint8 kernels, or nearest-exact)."""
+    import torch
+
+    source = torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1)[None]
+    if list(pixels.shape[:2]) == size:
+        out = source
+    elif interpolation == "nearest":
+        out = torch.nn.functional.interpolate(source, size=tuple(size), mode="nearest-exact")
+    else:
+        out = torch.nn.functional.interpolate(source, size=tuple(size), mode=interpolation, antialias=True, align_corners=False)
+    if flip:
+        out = out.flip(3)
+    return out[0].permute(1, 2, 0).contiguous().numpy()
+
+
+def _operated(pixels: np.ndarray[Any, Any], name: str, magnitude: float) -> np.ndarray[Any, Any]:
+    """The reference's pixels after one step or operation on an H x W x 3 sample."""
+    from shardfmt.ops._autoaugment import OPERATIONS, apply_operation
+    from shardfmt.ops._imageops import ImageOps
+
+    height, width = pixels.shape[:2]
+    if name == "VerticalFlip":
+        return pixels[::-1].copy()
+    ops = ImageOps(height, width)
+    planes = np.ascontiguousarray(pixels.transpose(2, 0, 1)).astype(np.float32)
+    if name == "Grayscale":
+        ops.colour.grayscale(planes)
+        result = planes
+    else:
+        result = apply_operation(ops, planes, OPERATIONS.index(name), magnitude, (0.0, 0.0, 0.0))
+    return np.ascontiguousarray(result.transpose(1, 2, 0)).astype(np.uint8)
+
+
+def pixel_vectors() -> dict[str, Any]:
+    import simplejpeg
+
+    images = []
+    for spec in PIXEL_IMAGES:
+        source = _pixel_image(spec["height"], spec["width"], spec["channels"])
+        data = simplejpeg.encode_jpeg(
+            source, quality=spec["quality"], colorspace="RGB" if spec["channels"] == 3 else "GRAY",
+            colorsubsampling=spec["subsampling"] if spec["channels"] == 3 else "Gray",
+        )
+        colorspace = "RGB" if spec["channels"] == 3 else "GRAY"
+        decoded = simplejpeg.decode_jpeg(data, colorspace=colorspace, fastdct=False, fastupsample=False)
+        crops = []
+        for crop in PIXEL_CROPS:
+            top, left, h, w = crop["box"]
+            top, left = min(top, spec["height"] - 1), min(left, spec["width"] - 1)
+            h, w = min(h, spec["height"] - top), min(w, spec["width"] - left)
+            out = _resized(decoded[top : top + h, left : left + w], crop["size"], crop["interpolation"], crop["flip"])
+            crops.append({**crop, "box": [top, left, h, w], **_pixel_summary(out)})
+        images.append({**spec, "jpeg": data.hex(), "decoded": _pixel_summary(decoded), "crops": crops})
+    base = images[0]
+    decoded = simplejpeg.decode_jpeg(bytes.fromhex(base["jpeg"]), colorspace="RGB", fastdct=False, fastupsample=False)
+    sample = _resized(decoded, [24, 33], "bilinear", False)
+    steps = [
+        {"step": name, "magnitude": magnitude, "tolerance": tolerance, **_pixel_summary(_operated(sample, name, magnitude))}
+        for name, magnitude, tolerance in PIXEL_OPERATIONS
+    ]
+    return {
+        "description": (
+            "pixels: small JPEGs (hex), their decoded pixels (ISLOW IDCT, fancy upsampling), boxes of them resized by the "
+            "antialiased bilinear and bicubic kernels or nearest, flipped; and the steps' pixels on one sample, each as its "
+            "shape, XXH3-64 of its H x W x C bytes and a few [y, x, values] (spec/pixels.md)"
+        ),
+        "cases": images + [{"sample": {"image": base["name"], "resized_to": [24, 33], "interpolation": "bilinear"},
+                            **_pixel_summary(sample), "steps": steps}],
+    }
+
+
+LINSPACE_CASES: list[tuple[str, float, float, int]] = [
+    ("ShearX, ShearY (TrivialAugmentWide); Brightness, Color, Contrast, Sharpness (TrivialAugmentWide)", 0.0, 0.99, 31),
+    ("ShearX, ShearY (RandAugment, AutoAugment, AugMix)", 0.0, 0.3, 10),
+    ("ShearX, ShearY (RandAugment, 31 bins)", 0.0, 0.3, 31),
+    ("TranslateX, TranslateY (TrivialAugmentWide)", 0.0, 32.0, 31),
+    ("TranslateX, TranslateY (RandAugment, AutoAugment) of a side of 224: 150 / 331 * 224", 0.0, 150.0 / 331.0 * 224, 10),
+    ("TranslateX, TranslateY (RandAugment, 31 bins) of a side of 224", 0.0, 150.0 / 331.0 * 224, 31),
+    ("TranslateX (RandAugment, 21 bins) of a side of 331", 0.0, 150.0 / 331.0 * 331, 21),
+    ("TranslateY (RandAugment, 21 bins) of a side of 160", 0.0, 150.0 / 331.0 * 160, 21),
+    ("TranslateX, TranslateY (AugMix) of a side of 224: 224 / 3", 0.0, 224 / 3.0, 10),
+    ("TranslateX, TranslateY (AutoAugment) of a side of 32", 0.0, 150.0 / 331.0 * 32, 10),
+    ("TranslateX, TranslateY (AugMix) of a side of 32: 32 / 3", 0.0, 32 / 3.0, 10),
+    ("TranslateX (AugMix) of a side of 48: 48 / 3", 0.0, 48 / 3.0, 10),
+    ("Rotate (TrivialAugmentWide)", 0.0, 135.0, 31),
+    ("Rotate (RandAugment, AutoAugment, AugMix)", 0.0, 30.0, 10),
+    ("Brightness, Color, Contrast, Sharpness (RandAugment, AutoAugment, AugMix)", 0.0, 0.9, 10),
+    ("Brightness, Color, Contrast, Sharpness (RandAugment, 21 bins)", 0.0, 0.9, 21),
+    ("Brightness, Color, Contrast, Sharpness (RandAugment, 31 bins)", 0.0, 0.9, 31),
+    ("Solarize (TrivialAugmentWide, RandAugment with 31 bins)", 255.0, 0.0, 31),
+    ("Solarize (RandAugment, AutoAugment, AugMix)", 255.0, 0.0, 10),
+    ("no step's table: a != 0, the two readings differ in the A + i step branch (i = 3, 6)", 0.1, 1.0, 21),
+    ("no step's table: a != 0, the two readings differ in both branches (i = 14, 15, 19)", 0.3, 0.9, 31),
+    ("no step's table: one value", 0.5, 2.0, 1),
+]
+"""torch's float32 linspace: (what uses it, a, b, n); a and b are binary64 numbers, rounded to float32."""
+
+
+def _linspace_twice_rounded(a: float, b: float, n: int) -> list[float]:
+    """The other reading of spec/sampling.md's linspace: ``i * step`` rounded to float32, then the sum."""
+    start, end = np.float32(a), np.float32(b)
+    if n == 1:
+        return [float(start)]
+    step = (end - start) / np.float32(n - 1) if n > 1 else np.float32(0)
+    return [float(start + np.float32(i) * step) if i < n // 2 else float(end - np.float32(n - 1 - i) * step) for i in range(n)]
+
+
+def sampling_linspace() -> dict[str, Any]:
+    import torch
+
+    cases = []
+    for use, a, b, n in LINSPACE_CASES:
+        values = [float(v) for v in torch.linspace(a, b, n, dtype=torch.float32).tolist()]
+        other = _linspace_twice_rounded(a, b, n)
+        differs = [i for i in range(n) if values[i] != other[i]]
+        cases.append({"use": use, "a": a, "b": b, "n": n, "values": values, "twice_rounded_differs_at": differs})
+    return {
+        "description": (
+            "torch's float32 linspace(a, b, n) as the magnitude tables use it: every value (a float32 read back as a binary64), "
+            "each rounded once from the exact A + i step or B - (n - 1 - i) step; twice_rounded_differs_at lists the indices "
+            "where rounding i step first gives another value (spec/sampling.md, The auto-augment family)"
         ),
         "cases": cases,
     }
@@ -2257,6 +2727,12 @@ def generate(out: Path) -> None:
     (out / "sampling" / "augment-steps.json").write_bytes(dump_cases(sampling_steps()))
     (out / "sampling" / "repeats-batches.json").write_bytes(dump_cases(sampling_repeats()))
     (out / "sampling" / "batch-steps.json").write_bytes(dump_cases(sampling_batch_steps()))
+    (out / "sampling" / "linspace.json").write_bytes(dump_cases(sampling_linspace()))
+    (out / "json-text.json").write_bytes(dump_cases(json_text_cases()))
+    (out / "shard-plans.json").write_bytes(dump_cases(shard_plans()))
+    (out / "pixels.json").write_bytes(dump_cases(pixel_vectors()))
+    (out / "sampling" / "step-draws.json").write_bytes(dump_cases(sampling_step_draws()))
+    (out / "sampling" / "autoaugment-policies.json").write_bytes(dump_cases(sampling_policies()))
     index["sampling"] = {
         "sorted-keys-batches": "epoch orders by the sorted-key rule, split over ranks and into batches",
         "feistel-batches": "epoch orders by the Feistel rule (with and without a window), the first batches of chosen ranks",
@@ -2267,7 +2743,13 @@ def generate(out: Path) -> None:
         "augment-steps": "the operations, magnitudes and erased boxes the auto-augment steps and random erasing draw",
         "repeats-batches": "repeated augmentation: every rank's batches of (record, copy) pairs",
         "batch-steps": "MixUp's and CutMix's lam, CutMix's boxes and RandomChoice's choices",
+        "linspace": "the magnitude tables' float32 linspace, every value, and where rounding twice differs",
+        "step-draws": "the draws of ColorJitter, RandomRotation, RandomGrayscale, RandomVerticalFlip, and a user step's seeds",
+        "autoaugment-policies": "AutoAugment's three policies: records that reach every sub-policy, and the operations they run",
     }
+    index["json_text"] = "JSON texts and schema texts: negative zeros, dtype and shape keys, and what a reader finds or refuses"
+    index["shard_plans"] = "conversion's shard cutting: record sizes and the shard boundaries they give"
+    index["pixels"] = "small JPEGs and their decoded, cropped, resized, flipped and augmented pixels"
     index["canonical"] = sorted(index["valid"])
     (out / "index.json").write_bytes(dump_json(index))
 

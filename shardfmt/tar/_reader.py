@@ -204,7 +204,10 @@ class TarShardReader(ShardReaderBase):
                 spans = parse_json(bytes(index.payload(i, "members")))
             except JsonTextError as err:
                 raise FormatError(f"members is not JSON text: {err}", path=index.path, record=i) from err
-            by_field = {member_field(ext): span for ext, span in spans.items()} if isinstance(spans, dict) else {}
+            # of two extensions with one field name, the first in code-point order, as the indexer chose it
+            by_field: dict[str | None, Any] = {}
+            for ext in sorted(spans) if isinstance(spans, dict) else ():
+                by_field.setdefault(member_field(ext), spans[ext])
             for name in names:
                 span = by_field.get(name)
                 if not (_is_span(span, self.source.size) and BLOCK_SIZE <= span[0] and span[0] % BLOCK_SIZE == 0):

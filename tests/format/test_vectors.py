@@ -66,8 +66,9 @@ def test_every_version_has_vectors() -> None:
         assert index["format_version"] == version.name[1:]
         assert sorted(index["valid"]) == sorted(p.stem for p in version.glob("valid/*.shard"))
         assert sorted(index["invalid"]) == sorted(p.stem for p in version.glob("invalid/*.shard"))
-        # 1.1's tar datasets are 10 KiB a tar at least (a tar is padded to 10,240 bytes)
-        assert sum(p.stat().st_size for p in version.rglob("*") if p.is_file()) < 512 * 1024
+        # 1.1's tar datasets are 10 KiB a tar at least (a tar is padded to 10,240 bytes), and its
+        # sampling and pixel vectors list every value a reader must reproduce
+        assert sum(p.stat().st_size for p in version.rglob("*") if p.is_file()) < 1024 * 1024
 
 
 RELEASED = {"v1.0": "xxh3_64:084edbc861925c74"}
@@ -504,9 +505,47 @@ def _erasing_box(u: list[float], args: dict[str, Any], height: int, width: int) 
     return box
 
 
-def test_augment_step_vectors_follow_the_written_rules() -> None:
+def spec_policies() -> dict[str, list[list[tuple[str, float, int | None]]]]:
+    """AutoAugment's policy tables as spec/sampling.md writes them."""
+    text = (ROOT / "spec" / "sampling.md").read_text()
+    policies = {}
+    for name in ("imagenet", "cifar10", "svhn"):
+        block = text.split(f'\n`"{name}"` (', 1)[1].split("\n\n", 2)[1]
+        rows = []
+        for line in block.splitlines()[2:]:
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            assert int(cells[0]) == len(rows)
+            rows.append([(cells[i], float(cells[i + 1]), None if cells[i + 2] == "-" else int(cells[i + 2])) for i in (1, 4)])
+        assert len(rows) == 25
+        policies[name] = rows
+    return policies
+
+
+def test_policy_tables_are_the_reference_policies() -> None:
     from shardfmt.ops._autoaugment import POLICIES
 
+    assert spec_policies() == {name: [list(pair) for pair in table] for name, table in POLICIES.items()}
+
+
+def test_policy_vector_reaches_every_sub_policy() -> None:
+    cases = sampling_vector("autoaugment-policies")["cases"]
+    policies = spec_policies()
+    assert sorted(case["args"]["policy"] for case in cases) == ["cifar10", "imagenet", "svhn"]
+    for case in cases:
+        table = policies[case["args"]["policy"]]
+        reached = {draw["sub_policy"] for draw in case["draws"]}
+        ran = {  # every operation of the sub-policy whose probability is not 0 runs
+            s
+            for draw in case["draws"]
+            for s in [draw["sub_policy"]]
+            if all(op is not None or table[s][i][1] == 0 for i, op in enumerate(draw["operations"]))
+        }
+        assert reached == set(range(25)) and ran == set(range(25)), case["args"]
+
+
+@pytest.mark.parametrize("vector", ["augment-steps", "autoaugment-policies"])
+def test_augment_step_vectors_follow_the_written_rules(vector: str) -> None:
+    policies = spec_policies()
     names = [
         "Identity",
         "ShearX",
@@ -524,7 +563,7 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
         "Equalize",
     ]
     kinds = set()
-    for case in sampling_vector("augment-steps")["cases"]:
+    for case in sampling_vector(vector)["cases"]:
         kinds.add(case["step"])
         args, height, width = case["args"], case["height"], case["width"]
         for draw in case["draws"]:
@@ -543,7 +582,8 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
             elif case["step"] == "RandAugment":
                 chosen = [(names[math.floor(14 * u[2 * k])], args["magnitude"], u[2 * k + 1] < 0.5) for k in range(args["num_ops"])]
             else:
-                policy = POLICIES[args.get("policy", "imagenet")][math.floor(25 * u[0])]
+                assert draw.get("sub_policy", math.floor(25 * u[0])) == math.floor(25 * u[0])
+                policy = policies[args.get("policy", "imagenet")][math.floor(25 * u[0])]
                 chosen = [
                     (name, bin_index or 0, u[3 + i] < 0.5) if u[1 + i] <= p else None for i, (name, p, bin_index) in enumerate(policy)
                 ]
@@ -558,7 +598,8 @@ def test_augment_step_vectors_follow_the_written_rules() -> None:
                 if have[1] is not None:
                     assert have[1] == bin_index
                     assert (have[2] < 0) == (negative and have[2] != 0 and name not in ("Posterize", "Solarize"))
-    assert kinds == {"TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomErasing"}
+    everything = {"TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomErasing"}
+    assert kinds == ({"AutoAugment"} if vector == "autoaugment-policies" else everything)
 
 
 AUGMIX_NAMES = [
@@ -673,3 +714,186 @@ def test_batch_step_vectors_follow_the_written_rules() -> None:
                 box = draw["box"]
             assert abs(draw["lam"] - (1 - (box[2] - box[0]) * (box[3] - box[1]) / (height * width))) < 1e-12
     assert kinds == {"MixUp", "CutMix", "RandomChoice"}
+
+
+def _spec_linspace(a: float, b: float, n: int) -> list[float]:
+    """spec/sampling.md's linspace: every value rounded to float32 once from the exact A + i step
+    (B - (n - 1 - i) step); in binary64 the product and the sum are exact for these sizes."""
+    start, end = float(np.float32(a)), float(np.float32(b))
+    if n == 1:
+        return [start]
+    step = float(np.float32(np.float32(end - start) / np.float32(n - 1)))
+    values = [start + i * step if i < n // 2 else end - (n - 1 - i) * step for i in range(n)]
+    return [float(np.float32(v)) for v in values]
+
+
+def test_linspace_vector_is_the_one_rounding_rule() -> None:
+    from shardfmt.ops._autoaugment import magnitude_table
+
+    cases = sampling_vector("linspace")["cases"]
+    for case in cases:
+        assert case["values"] == _spec_linspace(case["a"], case["b"], case["n"]), case["use"]
+    tables = {(case["a"], case["b"], case["n"]): case["values"] for case in cases}
+    assert tables[(0.0, 0.9, 21)][15] == 0.675000011920929
+    assert any(i < case["n"] // 2 for case in cases for i in case["twice_rounded_differs_at"])
+    assert magnitude_table("standard", "Color", 21, height=224, width=224) == tables[(0.0, 0.9, 21)]
+    assert magnitude_table("wide", "TranslateX", 31, height=224, width=224) == tables[(0.0, 32.0, 31)]
+    assert magnitude_table("standard", "TranslateY", 21, height=160, width=331) == tables[(0.0, 150.0 / 331.0 * 160, 21)]
+
+
+def _jitter_range(value: Any, center: float) -> list[float] | None:
+    """ColorJitter's range by spec/sampling.md: v means [max(0, 1 - v), 1 + v] ([-v, v] for hue); a pair is the range."""
+    if isinstance(value, list):
+        pair = [float(v) for v in value]
+    else:
+        pair = [max(0.0, 1.0 - value) if center == 1 else -value, center + value]
+    return None if pair == [center, center] else pair
+
+
+def test_step_draw_vectors_follow_the_written_rules() -> None:
+    import random
+
+    cases = sampling_vector("step-draws")["cases"]
+    assert {case["step"] for case in cases} == {"ColorJitter", "RandomRotation", "RandomGrayscale", "RandomVerticalFlip", "user"}
+    for case in cases:
+        args = case["args"] if case["step"] != "user" else {}
+        for draw in case["draws"]:
+            if case["step"] == "user":
+                j = draw["position"]
+                k, g = (_key(draw["seed"], stream + j, draw["epoch"], draw["record"]) for stream in (0x53544550530000, 0x524E47530000))
+                assert (f"0x{k:016x}", f"0x{g:016x}") == (draw["generator_key"], draw["global_key"])
+                assert float(torch.rand(1, generator=torch.Generator().manual_seed(k), dtype=torch.float64)[0]) == draw["generator_rand"]
+                assert float(torch.rand(1, generator=torch.Generator().manual_seed(g), dtype=torch.float64)[0]) == draw["torch_rand"]
+                assert float(np.random.RandomState(g % 2**32).random_sample()) == draw["numpy_random"]
+                assert random.Random(g).random() == draw["python_random"]
+                continue
+            key = _key(draw["seed"], 0x53544550530000 + case["position"], draw["epoch"], draw["record"])
+            u = [_uniform(key, n) for n in range(1, len(draw["u"]) + 1)]
+            assert f"0x{key:016x}" == draw["key"] and u == draw["u"]
+            if case["step"] == "ColorJitter":
+                names = ["brightness", "contrast", "saturation", "hue"]
+                assert draw["order"] == [names[n] for n in sorted(range(4), key=lambda n: u[n])]
+                for n, name in enumerate(names):
+                    span = _jitter_range(args.get(name, 0), 0.0 if name == "hue" else 1.0)
+                    assert draw["factors"][n] == (None if span is None else span[0] + (span[1] - span[0]) * u[4 + n])
+            elif case["step"] == "RandomRotation":
+                d = args["degrees"]
+                lo, hi = (-d, d) if not isinstance(d, list) else d
+                assert draw["angle"] == lo + (hi - lo) * u[0]
+            else:
+                assert draw["applies"] == (u[0] < args.get("p", 0.1 if case["step"] == "RandomGrayscale" else 0.5))
+
+
+def _from_vector(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"float"}:
+        return float(np.array([int(value["float"], 16)], np.uint64).view(np.float64)[0])
+    if isinstance(value, list):
+        return [_from_vector(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _from_vector(v) for k, v in value.items()}
+    return value
+
+
+def test_json_text_vector_reads_as_stated() -> None:
+    from shardfmt._jsontext import parse_json
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, (list, dict)):
+            pairs = zip(a, b, strict=True) if isinstance(a, list) else ((a[k], b[k]) for k in a)
+            return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in pairs)
+        return type(a) is type(b) and (a == b and math.copysign(1, a) == math.copysign(1, b) if isinstance(a, float) else a == b)
+
+    cases = json.loads((VECTORS / make_vectors.VERSION / "json-text.json").read_text())["cases"]
+    for case in cases:
+        text = case["text"].encode()
+        if case["kind"] == "value":
+            assert same(parse_json(text), _from_vector(case["value"])), case
+        elif "canonical" in case:
+            assert Schema.from_bytes(text).to_bytes().decode() == case["canonical"]
+        else:
+            with pytest.raises(shardfmt.ShardfmtError) as caught:
+                Schema.from_bytes(text)
+            kind = "UnsupportedVersionError" if isinstance(caught.value, shardfmt.UnsupportedVersionError) else "FormatError"
+            assert kind == case["error"] and isinstance(caught.value, (shardfmt.SchemaError, shardfmt.UnsupportedVersionError))
+
+
+def test_shard_plan_vector_follows_the_written_rule() -> None:
+    cases = json.loads((VECTORS / make_vectors.VERSION / "shard-plans.json").read_text())["cases"]
+    for case in cases:
+        sizes = case["sizes"]
+        if sizes and isinstance(sizes[0], list):
+            sizes = [size for size, count in sizes for _ in range(count)]
+        limit, bound = case["shard_size"], case.get("max_records", 1 << 24)
+        shards, start, total = [], 0, 0
+        for i, size in enumerate(sizes):
+            total += size
+            if total >= limit or i + 1 - start >= bound:
+                shards.append([start, i + 1])
+                start, total = i + 1, 0
+        if start < len(sizes):
+            shards.append([start, len(sizes)])
+        assert shards == case["shards"]
+
+
+def _pixels_vector() -> list[dict[str, Any]]:
+    return json.loads((VECTORS / make_vectors.VERSION / "pixels.json").read_text())["cases"]
+
+
+def _summary_matches(pixels: np.ndarray, summary: dict[str, Any], tolerance: int = 0) -> bool:
+    if list(pixels.shape) != summary["shape"]:
+        return False
+    if tolerance == 0 and format_checksum(checksum(np.ascontiguousarray(pixels).tobytes())) != summary["checksum"]:
+        return False
+    return all(np.abs(pixels[y, x].astype(int) - np.array(values)).max() <= tolerance for y, x, values in summary["samples"])
+
+
+def test_pixel_vector_decodes_as_libjpeg_does_by_default() -> None:
+    """PIL's decoder (libjpeg-turbo with its defaults: ISLOW IDCT, fancy upsampling) gives every
+    decoded image byte for byte, and PIL's antialiased resize of each box every crop within 1."""
+    import io
+
+    from PIL import Image
+
+    filters = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC, "nearest": Image.Resampling.NEAREST}
+    worst = 0
+    for case in _pixels_vector():
+        if "jpeg" not in case:
+            continue
+        with Image.open(io.BytesIO(bytes.fromhex(case["jpeg"]))) as image:
+            image.load()
+            decoded = np.asarray(image).reshape(case["height"], case["width"], case["channels"])
+            assert _summary_matches(decoded, case["decoded"]), case["name"]
+            for crop in case["crops"]:
+                top, left, h, w = crop["box"]
+                box = image.crop((left, top, left + w, top + h))
+                resized = box if [h, w] == crop["size"] else box.resize(crop["size"][::-1], filters[crop["interpolation"]])
+                pixels = np.asarray(resized).reshape(*crop["size"], case["channels"])
+                pixels = pixels[:, ::-1] if crop["flip"] else pixels
+                assert _summary_matches(pixels, crop, tolerance=0 if crop["interpolation"] == "nearest" else 1), (case["name"], crop)
+                worst = max(worst, max(int(np.abs(pixels[y, x].astype(int) - v).max()) for y, x, v in crop["samples"]))
+    assert worst <= 1
+
+
+def test_pixel_vector_steps_follow_the_written_formulas() -> None:
+    cases = _pixels_vector()
+    sample_case = cases[-1]
+    image = next(case for case in cases if case.get("name") == sample_case["sample"]["image"])
+    import simplejpeg
+
+    decoded = simplejpeg.decode_jpeg(bytes.fromhex(image["jpeg"]), colorspace="RGB", fastdct=False, fastupsample=False)
+    source = torch.from_numpy(decoded).permute(2, 0, 1)[None]
+    size = tuple(sample_case["sample"]["resized_to"])
+    x = torch.nn.functional.interpolate(source, size=size, mode="bilinear", antialias=True)[0].permute(1, 2, 0).numpy()
+    assert _summary_matches(x, sample_case)
+    gray = np.trunc(0.2989 * x[..., 0].astype(np.float64) + 0.587 * x[..., 1] + 0.114 * x[..., 2])
+    formulas = {
+        "VerticalFlip": lambda m: x[::-1],
+        "Invert": lambda m: 255 - x,
+        "Posterize": lambda m: x & np.uint8(256 - 2 ** (8 - int(m))),
+        "Solarize": lambda m: np.where(x >= m, 255 - x, x),
+        "Grayscale": lambda m: np.repeat(gray[..., None], 3, axis=2),
+    }
+    steps = {step["step"]: step for step in sample_case["steps"]}
+    for name, formula in formulas.items():
+        step = steps[name]
+        assert _summary_matches(np.asarray(formula(step["magnitude"])).astype(np.uint8), step, step["tolerance"]), name

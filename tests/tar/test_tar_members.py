@@ -223,3 +223,23 @@ def test_tars_opened_directly_decide_labels_over_all_of_them_and_cache_it(tmp_pa
         assert both.manifest.schema.names[:3] == ("image", "label", "key") and [r["label"] for r in both] == [1, 1]
     with open_dataset(str(tmp_path / "y.tar")) as again:  # the cached labelled index is made again
         assert again.manifest.schema.names[:2] == ("image", "key") and len(again) == 3
+
+
+def test_of_two_extensions_with_one_field_name_the_index_reads_the_first_in_code_point_order(tmp_path: Path) -> None:
+    """`seg-png` and `seg.png` are both field `seg_png`: the indexer declares the field from the
+    first in code-point order (`seg-png`), so reading the tar in place gives that member's bytes,
+    as converting it does, not the other's."""
+    import io
+    import tarfile
+
+    folder = tmp_path / "tars"
+    folder.mkdir()
+    with tarfile.open(folder / "a.tar", "w", format=tarfile.PAX_FORMAT) as archive:
+        for key in ("s0", "s1"):
+            for ext, data in (("jpg", jpeg_bytes()), ("seg-png", f"dash {key}".encode()), ("seg.png", f"dot {key}".encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    index_tars([folder])
+    with open_dataset(folder) as reader:
+        assert [bytes(record["seg_png"]) for record in reader] == [b"dash s0", b"dash s1"]
