@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from .._arguments import check_path
 from .._errors import ConvertError, RejectError
 from .._forks import MAX_WORKERS_PER_CORE
 from .._storage import RemoteOptions
@@ -78,6 +79,16 @@ class ConvertSummary:
 def max_workers() -> int:
     """The most conversion processes this machine takes (`MAX_WORKERS_PER_CORE` per core)."""
     return MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+def _check_paths(src: object, out: object) -> None:
+    """Refuse a source or output path over the path limits (`_arguments.check_path`) by its
+    keyword, before the file system answers ENAMETOOLONG."""
+    for item in src if isinstance(src, (list, tuple)) else [src]:
+        if isinstance(item, (str, os.PathLike)):
+            check_path("src", item)
+    if isinstance(out, (str, os.PathLike)):
+        check_path("out", out)
 
 
 def check_workers(workers: object) -> None:
@@ -158,6 +169,7 @@ def convert(
             the message says how to resume (``resume=True``, with ``break_lock=True`` if a lock was left).
         ValueError, LockedError, WorkerError, OSError: as ``shardfmt convert`` reports them.
     """
+    _check_paths(src, out)
     check_workers(workers)
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,

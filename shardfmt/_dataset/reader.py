@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from .._arguments import check_path
 from .._checksum import checksum, format_checksum
 from .._errors import FormatError, ManifestError, RemoteError, ShardNotFoundError
 from .._storage import LocalStore, RemoteOptions
@@ -53,6 +54,9 @@ class DatasetReader:
         verify: bool = True,
         remote: RemoteOptions | None = None,
     ) -> None:
+        for item in path if isinstance(path, (list, tuple)) else [path]:
+            if isinstance(item, (str, os.PathLike)):
+                check_path("path", item)  # a 100,000-character path is a ValueError, not ENAMETOOLONG
         tars = tar_sources(path)
         self._confine = tars is None  # shards a manifest names stay inside its root; tars named directly need not
         if tars is None:
@@ -345,6 +349,7 @@ def open_dataset(
         ManifestError, UnsupportedVersionError: the manifest is invalid or too new.
         ShardNotFoundError, FormatError: a tar opened directly is missing or malformed.
         RemoteError: a remote store failed after its retries.
-        ValueError: tars named by URL (they must be local to be opened directly).
+        ValueError: tars named by URL (they must be local to be opened directly), or a path over
+            4096 bytes (a name within it over 255).
     """
     return DatasetReader(path, verify=verify, remote=remote)

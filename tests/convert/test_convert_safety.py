@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
 
+import shardfmt
 import shardfmt._storage.atomic
 from shardfmt import ConvertError, LockedError, open_dataset
 from shardfmt._cli import main
@@ -268,3 +269,12 @@ def test_the_bytes_written_are_the_bytes_checked_even_if_the_file_changes_after(
     assert clean.num_records == 24
     with open_dataset(tmp_path / "out") as spoiled, open_dataset(tmp_path / "clean") as expected:
         assert [bytes(spoiled[n]["image"]) for n in range(24)] == [bytes(expected[n]["image"]) for n in range(24)]
+
+
+@pytest.mark.parametrize(
+    ("src", "out", "name"), [("x" * 100_000, "out", "src"), (["a", "b" * 300], "out", "src"), ("a", "o" * 5000, "out")]
+)
+def test_a_path_over_the_limits_is_refused_by_its_keyword(tmp_path: Path, src: object, out: str, name: str) -> None:
+    # Before: OSError [Errno 36] File name too long.
+    with pytest.raises(ValueError, match=rf"^(each part of )?{name} must be at most (4096|255) bytes long"):
+        shardfmt.convert(src, tmp_path / out if name != "out" else out)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from shardfmt import open_dataset
 from shardfmt._dataset.locate import Location, LocationKind, classify_location
 from shardfmt._dataset.tars import tar_sources
 
@@ -75,3 +76,11 @@ def test_tars_by_url_are_refused_in_a_list_too() -> None:
     assert tar_sources(["file:///a/x.tar", "b-{0..1}.tar"]) == [Path("/a/x.tar"), Path("b-0.tar"), Path("b-1.tar")]
     with pytest.raises(ValueError, match="only local tars can be opened directly"):
         tar_sources(["a.tar", "s3://bucket/b.tar"])
+
+
+@pytest.mark.parametrize("path", ["x" * 100_000, ["a.tar", "y" * 5000], "d/" + "z" * 300])
+def test_a_path_over_the_limits_is_refused_by_name_before_the_file_system_sees_it(path: object) -> None:
+    # Before: OSError [Errno 36] File name too long, from deep inside the locate step.
+    limits = r"^path must be at most 4096 bytes long \(PATH_MAX\)|^each part of path must be at most 255 bytes long \(NAME_MAX\)"
+    with pytest.raises(ValueError, match=limits):
+        open_dataset(path)  # type: ignore[arg-type]
