@@ -131,7 +131,8 @@ def write_plain_parquet(space: Path) -> None:
 
     for part in range(2):
         rows = range(part * 5, part * 5 + 5)
-        table = pa.table({"jpg": [jpeg(32, 40, 700 + i) for i in rows], "id": [f"id-{i:03d}" for i in rows], "label": [i % 2 for i in rows]})
+        table = pa.table({"jpg": [jpeg(32, 40, 700 + i) for i in rows], "id": [f"id-{i:03d}" for i in rows],
+                          "label": [i % 2 for i in rows]})
         pq.write_table(table, space / f"part-{part}.parquet")
 
 
@@ -157,9 +158,10 @@ def write_inputs(space: Path) -> None:
     make_imagefolder(home / "data/imagenet/val", num_classes=4, per_class=4, size=(48, 64), seed=2)
     make_imagefolder(home / "data/pets/train", num_classes=2, per_class=6, size=(48, 64), seed=3)
     make_imagefolder(space / "src", num_classes=2, per_class=6, size=(300, 320), seed=4)
-    listing = ["path,label"] + [f"{p.relative_to(space / 'src').as_posix()},{p.parent.name}" for p in sorted((space / "src").rglob("*.JPEG"))]
     shutil.copytree(space / "src", space / "images")
-    (space / "listing.csv").write_text("\n".join(line.replace("class_", "images/class_", 1) if i else line for i, line in enumerate(listing)) + "\n")
+    pictures = sorted((space / "images").rglob("*.JPEG"))
+    rows = ["path,label"] + [f"{path.relative_to(space).as_posix()},{path.parent.name}" for path in pictures]
+    (space / "listing.csv").write_text("\n".join(rows) + "\n")
     write_hub_parquet(space)
     write_plain_parquet(space)
     write_fields(space)
