@@ -49,12 +49,12 @@ SHOWN_ONLY = {"text"}  # output and messages, shown as they read
 BIN = Path(sys.executable).parent
 
 # Datasets a page uses without converting them itself, as its reader would have them from an
-# earlier page: the path in the page's folder -> the arguments of `shardfmt convert`.
+# earlier page: the path in the page's folder -> the arguments of `shardfmt convert`. `~/data/few`
+# is an ImageFolder of 16 images, for pages whose blocks train for 90 epochs.
 CONVERTED: dict[str, dict[str, list[str]]] = {
-    "docs/loading.md": {"out/train": ["~/data/imagenet/train"], "out/sr": ["div2k/LR", "div2k/HR", "--scale", "4", "--store", "raw"]},
-    "docs/getting-started.md": {},
-    "docs/augmentation.md": {"imagenet/train": ["~/data/imagenet/train"]},
-    "docs/batches.md": {"train": ["~/data/imagenet/train"]},
+    "docs/loading.md": {"out/train": ["~/data/few"], "out/sr": ["div2k/LR", "div2k/HR", "--scale", "4", "--store", "raw"]},
+    "docs/augmentation.md": {"imagenet/train": ["~/data/few"]},
+    "docs/batches.md": {"train": ["~/data/few"]},
 }
 
 
@@ -156,6 +156,7 @@ def write_inputs(space: Path) -> None:
     home = space / "home"
     make_imagefolder(home / "data/imagenet/train", num_classes=4, per_class=32, size=(48, 64), seed=1)
     make_imagefolder(home / "data/imagenet/val", num_classes=4, per_class=4, size=(48, 64), seed=2)
+    make_imagefolder(home / "data/few", num_classes=4, per_class=4, size=(48, 64), seed=5)
     make_imagefolder(home / "data/pets/train", num_classes=2, per_class=6, size=(48, 64), seed=3)
     make_imagefolder(space / "src", num_classes=2, per_class=6, size=(300, 320), seed=4)
     shutil.copytree(space / "src", space / "images")
