@@ -2,18 +2,20 @@
 
 Sybil finds the fenced blocks; ```python blocks run in this process, one namespace per page (a
 block may use what an earlier block of its page defined), and ```bash and ```console blocks run
-in bash with `set -e`, the `shardfmt` command and `python` taken from this interpreter's
-environment. ```text blocks are output, shown and not run; any other language fails the page, so
+in bash with `set -e` (and `-x`: a failure shows the commands run up to it), the `shardfmt`
+command and `python` taken from this interpreter's environment. A console command whose shown
+output starts with `Error:` must fail. ```text blocks are output, shown and not run; any other language fails the page, so
 a new page cannot slip a block past the suite.
 
 Each page runs in a fresh folder of its own (also its `$HOME`, for `~`), which holds the inputs
 the pages name: an ImageFolder under `~/data/imagenet`, a listing, Parquet files as the Hugging
 Face Hub ships them, img2dataset-style tars, a `save_to_disk` folder, ... (`workspace`, made once
 per session and copied). A page that starts from a dataset converted on another page gets it
-converted ahead (`CONVERTED`).
+converted ahead (`CONVERTED`). `s3://bucket/...` is a bucket on moto's S3 server on 127.0.0.1,
+emptied and filled with the pages' remote sources for each page; the AWS variables point there.
 
 A block that cannot run here says so in the Markdown, right above it, with the reason:
-``<!-- skip: next "needs an S3 bucket" -->`` (Sybil's skip directive, invisible on the site). A
+``<!-- skip: next "needs a CUDA device" -->`` (Sybil's skip directive, invisible on the site). A
 failing block fails its page's test with the page and the block's first line, e.g.
 ``docs/converting.md:6``.
 """
@@ -237,7 +239,7 @@ def shell_environment(home: Path) -> dict[str, str]:
 
 
 def run_bash(source: str, *, cwd: Path, home: Path, expect_failure: bool = False) -> None:
-    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", source], cwd=cwd, env=shell_environment(home),
+    result = subprocess.run(["bash", "-e", "-x", "-o", "pipefail", "-c", source], cwd=cwd, env=shell_environment(home),
                             capture_output=True, text=True, timeout=600)
     if expect_failure:
         if result.returncode == 0:
