@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import shardfmt
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,6 +27,15 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "format" / "format" / "index.html").is_file()  # spec/ served under format/
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert 'id="shardfmt.Loader"' in api and 'id="shardfmt.open_dataset"' in api
+    # The public names, not the internal modules they live in: shardfmt.convert, each error of __all__.
+    assert not re.findall(r'id="shardfmt\._[^"]*"', api)
+    assert 'id="shardfmt.convert"' in api
+    assert all(f'id="shardfmt.{name}"' in api for name in shardfmt.__all__ if name.endswith("Error"))
+    # Grouped docstring entries ("store, scale, patch: ...") get their defaults, not "required".
+    section = api[api.index('id="shardfmt.convert"'):]
+    parameters = re.sub(r"<[^>]+>", " ", section[:section.index("Returns:")]).split("Parameters:")[1]
+    after_out = parameters[re.search(r"\bstore\b", parameters).start():]
+    assert "required" not in after_out and re.search(r"\bbreak_lock\b\s+bool\s.*?\bFalse\b", after_out, flags=re.DOTALL)
 
 
 @pytest.mark.parametrize("name", ["README.md", "CHANGELOG.md"])
