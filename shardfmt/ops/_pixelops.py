@@ -1,10 +1,10 @@
-"""The operations of `imageops` and `colour` that the auto-augment family uses, on uint8
-H x W x 3 pixels with OpenCV, giving the same values.
+"""The operations of `imageops` and `colour` that the built-in steps use, on uint8 H x W x 3
+pixels with OpenCV, giving the same values (hue: within one level).
 
-A sample whose steps are all of the auto-augment family (and random erasing last) never needs
-float planes: this module runs them on its interleaved uint8 pixels, as Albumentations does,
-which saves the sample's move into float planes and back (about 185 us a 224x224 sample on
-the build machine). Each operation gives exactly the values of its float-plane twin:
+A sample whose steps are all built-in (and random erasing last, if at all) never needs float
+planes: this module runs them on its interleaved uint8 pixels, as Albumentations does, which
+saves the sample's move into float planes and back (about 160 to 185 us a 224x224 sample on
+the build machine). Each operation gives exactly the values of its float-plane twin, but hue:
 
 - a warp is one ``warpAffine`` over the three channels (the coordinates are computed in the
   same fixed point whatever the type, so the pixels picked are the same);
@@ -13,7 +13,14 @@ the build machine). Each operation gives exactly the values of its float-plane t
   that level (contrast's mean from the same float32 gray image and reduction);
 - saturation and sharpness blend in float32 as the float-plane kernels do; sharpness's
   smoothed image is ``filter2D`` on the uint8 pixels, whose rounding of ``sum / 13`` is exact
-  (never a tie).
+  (never a tie);
+- grayscale is `gray` (the float32 formula) in every channel; a vertical flip is ``cv2.flip``;
+- hue is OpenCV's float32 HSV round trip on the 0-255 scale (``cvtColor`` to HSV, the hue
+  moved by ``360 shift`` degrees, ``cvtColor`` back; OpenCV's hue sectors break ties as
+  torchvision's, R then G), then scaled by 255.999 / 255 and truncated: torchvision's formula in
+  another order of float operations, so a value may differ from its by one level, as
+  spec/sampling.md allows (about 230 us a 224x224 sample, where the float-plane kernel takes 320
+  and the move in and out of float planes 160 more).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ _SHARPEN = np.full((3, 3), 1, np.float32)
 _SHARPEN[1, 1] = 5
 _SHARPEN /= np.float32(13)
 _WARP_FLAGS = cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP
+_TO_UINT8 = np.float32(255.999 / 255.0)
 
 
 class PixelOps:
@@ -49,6 +57,8 @@ class PixelOps:
         self._gray = np.empty((height, width), np.float32)
         self._term = np.empty((height, width), np.float32)
         self._table = np.empty((256, 1, 3), np.uint8)
+        self._hsv = np.empty(self.shape, np.float32)
+        self._plane = np.empty((height, width), np.uint8)
 
     def spare(self, image: np.ndarray) -> np.ndarray:
         first, second = self._buffers
@@ -112,6 +122,28 @@ class PixelOps:
                 np.clip(mixed, np.float32(0), np.float32(255), out=mixed)
             np.copyto(plane, mixed, casting="unsafe")  # whole-number floats: the cast truncates as floor
         cv2.merge(planes, dst=image)
+
+    def grayscale(self, image: np.ndarray) -> None:
+        gray = self.gray(image)
+        np.copyto(self._plane, gray, casting="unsafe")  # whole numbers in [0, 255]
+        cv2.cvtColor(self._plane, cv2.COLOR_GRAY2RGB, dst=image)
+
+    def flip_vertically(self, image: np.ndarray) -> np.ndarray:
+        target = self.spare(image)
+        cv2.flip(image, 0, dst=target)
+        return target
+
+    def hue(self, image: np.ndarray, shift: float) -> None:
+        values, hsv = self._float, self._hsv
+        np.copyto(values, image)
+        cv2.cvtColor(values, cv2.COLOR_RGB2HSV, dst=hsv)  # H in degrees, S in [0, 1], V on the 0-255 scale
+        # moved forward only: OpenCV's way back wraps a hue in [360, 720) into [0, 360), not a negative one
+        cv2.add(hsv, ((360.0 * shift) % 360.0, 0.0, 0.0, 0.0), dst=hsv)
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=values)
+        np.multiply(values, _TO_UINT8, out=values)
+        np.clip(values, np.float32(0), np.float32(255), out=values)  # a product of rounding may fall just below 0
+        np.floor(values, out=values)
+        cv2.convertScaleAbs(values, dst=image)  # whole numbers in [0, 255]: the conversion is exact
 
     def sharpness(self, image: np.ndarray, factor: float) -> None:
         height, width = self.shape[:2]
