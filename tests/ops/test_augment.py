@@ -248,6 +248,36 @@ def test_lookup_tables_on_pixels_equal_the_float_formula_on_every_level(name: st
     assert np.array_equal(got.transpose(2, 0, 1).astype(F32), reference(image, factor))
 
 
+def test_a_lookup_maps_every_level_alike_with_or_without_stringzilla(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stringzilla's byte translation, used where it is installed, and cv2.LUT give the same bytes."""
+    from shardfmt.ops import _pixelops
+
+    image = to_pixels(every_level(32, 40))
+    table = np.random.default_rng(3).permutation(256).astype(np.uint8)
+    results = []
+    for translate in (_pixelops._TRANSLATE, None):
+        monkeypatch.setattr(_pixelops, "_TRANSLATE", translate)
+        got = image.copy()
+        PixelOps(32, 40)._lut(got, table)
+        results.append(got)
+    assert np.array_equal(results[0], table[image]) and np.array_equal(results[1], table[image])
+
+
+@pytest.mark.parametrize("threshold", [-1.0, 0.0, 1e-9, 0.5, 100.0, 127.5, 254.5, 255.0, 256.0, *np.linspace(255, 0, 31).tolist()])
+def test_solarize_and_posterize_on_pixels_are_the_formula_on_every_level(threshold: float) -> None:
+    """Solarize is a threshold and an exclusive or, posterize a bitwise and: 255 - x where
+    x >= threshold (a float32 comparison), and x & -(2^(8 - bits)), on all 256 levels."""
+    image = to_pixels(every_level(32, 40))
+    ops = PixelOps(32, 40)
+    got = image.copy()
+    ops.solarize(got, threshold)
+    assert np.array_equal(got, np.where(image.astype(F32) >= F32(threshold), 255 - image, image))
+    for bits in range(1, 9):
+        got = image.copy()
+        ops.posterize(got, bits)
+        assert np.array_equal(got, image & np.uint8(256 - (1 << (8 - bits))))
+
+
 def test_grayscale_and_flip_on_pixels_equal_the_reference() -> None:
     image = every_level()
     ops = PixelOps(*image.shape[1:])
