@@ -8,12 +8,15 @@ the build machine). Each operation gives exactly the values of its float-plane t
 
 - a warp is one ``warpAffine`` over the three channels (the coordinates are computed in the
   same fixed point whatever the type, so the pixels picked are the same);
-- brightness, contrast, posterize, solarize, invert, autocontrast and equalize are one lookup
+- invert is a bitwise not; brightness, contrast, autocontrast and equalize are one lookup
   table (``cv2.LUT``), each entry computed by the float32 formula of the float-plane kernel for
   that level (contrast's mean from the same float32 gray image and reduction);
 - saturation and sharpness blend in float32 as the float-plane kernels do; sharpness's
-  smoothed image is ``filter2D`` on the uint8 pixels, whose rounding of ``sum / 13`` is exact
-  (never a tie);
+  smoothed image is the rounded ``(box sum + 4 x) / 13`` in float32, whose sums of whole
+  numbers are exact and whose quotient is never a tie;
+- posterize is a bitwise and; solarize a threshold and an exclusive or (``255 - x`` is
+  ``x ^ 255``); a table over all channels runs stringzilla's byte translation where it is
+  installed (`_byte_translator`);
 - grayscale is `gray` (the float32 formula) in every channel; a vertical flip is ``cv2.flip``;
 - hue is OpenCV's float32 HSV round trip on the 0-255 scale (``cvtColor`` to HSV, the hue
   moved by ``360 shift`` degrees, ``cvtColor`` back; OpenCV's hue sectors break ties as
@@ -58,9 +61,7 @@ _TRANSLATE = _byte_translator()
 
 _R, _G, _B = np.float32(0.2989), np.float32(0.587), np.float32(0.114)
 _LEVELS = np.arange(256, dtype=np.float32)
-_SHARPEN = np.full((3, 3), 1, np.float32)
-_SHARPEN[1, 1] = 5
-_SHARPEN /= np.float32(13)
+_THIRTEENTH = np.float32(1 / 13)
 _WARP_FLAGS = cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP
 _TO_UINT8 = np.float32(255.999 / 255.0)
 
@@ -175,15 +176,21 @@ class PixelOps:
         height, width = self.shape[:2]
         if height <= 2 or width <= 2:
             return
-        blurred = self.spare(image)
-        cv2.filter2D(image, -1, _SHARPEN, dst=blurred, borderType=cv2.BORDER_REPLICATE)
-        blurred[0], blurred[-1], blurred[:, 0], blurred[:, -1] = image[0], image[-1], image[:, 0], image[:, -1]
-        mixed = self._float
-        np.multiply(blurred, np.float32(1.0 - factor), out=mixed)
-        term = np.multiply(image, np.float32(factor))
-        np.add(term, mixed, out=mixed)
-        np.clip(mixed, np.float32(0), np.float32(255), out=mixed)
-        np.copyto(image, mixed, casting="unsafe")
+        # In float32, where every sum of whole numbers below 2^24 is exact: the 3x3 sums (a box
+        # filter), plus 4 x, divided by 13 and rounded (never a tie) are filter2D's uint8 result;
+        # about 100 us less than filter2D on uint8 and a blend with mixed types.
+        blurred, values = self._hsv, self._float
+        cv2.boxFilter(image, cv2.CV_32F, (3, 3), dst=blurred, normalize=False, borderType=cv2.BORDER_REPLICATE)
+        np.copyto(values, image)
+        cv2.scaleAdd(values, 4.0, blurred, dst=blurred)
+        np.multiply(blurred, _THIRTEENTH, out=blurred)
+        np.rint(blurred, out=blurred)
+        blurred[0], blurred[-1], blurred[:, 0], blurred[:, -1] = values[0], values[-1], values[:, 0], values[:, -1]
+        np.multiply(blurred, np.float32(1.0 - factor), out=blurred)
+        np.multiply(values, np.float32(factor), out=values)
+        np.add(values, blurred, out=blurred)
+        np.clip(blurred, np.float32(0), np.float32(255), out=blurred)
+        np.copyto(image, blurred, casting="unsafe")  # at least 0: the cast truncates as floor
 
     @staticmethod
     def posterize(image: np.ndarray, bits: int) -> None:

@@ -278,6 +278,22 @@ def test_solarize_and_posterize_on_pixels_are_the_formula_on_every_level(thresho
         assert np.array_equal(got, image & np.uint8(256 - (1 << (8 - bits))))
 
 
+@pytest.mark.parametrize("factor", [0.0, 0.01, 0.5, 1.0, 1.5, 1.99])
+def test_sharpness_on_pixels_equals_the_float_plane_kernel(factor: float) -> None:
+    """The box sum in float32 rounds (sum + 4 x) / 13 as filter2D does, on an image large
+    enough for OpenCV's vector paths, with flat and alternating regions."""
+    from shardfmt.ops._imageops import ImageOps
+
+    image = every_level(224, 224)
+    image[:, 100:140] = 255.0
+    image[:, 150:160:2] = 0.0
+    planes = image.copy()
+    ImageOps(224, 224).sharpness(planes, factor)
+    got = to_pixels(image)
+    PixelOps(224, 224).sharpness(got, factor)
+    assert np.array_equal(got.transpose(2, 0, 1).astype(F32), planes)
+
+
 def test_grayscale_and_flip_on_pixels_equal_the_reference() -> None:
     image = every_level()
     ops = PixelOps(*image.shape[1:])
