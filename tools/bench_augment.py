@@ -128,16 +128,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare_converted(source, settings)
         before = os.getloadavg()[0]
         best: dict[str, float] = {}
+        cpu: dict[str, float] = {}  # CPU ms an image, the loader's process and its workers
         for _ in range(args.rounds):
             for name, opener in ((SHARDFMT, open_shardfmt), (ALBUMENTATIONS, open_albumentations)):
                 result = measure_loader(name, lambda o=opener: o(source, settings), source, settings)  # type: ignore[misc]
                 best[name] = max(best.get(name, 0.0), result.images_per_second)
+                if result.cpu_seconds is not None:
+                    cpu[name] = min(cpu.get(name, float("inf")), result.cpu_seconds / result.images * 1e3)
         after = os.getloadavg()[0]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
     print(f"load average (1 min): {before:.2f} before, {after:.2f} after; {len(source.files)} images, best of {args.rounds} rounds")
     for name, rate in best.items():
-        print(f"{name:<60} {rate:8.0f} images/s")
-    print(f"{'ratio':<60} {best[SHARDFMT] / best[ALBUMENTATIONS]:8.2f}x")
+        print(f"{name:<60} {rate:8.0f} images/s {cpu.get(name, float('nan')):6.2f} CPU ms/image")
+    print(f"{'ratio':<60} {best[SHARDFMT] / best[ALBUMENTATIONS]:8.2f}x", end="")
+    if len(cpu) == 2:
+        print(f" in images/s, {cpu[ALBUMENTATIONS] / cpu[SHARDFMT]:.2f}x per CPU second")
+    else:
+        print()
     return 0
 
 
