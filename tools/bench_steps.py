@@ -13,15 +13,13 @@ in the order of ``torch.randperm(4)`` with factors drawn by ``torch.empty(1).uni
 PIL's HSV image), then ``Image.rotate(angle, NEAREST, fillcolor=0)``.
 
 `measure_steps` times each step alone, in this process on one thread, on 224x224 crops of the
-bench's images: shardfmt's kernels (`ops.SampleTransform` with that one step, less the cost of
-an empty transform timed in alternate rounds, which is reported on its own row: the sample's
-move into float planes and back) beside the PIL code above, in CPU microseconds per image. A
-rotation that ends the steps writes the sample's uint8 row itself (`Rotator.rotate_to_pixels`),
-so its row is the rotation less the move back out of float planes.
+bench's images: shardfmt's kernels (`ops.SampleTransform` with that one step) beside the PIL
+code above, in CPU microseconds per image. The empty transform's row is the sample's move into
+float planes and back, what a list with a user's step pays.
 
-The auto-augment family and random erasing run on the uint8 pixels themselves (`PixelOps`) when
-a sample's steps are only those, so their rows count their whole cost, copies in and out
-included, and no move.
+Built-in steps run on the uint8 pixels themselves (`PixelOps`), so their rows count their whole
+cost, copies in and out included, and no move; the move's row is what a list with a user's step
+pays.
 
 The Albumentations column runs each step's equivalent (`albumentations_equivalents`) on the
 same uint8 crops: its transforms take and return H x W x 3 uint8 arrays, so they pay no move
@@ -247,7 +245,7 @@ def _measure_steps(files: Sequence[Path], *, count: int, repeats: int) -> list[S
     def shardfmt_cost(steps: list[AugmentStep], *, normalise: bool = False) -> float:
         """The steps' cost over an empty transform's, the two timed in alternate rounds (so
         that a spell of load on the machine slows both), each keeping its best round. Steps
-        that run on the uint8 pixels (the auto-augment family) pay no move into float planes:
+        that run on the uint8 pixels (every built-in step) pay no move into float planes:
         their whole cost is counted, copies in and out included."""
         run = apply_all(steps, normalise=normalise)
         if SampleTransform(steps, height=SIZE, width=SIZE, mean=(124.0, 116.0, 104.0))._pixel_ops is not None:

@@ -335,12 +335,12 @@ class SampleTransform:
                 step.fill_values(mean)  # a value "mean" without a mean fails here, not at the first sample
         self._mean = None if mean is None else [np.float32(v) for v in mean]
         self._mean_values = None if mean is None else [float(v) for v in mean]
-        # Steps of the auto-augment family only (random erasing last, if at all) run on the uint8
-        # pixels themselves, with the same values, and save the move into float planes and back.
+        # Built-in steps only (random erasing last, if at all) run on the uint8 pixels themselves,
+        # with the same values (hue within one level), and save the move into float planes and back.
         self._pixel_ops = (
             PixelOps(height, width)
             if self.steps
-            and all(isinstance(s, _PLANE_STEPS) for s in self.steps)
+            and all(isinstance(s, _BUILTIN) for s in self.steps)
             and not any(isinstance(s, RandomErasing) for s in self.steps[:-1])
             else None
         )
@@ -406,12 +406,20 @@ class SampleTransform:
         image = ops.spare(source)
         np.copyto(image, source)
         erased: tuple[RandomErasing, np.ndarray] | None = None
-        for step, params in zip(self.steps, draws, strict=True):
+        steps = self.steps
+        # a rotation that ends the steps of a uint8 sample writes it straight into its row
+        direct = self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous
+        for step, params in zip(steps[:-1] if direct else steps, draws, strict=False):
             if isinstance(step, RandomErasing):
                 erased = (step, params[row])
                 image = step.run(ops, image, params[row], self._mean_values)
-            else:
+            elif isinstance(step, _PLANE_STEPS):
                 image = step.run(ops, image, params[row])
+            else:
+                image = self._run_on_pixels(step, params[row], image, ops)
+        if direct:
+            self._rotate_pixels(steps[-1], draws[-1][row], image, out)
+            return
         if self._mean is None or self._std is None:
             np.copyto(out, image)
             return
@@ -427,6 +435,29 @@ class SampleTransform:
                 fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
                 cv2.rectangle(out, (left, top), (left + box_w - 1, top + box_h - 1), tuple(float(v) for v in fill), thickness=-1)
 
+    def _run_on_pixels(self, step: AugmentStep, params: Any, image: np.ndarray, ops: PixelOps) -> np.ndarray:
+        """Run ColorJitter, RandomRotation, RandomVerticalFlip or RandomGrayscale on uint8 pixels;
+        return the array now holding the sample."""
+        if isinstance(step, ColorJitter):
+            self._jitter(params, image, ops)
+            return image
+        if isinstance(step, RandomRotation):
+            target = ops.spare(image)
+            self._rotate_pixels(step, params, image, target)
+            return target
+        if isinstance(step, RandomVerticalFlip):
+            return ops.flip_vertically(image) if params[0] else image
+        if isinstance(step, RandomGrayscale):
+            if params[0]:
+                ops.grayscale(image)
+            return image
+        raise TypeError(f"{step!r} does not run on uint8 pixels")
+
+    def _rotate_pixels(self, step: AugmentStep, params: Any, image: np.ndarray, out: np.ndarray) -> None:
+        if not isinstance(step, RandomRotation) or self._rotator is None:
+            raise TypeError(f"a rotation of pixels needs a RandomRotation in a transform made with it, got {step!r}")
+        self._rotator.rotate_interleaved(image, float(params[0]), stored_fill(step.fill), out)
+
     def _run(self, step: AugmentStep, params: Any, image: np.ndarray) -> np.ndarray:
         """Run one step on `image`; return the array now holding the sample."""
         if isinstance(step, _PLANE_STEPS):
@@ -437,7 +468,7 @@ class SampleTransform:
                 return step.run(ops, image, params, self._mean_values)
             return step.run(ops, image, params)
         if isinstance(step, ColorJitter):
-            self._jitter(params, image)
+            self._jitter(params, image, self._colour)
             return image
         if isinstance(step, RandomRotation):
             if self._rotator is None:
@@ -452,9 +483,10 @@ class SampleTransform:
             return image
         return self._call(step, int(params[0]), int(params[1]), image)
 
-    def _jitter(self, params: Any, image: np.ndarray) -> None:
-        """ColorJitter's adjustments in their drawn order, in place; a NaN factor is one not applied."""
-        colour = self._colour
+    @staticmethod
+    def _jitter(params: Any, image: np.ndarray, colour: ColourKernels | PixelOps) -> None:
+        """ColorJitter's adjustments in their drawn order, in place (float planes with
+        `ColourKernels`, uint8 pixels with `PixelOps`); a NaN factor is one not applied."""
         for n in params[:4].astype(np.int64).tolist():
             factor = float(params[4 + n])
             if math.isnan(factor):

@@ -36,6 +36,7 @@ from shardfmt.ops import (
 )
 from shardfmt.ops._augment import SampleTransform
 from shardfmt.ops._colour import ColourKernels
+from shardfmt.ops._pixelops import PixelOps
 from shardfmt.ops._rotate import Rotator
 
 F32 = np.float32
@@ -191,19 +192,178 @@ def test_a_sample_ending_with_its_rotation_is_written_as_by_the_general_path() -
     draws = transform.draw(3, 1, np.arange(8))
     rotator = transform._rotator
     assert rotator is not None
-    direct_calls = []
-    rotate_to_pixels = rotator.rotate_to_pixels
-    rotator.rotate_to_pixels = lambda *args: direct_calls.append(1) or rotate_to_pixels(*args)  # type: ignore[method-assign]
+    targets: list[np.ndarray] = []
+    rotate_interleaved = rotator.rotate_interleaved
+    rotator.rotate_interleaved = lambda *args: targets.append(args[-1]) or rotate_interleaved(*args)  # type: ignore[method-assign]
     rng = np.random.default_rng(8)
+    direct_calls = 0
     for row in range(8):
         source = rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)
         direct = np.empty((40, 30, 3), np.uint8)
         transform.apply(source, draws, row, direct)
+        direct_calls += sum(target is direct for target in targets)
         wide = np.full((40, 30, 4), 99, np.uint8)
         transform.apply(source, draws, row, wide[:, :, :3])
         assert np.array_equal(direct, wide[:, :, :3])
         assert np.all(wide[:, :, 3] == 99)
-    assert len(direct_calls) == 8  # once per contiguous row, never for the strided one
+    assert len(targets) == 16 and direct_calls == 8  # into the row once per contiguous row, never for the strided one
+
+
+# -- the same steps on uint8 pixels (PixelOps) ---------------------------------------------------
+
+
+def every_level(height: int = 26, width: int = 34) -> np.ndarray:
+    """sample_image with all 256 levels in every channel (rows 8 to 15), so that a lookup table
+    is checked on every input."""
+    image = sample_image(height, width)
+    levels = np.arange(8 * width) % 256
+    for channel in range(3):
+        image[channel, 8:16] = np.roll(levels, 37 * channel).reshape(8, width)
+    return image
+
+
+def to_pixels(image: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(image.transpose(1, 2, 0).astype(np.uint8))
+
+
+@pytest.mark.parametrize(
+    ("name", "factor", "reference"),
+    [
+        ("brightness", 1.3, ref_brightness),
+        ("brightness", 0.55, ref_brightness),
+        ("brightness", 1.99, ref_brightness),
+        ("contrast", 1.6, ref_contrast),
+        ("contrast", 0.4, ref_contrast),
+        ("contrast", 1.0, ref_contrast),
+        ("saturation", 1.9, ref_saturation),
+        ("saturation", 0.0, ref_saturation),
+    ],
+)
+def test_lookup_tables_on_pixels_equal_the_float_formula_on_every_level(name: str, factor: float, reference: Any) -> None:
+    """Brightness and contrast are one uint8 lookup table built from the float32 formula:
+    every one of the 256 inputs maps exactly as the formula does (saturation blends per pixel)."""
+    image = every_level(32, 40)
+    got = to_pixels(image)
+    getattr(PixelOps(32, 40), name)(got, factor)
+    assert np.array_equal(got.transpose(2, 0, 1).astype(F32), reference(image, factor))
+
+
+def test_a_lookup_maps_every_level_alike_with_or_without_stringzilla(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stringzilla's byte translation, used where it is installed, and cv2.LUT give the same bytes."""
+    from shardfmt.ops import _pixelops
+
+    image = to_pixels(every_level(32, 40))
+    table = np.random.default_rng(3).permutation(256).astype(np.uint8)
+    per_channel = np.stack([np.random.default_rng(c).permutation(256) for c in range(3)], axis=1).astype(np.uint8)
+    expected = np.stack([per_channel[image[:, :, c], c] for c in range(3)], axis=2)
+    for translate in (_pixelops._TRANSLATE, None):
+        monkeypatch.setattr(_pixelops, "_TRANSLATE", translate)
+        got = image.copy()
+        PixelOps(32, 40)._lut(got, table)
+        assert np.array_equal(got, table[image])
+        got = image.copy()
+        PixelOps(32, 40)._lut(got, per_channel)
+        assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("threshold", [-1.0, 0.0, 1e-9, 0.5, 100.0, 127.5, 254.5, 255.0, 256.0, *np.linspace(255, 0, 31).tolist()])
+def test_solarize_and_posterize_on_pixels_are_the_formula_on_every_level(threshold: float) -> None:
+    """Solarize is a threshold and an exclusive or, posterize a bitwise and: 255 - x where
+    x >= threshold (a float32 comparison), and x & -(2^(8 - bits)), on all 256 levels."""
+    image = to_pixels(every_level(32, 40))
+    ops = PixelOps(32, 40)
+    got = image.copy()
+    ops.solarize(got, threshold)
+    assert np.array_equal(got, np.where(image.astype(F32) >= F32(threshold), 255 - image, image))
+    for bits in range(1, 9):
+        got = image.copy()
+        ops.posterize(got, bits)
+        assert np.array_equal(got, image & np.uint8(256 - (1 << (8 - bits))))
+
+
+@pytest.mark.parametrize("factor", [0.0, 0.01, 0.5, 1.0, 1.5, 1.99])
+def test_sharpness_on_pixels_equals_the_float_plane_kernel(factor: float) -> None:
+    """The box sum in float32 rounds (sum + 4 x) / 13 as filter2D does, on an image large
+    enough for OpenCV's vector paths, with flat and alternating regions."""
+    from shardfmt.ops._imageops import ImageOps
+
+    image = every_level(224, 224)
+    image[:, 100:140] = 255.0
+    image[:, 150:160:2] = 0.0
+    planes = image.copy()
+    ImageOps(224, 224).sharpness(planes, factor)
+    got = to_pixels(image)
+    PixelOps(224, 224).sharpness(got, factor)
+    assert np.array_equal(got.transpose(2, 0, 1).astype(F32), planes)
+
+
+def test_grayscale_and_flip_on_pixels_equal_the_reference() -> None:
+    image = every_level()
+    ops = PixelOps(*image.shape[1:])
+    got = to_pixels(image)
+    ops.grayscale(got)
+    assert np.array_equal(got.transpose(2, 0, 1).astype(F32), ref_grayscale(image))
+    flipped = ops.flip_vertically(to_pixels(image))
+    assert np.array_equal(flipped, to_pixels(image)[::-1])
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.1, -0.1, -0.25, 0.5, -0.5, 0.37, -0.0474])
+def test_hue_on_pixels_is_within_one_level_of_the_reference(shift: float) -> None:
+    """OpenCV's float32 HSV round trip: torchvision's formula in another order of float
+    operations. A negative shift is checked on an image wide enough for OpenCV's vector path,
+    which does not wrap a negative hue."""
+    image = sample_image(64, 96)
+    got = to_pixels(image)
+    PixelOps(64, 96).hue(got, shift)
+    difference = np.abs(got.transpose(2, 0, 1).astype(F32) - ref_hue(image, shift))
+    assert difference.max() <= 1
+    assert np.mean(difference == 0) >= 0.99
+
+
+@pytest.mark.parametrize("shape", [(26, 34), (33, 17), (224, 224)])
+def test_a_rotation_of_interleaved_pixels_picks_the_pixels_of_the_float_rotation(shape: tuple[int, int]) -> None:
+    rotator = Rotator(3, *shape)
+    for fill in ((10.0, 200.0, 33.0), (0.0, 0.0, 0.0)):
+        for angle in (0.0, 7.5, -33.3, 90.0, 180.0, 271.0, 12.345):
+            image = sample_image(*shape)
+            expected = image.copy()
+            rotator.rotate(expected, angle, fill)
+            pixels = to_pixels(image)
+            got = np.empty_like(pixels)
+            rotator.rotate_interleaved(pixels, angle, fill, got)
+            assert np.array_equal(pixels, to_pixels(image))  # the source is left as it was
+            assert np.array_equal(got, to_pixels(expected))
+
+
+def keep(sample: torch.Tensor) -> torch.Tensor:
+    """A user's step that changes nothing: it keeps a sample on the float planes."""
+    return sample
+
+
+@pytest.mark.parametrize("normalise", [False, True])
+def test_built_in_steps_run_on_pixels_with_the_draws_and_values_of_the_float_planes(normalise: bool) -> None:
+    """Built-in steps run on the uint8 pixels, drawing exactly as on the float planes; every
+    value is the same without hue, and within one level per hue step with it."""
+    options: dict[str, Any] = {"mean": (123.675, 116.28, 103.53), "std": (58.395, 57.12, 57.375)} if normalise else {}
+    for steps, tolerance in (
+        ([ColorJitter(0.4, 0.4, 0.4), RandomVerticalFlip(0.5), RandomRotation(15, fill=(1, 2, 3)), RandomGrayscale(0.3)], 0),
+        ([ColorJitter(hue=0.4), RandomRotation(15)], 1),
+    ):
+        pixels = SampleTransform(steps, height=40, width=36, **options)
+        planes = SampleTransform([*steps, keep], height=40, width=36, **options)
+        assert pixels._pixel_ops is not None and planes._pixel_ops is None
+        indices = np.arange(40)
+        draws_pixels, draws_planes = pixels.draw(5, 1, indices), planes.draw(5, 1, indices)
+        for mine, theirs in zip(draws_pixels, draws_planes, strict=False):
+            assert np.array_equal(mine, theirs, equal_nan=True)
+        dtype = np.float32 if normalise else np.uint8
+        a, b = np.empty((40, 36, 3), dtype), np.empty((40, 36, 3), dtype)
+        for row in indices:
+            source = np.random.default_rng(int(row)).integers(0, 256, (40, 36, 3)).astype(np.uint8)
+            pixels.apply(source, draws_pixels, row, a)
+            planes.apply(source, draws_planes, row, b)
+            scale = np.float32(57.0) if normalise else 1  # a level, after the division by std
+            assert np.abs(a.astype(np.float64) - b).max() * scale <= tolerance + 1e-3, row
 
 
 def test_steps_follow_torchvisions_parameter_rules() -> None:
