@@ -14,8 +14,9 @@ What is not a leak, and why:
   is kept for reuse). A test that first needs one makes it, and every later test reuses it.
 - On a machine that others use too, the free space of /dev/shm moves with their processes: there
   a drop of up to `SHARED_MACHINE_SHM_TOLERANCE` is allowed. In CI (the CI variable set) the
-  runner's /dev/shm is its own and no drop is allowed (``SHARDFMT_TEST_SHM_TOLERANCE`` sets
-  another number of bytes, for a CI host that shares it). A leak of this process shows in its
+  drop allowed is `CI_SHM_TOLERANCE`: CI runs on a machine that other work may share too, and a
+  child process of a test that is still exiting holds its segments for a moment
+  (``SHARDFMT_TEST_SHM_TOLERANCE`` sets another number of bytes). A leak of this process shows in its
   mappings, descriptors or children whatever the tolerance; the free space catches a segment
   that nobody maps any more but that still has a name.
 """
@@ -35,6 +36,7 @@ import pytest
 
 SHM = "/dev/shm"
 SHARED_MACHINE_SHM_TOLERANCE = 256 * 1024 * 1024
+CI_SHM_TOLERANCE = 64 * 1024 * 1024
 """Bytes of /dev/shm that other users of a shared machine may take during one test (two
 default-sized loader rings of about 110 MB each)."""
 _SHARED_MEMORY_PATHS = (f"{SHM}/", "/memfd:", "/SYSV")
@@ -169,7 +171,7 @@ def shm_tolerance() -> int:
     given = os.environ.get("SHARDFMT_TEST_SHM_TOLERANCE")
     if given is not None:
         return int(given)
-    return 0 if os.environ.get("CI") else SHARED_MACHINE_SHM_TOLERANCE
+    return CI_SHM_TOLERANCE if os.environ.get("CI") else SHARED_MACHINE_SHM_TOLERANCE
 
 
 @pytest.fixture

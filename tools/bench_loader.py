@@ -844,8 +844,9 @@ def load_source(root: Path, work_dir: Path, images: int | None) -> Source:
 
 def write_listing(source: Source) -> Path:
     """A listing of the selected files (integer labels, so that a subset keeps the folder's
-    class numbers) beside symbolic links to them, since a listing names files below its own
-    folder; cached."""
+    class numbers) beside hard links to them (copies across file systems): a listing reads only
+    regular files inside its own folder once links are resolved, so symbolic links to the
+    source would be rejected as outside-root; cached."""
     links = source.derived / "patch-inputs"
     listing = links / "listing.csv"
     if not listing.exists():
@@ -854,7 +855,10 @@ def write_listing(source: Source) -> Path:
         for path, label in zip(source.files, source.labels, strict=True):
             rel = path.relative_to(source.root)
             (links / rel).parent.mkdir(parents=True, exist_ok=True)
-            (links / rel).symlink_to(path.resolve())
+            try:
+                os.link(path.resolve(), links / rel)
+            except OSError:  # another file system, or no hard links there
+                shutil.copyfile(path, links / rel)
             lines.append(f"{rel.as_posix()},{label}")
         partial = links / "listing.csv.tmp"
         partial.write_text("\n".join(lines) + "\n")

@@ -235,6 +235,8 @@ def steps(seen: dict[str, Any]) -> list[list[Any]]:
     return [[epoch, step, indices] for epoch, step, indices in seen["seen"]["fit"]]
 
 
+# The resumed runs write their checkpoints beside those of the run they resume, on purpose.
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_lightning_fits_validates_and_resumes_mid_epoch_exactly(dataset: Path, tmp_path: Path) -> None:
@@ -256,6 +258,8 @@ def test_lightning_fits_validates_and_resumes_mid_epoch_exactly(dataset: Path, t
     assert validated["seen"]["validate"][-10:] == [[2, b, evaluation[b]] for b in range(10)]
 
 
+# The resumed runs write their checkpoints beside those of the run they resume, on purpose.
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # four processes that import Lightning, about 100 s on two loaded cores
 def test_lightning_ddp_spawn_gives_two_ranks_disjoint_equal_shares_and_resumes(dataset: Path, tmp_path: Path) -> None:

@@ -99,10 +99,10 @@ def test_the_growth_of_multiprocessings_shared_heap_is_no_drop() -> None:
     assert leaks.leaks_between(before, after, shm_tolerance=0).shm_dropped == 4096
 
 
-def test_the_tolerance_for_free_shared_memory_is_none_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tolerance_for_free_shared_memory_is_smaller_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SHARDFMT_TEST_SHM_TOLERANCE", raising=False)
     monkeypatch.setenv("CI", "1")
-    assert leaks.shm_tolerance() == 0
+    assert leaks.shm_tolerance() == 64 * 1024 * 1024
     monkeypatch.setenv("SHARDFMT_TEST_SHM_TOLERANCE", "65536")
     assert leaks.shm_tolerance() == 65536
     monkeypatch.delenv("SHARDFMT_TEST_SHM_TOLERANCE")
