@@ -244,7 +244,8 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--key-column", default=None, metavar="NAME",
               help="Parquet: a column of record keys. [default: the file name and row number]")
 @click.option("--image-root", default=None, metavar="DIR",
-              help="Parquet/Arrow: the folder image paths are resolved against and must stay inside. [default: each file's folder]")
+              help="Parquet/Arrow/listings: the folder image paths (relative or absolute) are resolved against and must stay "
+                   "inside. [default: each file's folder, or the listing's]")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,

@@ -124,6 +124,7 @@ def convert(
     break_lock: bool = False,
     columns: ParquetColumns | None = None,
     members: Mapping[str, str] | None = None,
+    image_root: str | os.PathLike[str] | None = None,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
@@ -158,6 +159,8 @@ def convert(
             ``label`` if present, keys from file name and row number); recorded in the manifest.
         members: for WebDataset tars, the kind ("str", "json" or "bytes") of member fields by
             name (default: txt text, json JSON, anything else bytes).
+        image_root: for a listing, the local folder its paths (relative or absolute) are
+            resolved against and must stay inside (default: the listing's folder).
 
     Returns:
         A `ConvertResult`.
@@ -181,7 +184,8 @@ def convert(
         if output.finished is not None:
             return already_finished(output, started=started)
         result = _convert_into(output, work, sources, options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
-                               shard_format=shard_format, columns=columns, members=members, workers=workers, strict=strict,
+                               shard_format=shard_format, columns=columns, members=members, image_root=image_root,
+                               workers=workers, strict=strict,
                                progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
     check_not_all_rejected(result, allow_empty=allow_empty)
     return result
@@ -202,11 +206,13 @@ def _checked_sources(src: str | os.PathLike[str] | Sequence[str | os.PathLike[st
 
 
 def _convert_into(output: Output, work: Path, sources: list[str], *, options: dict[str, Any], shard_format: str,
-                  columns: ParquetColumns | None, members: Mapping[str, str] | None, workers: int | None, strict: bool,
+                  columns: ParquetColumns | None, members: Mapping[str, str] | None, image_root: str | os.PathLike[str] | None,
+                  workers: int | None, strict: bool,
                   progress: bool, engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
     """Scan the sources, plan the shards and run the conversion into `output`."""
     try:
-        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
+        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work,
+                           image_root=image_root)
     except OSError as err:  # decompressing tars into `work` (in the output's work folder when it is local)
         if err.errno == errno.ENOSPC:
             raise disk_full_error(output, device=f"the work folder {work}", doing=" while decompressing the compressed tars") from err
@@ -277,6 +283,8 @@ def nothing_found(kind: str, num_rejects: int, reasons: Counter[str]) -> str:
     if num_rejects:
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         aside = f"; {num_rejects} entries were set aside ({counts})"
+        if kind in ("csv", "jsonl") and reasons.get("outside-root"):
+            aside += "; a listing reads files outside its folder only inside the folder image_root= names"
     return f"no image found: looked for {looked}{aside}; check the path, or pass --allow-empty to write an empty dataset"
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._checksum import checksum, format_checksum
 from .._errors import FormatError, ManifestError, RemoteError, ShardNotFoundError
-from .._storage import LocalStore, RemoteOptions
+from .._storage import LocalStore, RemoteOptions, expand_user
 from ..format._manifest import ShardEntry
 from ..format._reader import Record, ShardReader, ShardReaderBase
 from ..format._schema import IMAGE_CLASSIFICATION, Schema
@@ -53,6 +53,7 @@ class DatasetReader:
         verify: bool = True,
         remote: RemoteOptions | None = None,
     ) -> None:
+        path = expand_user(path)
         tars = tar_sources(path)
         self._confine = tars is None  # shards a manifest names stay inside its root; tars named directly need not
         if tars is None:
@@ -321,7 +322,7 @@ def open_dataset(
     tars directly.
 
     Args:
-        path: the dataset root or its manifest: a local path, or a URL that fsspec can open
+        path: the dataset root or its manifest: a local path (``~`` expanded), or a URL that fsspec can open
             (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...), binary or tar
             shards; or local tars: a path ending in ``.tar``, a pattern with braces
             (``shards-{000..099}.tar``), or a list of those. Tars opened directly are indexed on

@@ -129,7 +129,7 @@ def test_listing_files_csv_with_class_names_and_jsonl_with_integers(tmp_path: Pa
     with open_dataset(tmp_path / "csv-out") as dataset:
         assert dataset.classes == ["cat", "dog"]
         assert [(r["key"], r["label"]) for r in dataset] == [("img/sub/2", 1), ("img/sub/0", 0), ("img/sub/1", 1)]
-    assert [(r["path"], r["reason"]) for r in read_rejects(tmp_path / "csv-out")] == [("img/missing.jpg", "unreadable")]
+    assert [(r["path"], r["reason"]) for r in read_rejects(tmp_path / "csv-out")] == [("img/missing.jpg", "missing-file")]
 
     lines = [{"path": "img/sub/3.jpg", "label": 7}, {"path": "img/sub/0.jpg", "label": 0}]
     (tmp_path / "list.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
