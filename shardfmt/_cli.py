@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 import click
 
 from ._convert.images import DEFAULT_QUALITY, MAX_PIXELS
-from ._errors import RemoteError, ShardfmtError
+from ._errors import ConvertError, RemoteError, ShardfmtError
 from ._forks import MAX_WORKERS_PER_CORE
 from ._version import __version__
 from .format._writer import DEFAULT_SHARD_SIZE
@@ -266,6 +266,8 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         )
     except RemoteError as err:  # the store stopped the run: say how to resume with this command's flags
         raise RemoteError(cli_wording(err.message), path=err.path, transient=err.transient) from err
+    except ConvertError as err:  # raised from Python, the message names keywords: say this command's flags
+        raise type(err)(cli_wording(err.message), path=err.path, offset=err.offset, record=err.record) from err
     result = summary.result
     if result.already_finished:
         if not quiet:

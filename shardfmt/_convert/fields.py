@@ -112,7 +112,7 @@ def convert_fields(
     if patch is not None and patch < 1:
         raise ValueError(f"patch {patch} must be at least 1")
     if patch is not None and max_side is not None:
-        raise ConvertError("--patch and --max-side exclude each other: a patch has a fixed size")
+        raise ConvertError("patch= and max_side= exclude each other: a patch has a fixed size")
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
     check_not_inside(names, os.fspath(out))
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:

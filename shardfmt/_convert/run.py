@@ -262,7 +262,7 @@ def check_not_all_rejected(result: ConvertResult, *, allow_empty: bool) -> None:
     counts = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
     raise ConvertError(
         f"no record was written: all {result.num_rejects} inputs were rejected ({counts}; see rejects.jsonl); "
-        "pass --allow-empty to accept an empty dataset",
+        "pass allow_empty=True to accept an empty dataset",
         path=result.path,
     )
 
@@ -285,7 +285,7 @@ def nothing_found(kind: str, num_rejects: int, reasons: Counter[str]) -> str:
         aside = f"; {num_rejects} entries were set aside ({counts})"
         if kind in ("csv", "jsonl") and reasons.get("outside-root"):
             aside += "; a listing reads files outside its folder only inside the folder image_root= names"
-    return f"no image found: looked for {looked}{aside}; check the path, or pass --allow-empty to write an empty dataset"
+    return f"no image found: looked for {looked}{aside}; check the path, or pass allow_empty=True to write an empty dataset"
 
 
 def check_options(
@@ -303,7 +303,7 @@ def check_options(
     if workers is not None and workers < 1:
         raise ValueError(f"workers {workers} must be at least 1")
     if resume and overwrite:
-        raise ConvertError("--resume and --overwrite exclude each other: resume keeps finished shards, overwrite removes them")
+        raise ConvertError("resume=True and overwrite=True exclude each other: resume keeps finished shards, overwrite removes them")
 
 
 def check_not_inside(sources: list[str], out: str) -> None:

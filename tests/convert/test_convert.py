@@ -161,7 +161,7 @@ def test_non_empty_output_needs_resume_or_overwrite_and_overwrite_touches_only_o
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.md").write_text("mine")
-    with pytest.raises(ConvertError, match="--resume.*--overwrite"):
+    with pytest.raises(ConvertError, match="resume=True.*overwrite=True"):
         convert(imagefolder, out, workers=1)
     convert(imagefolder, out, workers=1, overwrite=True)
     (out / "shard-00099.shard").write_bytes(b"stale")

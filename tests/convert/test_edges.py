@@ -93,9 +93,16 @@ def test_listing_image_root_from_the_command_line(tmp_path: Path, images: Path) 
 
 def test_listing_text_column_undeclared_is_an_error_naming_it(tmp_path: Path, images: Path) -> None:
     listing = write_csv(images / "train.csv", [["path", "label", "caption"], ["a.jpg", "0", "a cat"], ["b.jpg", "1", "a dog"]])
-    with pytest.raises(ConvertError, match=r"column 'caption' .* --field caption=str \(fields=\{'caption': 'str'\}\)"):
+    with pytest.raises(ConvertError, match=r"column 'caption' was taken for image files .* none of its first 2 values names a file "
+                       r"\(the first: 'a cat'\); if it is text, declare it: fields=\{'caption': 'str'\}$"):
         shardfmt.convert(listing, tmp_path / "out")
     assert not (tmp_path / "out" / "manifest.json").exists()
+    from click.testing import CliRunner
+
+    from shardfmt._cli import main
+
+    result = CliRunner().invoke(main, ["convert", str(listing), str(tmp_path / "cli")])
+    assert result.exit_code == 1 and result.output.endswith("if it is text, declare it: --field caption=str\n")
     summary = shardfmt.convert(listing, tmp_path / "out", fields={"caption": "str"}, overwrite=True)
     assert summary.records == 2
     assert [open_dataset(tmp_path / "out")[i]["caption"] for i in range(2)] == ["a cat", "a dog"]
@@ -192,3 +199,42 @@ def test_a_missing_file_is_missing_file_in_listings_as_in_parquet(tmp_path: Path
     from_listing = shardfmt.convert(images / "train.csv", tmp_path / "csv")
     from_parquet = shardfmt.convert(images / "train.parquet", tmp_path / "parquet")
     assert from_listing.rejects == from_parquet.rejects == {"missing-file": 1}
+
+
+def test_errors_from_python_name_keywords_and_the_command_its_flags(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shardfmt._cli import main
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConvertError, match=r"check the path, or pass allow_empty=True to write an empty dataset$"):
+        shardfmt.convert(tmp_path / "empty", tmp_path / "out")
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "empty"), str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.output.endswith("check the path, or pass --allow-empty to write an empty dataset\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ConvertError, match=r"use resume=True to finish an interrupted conversion, or overwrite=True to replace"):
+        shardfmt.convert(tmp_path / "empty", tmp_path / "full", allow_empty=True)
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "empty"), str(tmp_path / "full"), "--allow-empty"])
+    assert result.exit_code == 1 and "use --resume to finish an interrupted conversion, or --overwrite to replace" in result.output
+
+
+@pytest.mark.parametrize("root_option", [False, True])
+def test_path_rows_of_parquet_are_sized_by_their_files(tmp_path: Path, images: Path, root_option: bool) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = []
+    for i in range(6):
+        (images / f"p{i}.jpg").write_bytes(jpeg_bytes(48, 64, seed=40 + i))
+        names.append(f"p{i}.jpg")
+    sizes = [(images / name).stat().st_size for name in names]
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"image": pa.array([{"bytes": None, "path": name} for name in names], type=image), "label": [0, 1] * 3})
+    folder = tmp_path / "table" if root_option else images
+    folder.mkdir(exist_ok=True)
+    pq.write_table(table, folder / "train.parquet")
+    summary = shardfmt.convert(folder / "train.parquet", tmp_path / "out", shard_size=sum(sizes[:3]),
+                               image_root=images if root_option else None)
+    assert (summary.records, summary.input_bytes) == (6, sum(sizes))
+    assert [shard.num_records for shard in summary.manifest.shards] == [3, 3]

@@ -136,7 +136,7 @@ def scan_source(
     if listing is not None:
         return scan_listing(*listing, files=image_tree(image_root))
     if image_root is not None:
-        raise ConvertError("image_root= (--image-root) is for listings, Parquet and Arrow sources", path=text)
+        raise ConvertError("image_root= is for listings, Parquet and Arrow sources", path=text)
     if classify_location(text).is_remote:
         tree = _store_tree(text, remote)
         if not tree.folders[""]:
@@ -243,9 +243,9 @@ def image_tree(image_root: Location | None) -> LocalTree | None:
         return None
     text = os.path.expanduser(os.fspath(image_root))
     if classify_location(text).is_remote:
-        raise ConvertError("a listing's image root (--image-root, image_root=) is a local folder", path=text.partition("?")[0])
+        raise ConvertError("a listing's image root (image_root=) is a local folder", path=text.partition("?")[0])
     if not os.path.isdir(text):
-        raise ConvertError("the image root (--image-root, image_root=) is not a folder", path=text)
+        raise ConvertError("the image root (image_root=) is not a folder", path=text)
     return LocalTree(Path(os.path.abspath(text)))
 
 

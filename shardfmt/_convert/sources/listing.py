@@ -159,7 +159,7 @@ def _check_names_files(tree: Tree, column: str, cells: list[Any], where: str) ->
         return
     raise ConvertError(f"column {column!r} was taken for image files (an undeclared column that is not a number), but none of "
                        f"its first {len(probe)} values names a file (the first: {probe[0]!r}); if it is text, declare it: "
-                       f"--field {column}=str (fields={{{column!r}: 'str'}})", path=where)
+                       f"fields={{{column!r}: 'str'}}", path=where)
 
 
 def columns_of(tree: Tree, name: str) -> list[str] | None:
