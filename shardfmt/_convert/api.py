@@ -124,9 +124,9 @@ def convert(
     """Convert a source into a dataset in `out` (the options of ``shardfmt convert``).
 
     Args:
-        src: a path or URL (``~`` expanded, as in `out` and `image_root`), or a list of them: an ImageFolder folder, a ``.csv`` / ``.jsonl``
-            listing, WebDataset tars (``.tar``, ``.tar.gz`` or ``.tgz`` files, a brace pattern,
-            or a folder of them), Parquet or Arrow files (or a glob pattern), a folder that
+        src: a path (``~`` expanded) or URL, or a list of them: an ImageFolder folder, a ``.csv`` /
+            ``.jsonl`` listing, WebDataset tars (``.tar``, ``.tar.gz`` or ``.tgz`` files, a brace
+            pattern, or folders of them), Parquet or Arrow files (a glob pattern, a folder), a folder that
             ``datasets``' ``save_to_disk`` wrote, several folders of one image field each; or a
             ``datasets.Dataset``; or an iterable of records, each a mapping with an ``image``
             (encoded bytes, a file path, a PIL image, an H x W x C uint8 array, or a Hugging
@@ -141,11 +141,10 @@ def convert(
         store, scale, patch, shard_format: how images are stored and related (several fields);
             "binary" shards, or "tar" (WebDataset tars with a member index each).
         image_column, label_column, key_column, image_root, drop_columns: for Parquet and Arrow
-            files (and a ``datasets.Dataset``): the columns; the folder image paths are resolved
-            against and must stay inside once symbolic links are resolved (default: the folder
-            of each file; for a listing too, whose default is the listing's folder); and the
-            columns left out. ``label_column="none"``: no label; the
-            default and the other columns' kinds: `sources.columns`.
+            files (and a ``datasets.Dataset``): the columns; the folder image paths (of a listing
+            too) are resolved against and must stay inside once symbolic links are resolved
+            (default: the folder of each file); and the columns left out. ``label_column="none"``:
+            no label; the default and the other columns' kinds: `sources.columns`.
         shard_size, max_side, quality, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as
             for ``shardfmt convert``.
 
@@ -161,7 +160,7 @@ def convert(
         ValueError, LockedError, WorkerError, OSError: as ``shardfmt convert`` reports them.
     """
     check_workers(workers)
-    src, out, image_root = expand_user(src), expand_user(out), expand_user(image_root)
+    src, out, image_root = expand_user(src), expand_user(out), expand_user(image_root)  # "~/x" as a shell reads it
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)
@@ -173,8 +172,6 @@ def convert(
         result = _convert_in_memory(src, out, declared, store, scale, patch, shard_format, table, common)
     else:
         sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(cast(str, src))]
-        if not sources:
-            raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
         result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
     return _summary(result)
 
@@ -219,6 +216,8 @@ def _convert_in_memory(src: Any, out: str | os.PathLike[str], declared: list[Any
 def _convert_path(sources: list[str], out: str | os.PathLike[str], declared: list[Any], store: str, scale: Any,
                   patch: int | None, shard_format: str, table: dict[str, Any], common: dict[str, Any]) -> ConvertResult:
     """Convert sources given by path: the choice the command makes."""
+    if not sources:
+        raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
     remote = common["remote"]
     sources = parquet_folders(sources)
     tabular = any(names_parquet(source) for source in sources) or (

@@ -137,15 +137,13 @@ def convert(
         out: the output folder; created if missing. It must be empty unless `resume` or
             `overwrite` is given, and must not lie inside an ImageFolder source. A URL
             (``s3://bucket/prefix``) writes straight to object storage, binary or tar shards.
-        shard_size: target bytes of input per shard (default 256 MiB).
-        max_side: shrink images whose longer side exceeds this; None keeps every size.
-        quality: JPEG quality (1 to 100) of re-encoded images.
-        workers: processes building records in parallel; None uses every CPU, 1 runs in this
-            process. The output does not depend on it.
+        shard_size: target bytes of input per shard (default 256 MiB); max_side: shrink images
+            whose longer side exceeds this, None keeps every size; quality: of re-encoded JPEGs, 1 to 100.
+        workers: processes building records in parallel (None: every CPU; 1: this process); the output does not depend on it.
         resume: finish an interrupted conversion into `out` with the same inputs and options.
         overwrite: first remove shardfmt's files from `out` (nothing else there is touched).
-        strict: raise `ConvertError` naming the first reject, after writing everything.
-        progress: show a progress bar with images/s and ETA on stderr.
+        strict: raise `ConvertError` naming the first reject, after writing everything;
+            progress: show a progress bar with images/s and ETA on stderr.
         shard_format: "binary" shards, or "tar": WebDataset tars with a member index each
             (spec/tar.md), same manifest otherwise.
         engine: "local" (default): a process pool on this machine; "ray": Ray tasks on the
@@ -159,8 +157,7 @@ def convert(
             ``label`` if present, keys from file name and row number); recorded in the manifest.
         members: for WebDataset tars, the kind ("str", "json" or "bytes") of member fields by
             name (default: txt text, json JSON, anything else bytes).
-        image_root: for a listing, the local folder its paths (relative or absolute) are
-            resolved against and must stay inside (default: the listing's folder).
+        image_root: for a listing, the folder its paths are resolved against and confined to.
 
     Returns:
         A `ConvertResult`.
@@ -184,9 +181,8 @@ def convert(
         if output.finished is not None:
             return already_finished(output, started=started)
         result = _convert_into(output, work, sources, options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
-                               shard_format=shard_format, columns=columns, members=members, image_root=image_root,
-                               workers=workers, strict=strict,
-                               progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
+                               shard_format=shard_format, columns=columns, members=members, image_root=image_root, workers=workers,
+                               strict=strict, progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
     check_not_all_rejected(result, allow_empty=allow_empty)
     return result
 
