@@ -155,7 +155,9 @@ def _check_names_files(tree: Tree, column: str, cells: list[Any], where: str) ->
     """Refuse an undeclared column taken for files when none of its first `_PROBE` non-empty
     values names a file: it is text, not a second image."""
     probe = [cell for cell in cells if isinstance(cell, str) and cell and "\x00" not in cell][:_PROBE]
-    if not probe or any(tree.lookup(os.path.normpath(cell)).reject is None for cell in probe if not _leaves(os.path.normpath(cell))):
+    if not probe or any(_leaves(os.path.normpath(cell)) for cell in probe):
+        return  # paths, if outside: their rows are rejected as the module docstring says
+    if any(tree.lookup(os.path.normpath(cell)).reject is None for cell in probe):
         return
     raise ConvertError(f"column {column!r} was taken for image files (an undeclared column that is not a number), but none of "
                        f"its first {len(probe)} values names a file (the first: {probe[0]!r}); if it is text, declare it: "
