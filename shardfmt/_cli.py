@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 import click
 
 from ._convert.images import DEFAULT_QUALITY, MAX_PIXELS
-from ._errors import RemoteError, ShardfmtError
+from ._errors import ConvertError, RemoteError, ShardfmtError
 from ._forks import MAX_WORKERS_PER_CORE
 from ._version import __version__
 from .format._writer import DEFAULT_SHARD_SIZE
@@ -244,7 +244,8 @@ def _parse_scale(value: str | None) -> Any:
 @click.option("--key-column", default=None, metavar="NAME",
               help="Parquet: a column of record keys. [default: the file name and row number]")
 @click.option("--image-root", default=None, metavar="DIR",
-              help="Parquet/Arrow: the folder image paths are resolved against and must stay inside. [default: each file's folder]")
+              help="Parquet/Arrow/listings: the folder image paths (relative or absolute) are resolved against and must stay "
+                   "inside. [default: each file's folder, or the listing's]")
 @_reports_errors
 def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_side: int | None, quality: int,
                     workers: int | None, resume: bool, overwrite: bool, strict: bool, store: str,
@@ -265,6 +266,8 @@ def convert_command(sources: tuple[str, ...], out: str, shard_size: int, max_sid
         )
     except RemoteError as err:  # the store stopped the run: say how to resume with this command's flags
         raise RemoteError(cli_wording(err.message), path=err.path, transient=err.transient) from err
+    except ConvertError as err:  # raised from Python, the message names keywords: say this command's flags
+        raise type(err)(cli_wording(err.message), path=err.path, offset=err.offset, record=err.record) from err
     result = summary.result
     if result.already_finished:
         if not quiet:

@@ -27,14 +27,14 @@ from typing import Any, cast
 from .._arguments import check_path
 from .._errors import ConvertError, RejectError
 from .._forks import MAX_WORKERS_PER_CORE
-from .._storage import RemoteOptions
+from .._storage import RemoteOptions, expand_user
 from ..format._manifest import Manifest
 from ..format._writer import DEFAULT_SHARD_SIZE
 from .fields import convert_fields, needs_fields
 from .images import DEFAULT_QUALITY
 from .loop import ConvertResult
 from .run import convert as convert_images
-from .sources import SOURCE_KINDS, ParquetColumns, is_tar_source, names_parquet
+from .sources import SOURCE_KINDS, ParquetColumns, is_tar_source, names_parquet, parquet_folders
 from .sources.confine import read_regular
 from .sources.parquet import saved_dataset_files
 
@@ -135,14 +135,15 @@ def convert(
     """Convert a source into a dataset in `out` (the options of ``shardfmt convert``).
 
     Args:
-        src: a path or URL, or a list of them: an ImageFolder folder, a ``.csv`` / ``.jsonl``
-            listing, WebDataset tars (``.tar``, ``.tar.gz`` or ``.tgz`` files, a brace pattern,
-            or a folder of them), Parquet or Arrow files (or a glob pattern), a folder that
+        src: a path (``~`` expanded) or URL, or a list of them: an ImageFolder folder, a ``.csv`` /
+            ``.jsonl`` listing, WebDataset tars (``.tar``, ``.tar.gz`` or ``.tgz`` files, a brace
+            pattern, or folders of them), Parquet or Arrow files (a glob pattern, a folder), a folder that
             ``datasets``' ``save_to_disk`` wrote, several folders of one image field each; or a
             ``datasets.Dataset``; or an iterable of records, each a mapping with an ``image``
             (encoded bytes, a file path, a PIL image, an H x W x C uint8 array, or a Hugging
             Face ``{"bytes": ..., "path": ...}``), optionally a ``label`` (int or class name), a
-            ``key`` (a relative path without extension) and further values (str, int, float).
+            ``key`` (a relative path without extension) and further values (str, int, float);
+            a record whose image path names no file is a "missing-file" reject.
         out: the output folder, or a URL.
         fields: (name, kind) pairs or a mapping: a folder's field name, a listing column's kind,
             the kind of a tar member ("str", "json" or "bytes": kept, and samples without it
@@ -151,10 +152,10 @@ def convert(
         store, scale, patch, shard_format: how images are stored and related (several fields);
             "binary" shards, or "tar" (WebDataset tars with a member index each).
         image_column, label_column, key_column, image_root, drop_columns: for Parquet and Arrow
-            files (and a ``datasets.Dataset``): the columns; the folder image paths are resolved
-            against and must stay inside once symbolic links are resolved (default: the folder
-            of each file); and the columns left out. ``label_column="none"``: no label; the
-            default and the other columns' kinds: `sources.columns`.
+            files (and a ``datasets.Dataset``): the columns; the folder image paths (of a listing
+            too) are resolved against and must stay inside once symbolic links are resolved
+            (default: the folder of each file); and the columns left out. ``label_column="none"``:
+            no label; the default and the other columns' kinds: `sources.columns`.
         shard_size, max_side, quality, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as
             for ``shardfmt convert``.
 
@@ -171,6 +172,7 @@ def convert(
     """
     _check_paths(src, out)
     check_workers(workers)
+    src, out, image_root = expand_user(src), expand_user(out), expand_user(image_root)  # "~/x" as a shell reads it
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)
@@ -182,8 +184,6 @@ def convert(
         result = _convert_in_memory(src, out, declared, store, scale, patch, shard_format, table, common)
     else:
         sources = [os.fspath(item) for item in src] if isinstance(src, (list, tuple)) else [os.fspath(cast(str, src))]
-        if not sources:
-            raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
         result = _convert_path(sources, out, declared, store, scale, patch, shard_format, table, common)
     return _summary(result)
 
@@ -228,7 +228,10 @@ def _convert_in_memory(src: Any, out: str | os.PathLike[str], declared: list[Any
 def _convert_path(sources: list[str], out: str | os.PathLike[str], declared: list[Any], store: str, scale: Any,
                   patch: int | None, shard_format: str, table: dict[str, Any], common: dict[str, Any]) -> ConvertResult:
     """Convert sources given by path: the choice the command makes."""
+    if not sources:
+        raise ConvertError(f"no source given; a source is {SOURCE_KINDS}")
     remote = common["remote"]
+    sources = parquet_folders(sources)
     tabular = any(names_parquet(source) for source in sources) or (
         len(sources) == 1 and os.path.isdir(sources[0]) and _saved_dataset(sources[0]))
     if tabular:
@@ -240,19 +243,22 @@ def _convert_path(sources: list[str], out: str | os.PathLike[str], declared: lis
                                  os.path.abspath(os.fspath(root)) if root is not None else None,
                                  fields=tuple((name, kind) for name, kind in declared), drop=tuple(table["drop_columns"]))
         return convert_images(sources if len(sources) > 1 else sources[0], out, shard_format=shard_format, columns=columns, **common)
-    if any(value is not None and value != () for value in table.values()):
-        raise ConvertError("image_column=, label_column=, key_column=, image_root= and drop_columns= (--image-column, --label-column, "
-                           "--key-column, --image-root, --drop-column) are for Parquet and Arrow sources")
-    if len(sources) == 1 and declared and is_tar_source(sources[0]) and store == "jpeg" and scale == 1 and patch is None:
+    if any(value is not None and value != () for name, value in table.items() if name != "image_root"):
+        raise ConvertError("image_column=, label_column=, key_column= and drop_columns= (--image-column, --label-column, "
+                           "--key-column, --drop-column) are for Parquet and Arrow sources")
+    image_root = table["image_root"]
+    tars = all(is_tar_source(source) for source in sources)
+    if tars and (len(sources) > 1 or declared) and store == "jpeg" and scale == 1 and patch is None:
         kinds = {name: kind for name, kind in declared if kind is not None}
-        return convert_images(sources[0], out, shard_format=shard_format, members=kinds, **common)
+        return convert_images(sources if len(sources) > 1 else sources[0], out, shard_format=shard_format, members=kinds,
+                              image_root=image_root, **common)
     stated = "any" if scale is None else None if scale == 1 else scale  # needs_fields: was a scale stated?
     if needs_fields(sources, store=store, fields=declared, scale=stated, patch=patch, remote=remote):
         if shard_format == "tar":
             raise ConvertError("--format tar writes image classification records (an image, its label and key, and the members "
                                "of tars): it takes one SRC and none of --store, --scale or --patch, nor a listing of other columns")
-        return convert_fields(sources, out, fields=declared, store=store, scale=scale, patch=patch, **common)
-    return convert_images(sources[0], out, shard_format=shard_format, **common)
+        return convert_fields(sources, out, fields=declared, store=store, scale=scale, patch=patch, image_root=image_root, **common)
+    return convert_images(sources[0], out, shard_format=shard_format, image_root=image_root, **common)
 
 
 def _saved_dataset(folder: str) -> bool:
@@ -292,7 +298,8 @@ def _spill_records(records: Iterable[Mapping[str, Any]], folder: Path, declared:
             raise ConvertError(f"record {number}: key {key!r} is not a relative path without '.' or '..' parts")
         path = folder / "records" / (key + ".img")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        if data is not None:  # else the listing names a file that is not there: a "missing-file" reject
+            path.write_bytes(data)
         row: dict[str, Any] = {"path": f"{key}.img"}
         for name, value in record.items():
             if name in ("image", "key"):
@@ -309,13 +316,16 @@ def _spill_records(records: Iterable[Mapping[str, Any]], folder: Path, declared:
     return [str(folder / "records" / "records.jsonl")], declared + [(name, kind) for name, kind in kinds.items() if name not in given]
 
 
-def _image_bytes(value: Any, number: int) -> bytes:
-    """The encoded bytes of a record's image value (see `convert`)."""
+def _image_bytes(value: Any, number: int) -> bytes | None:
+    """The encoded bytes of a record's image value (see `convert`); None for a path that names
+    no file (the record becomes a "missing-file" reject, as a missing file of a listing does)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, (str, os.PathLike)):
         try:
             return read_regular(os.fspath(value))  # a regular file within the input limit: never a FIFO or /dev/zero
+        except FileNotFoundError:
+            return None
         except RejectError as err:
             raise ConvertError(f"record {number}: the image file cannot be read: {err.message}", path=os.fspath(value)) from err
         except OSError as err:

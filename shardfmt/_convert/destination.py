@@ -95,14 +95,28 @@ def stopped_by(err: RemoteError, *, lock: str | None) -> RemoteError:
     return RemoteError(text, path=err.path, transient=err.transient)
 
 
-_CLI_FLAGS: Final = (("resume=True", "--resume"), ("break_lock=True", "--break-lock"))
+_CLI_FLAGS: Final = (
+    ("run it again with resume=True", "run the same command with --resume"),
+    ("resume=True and overwrite=True", "--resume and --overwrite"),
+    ("patch= and max_side=", "--patch and --max-side"),
+    ("resume=True", "--resume"),
+    ("break_lock=True", "--break-lock"),
+    ("allow_empty=True", "--allow-empty"),
+    ("overwrite=True", "--overwrite"),
+    ("strict=True", "--strict"),
+    ("image_root=", "--image-root"),
+)
+"""Python keywords in messages, and the command line's flags for them (`cli_wording`)."""
+_CLI_FIELD: Final = re.compile(r"fields=\{'([A-Za-z_][A-Za-z0-9_]*)': '([a-z0-9]+)'\}")
 
 
 def cli_wording(text: str) -> str:
-    """`text` (from `stopped_by`) with the command line's flags for the Python keywords."""
+    """`text` (a message raised from Python, which names keyword arguments: ``allow_empty=True``,
+    ``fields={'caption': 'str'}``) with the command line's flags for them (``--allow-empty``,
+    ``--field caption=str``)."""
     for keyword, flag in _CLI_FLAGS:
         text = text.replace(keyword, flag)
-    return text
+    return _CLI_FIELD.sub(r"--field \1=\2", text)
 
 
 class Output:
@@ -189,7 +203,8 @@ class Output:
                 return
             raise ConvertError("the output holds no interrupted conversion to resume (no .shardfmt-work/plan.json)", path=self.location)
         raise ConvertError(
-            "the output folder is not empty: use --resume to finish an interrupted conversion, or --overwrite to replace the dataset in it",
+            "the output folder is not empty: use resume=True to finish an interrupted conversion, or overwrite=True to replace the dataset "
+            "in it",
             path=self.location,
         )
 
@@ -230,7 +245,8 @@ class Output:
         except RemoteError:
             raise  # the store did not answer: nothing is known about the plan
         except (OSError, ValueError) as err:
-            raise ConvertError(f"the stored plan cannot be read ({err}); use --overwrite to start again", path=self.describe(key)) from err
+            raise ConvertError(f"the stored plan cannot be read ({err}); use overwrite=True to start again",
+                               path=self.describe(key)) from err
 
     def write_plan(self, data: bytes) -> None:
         self.store.put(f"{WORK_DIR}/{PLAN_NAME}", data)

@@ -76,6 +76,7 @@ def convert_fields(
     remote: RemoteOptions | None = None,
     allow_empty: bool = False,
     break_lock: bool = False,
+    image_root: str | os.PathLike[str] | None = None,
 ) -> ConvertResult:
     """Convert records of several fields, or images stored as pixels (see the module docstring).
 
@@ -93,6 +94,7 @@ def convert_fields(
         max_side: shrink first images whose longer side exceeds this (the others by their scale).
         quality, shard_size, workers, resume, overwrite, strict, progress, engine, remote, allow_empty, break_lock: as for
             `convert`.
+        image_root: for a listing, the local folder its paths are resolved against and confined to.
 
     Returns:
         A `ConvertResult`.
@@ -110,7 +112,7 @@ def convert_fields(
     if patch is not None and patch < 1:
         raise ValueError(f"patch {patch} must be at least 1")
     if patch is not None and max_side is not None:
-        raise ConvertError("--patch and --max-side exclude each other: a patch has a fixed size")
+        raise ConvertError("patch= and max_side= exclude each other: a patch has a fixed size")
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
     check_not_inside(names, os.fspath(out))
     with Output.open(out, remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output:
@@ -118,16 +120,17 @@ def convert_fields(
             return already_finished(output, started=started)
         result = _convert_into(output, names, fields=fields, store=store, scale=scale, patch=patch, max_side=max_side, quality=quality,
                                shard_size=shard_size, workers=workers, strict=strict, progress=progress, engine=engine, remote=remote,
-                               allow_empty=allow_empty, started=started)
+                               allow_empty=allow_empty, image_root=image_root, started=started)
     check_not_all_rejected(result, allow_empty=allow_empty)
     return result
 
 
 def _convert_into(output: Output, names: list[str], *, fields: Declared, store: str, scale: Any, patch: int | None,
                   max_side: int | None, quality: int, shard_size: int, workers: int | None, strict: bool, progress: bool,
-                  engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
+                  engine: str, remote: RemoteOptions | None, allow_empty: bool, image_root: str | os.PathLike[str] | None,
+                  started: float) -> ConvertResult:
     declared = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-    scan = scan_fields(names, declared=declared, store=store, remote=remote)
+    scan = scan_fields(names, declared=declared, store=store, remote=remote, image_root=image_root)
     if not scan.inputs and not allow_empty:
         reasons = Counter(r.reason for r in scan.rejects)
         raise ConvertError(nothing_found(scan.kind, len(scan.rejects), reasons), path=names[0] if len(names) == 1 else ', '.join(names))

@@ -169,7 +169,7 @@ def run_conversion(
         where = join_url(plan.root, first["path"]) if is_url(plan.root) else Path(plan.root) / first["path"]
         raise ConvertError(
             (
-                f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; --strict; all are in "
+                f"{first['reason']}: {first['detail']} (the first of {len(rejects)} rejects; strict=True; all are in "
                 f"{output.describe(REJECTS_NAME)})"
             ),
             path=where,
@@ -335,7 +335,7 @@ def disk_full_error(output: Output, *, device: str = "the output", doing: str = 
     names whose device filled up, `doing` what was being written when it did."""
     return ConvertError(
         f"no space left on the device of {device}{doing}; nothing unfinished was kept under a final name: "
-        "free some space, then run the same command with --resume to keep the finished shards and do the rest",
+        "free some space, then run it again with resume=True to keep the finished shards and do the rest",
         path=output.location,
     )
 

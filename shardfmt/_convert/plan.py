@@ -296,7 +296,7 @@ def compare_plans(stored: Any, plan: ConversionPlan, *, where: str | os.PathLike
         changed = [p for p in after if p not in before or before[p] != after[p]] + [p for p in before if p not in after]
         first = f" (first: {display_path(str(changed[0]))})" if changed else ""
         change = f"{len(changed)} input files were added, removed or modified{first}"
-    raise ConvertError(f"cannot resume: {change} since the conversion started; use --overwrite to start again", path=where)
+    raise ConvertError(f"cannot resume: {change} since the conversion started; use overwrite=True to start again", path=where)
 
 
 def _reference(item: Any) -> str | None:

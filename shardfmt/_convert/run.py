@@ -124,6 +124,7 @@ def convert(
     break_lock: bool = False,
     columns: ParquetColumns | None = None,
     members: Mapping[str, str] | None = None,
+    image_root: str | os.PathLike[str] | None = None,
 ) -> ConvertResult:
     """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
 
@@ -136,15 +137,13 @@ def convert(
         out: the output folder; created if missing. It must be empty unless `resume` or
             `overwrite` is given, and must not lie inside an ImageFolder source. A URL
             (``s3://bucket/prefix``) writes straight to object storage, binary or tar shards.
-        shard_size: target bytes of input per shard (default 256 MiB).
-        max_side: shrink images whose longer side exceeds this; None keeps every size.
-        quality: JPEG quality (1 to 100) of re-encoded images.
-        workers: processes building records in parallel; None uses every CPU, 1 runs in this
-            process. The output does not depend on it.
+        shard_size: target bytes of input per shard (default 256 MiB); max_side: shrink images
+            whose longer side exceeds this, None keeps every size; quality: of re-encoded JPEGs, 1 to 100.
+        workers: processes building records in parallel (None: every CPU; 1: this process); the output does not depend on it.
         resume: finish an interrupted conversion into `out` with the same inputs and options.
         overwrite: first remove shardfmt's files from `out` (nothing else there is touched).
-        strict: raise `ConvertError` naming the first reject, after writing everything.
-        progress: show a progress bar with images/s and ETA on stderr.
+        strict: raise `ConvertError` naming the first reject, after writing everything;
+            progress: show a progress bar with images/s and ETA on stderr.
         shard_format: "binary" shards, or "tar": WebDataset tars with a member index each
             (spec/tar.md), same manifest otherwise.
         engine: "local" (default): a process pool on this machine; "ray": Ray tasks on the
@@ -158,6 +157,7 @@ def convert(
             ``label`` if present, keys from file name and row number); recorded in the manifest.
         members: for WebDataset tars, the kind ("str", "json" or "bytes") of member fields by
             name (default: txt text, json JSON, anything else bytes).
+        image_root: for a listing, the folder its paths are resolved against and confined to.
 
     Returns:
         A `ConvertResult`.
@@ -181,8 +181,8 @@ def convert(
         if output.finished is not None:
             return already_finished(output, started=started)
         result = _convert_into(output, work, sources, options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
-                               shard_format=shard_format, columns=columns, members=members, workers=workers, strict=strict,
-                               progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
+                               shard_format=shard_format, columns=columns, members=members, image_root=image_root, workers=workers,
+                               strict=strict, progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
     check_not_all_rejected(result, allow_empty=allow_empty)
     return result
 
@@ -202,11 +202,13 @@ def _checked_sources(src: str | os.PathLike[str] | Sequence[str | os.PathLike[st
 
 
 def _convert_into(output: Output, work: Path, sources: list[str], *, options: dict[str, Any], shard_format: str,
-                  columns: ParquetColumns | None, members: Mapping[str, str] | None, workers: int | None, strict: bool,
+                  columns: ParquetColumns | None, members: Mapping[str, str] | None, image_root: str | os.PathLike[str] | None,
+                  workers: int | None, strict: bool,
                   progress: bool, engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
     """Scan the sources, plan the shards and run the conversion into `output`."""
     try:
-        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work)
+        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work,
+                           image_root=image_root)
     except OSError as err:  # decompressing tars into `work` (in the output's work folder when it is local)
         if err.errno == errno.ENOSPC:
             raise disk_full_error(output, device=f"the work folder {work}", doing=" while decompressing the compressed tars") from err
@@ -256,7 +258,7 @@ def check_not_all_rejected(result: ConvertResult, *, allow_empty: bool) -> None:
     counts = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
     raise ConvertError(
         f"no record was written: all {result.num_rejects} inputs were rejected ({counts}; see rejects.jsonl); "
-        "pass --allow-empty to accept an empty dataset",
+        "pass allow_empty=True to accept an empty dataset",
         path=result.path,
     )
 
@@ -277,7 +279,9 @@ def nothing_found(kind: str, num_rejects: int, reasons: Counter[str]) -> str:
     if num_rejects:
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         aside = f"; {num_rejects} entries were set aside ({counts})"
-    return f"no image found: looked for {looked}{aside}; check the path, or pass --allow-empty to write an empty dataset"
+        if kind in ("csv", "jsonl") and reasons.get("outside-root"):
+            aside += "; a listing reads files outside its folder only inside the folder image_root= names"
+    return f"no image found: looked for {looked}{aside}; check the path, or pass allow_empty=True to write an empty dataset"
 
 
 def check_options(
@@ -295,7 +299,7 @@ def check_options(
     if workers is not None and workers < 1:
         raise ValueError(f"workers {workers} must be at least 1")
     if resume and overwrite:
-        raise ConvertError("--resume and --overwrite exclude each other: resume keeps finished shards, overwrite removes them")
+        raise ConvertError("resume=True and overwrite=True exclude each other: resume keeps finished shards, overwrite removes them")
 
 
 def check_not_inside(sources: list[str], out: str) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from .._arguments import check_path
 from .._checksum import checksum, format_checksum
 from .._errors import FormatError, ManifestError, RemoteError, ShardNotFoundError
-from .._storage import LocalStore, RemoteOptions
+from .._storage import LocalStore, RemoteOptions, expand_user
 from ..format._manifest import ShardEntry
 from ..format._reader import Record, ShardReader, ShardReaderBase
 from ..format._schema import IMAGE_CLASSIFICATION, Schema
@@ -54,6 +54,7 @@ class DatasetReader:
         verify: bool = True,
         remote: RemoteOptions | None = None,
     ) -> None:
+        path = expand_user(path)
         for item in path if isinstance(path, (list, tuple)) else [path]:
             if isinstance(item, (str, os.PathLike)):
                 check_path("path", item)  # a 100,000-character path is a ValueError, not ENAMETOOLONG
@@ -325,7 +326,7 @@ def open_dataset(
     tars directly.
 
     Args:
-        path: the dataset root or its manifest: a local path, or a URL that fsspec can open
+        path: the dataset root or its manifest: a local path (``~`` expanded), or a URL that fsspec can open
             (``s3://bucket/prefix``, ``gs://...``, ``https://host/data``, ...), binary or tar
             shards; or local tars: a path ending in ``.tar``, a pattern with braces
             (``shards-{000..099}.tar``), or a list of those. Tars opened directly are indexed on

@@ -23,6 +23,7 @@ from .._dataset.concat import RecordSource
 from .._dataset.locate import classify_location
 from .._dataset.reader import DatasetReader
 from .._sampling.mixture import Mixture
+from .._storage import expand_user
 from .._storage.remote import forks_safely
 from ..ops import Pipeline
 from ..ops._augment import describe_steps
@@ -40,7 +41,8 @@ __all__ = ["Configured", "DistributedRanks", "Stages", "configure", "loader_path
 
 
 def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Mixture | str | Path | list[str]:
-    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped).
+    """A list of tars as strings, a URL as given, a local path as a `Path` (``file://`` stripped,
+    ``~`` expanded).
 
     Raises:
         TypeError: `path` is none of these (a str, an `os.PathLike`, a list or tuple, a `Mixture`).
@@ -49,6 +51,7 @@ def loader_path(path: Mixture | str | os.PathLike[str] | Sequence[str | os.PathL
     """
     if isinstance(path, Mixture):
         return path
+    path = expand_user(path)
     if isinstance(path, (list, tuple)):
         for item in path:
             if not isinstance(item, (str, os.PathLike)):

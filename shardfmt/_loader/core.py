@@ -68,7 +68,7 @@ class Loader(LoaderAttributes):
     """Shuffled batches from a shardfmt dataset, decoded by worker processes into shared memory.
 
     Args:
-        path: the dataset directory or its manifest.json, or a URL (``s3://bucket/prefix``, ...);
+        path: the dataset directory or its manifest.json (``~`` expanded), or a URL (``s3://bucket/prefix``, ...);
             or local WebDataset tars, as `open_dataset` takes them (a ``.tar`` path, a brace
             pattern, or a list); or a `shardfmt.Mixture` of such sources, whose records are
             numbered across the sources in the order given and of which each epoch draws

@@ -8,7 +8,7 @@ from .local import LocalFile, LocalStore
 from .options import DEFAULT_CACHE_SIZE, RemoteOptions, default_cache_dir
 from .protocol import ByteSource, Store
 from .retry import RetryPolicy
-from .urls import Redactor, is_url
+from .urls import Redactor, expand_user, is_url
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
@@ -18,6 +18,7 @@ __all__ = [
     "Redactor",
     "RemoteOptions",
     "RetryPolicy",
+    "expand_user",
     "Store",
     "default_cache_dir",
     "is_url",

@@ -11,11 +11,12 @@ message or a log line.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Redactor", "is_url", "join_url", "local_path", "url_scheme"]
+__all__ = ["Redactor", "expand_user", "is_url", "join_url", "local_path", "url_scheme"]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+://)(?P<userinfo>[^/@\s]*@)")
@@ -41,6 +42,19 @@ def url_scheme(location: str) -> str:
 def local_path(location: str) -> str:
     """Return `location` without a ``file://`` prefix."""
     return location[len("file://") :] if location.lower().startswith("file://") else location
+
+
+def expand_user(location: Any) -> Any:
+    """`location` with a leading ``~`` (or ``~user``) of a local path expanded to the home
+    folder, as a shell does: each item of a list or tuple alike. URLs, ``pipe:`` commands and
+    anything that is not a path are returned as they are."""
+    if isinstance(location, (list, tuple)):
+        return type(location)(expand_user(item) for item in location)
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if isinstance(location, str) and location.startswith("~"):
+        return os.path.expanduser(location)
+    return location
 
 
 def join_url(root: str, key: str) -> str:

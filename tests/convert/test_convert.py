@@ -129,7 +129,7 @@ def test_listing_files_csv_with_class_names_and_jsonl_with_integers(tmp_path: Pa
     with open_dataset(tmp_path / "csv-out") as dataset:
         assert dataset.classes == ["cat", "dog"]
         assert [(r["key"], r["label"]) for r in dataset] == [("img/sub/2", 1), ("img/sub/0", 0), ("img/sub/1", 1)]
-    assert [(r["path"], r["reason"]) for r in read_rejects(tmp_path / "csv-out")] == [("img/missing.jpg", "unreadable")]
+    assert [(r["path"], r["reason"]) for r in read_rejects(tmp_path / "csv-out")] == [("img/missing.jpg", "missing-file")]
 
     lines = [{"path": "img/sub/3.jpg", "label": 7}, {"path": "img/sub/0.jpg", "label": 0}]
     (tmp_path / "list.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -161,7 +161,7 @@ def test_non_empty_output_needs_resume_or_overwrite_and_overwrite_touches_only_o
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.md").write_text("mine")
-    with pytest.raises(ConvertError, match="--resume.*--overwrite"):
+    with pytest.raises(ConvertError, match="resume=True.*overwrite=True"):
         convert(imagefolder, out, workers=1)
     convert(imagefolder, out, workers=1, overwrite=True)
     (out / "shard-00099.shard").write_bytes(b"stale")

@@ -216,7 +216,7 @@ def test_the_command_takes_files_a_shell_expanded_and_the_column_options(hub: Pa
     assert result.exit_code == 0, result.output
     assert result.output.startswith("6 records in 1 shards, 3 rejected")
     result = CliRunner().invoke(main, ["convert", str(tmp_path / "nowhere"), str(tmp_path / "x"), "--key-column", "id"])
-    assert result.exit_code == 1 and "--key-column, --image-root, --drop-column) are for Parquet and Arrow sources" in result.output
+    assert result.exit_code == 1 and "--key-column, --drop-column) are for Parquet and Arrow sources" in result.output
 
 
 def test_without_pyarrow_the_error_says_what_to_install(hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,7 +123,7 @@ def test_a_path_label_listing_converts_by_url_as_on_disk(name: str, place: Place
         (key, label, (tmp_path / "src" / f"{key}.jpg").read_bytes()) for key, label in zip(["img/0", "img/5"], labels, strict=True)
     ]
     assert read_rejects(tmp_path / "url") == [
-        ("img/missing.jpg", "unreadable", MISSING),
+        ("img/missing.jpg", "missing-file", MISSING),
         ("img/notes.txt", "not-an-image", "no image format recognises the file"),
         ("img", "not-a-regular-file", "a folder, not a regular file"),
     ]
@@ -145,7 +145,7 @@ def test_a_listing_of_several_columns_converts_by_url_as_on_disk(name: str, plac
             for key, label, weight in [("img/0", 0, 0.5), ("img/5", 1, 4.5)]
         ]
     assert read_rejects(tmp_path / "url") == [
-        ("img/missing.jpg", "unreadable", MISSING),
+        ("img/missing.jpg", "missing-file", MISSING),
         ("img/1.jpg", "no-partner", f"column 'extra': img/nope.jpg: {MISSING}"),
         ("img/notes.txt", "not-an-image", "field 'image': no image format recognises the file"),
         ("img", "not-a-regular-file", "a folder, not a regular file"),

@@ -65,6 +65,7 @@ __all__ = [
     "is_tar_source",
     "listing_columns",
     "names_parquet",
+    "parquet_folders",
     "scan_fields",
     "scan_source",
     "source_name",
@@ -92,7 +93,7 @@ def source_texts(location: Location | Sequence[Location]) -> list[str]:
 
 def scan_source(
     location: Location | Sequence[Location], *, remote: RemoteOptions | None = None, columns: ParquetColumns | None = None,
-    members: Mapping[str, str] | None = None, work: Path | None = None,
+    members: Mapping[str, str] | None = None, work: Path | None = None, image_root: Location | None = None,
 ) -> SourceScan | FieldScan:
     """Find the inputs of a conversion of images and labels.
 
@@ -105,6 +106,7 @@ def scan_source(
         columns: for Parquet files, which columns make a record (default `ParquetColumns()`).
         members: for tars, the kind ("str", "json" or "bytes") of member fields by name.
         work: where compressed tars are decompressed to (streamed, in parallel across files).
+        image_root: for a listing, the local folder its paths are resolved against and confined to.
 
     Returns:
         The inputs in conversion order, the classes, and the rejects found while scanning; for
@@ -117,7 +119,9 @@ def scan_source(
             for a source that is not Parquet.
         RemoteError: the store failed.
     """
-    texts = source_texts(location)
+    texts = parquet_folders(source_texts(location))
+    if len(texts) > 1 and all(is_tar_source(text) for text in texts):
+        return scan_tars(_several_tars(texts), declared=members, work=work)
     if any(names_parquet(text) for text in texts):
         return _scan_parquet(texts, columns or ParquetColumns(), remote)
     saved = saved_dataset_files(Path(texts[0])) if len(texts) == 1 and not classify_location(texts[0]).is_remote else None
@@ -130,7 +134,9 @@ def scan_source(
     text = texts[0]
     listing = _listing(text, remote)
     if listing is not None:
-        return scan_listing(*listing)
+        return scan_listing(*listing, files=image_tree(image_root))
+    if image_root is not None:
+        raise ConvertError("image_root= is for listings, Parquet and Arrow sources", path=text)
     if classify_location(text).is_remote:
         tree = _store_tree(text, remote)
         if not tree.folders[""]:
@@ -168,6 +174,7 @@ def scan_fields(
     declared: Sequence[tuple[str, str | None]] = (),
     store: str = "jpeg",
     remote: RemoteOptions | None = None,
+    image_root: Location | None = None,
 ) -> FieldScan:
     """Find the records of a multi-field conversion.
 
@@ -179,6 +186,7 @@ def scan_fields(
             at most the kind of "image".
         store: the kind of image columns whose kind is not declared.
         remote: credentials and retries for a URL.
+        image_root: for a listing, the local folder its paths are resolved against and confined to.
 
     Raises:
         ConvertError: a source is missing or malformed, or the declarations do not fit it.
@@ -209,7 +217,7 @@ def scan_fields(
     listing = _listing(names[0], remote)
     header = columns_of(*listing) if listing is not None else None
     if listing is not None and header is not None and header != ["path", "label"]:
-        return scan_table(*listing, declared=dict(declared), store=store)
+        return scan_table(*listing, declared=dict(declared), store=store, files=image_tree(image_root))
     extra = {name for name, _ in declared} - {"image"}
     if extra:
         raise ConvertError(
@@ -218,10 +226,63 @@ def scan_fields(
     kind = dict(declared).get("image") or store
     if kind not in IMAGE_KINDS:
         raise ConvertError(f"field 'image' must be stored as an image kind ({', '.join(IMAGE_KINDS)}), not {kind!r}")
-    scan = cast(SourceScan, scan_source(names[0], remote=remote))  # an ImageFolder or path,label listing: never Parquet here
+    # an ImageFolder or path,label listing: never Parquet here
+    scan = cast(SourceScan, scan_source(names[0], remote=remote, image_root=image_root))
     inputs = tuple(FieldInput((item,), (item.label,), item.key) for item in scan.inputs)
     columns = (FieldColumn("image", kind), FieldColumn("label", "label"))
     return FieldScan(scan.root, scan.kind, columns, scan.classes, inputs, scan.rejects)
+
+
+def image_tree(image_root: Location | None) -> LocalTree | None:
+    """The tree of a listing's image root (None: none given, the listing's folder).
+
+    Raises:
+        ConvertError: the root is a URL, or not a folder.
+    """
+    if image_root is None:
+        return None
+    text = os.path.expanduser(os.fspath(image_root))
+    if classify_location(text).is_remote:
+        raise ConvertError("a listing's image root (image_root=) is a local folder", path=text.partition("?")[0])
+    if not os.path.isdir(text):
+        raise ConvertError("the image root (image_root=) is not a folder", path=text)
+    return LocalTree(Path(os.path.abspath(text)))
+
+
+def parquet_folders(texts: list[str]) -> list[str]:
+    """`texts` with each local folder of Parquet or Arrow files (no sub-folders, at least one
+    ``.parquet`` or ``.arrow`` file; other files aside) replaced by those files, sorted."""
+    found: list[str] = []
+    for text in texts:
+        path = os.path.expanduser(text)
+        if classify_location(text).is_remote or not os.path.isdir(path) or saved_dataset_files(Path(path)) is not None:
+            found.append(text)
+            continue
+        entries = [entry for entry in os.scandir(path) if not entry.name.startswith(".")]
+        files = sorted(entry.path for entry in entries if entry.is_file() and names_parquet(entry.name))
+        found.extend(files if files and not any(entry.is_dir() for entry in entries) else [text])
+    return found
+
+
+def _several_tars(texts: list[str]) -> list[Path]:
+    """The tars of several local tar sources (files, brace patterns, folders of tars), in order.
+
+    Raises:
+        ConvertError: a tar is named twice.
+    """
+    tars: list[Path] = []
+    for text in texts:
+        named = local_tars(text)
+        if named is None:
+            folder = Path(os.path.expanduser(text))
+            named = [folder / name for name in tars_in_folder(LocalTree(folder))]
+        tars.extend(named)
+    seen: set[str] = set()
+    for tar in tars:
+        if os.path.abspath(tar) in seen:
+            raise ConvertError("this tar is named twice among the sources", path=tar)
+        seen.add(os.path.abspath(tar))
+    return tars
 
 
 def is_tar_source(location: Location) -> bool:

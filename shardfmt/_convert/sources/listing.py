@@ -10,6 +10,10 @@ A listing is a ``.csv`` file with a header, or a ``.jsonl`` file of one JSON obj
   ``label`` is the label; a column of integers is int64, of numbers float64; any other column
   names files, stored as the ``store`` kind. A column named ``path`` becomes the field
   ``image``, so ``path,label,weight`` keeps the fields of ``path,label`` and adds ``weight``.
+  A header with neither ``path`` nor ``image`` (and no column declared an image kind) is an
+  error, and so is an undeclared column
+  other than the image taken for files when none of its first 16 values names a file (text such
+  as a caption: the message says to declare it, ``--field caption=str``).
 
 The same rules judge every row of both readings, and whether the listing is a local file or an
 object given by URL (the `Tree` it lies in differs, nothing else):
@@ -19,12 +23,15 @@ object given by URL (the `Tree` it lies in differs, nothing else):
   integers when every one reads as an integer (``[+-]?[0-9]+``, spaces trimmed); an integer
   label must fit in int64; a class name must not be empty;
 - paths are relative to the listing's folder and stay inside it, judged lexically (a ``..``
-  that leaves it, or an absolute path, is a `ConvertError` naming the line) and, for a local
-  listing, again once symbolic links are resolved (`confine.resolve_inside`: a file or folder
-  link that leads out of the folder is rejected as "outside-root"); the first path of a row names
+  that leaves it, or an absolute path, is rejected as "outside-root", the detail naming
+  ``--image-root``) and, for a local listing, again once symbolic links are resolved
+  (`confine.resolve_inside`: a file or folder link that leads out of the folder is rejected as
+  "outside-root"); with an image root (``--image-root``, ``image_root=``, a local folder), paths
+  are relative to it instead, an absolute path is taken as it is, and either is accepted if it
+  lies inside the root once links are resolved ("outside-root" otherwise); the first path of a row names
   the record's reference file, so it must not be empty (a later one may be: the record is then
   rejected as "no-partner"); inputs keep the listing's order;
-- a listed path that names nothing is rejected as "unreadable", one that names a folder, a
+- a listed path that names nothing is rejected as "missing-file", one that names a folder, a
   FIFO or a device as "not-a-regular-file" (in a later path column: the record is rejected as
   "no-partner"); the hidden-file rule does not apply, since a listing names its files on purpose.
 
@@ -41,8 +48,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ..._errors import ConvertError
-from .confine import OUTSIDE_ROOT
+from ..._errors import ConvertError, RejectError
+from .confine import OUTSIDE_ROOT, is_inside, resolve_inside
 from .results import (
     FieldColumn,
     FieldInput,
@@ -54,7 +61,7 @@ from .results import (
     is_field_name,
     record_key,
 )
-from .trees import Entry, Tree
+from .trees import Entry, LocalTree, Tree
 
 __all__ = ["LISTING_KINDS", "LISTING_SUFFIXES", "columns_of", "scan_listing", "scan_table"]
 
@@ -64,7 +71,10 @@ LISTING_KINDS: Final = ("csv", "jsonl")
 _LABELLED: Final = ("path", "label")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-_LEAVES = "{rel} leaves the listing's folder: a listing reads only inside it"
+_LEAVES = ("{rel} leaves the listing's folder: a listing reads only inside it, or inside the folder --image-root "
+           "(image_root=) names")
+_PROBE = 16
+"""Values of an undeclared file column looked up before the scan: if none names a file, it is text."""
 _HEAD_SIZE = 1 << 20
 """Bytes read to find a listing's columns: its first line must end within them."""
 
@@ -78,27 +88,32 @@ class _Listing:
     rows: list[tuple[int, list[Any]]]
 
 
-def scan_listing(tree: Tree, name: str) -> SourceScan:
+def scan_listing(tree: Tree, name: str, *, files: LocalTree | None = None) -> SourceScan:
     """Find the inputs a ``path,label`` listing names (see the module docstring).
 
     Args:
         tree: the listing's folder; name: the listing's name in it.
+        files: the image root (``--image-root``) the listed paths are resolved against and
+            confined to; None: the listing's folder.
 
     Raises:
         ConvertError: the listing cannot be read or is malformed; the message names the line.
     """
     listing = _read(tree, name, columns=_LABELLED)
-    scan = _scan_rows(tree, name, listing, (FieldColumn("image", "jpeg"), FieldColumn("label", "label")))
+    scan = _scan_rows(tree, name, listing, (FieldColumn("image", "jpeg"), FieldColumn("label", "label")), image_root=files)
     inputs = tuple(replace(item.files[0], label=item.values[0]) for item in scan.inputs)
-    return SourceScan(tree.root, listing.kind, scan.classes, inputs, scan.rejects)
+    return SourceScan(scan.root, listing.kind, scan.classes, inputs, scan.rejects)
 
 
-def scan_table(tree: Tree, name: str, *, declared: Mapping[str, str | None], store: str) -> FieldScan:
+def scan_table(
+    tree: Tree, name: str, *, declared: Mapping[str, str | None], store: str, files: LocalTree | None = None
+) -> FieldScan:
     """Find the records of a listing of several columns (see the module docstring).
 
     Args:
         declared: kinds of the columns named; the others are inferred.
         store: the kind of file columns whose kind is not declared.
+        files: the image root, as for `scan_listing`.
 
     Raises:
         ConvertError: the listing cannot be read or is malformed, or the declarations do not fit it.
@@ -123,7 +138,30 @@ def scan_table(tree: Tree, name: str, *, declared: Mapping[str, str | None], sto
         raise ConvertError("no column names files: declare the image columns with --field NAME=KIND", path=where)
     if sum(column.kind == "label" for column in found) > 1:
         raise ConvertError("more than one label column", path=where)
-    return _scan_rows(tree, name, listing, found)
+    if "path" not in listing.names and "image" not in listing.names and not any(
+        taken.is_image and taken.name in declared for taken in found
+    ):
+        raise ConvertError(f"line 1: the columns are {', '.join(listing.names)}; a listing names its images in a column 'path' "
+                           "or 'image' (the field image): rename that column, or declare the image columns with --field "
+                           "NAME=KIND", path=where)
+    files_tree = files if files is not None else tree
+    for i, taken in enumerate(found):
+        if taken.is_image and taken.name != "image" and listing.names[i] not in declared:
+            _check_names_files(files_tree, taken.name, [row[i] for _, row in listing.rows], where)
+    return _scan_rows(tree, name, listing, found, image_root=files)
+
+
+def _check_names_files(tree: Tree, column: str, cells: list[Any], where: str) -> None:
+    """Refuse an undeclared column taken for files when none of its first `_PROBE` non-empty
+    values names a file: it is text, not a second image."""
+    probe = [cell for cell in cells if isinstance(cell, str) and cell and "\x00" not in cell][:_PROBE]
+    if not probe or any(_leaves(os.path.normpath(cell)) for cell in probe):
+        return  # paths, if outside: their rows are rejected as the module docstring says
+    if any(tree.lookup(os.path.normpath(cell)).reject is None for cell in probe):
+        return
+    raise ConvertError(f"column {column!r} was taken for image files (an undeclared column that is not a number), but none of "
+                       f"its first {len(probe)} values names a file (the first: {probe[0]!r}); if it is text, declare it: "
+                       f"fields={{{column!r}: 'str'}}", path=where)
 
 
 def columns_of(tree: Tree, name: str) -> list[str] | None:
@@ -257,9 +295,14 @@ class _Labels:
         return int(text)
 
 
-def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColumn, ...]) -> FieldScan:
-    """Judge every row: its values, then its files in column order."""
+def _scan_rows(
+    tree: Tree, name: str, listing: _Listing, found: tuple[FieldColumn, ...], *, image_root: LocalTree | None
+) -> FieldScan:
+    """Judge every row: its values, then its files in column order (looked up in `image_root`,
+    if given, else in the listing's folder)."""
     where = tree.describe(name)
+    lookup = _RootLookup(image_root) if image_root is not None else None
+    root = image_root.root if image_root is not None else tree.root
     images = [i for i, column in enumerate(found) if column.is_image]
     others = [i for i, column in enumerate(found) if not column.is_image]
     label = next((i for i in others if found[i].kind == "label"), None)
@@ -283,7 +326,10 @@ def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColum
                 problem = (display_path(files[0].path), "no-partner", f"line {line}: no file in column {listing.names[i]!r}")
                 break
             rel = _listed_path(cell, line, where)
-            entry = tree.lookup(rel) if not _leaves(rel) else Entry(rel, rel, reject=(OUTSIDE_ROOT, _LEAVES.format(rel=rel)))
+            if lookup is not None:
+                rel, entry = lookup(rel)
+            else:
+                entry = tree.lookup(rel) if not _leaves(rel) else Entry(rel, rel, reject=(OUTSIDE_ROOT, _LEAVES.format(rel=rel)))
             if entry.reject is not None:
                 reason, detail = entry.reject
                 if n == 0:
@@ -298,13 +344,46 @@ def _scan_rows(tree: Tree, name: str, listing: _Listing, found: tuple[FieldColum
         inputs.append(FieldInput(tuple(files), values, record_key(files[0].path)))
     columns = tuple(found[i] for i in images + others)
     classes = labels.classes if labels is not None else None
-    return FieldScan(tree.root, listing.kind, columns, classes, tuple(inputs), tuple(rejects))
+    return FieldScan(root, listing.kind, columns, classes, tuple(inputs), tuple(rejects))
+
+
+class _RootLookup:
+    """Looks listed paths up under an image root: a relative path against it, an absolute one as
+    it is; either must lie inside it once symbolic links are resolved (`confine.resolve_inside`).
+    Returns the path relative to the root (the record's key comes from it) and its entry."""
+
+    def __init__(self, files: LocalTree) -> None:
+        self.files = files
+        self.lexical = os.path.abspath(files.root)
+        self.real = os.path.realpath(files.root)
+
+    def __call__(self, path: str) -> tuple[str, Entry]:
+        if os.path.isabs(path):
+            if is_inside(path, self.lexical):
+                path = os.path.relpath(path, self.lexical)
+            else:
+                try:
+                    full = resolve_inside(self.files.root, path)
+                except RejectError as err:
+                    return path, Entry(os.path.basename(path), path, reject=(err.reason, _outside(err.message)))
+                path = os.path.relpath(full, self.real)
+        elif _leaves(path):
+            return path, Entry(os.path.basename(path), path, reject=(OUTSIDE_ROOT, f"{path} leaves the image root {self.lexical}"))
+        entry = self.files.lookup(path)
+        if entry.reject is not None and entry.reject[0] == OUTSIDE_ROOT:
+            entry = replace(entry, reject=(OUTSIDE_ROOT, _outside(entry.reject[1])))
+        return path, entry
+
+
+def _outside(detail: str) -> str:
+    return f"{detail}: --image-root (image_root=) names the folder listed files may be read from"
 
 
 def _listed_path(path: Any, line: int, where: str) -> str:
     """Return a listed path in normal form, or fail if it is empty or not a path at all."""
     if not isinstance(path, str) or not path or "\x00" in path:
-        raise ConvertError(f"line {line}: path {path!r} must be a non-empty path relative to the listing's folder", path=where)
+        raise ConvertError(f"line {line}: path {path!r} must be a non-empty path relative to the listing's folder "
+                           "(or inside --image-root)", path=where)
     return os.path.normpath(path)
 
 

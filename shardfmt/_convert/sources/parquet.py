@@ -26,7 +26,9 @@ A missing column, or a column of the wrong type, is a `ConvertError`: it is the 
 is wrong, not a row.
 
 Rows are planned without reading the images: a row's size is its share of its row group's
-image column bytes, from the file's metadata. A record is addressed by (file, row group, row);
+image column bytes, from the file's metadata; in a local row group whose every image is a path
+(null ``bytes`` by the column statistics), the size of the file it names, from ``stat``, so
+that shards are cut by the bytes read. A record is addressed by (file, row group, row);
 a conversion reads one row group's images at a time (`RowGroupReader`), so row groups are the
 unit of parallel reading. pyarrow is an optional dependency (``shardfmt[parquet]``).
 """
@@ -267,7 +269,8 @@ def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -
         further = further_columns(schema, used=(columns.image, label, columns.key), drop=columns.drop,
                                   declared=[column for column, _ in columns.fields], where=where)
         agreed.check(schema, label, further, features, has_rows=bool(rows), where=where)
-        _read_rows(parquet, name, entry, label=label, further=further, columns=columns, rows=rows, rejects=rejects)
+        local = os.fspath(tree.root) if isinstance(tree, LocalTree) else None
+        _read_rows(parquet, name, entry, label=label, further=further, columns=columns, rows=rows, rejects=rejects, root=local)
     scan, values = _labelled(tree, rows, rejects, agreed)
     if not agreed.further:
         return scan
@@ -316,16 +319,20 @@ class _Agreement:
 
 def _read_rows(
     parquet: Any, name: str, entry: Entry, *, label: str | None, further: list[str], columns: ParquetColumns,
-    rows: list[_Row], rejects: list[ScanReject],
+    rows: list[_Row], rejects: list[ScanReject], root: str | None,
 ) -> None:
     """Append each row of one file, row group by row group, with its label, key and further
-    values (not yet checked); a row group that cannot be read is one reject."""
+    values (not yet checked); a row group that cannot be read is one reject. A row group whose
+    every image is a path (`root`: the local folder the files lie in) is sized by the files."""
     wanted = [column for column in (label, columns.key, *further) if column is not None]
     metadata = parquet.metadata
+    base = columns.image_root if columns.image_root is not None else os.path.dirname(os.path.join(root, name)) if root else None
     row = 0
     for group in range(metadata.num_row_groups):
         count = metadata.row_group(group).num_rows
         sizes = _row_sizes(metadata.row_group(group), columns.image, count)
+        if base is not None and _all_paths(parquet, metadata.row_group(group), columns.image, count):
+            sizes = _path_sizes(parquet, group, columns.image, base)
         try:
             table = parquet.read_row_group(group, columns=wanted) if wanted else None
         except (OSError, pa.ArrowException) as err:
@@ -523,6 +530,39 @@ def _row_sizes(group: Any, image: str, count: int) -> list[int]:
             total += int(chunk.total_uncompressed_size)
     share, extra = divmod(total, max(count, 1))
     return [share + (1 if n < extra else 0) for n in range(count)]
+
+
+def _all_paths(parquet: Any, group: Any, image: str, count: int) -> bool:
+    """True if every image of a row group is a struct whose bytes are null (a path names it),
+    from the metadata: the statistics' null count of ``image.bytes``, or an Arrow batch's."""
+    field = parquet.schema_arrow.field(image)
+    if not pa.types.is_struct(field.type) or field.type.get_field_index("path") < 0 or count == 0:
+        return False
+    if isinstance(group, _ArrowBatch):
+        column = group.batch.column(image)
+        return bool(column.null_count == 0 and column.field("bytes").null_count == count)
+    for n in range(group.num_columns):
+        chunk = group.column(n)
+        if chunk.path_in_schema == f"{image}.bytes":
+            stats = chunk.statistics
+            return bool(stats is not None and stats.has_null_count and stats.null_count == count)
+    return False
+
+
+def _path_sizes(parquet: Any, group: int, image: str, base: str) -> list[int]:
+    """The size of the file each row's path names, resolved against `base` (0 where there is
+    none: the row is rejected when built). Reads only the path strings."""
+    if isinstance(parquet, _ArrowFile):
+        paths = parquet.row_group(group).batch.column(image).field("path").to_pylist()
+    else:
+        paths = parquet.read_row_group(group, columns=[f"{image}.path"]).column(image).combine_chunks().field("path").to_pylist()
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(os.path.join(base, path)).st_size if isinstance(path, str) and "\x00" not in path else 0)
+        except OSError:
+            sizes.append(0)
+    return sizes
 
 
 def _open(tree: Tree, entry: Entry) -> Any:

@@ -14,10 +14,10 @@ regular file (a FIFO, a socket, a device) is "not-a-regular-file"; a broken link
 file the operating system refuses, is "unreadable". A walk follows links (the ImageFolder rule);
 a lookup does not leave the root: a path that resolves outside it, through a link or ``..``, is
 "outside-root" (`confine.resolve_inside`), unless the tree was made ``confined=False`` for files
-the user named one by one. A store has no links and no special files (a lookup of a folder's
-name is "not-a-regular-file"); an object's version (ETag or modification time) stands in for a
-file's mtime, so resume notices a changed input, and a path no object has is "unreadable" with
-the detail a missing local file gets.
+the user named one by one; a path that names nothing is "missing-file". A store has no links
+and no special files (a lookup of a folder's name is "not-a-regular-file"); an object's version
+(ETag or modification time) stands in for a file's mtime, so resume notices a changed input, and
+a path no object has is "missing-file" with the detail a missing local file gets.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ from ..._storage import Store
 from .confine import NOT_REGULAR, check_regular, not_regular_detail, resolve_inside
 from .results import describe_os_error, display_path
 
-__all__ = ["Entry", "LocalTree", "StoreTree", "Tree"]
+__all__ = ["MISSING_FILE", "Entry", "LocalTree", "StoreTree", "Tree"]
 
+MISSING_FILE = "missing-file"
+"""The reject of a path that names no file, in every source (a listing, a Parquet row's path)."""
 _MISSING = describe_os_error(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT)))
 _Ancestors = tuple[tuple[tuple[int, int], str], ...]
 
@@ -150,6 +152,8 @@ class LocalTree:
             check_regular(st)
         except RejectError as err:
             return Entry(name, path, reject=(err.reason, err.message))
+        except FileNotFoundError as err:
+            return Entry(name, path, reject=(MISSING_FILE, describe_os_error(err)))
         except OSError as err:
             return Entry(name, path, reject=("unreadable", describe_os_error(err)))
         return Entry(name, path, size=st.st_size, version=st.st_mtime_ns)
@@ -200,7 +204,7 @@ class StoreTree:
         found = self.folders.get(parent, {})
         if (name, False) in found:
             return found[(name, False)]
-        reject = (NOT_REGULAR, not_regular_detail(stat.S_IFDIR)) if (name, True) in found else ("unreadable", _MISSING)
+        reject = (NOT_REGULAR, not_regular_detail(stat.S_IFDIR)) if (name, True) in found else (MISSING_FILE, _MISSING)
         return Entry(name, path, reject=reject)
 
     def read(self, path: str, *, limit: int | None = None) -> bytes:
