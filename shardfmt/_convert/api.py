@@ -81,9 +81,10 @@ def max_workers() -> int:
     return MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
-def _check_paths(src: object, out: object) -> None:
+def _check_arguments(src: object, out: object, workers: object) -> None:
     """Refuse a source or output path over the path limits (`_arguments.check_path`) by its
-    keyword, before the file system answers ENAMETOOLONG."""
+    keyword, before the file system answers ENAMETOOLONG, and `workers` (`check_workers`)."""
+    check_workers(workers)
     for item in src if isinstance(src, (list, tuple)) else [src]:
         if isinstance(item, (str, os.PathLike)):
             check_path("src", item)
@@ -170,9 +171,8 @@ def convert(
             the message says how to resume (``resume=True``, with ``break_lock=True`` if a lock was left).
         ValueError, LockedError, WorkerError, OSError: as ``shardfmt convert`` reports them.
     """
-    _check_paths(src, out)
-    check_workers(workers)
     src, out, image_root = expand_user(src), expand_user(out), expand_user(image_root)  # "~/x" as a shell reads it
+    _check_arguments(src, out, workers)
     common: dict[str, Any] = dict(shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume,
                                   overwrite=overwrite, strict=strict, progress=progress, engine=engine, remote=remote,
                                   allow_empty=allow_empty, break_lock=break_lock)

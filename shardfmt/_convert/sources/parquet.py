@@ -534,7 +534,7 @@ def _row_sizes(group: Any, image: str, count: int) -> list[int]:
 
 def _all_paths(parquet: Any, group: Any, image: str, count: int) -> bool:
     """True if every image of a row group is a struct whose bytes are null (a path names it),
-    from the metadata: the statistics' null count of ``image.bytes``, or an Arrow batch's."""
+    from the metadata: the statistics' null count of the column's ``bytes`` child, or an Arrow batch's."""
     field = parquet.schema_arrow.field(image)
     if not pa.types.is_struct(field.type) or field.type.get_field_index("path") < 0 or count == 0:
         return False
