@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._arguments import check_number
+from .._arguments import check_int, check_number
 from .._forks import MAX_WORKERS_PER_CORE, max_workers
 from .._sampling.keys import MAX_STEPS
 from .._sampling.permutation import check_repeats, repeated_size
@@ -123,7 +123,7 @@ class LoaderOptions:
         return self.start_method or multiprocessing.get_start_method(allow_none=False)
 
     def _check_batch_size(self) -> None:
-        _check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+        check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
 
     def _check_shuffle(self) -> None:
         for name in ("shuffle", "drop_last", "ordered", "copy", "fast_decode", "return_indices"):
@@ -132,13 +132,13 @@ class LoaderOptions:
                 raise TypeError(f"{name} must be True or False, got {value!r}")
 
     def _check_seed(self) -> None:
-        _check_int("seed", self.seed, 0, MAX_SEED)
+        check_int("seed", self.seed, 0, MAX_SEED)
 
     def _check_num_workers(self) -> None:
         """Refuse more than `max_workers` (a hard cap against a typo's fork bomb); warn past
         `MAX_WORKERS_PER_CORE` a core, where workers only wait for a core."""
         cores, cap = os.cpu_count() or 1, max_workers()
-        _check_int("num_workers", self.num_workers, 0, cap, f" (at most {cap} worker processes a loader; docs/limits.md)")
+        check_int("num_workers", self.num_workers, 0, cap, note=f" (at most {cap} worker processes a loader; docs/limits.md)")
         if self.num_workers > MAX_WORKERS_PER_CORE * cores:
             warnings.warn(
                 f"num_workers={self.num_workers} is more than {MAX_WORKERS_PER_CORE} a core on this machine of {cores}: the "
@@ -149,9 +149,9 @@ class LoaderOptions:
 
     def _check_rank(self) -> None:
         if self.world_size is not None:
-            _check_int("world_size", self.world_size, 1, MAX_WORLD_SIZE)
+            check_int("world_size", self.world_size, 1, MAX_WORLD_SIZE)
         if self.rank is not None:
-            _check_int("rank", self.rank, 0, (self.world_size or MAX_WORLD_SIZE) - 1)
+            check_int("rank", self.rank, 0, (self.world_size or MAX_WORLD_SIZE) - 1)
 
     def _check_timeout(self) -> None:
         value = self.timeout
@@ -191,11 +191,11 @@ class LoaderOptions:
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {self.layout!r}")
 
     def _check_prefetch(self) -> None:
-        _check_int("prefetch", self.prefetch, 1, MAX_PREFETCH)
+        check_int("prefetch", self.prefetch, 1, MAX_PREFETCH)
 
     def _check_window(self) -> None:
         if self.window is not None:
-            _check_int("window", self.window, 1, MAX_WINDOW, " shards")
+            check_int("window", self.window, 1, MAX_WINDOW, note=" shards")
 
     def _check_verify(self) -> None:
         if self.verify not in (True, False, "always"):
@@ -271,14 +271,6 @@ MAX_WINDOW = 2**31 - 1
 MAX_SEED = 2**64 - 1
 """Seeds are hashed as 64-bit words (`sampling.keys.record_keys`)."""
 MAX_WORLD_SIZE = 2**31 - 1
-
-
-def _check_int(name: str, value: Any, low: int, high: int, note: str = "") -> None:
-    """Raise TypeError unless `value` is an int (not a bool), ValueError unless it is in [low, high]."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int in [{low}, {high}]{note}, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}]{note}, got {value}")
 
 
 def _numbers(name: str, values: Any) -> tuple[float, ...] | None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._arguments import check_int
 from ._autoaugment import _TABLES, OPERATIONS, SIGNED_OPERATIONS, apply_operation, check_interpolation, fill_triple, stored_fill
 from ._imageops import ImageOps
 from ._pixelops import PixelOps
@@ -69,12 +70,6 @@ def gamma_quantiles(u: np.ndarray, alpha: float) -> np.ndarray:
     return result
 
 
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= int(value) <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class AugMix:
     """torchvision's AugMix: `mixture_width` chains of `chain_depth` operations each (1 to 3,
@@ -99,9 +94,9 @@ class AugMix:
     fill: float | tuple[float, ...] = 0
 
     def __post_init__(self) -> None:
-        _check_int("severity", self.severity, 1, _BINS)
-        _check_int("mixture_width", self.mixture_width, 1, _MAX_WIDTH)
-        _check_int("chain_depth", self.chain_depth, -1, _MAX_DEPTH)
+        check_int("severity", self.severity, 1, _BINS)
+        check_int("mixture_width", self.mixture_width, 1, _MAX_WIDTH)
+        check_int("chain_depth", self.chain_depth, -1, _MAX_DEPTH)
         alpha = self.alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= _MAX_ALPHA:
             raise ValueError(f"alpha must be a number in (0, {_MAX_ALPHA:g}], got {alpha!r}")
