@@ -5,7 +5,7 @@ the loader hands out tensors that wrap a slot without copying. The lifetime rule
 yours; what is kept is set aside, not overwritten.** Labels, indices and every field of one
 number a sample are copies; images (and array fields) view their slot, which is refilled only
 once nothing the caller holds views it any more; a slot still held when its turn comes is left
-to the caller and a fresh one takes its place (`scheduler` says when, and what it costs). Pass
+to the caller and a fresh one takes its place (`lending` says when, and what it costs). Pass
 ``copy=True`` to get images in plain memory. With ``device="cuda"`` the loader copies each batch
 to the GPU on a side stream and the slot is reused once that copy is done.
 
