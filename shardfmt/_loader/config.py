@@ -258,7 +258,7 @@ def settings(
     if options.repeats_epoch != "copies":
         found["repeats_epoch"] = options.repeats_epoch
     if options.batch_augment:
-        found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)
+        found["batch_augment"] = describe_steps(options.batch_augment)
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

@@ -78,8 +78,8 @@ class Loader(LoaderAttributes):
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
         num_workers: decoding processes (default: all cores); 0 decodes in this process.
         pipeline: "train" (RandomResizedCrop + horizontal flip), "eval" (resize shorter side to
-            size/0.875, center crop), "resize" (whole image to size), or an object from
-            `shardfmt.ops`.
+            size/0.875, center crop), "resize" (whole image to size), or a `shardfmt.ops.Pipeline`:
+            one of `shardfmt.ops` or an object of your own (docs/augmentation.md).
         size: output size for the named pipelines, int or (height, width); `set_size` changes it
             between epochs.
         drop_last: drop the epoch's remainder so every batch is full (see `sampling.keys.sample_batches`).
@@ -174,7 +174,8 @@ class Loader(LoaderAttributes):
             copy of every record; "records": an epoch of N samples, as RASampler's (the first
             N of those positions: about N / k records, k copies each), so that epoch-based
             schedules need no dividing by k.
-        batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`) run on
+        batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`, or a
+            `shardfmt.ops.BatchStep` of your own) run on
             each batch as it leaves the loader (on the device after the transfer with
             `device`): the labels become soft labels (N x num_classes float32), the images
             float; drawn from (seed, epoch, batch), so a resume mixes the same way.

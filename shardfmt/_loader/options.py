@@ -29,13 +29,15 @@ from .._forks import MAX_WORKERS_PER_CORE, max_workers
 from .._sampling.keys import MAX_STEPS
 from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
-from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasing
+from ..ops import Pipeline, RandomErasing
 from ..ops._augment import AugmentStep, as_step
-from ..ops._batch import BatchStep
+from ..ops._batch import BatchStep, check_batch_step
+from ..ops._crop import check_pipeline
 from ..ops._resize import INTERPOLATIONS
 from .chunk import TransformSpec
 from .gpudecode import check_request
 from .outputs import FieldRequest, OutputSpec, normalise_request, resolve_pipeline
+from .sendable import check_sendable
 
 __all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
 
@@ -183,6 +185,11 @@ class LoaderOptions:
         if self.start_method is not None and self.start_method not in methods:
             raise ValueError(f"start_method must be None or one of {', '.join(methods)}, got {self.start_method!r}")
 
+    def _check_pipeline(self) -> None:
+        if not isinstance(self.pipeline, str):
+            check_pipeline(self.pipeline)
+            check_sendable("pipeline", self.pipeline, workers=self.num_workers, start_method=self.resolved_start_method)
+
     def _check_size(self) -> None:
         size_pair(self.size)
 
@@ -226,8 +233,7 @@ class LoaderOptions:
 
     def _check_batch_augment(self) -> None:
         for step in self.batch_augment:
-            if not isinstance(step, (MixUp, CutMix, RandomChoice)):
-                raise TypeError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
+            check_batch_step(step)
         if self.batch_augment and self.fields is not None:
             raise ValueError(
                 "batch_augment mixes the (images, labels) form; with fields=..., mix the batches yourself (shardfmt.ops.apply_batch_steps)"
@@ -333,14 +339,11 @@ def size_pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 def pipeline_at(pipeline: Pipeline | str, size: tuple[int, int]) -> Pipeline:
     """The pipeline that crops to `size`: a named one ("train", "eval", "resize") made for that
-    size, or the given object with its size replaced (a `CenterCrop`'s ``resize`` scaled with
+    size, or the given object's `Pipeline.with_size` (a `CenterCrop`'s ``resize`` scales with
     it, so that the crop keeps its share of the image)."""
     if isinstance(pipeline, str):
         return resolve_pipeline(pipeline, size)
-    if isinstance(pipeline, CenterCrop):
-        resize = max(max(size), round(pipeline.resize * max(size) / max(pipeline.size)))
-        return dataclasses.replace(pipeline, size=size, resize=resize)
-    return dataclasses.replace(pipeline, size=size)
+    return pipeline.with_size(size)
 
 
 def index_output(*, fields: bool, names: Sequence[str]) -> OutputSpec:
