@@ -21,6 +21,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .._dataset.concat import RecordSource
 from .chunk import WorkerConfig, encode_copies
+from .form import BatchForm
 from .gpudecode import GpuDecodeStage
 from .lending import KEPT_WARNING, SlotLender
 from .options import LoaderOptions
@@ -103,12 +104,14 @@ class Scheduler:
         self.pending: deque[Chunk] = deque()
         self.config: WorkerConfig | None = None
         self.outputs: tuple[OutputSpec, ...] = ()
+        self.form = BatchForm(False)
 
     def finalizer(self, owner: object) -> Any:
         return weakref.finalize(owner, self.resources.release)
 
-    def configure(self, config: WorkerConfig, outputs: tuple[OutputSpec, ...]) -> None:
-        self.config, self.outputs = config, outputs
+    def configure(self, config: WorkerConfig, form: BatchForm) -> None:
+        """Take the workers' config (and the outputs in it) and the form batches are handed out in."""
+        self.config, self.outputs, self.form = config, config.outputs, form
 
     @property
     def layout(self) -> SlotLayout:
@@ -195,8 +198,9 @@ class Scheduler:
         self.free.extend(self.lender.take_back(self.ring, everything=everything))
 
     def hand_out(self, item: Item) -> dict[str, torch.Tensor]:
-        """The batch in `item`'s slot as the caller gets it: fresh tensors over the slot for
-        images and arrays, copies for fields of one number a sample (labels, indices, ...)."""
+        """The batch in `item`'s slot, in the loader's one form (`form.BatchForm`): a dict of
+        fresh tensors over the slot for images and arrays, copies for fields of one number a
+        sample (labels, indices, ...); on the device with a device stage."""
         if self.ring is None:
             raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
         arrays = self.ring.arrays[item.slot]
@@ -214,7 +218,7 @@ class Scheduler:
             tensors, slot_done = self.gpu.decode(tensors, arrays, stream=self.stage.stream if self.stage is not None else None)
         if self.stage is not None:
             images = {spec.name for spec in self.outputs if spec.is_image}
-            tensors, done = self.stage.transfer(tensors, images)
+            tensors, done = self.stage.transfer(tensors, images, normalised=self.form.normalised)
             # after a GPU decode the slot is free once its CPU rows are copied (the labels are
             # copies), not only after the resize: the next batch's decode need not wait for it
             self.lender.lend(item.slot, [], done=done if self.gpu is None else slot_done)
