@@ -30,8 +30,9 @@ from ..ops._augment import describe_steps
 from ..ops._batch import check_dataset_classes
 from . import gpudecode
 from .chunk import WorkerConfig
+from .form import BatchForm
 from .gpudecode import GpuDecodeStage
-from .options import LoaderOptions, index_output, pipeline_at, transform_outputs, worker_steps
+from .options import LoaderOptions, index_output, pipeline_at, sample_image, transform_outputs, worker_steps
 from .outputs import OutputSpec, resolve_outputs
 from .prefetch import ShardPrefetcher
 from .shm import SlotLayout
@@ -147,7 +148,6 @@ def open_stages(options: LoaderOptions, dataset: RecordSource) -> Stages:
         dataset=dataset,
         field=options.image_field,
         workers=options.num_workers,
-        fields=options.fields is not None,
         augment=bool(options.augment),
     )
     device = gpu.device if gpu is not None else (torch.device(options.device) if options.device is not None else None)
@@ -161,10 +161,12 @@ def open_stages(options: LoaderOptions, dataset: RecordSource) -> Stages:
 
 @dataclass(frozen=True)
 class Configured:
-    """The pipeline at the size asked for, and the workers' config (outputs and layout in it)."""
+    """The pipeline at the size asked for, the workers' config (outputs and layout in it), and
+    the form its batches are handed out in."""
 
     pipeline: Pipeline
     config: WorkerConfig
+    form: BatchForm
 
 
 def configure(
@@ -186,12 +188,17 @@ def configure(
         label_field=options.label_field,
         interpolation=options.interpolation,
     )
+    fields = options.fields is not None
     here = options.device is None and gpu is None  # a GPU stage delivers on its device
+    normalised = sample_image(outputs).name if options.mean is not None else None
     outputs, transform = transform_outputs(
         outputs, augment=worker_steps(options), mean=options.mean if here else None, std=options.std if here else None
     )
     if options.return_indices:
-        outputs = outputs + (index_output(fields=options.fields is not None, names=[spec.name for spec in outputs]),)
+        outputs = outputs + (index_output(fields=fields, names=[spec.name for spec in outputs]),)
+    form = BatchForm.of(outputs, fields=fields, normalised=normalised)
+    if options.batch_augment and form.label is None:
+        raise ValueError("batch_augment mixes the labels, but this dataset has none; give label_field=None to mix zero labels")
     config = WorkerConfig(
         path=path if isinstance(path, (list, Mixture)) else str(path),
         remote=options.remote,
@@ -209,7 +216,7 @@ def configure(
         repeats=options.repeats,
         num_records=len(dataset),
     )
-    return Configured(pipeline, config)
+    return Configured(pipeline, config, form)
 
 
 def settings(
@@ -217,6 +224,7 @@ def settings(
     *,
     pipeline: Pipeline,
     outputs: tuple[OutputSpec, ...],
+    form: BatchForm,
     subset: np.ndarray | None,
     mixture: dict[str, Any] | None,
     num_records: int,
@@ -246,7 +254,7 @@ def settings(
         "augment": describe_steps(options.augment),
         "dataset": dataset,
     }
-    if options.fields is not None:
+    if form.fields:
         found["fields"] = json.dumps([spec.to_config() for spec in outputs], sort_keys=True)
         if values:
             found["values"] = list(values)
@@ -258,7 +266,7 @@ def settings(
     if options.repeats_epoch != "copies":
         found["repeats_epoch"] = options.repeats_epoch
     if options.batch_augment:
-        found["batch_augment"] = "; ".join(repr(step) for step in options.batch_augment)
+        found["batch_augment"] = describe_steps(options.batch_augment)
     if mixture is not None:
         found["mixture"] = json.dumps(mixture, sort_keys=True)
     return found

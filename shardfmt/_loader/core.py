@@ -5,7 +5,7 @@ the loader hands out tensors that wrap a slot without copying. The lifetime rule
 yours; what is kept is set aside, not overwritten.** Labels, indices and every field of one
 number a sample are copies; images (and array fields) view their slot, which is refilled only
 once nothing the caller holds views it any more; a slot still held when its turn comes is left
-to the caller and a fresh one takes its place (`scheduler` says when, and what it costs). Pass
+to the caller and a fresh one takes its place (`lending` says when, and what it costs). Pass
 ``copy=True`` to get images in plain memory. With ``device="cuda"`` the loader copies each batch
 to the GPU on a side stream and the slot is reused once that copy is done.
 
@@ -53,6 +53,7 @@ from .attributes import LoaderAttributes
 from .config import DistributedRanks, configure, loader_path, open_stages, settings, worker_start_method
 from .cursor import Cursor, SavedState
 from .epoch import EpochBatches, EpochRecords, Epochs, EpochSampler
+from .form import refuse_with_fields
 from .options import LoaderOptions, pipeline_at, size_pair
 from .outputs import FieldRequest
 from .pool import WorkerPool
@@ -78,8 +79,8 @@ class Loader(LoaderAttributes):
         seed: the permutation and augmentations are pure functions of (seed, epoch, record).
         num_workers: decoding processes (default: all cores); 0 decodes in this process.
         pipeline: "train" (RandomResizedCrop + horizontal flip), "eval" (resize shorter side to
-            size/0.875, center crop), "resize" (whole image to size), or an object from
-            `shardfmt.ops`.
+            size/0.875, center crop), "resize" (whole image to size), or a `shardfmt.ops.Pipeline`:
+            one of `shardfmt.ops` or an object of your own (docs/augmentation.md).
         size: output size for the named pipelines, int or (height, width); `set_size` changes it
             between epochs.
         drop_last: drop the epoch's remainder so every batch is full (see `sampling.keys.sample_batches`).
@@ -94,7 +95,8 @@ class Loader(LoaderAttributes):
             memory on a side stream; None keeps them on the CPU.
         mean, std: normalise the images to float32 ``(x - mean) / std``, per channel, on the
             0-255 scale: on the device when there is one, else in the workers (channels_last
-            like the uint8 images; the slots then hold float32).
+            like the uint8 images; the slots then hold float32). With `fields`, they normalise its
+            one image field (three channels).
         verify: check each record's XXH3-64 before it is used. True (default): for a local
             dataset, the first time this loader reads the record (the workers share one bit
             per record; a memory-mapped shard cannot change under the loader, since writers
@@ -174,7 +176,8 @@ class Loader(LoaderAttributes):
             copy of every record; "records": an epoch of N samples, as RASampler's (the first
             N of those positions: about N / k records, k copies each), so that epoch-based
             schedules need no dividing by k.
-        batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`) run on
+        batch_augment: batch steps (`shardfmt.ops.MixUp`, `CutMix`, `RandomChoice`, or a
+            `shardfmt.ops.BatchStep` of your own) run on
             each batch as it leaves the loader (on the device after the transfer with
             `device`): the labels become soft labels (N x num_classes float32), the images
             float; drawn from (seed, epoch, batch), so a resume mixes the same way.
@@ -261,7 +264,6 @@ class Loader(LoaderAttributes):
         self.rank, self.world_size = self._ranks.resolve()
         self._dataset = open_records(self.path, verify=bool(verify), remote=remote)
         self._fingerprint = self._dataset.fingerprint
-        self._fields = fields is not None
         self._epochs = Epochs(options, self._dataset, mixture=self._mixture, rank=self.rank, world_size=self.world_size)
         self.num_records = self._epochs.num_records
         """Records of the dataset, or the mixture's epoch size."""
@@ -331,8 +333,8 @@ class Loader(LoaderAttributes):
         """
         if self._closed:
             raise RuntimeError("this Loader is closed")
-        if self._fields:
-            raise ValueError("set_size changes the size of the (images, labels) form; with fields=..., make a loader for the new sizes")
+        if self.form.fields:
+            raise refuse_with_fields("set_size")
         pair = size_pair(size)
         if pair == self.size:
             return
@@ -365,7 +367,7 @@ class Loader(LoaderAttributes):
         """
         saved = SavedState.read(state)
         self._follow_ranks(force=True)
-        size = size_pair(saved.size) if saved.size is not None and not self._fields else self.size
+        size = size_pair(saved.size) if saved.size is not None and not self.form.fields else self.size
         saved.check_settings(self._settings(size))
         if size != self.size:
             self.set_size(size)
@@ -410,10 +412,10 @@ class Loader(LoaderAttributes):
         """
         made = configure(self.options, self._dataset, path=self.path, size=size, gpu=self._gpu)
         check_slot_memory(made.config.layout, batch_size=self.batch_size, shared=bool(self.num_workers))
-        self.pipeline, self.outputs, self.layout_spec = made.pipeline, made.config.outputs, made.config.layout
+        self.pipeline, self.outputs, self.layout_spec, self.form = made.pipeline, made.config.outputs, made.config.layout, made.form
         self.size: tuple[int, int] = self.pipeline.size
-        self.image_shape = self.outputs[0].shape if not self._fields else None
-        self.scheduler.configure(made.config, self.outputs)
+        self.image_shape = self.outputs[0].shape if not self.form.fields else None
+        self.scheduler.configure(made.config, self.form)
 
     def _plan(self) -> Any:  # this rank's `RankPlan` of the epoch in progress or next
         self._follow_ranks()
@@ -434,6 +436,7 @@ class Loader(LoaderAttributes):
             self.options,
             pipeline=pipeline,
             outputs=self.outputs,
+            form=self.form,
             subset=self._epochs.subset,
             mixture=self._epochs.mixture_settings(),
             num_records=self.num_records,

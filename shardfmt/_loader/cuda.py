@@ -89,9 +89,12 @@ class DeviceStage:
         self._registered = []
         self._staging = None
 
-    def transfer(self, tensors: dict[str, torch.Tensor], images: set[str]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event]:
+    def transfer(
+        self, tensors: dict[str, torch.Tensor], images: set[str], *, normalised: str | None
+    ) -> tuple[dict[str, torch.Tensor], torch.cuda.Event]:
         """Start copying one batch (every field); return the device tensors and an event marking
-        the copy's end. The fields named in `images` (N x H x W x C) are normalised and permuted."""
+        the copy's end. The fields named in `images` (N x H x W x C) are permuted to the layout,
+        and the field `normalised` (one of them, or None) normalised with the mean and std."""
         if self._staging is not None:
             staged = {}
             for name, tensor in tensors.items():
@@ -107,7 +110,7 @@ class DeviceStage:
             for name, tensor in tensors.items():
                 moved = tensor.to(self.device, non_blocking=True)
                 if name in images:
-                    if self._mean is not None and self._std is not None:  # given together
+                    if name == normalised and self._mean is not None and self._std is not None:  # given together
                         moved = (moved.float() - self._mean) / self._std
                     if self.layout == "NCHW":
                         moved = moved.permute(0, 3, 1, 2)

@@ -339,14 +339,13 @@ class GpuDecodeStage:
         return DecodeError(f"a batch of {len(blobs)} JPEGs does not decode on {self.device}: {err}")
 
 
-def check_request(mode: str, *, fields: bool, augment: bool, image_type: str = "jpeg") -> None:
-    """Raise ValueError where `mode` cannot serve the loader's other options."""
+def check_request(mode: str, *, augment: bool, image_type: str = "jpeg") -> None:
+    """Raise ValueError where `mode` cannot serve the loader's other options (with ``fields=...``:
+    `form.check_fields_form`)."""
     if mode not in DECODE_MODES:
         raise ValueError(f"decode must be one of {', '.join(repr(m) for m in DECODE_MODES)}, got {mode!r}")
     if mode == "cpu":
         return
-    if fields:
-        raise ValueError(f"decode={mode!r} serves the (images, labels) form; with fields=..., use decode='cpu'")
     if augment:
         raise ValueError(f"decode={mode!r} cannot run augment= steps, which run in the workers on decoded samples; use decode='cpu'")
     if image_type != "jpeg":
@@ -355,7 +354,7 @@ def check_request(mode: str, *, fields: bool, augment: bool, image_type: str = "
 
 
 def open_stage(
-    mode: str, *, device: torch.device | None, dataset: RecordSource, field: str, workers: int, fields: bool, augment: bool
+    mode: str, *, device: torch.device | None, dataset: RecordSource, field: str, workers: int, augment: bool
 ) -> GpuDecodeStage | None:
     """The stage for ``Loader(decode=mode)``; None for "cpu".
 
@@ -363,8 +362,8 @@ def open_stage(
         ValueError: `mode` is unknown or cannot serve the other options, or there is no CUDA
             device or no torchvision nvJPEG decode to use (`open_decoder`).
     """
-    image_type = dataset.schema.field(field).type if not fields and field in dataset.schema.names else "jpeg"
-    check_request(mode, fields=fields, augment=augment, image_type=image_type)
+    image_type = dataset.schema.field(field).type if field in dataset.schema.names else "jpeg"
+    check_request(mode, augment=augment, image_type=image_type)
     if mode == "cpu":
         return None
     stage = GpuDecodeStage(mode, decoder=open_decoder(device), field=field, workers=workers)

@@ -31,7 +31,7 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
 
     Args:
         path: the dataset directory or its manifest, or tars as `open_dataset` takes them.
-        pipeline: "train", "eval", "resize" or an object from `shardfmt.ops` (see `Loader`).
+        pipeline: "train", "eval", "resize" or a `shardfmt.ops.Pipeline` (see `Loader`).
         size: output size for the named pipelines.
         layout: "CHW" (as torchvision's PILToTensor gives) or "HWC".
         verify: check each record's checksum before decoding.

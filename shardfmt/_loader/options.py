@@ -29,15 +29,18 @@ from .._forks import MAX_WORKERS_PER_CORE, max_workers
 from .._sampling.keys import MAX_STEPS
 from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
-from ..ops import CenterCrop, CutMix, MixUp, Pipeline, RandomChoice, RandomErasing
+from ..ops import Pipeline, RandomErasing
 from ..ops._augment import AugmentStep, as_step
-from ..ops._batch import BatchStep
+from ..ops._batch import BatchStep, check_batch_step
+from ..ops._crop import check_pipeline
 from ..ops._resize import INTERPOLATIONS
 from .chunk import TransformSpec
+from .form import check_fields_form
 from .gpudecode import check_request
 from .outputs import FieldRequest, OutputSpec, normalise_request, resolve_pipeline
+from .sendable import check_sendable
 
-__all__ = ["LoaderOptions", "index_output", "pipeline_at", "size_pair", "transform_outputs", "worker_steps"]
+__all__ = ["LoaderOptions", "index_output", "pipeline_at", "sample_image", "size_pair", "transform_outputs", "worker_steps"]
 
 
 def _default_workers() -> int:
@@ -177,11 +180,17 @@ class LoaderOptions:
     def _check_fields(self) -> None:
         if self.fields is not None:
             normalise_request(self.fields)
+        check_fields_form(fields=self.fields is not None, batch_augment=bool(self.batch_augment), decode=self.decode)
 
     def _check_start_method(self) -> None:
         methods = multiprocessing.get_all_start_methods()
         if self.start_method is not None and self.start_method not in methods:
             raise ValueError(f"start_method must be None or one of {', '.join(methods)}, got {self.start_method!r}")
+
+    def _check_pipeline(self) -> None:
+        if not isinstance(self.pipeline, str):
+            check_pipeline(self.pipeline)
+            check_sendable("pipeline", self.pipeline, workers=self.num_workers, start_method=self.resolved_start_method)
 
     def _check_size(self) -> None:
         size_pair(self.size)
@@ -201,14 +210,8 @@ class LoaderOptions:
         if self.verify not in (True, False, "always"):
             raise ValueError(f"verify must be True, False or 'always', got {self.verify!r}")
 
-    def _check_mean(self) -> None:
-        if self.fields is not None and (self.mean is not None or self.std is not None):
-            raise ValueError(
-                "mean and std normalise the images of the (images, labels) form; with fields=..., normalise the fields yourself"
-            )
-
     def _check_decode(self) -> None:
-        check_request(self.decode, fields=self.fields is not None, augment=bool(self.augment))
+        check_request(self.decode, augment=bool(self.augment))
 
     def _check_interpolation(self) -> None:
         if self.interpolation not in INTERPOLATIONS:
@@ -226,12 +229,7 @@ class LoaderOptions:
 
     def _check_batch_augment(self) -> None:
         for step in self.batch_augment:
-            if not isinstance(step, (MixUp, CutMix, RandomChoice)):
-                raise TypeError(f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice), got {step!r}")
-        if self.batch_augment and self.fields is not None:
-            raise ValueError(
-                "batch_augment mixes the (images, labels) form; with fields=..., mix the batches yourself (shardfmt.ops.apply_batch_steps)"
-            )
+            check_batch_step(step)
         if len(self.batch_augment) > MAX_STEPS:
             raise ValueError(f"batch_augment holds {len(self.batch_augment)} steps; at most {MAX_STEPS}")
 
@@ -333,14 +331,11 @@ def size_pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 def pipeline_at(pipeline: Pipeline | str, size: tuple[int, int]) -> Pipeline:
     """The pipeline that crops to `size`: a named one ("train", "eval", "resize") made for that
-    size, or the given object with its size replaced (a `CenterCrop`'s ``resize`` scaled with
+    size, or the given object's `Pipeline.with_size` (a `CenterCrop`'s ``resize`` scales with
     it, so that the crop keeps its share of the image)."""
     if isinstance(pipeline, str):
         return resolve_pipeline(pipeline, size)
-    if isinstance(pipeline, CenterCrop):
-        resize = max(max(size), round(pipeline.resize * max(size) / max(pipeline.size)))
-        return dataclasses.replace(pipeline, size=size, resize=resize)
-    return dataclasses.replace(pipeline, size=size)
+    return pipeline.with_size(size)
 
 
 def index_output(*, fields: bool, names: Sequence[str]) -> OutputSpec:
@@ -386,18 +381,12 @@ def transform_outputs(
         raise ValueError("give both mean and std, or neither")
     if len(augment) > MAX_STEPS:
         raise ValueError(f"augment holds {len(augment)} steps; at most {MAX_STEPS}")
-    images = [spec for spec in outputs if spec.is_image]
-    if len(images) != 1 or images[0].shape[2] != 3:
-        raise ValueError(
-            f"augment= and mean/std apply to one 3-channel image, but the loader delivers {len(images)} image fields "
-            f"({', '.join(f'{spec.name}: {spec.shape[2]} channels' for spec in images)})"
-        )
+    image = sample_image(outputs)
     if mean is not None and std is not None:
         if len(mean) != 3 or len(std) != 3:
             raise ValueError(f"mean and std need one value per channel (3), got {len(mean)} and {len(std)}")
         if any(value == 0 for value in std):
             raise ValueError(f"std must not hold 0, got {tuple(std)}")
-    image = images[0]
     config = TransformSpec(
         image.name,
         tuple(as_step(step) for step in augment),
@@ -407,6 +396,21 @@ def transform_outputs(
     if mean is not None:
         outputs = tuple(dataclasses.replace(spec, dtype="<f4") if spec.name == image.name else spec for spec in outputs)
     return outputs, config
+
+
+def sample_image(outputs: Sequence[OutputSpec]) -> OutputSpec:
+    """The image field that augment steps and mean/std apply to: the one 3-channel image.
+
+    Raises:
+        ValueError: the outputs hold another number of image fields, or it has other channels.
+    """
+    images = [spec for spec in outputs if spec.is_image]
+    if len(images) != 1 or images[0].shape[2] != 3:
+        raise ValueError(
+            f"augment= and mean/std apply to one 3-channel image, but the loader delivers {len(images)} image fields "
+            f"({', '.join(f'{spec.name}: {spec.shape[2]} channels' for spec in images)})"
+        )
+    return images[0]
 
 
 def worker_steps(options: LoaderOptions) -> tuple[AugmentStep, ...]:

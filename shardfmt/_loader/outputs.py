@@ -24,7 +24,8 @@ from .._dataset.concat import RecordSource
 from .._errors import SchemaError
 from ..format._fieldtypes import IMAGE_TYPES
 from ..format._layout import NDARRAY_DTYPES, column_name
-from ..ops import CenterCrop, ImageOutput, Pipeline, RandomCrop, RandomResizedCrop, Resize
+from ..ops import CenterCrop, ImageOutput, Pipeline, RandomResizedCrop, Resize
+from ..ops._crop import check_pipeline
 from .shm import SlotArray
 
 __all__ = ["FieldRequest", "OutputSpec", "normalise_request", "resolve_outputs", "resolve_pipeline"]
@@ -79,18 +80,12 @@ def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> P
     """Return the pipeline object for a name ("train", "eval", "resize") or the object itself.
 
     Raises:
-        TypeError: `pipeline` is neither a name nor one of `ops`' pipelines.
+        TypeError: `pipeline` is neither a name nor a `Pipeline` (`ops._crop.check_pipeline`).
         ValueError: an unknown name.
     """
-    if isinstance(pipeline, (RandomResizedCrop, RandomCrop, CenterCrop, Resize)):
-        return pipeline
     if not isinstance(pipeline, str):
-        raise TypeError(
-            (
-                "pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, "
-                f"Resize), got {pipeline!r}"
-            )
-        )
+        check_pipeline(pipeline)
+        return pipeline
     pair = (size, size) if isinstance(size, int) else (size[0], size[1])
     if pipeline == "train":
         return RandomResizedCrop(pair)

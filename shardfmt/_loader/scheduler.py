@@ -1,20 +1,14 @@
 """The loader's machinery: the ring of slots, the worker pool that fills them, the queue of
-batches scheduled into them, the device stage, and the rule by which a slot comes back.
+batches scheduled into them, and the device stage.
 
-The lifetime rule. Every time a slot is filled, the caller gets fresh tensors over its memory,
-and the scheduler keeps only a weak reference to their storage (`StorageWeakRef`). Labels,
-indices and every other field of one number a sample are copied out of the slot (a few KB a
-batch), so no later batch touches them. A slot is refilled only once nothing the caller holds
-still views it: the batch handed out last is looked at when the one after it is asked for
-(a ``for`` loop still holds it then) and again on the request after; a slot still referenced
-then is set aside, left to the caller (its shared-memory name is unlinked at once; its memory is
-released with its last reference), and a fresh slot takes its place in the ring. More than
-`KEPT_WARNING` slots set aside and still held give one `ResourceWarning` naming the memory.
+Every time a slot is filled, the caller gets fresh tensors over its memory. Labels, indices and
+every other field of one number a sample are copied out of the slot (a few KB a batch), so no
+later batch touches them; when a slot comes back to be refilled, and what a batch the caller
+keeps costs, is the `lending.SlotLender`'s concern.
 """
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections import deque
 from collections.abc import Sequence
@@ -27,7 +21,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .._dataset.concat import RecordSource
 from .chunk import WorkerConfig, encode_copies
+from .form import BatchForm
 from .gpudecode import GpuDecodeStage
+from .lending import KEPT_WARNING, SlotLender
 from .options import LoaderOptions
 from .outputs import OutputSpec
 from .pool import Chunk, InlinePool, WorkerPool
@@ -35,10 +31,6 @@ from .prefetch import ShardPrefetcher
 from .shm import SlotLayout, SlotRing
 
 __all__ = ["KEPT_WARNING", "Item", "Scheduler"]
-
-KEPT_WARNING = 16
-"""Slots set aside for the caller and still held, beyond which the loader warns (once)."""
-
 
 @dataclass
 class Item:
@@ -50,19 +42,6 @@ class Item:
     count: int
     start: int = 0
     """The position of the epoch's order the batch's split starts at (not 0 after an elastic resume)."""
-
-
-@dataclass
-class _Out:
-    """A slot handed out: weak references to the caller's tensors over it, the end of its copy
-    to the device, and whether it was handed out last."""
-
-    refs: list[StorageWeakRef]
-    done: Any = None
-    last: bool = True
-
-    def held(self) -> bool:
-        return any(not ref.expired() for ref in self.refs)
 
 
 @dataclass
@@ -120,19 +99,19 @@ class Scheduler:
         self.ring: SlotRing | None = None
         self.checked: Any = None
         self.free: list[int] = []
-        self.out: dict[int, _Out] = {}
-        self.kept: list[tuple[list[StorageWeakRef], int]] = []
-        self.warned = False
+        self.lender = SlotLender()
         self.queue: deque[Item] = deque()
         self.pending: deque[Chunk] = deque()
         self.config: WorkerConfig | None = None
         self.outputs: tuple[OutputSpec, ...] = ()
+        self.form = BatchForm(False)
 
     def finalizer(self, owner: object) -> Any:
         return weakref.finalize(owner, self.resources.release)
 
-    def configure(self, config: WorkerConfig, outputs: tuple[OutputSpec, ...]) -> None:
-        self.config, self.outputs = config, outputs
+    def configure(self, config: WorkerConfig, form: BatchForm) -> None:
+        """Take the workers' config (and the outputs in it) and the form batches are handed out in."""
+        self.config, self.outputs, self.form = config, config.outputs, form
 
     @property
     def layout(self) -> SlotLayout:
@@ -196,7 +175,7 @@ class Scheduler:
 
     def close(self, finalizer: Any) -> None:
         self.pool = None
-        self.out = {}
+        self.lender.forget()
         if self.stage is not None:
             self.stage.unpin()  # before the slots' memory can go
         finalizer()
@@ -209,41 +188,19 @@ class Scheduler:
 
     # -- the slots' lifetime ------------------------------------------------------------------
 
-    def release(self, *, everything: bool = False) -> None:
-        """Take back the slots handed out: free those nothing references any more, set aside
-        those still held but the one handed out last (looked at again next time), and all of
-        those with `everything`."""
-        for slot, out in list(self.out.items()):
-            if out.done is not None:
-                out.done.synchronize()  # the copy out of the slot is over before it is refilled
-            elif out.held():
-                if out.last and not everything:
-                    out.last = False
-                    continue
-                self._set_aside(slot, out)
-            del self.out[slot]
-            self.free.append(slot)
+    @property
+    def kept(self) -> list[tuple[list[StorageWeakRef], int]]:
+        """The slots set aside for the caller and still held (`SlotLender.kept`)."""
+        return self.lender.kept
 
-    def _set_aside(self, slot: int, out: _Out) -> None:
-        if self.ring is None:
-            raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
-        self.ring.replace(slot)
-        self.kept = [(refs, size) for refs, size in self.kept if any(not ref.expired() for ref in refs)]
-        self.kept.append((out.refs, self.layout.slot_bytes))
-        if len(self.kept) > KEPT_WARNING and not self.warned:
-            self.warned = True
-            held = sum(size for _, size in self.kept) / 2**20
-            warnings.warn(
-                f"the caller holds {len(self.kept)} batches of this Loader ({held:.0f} MiB of shared memory): each batch kept "
-                "past the next one is set aside, not overwritten, and its memory stays until its last reference goes; "
-                "keep copies (or pass copy=True) to hold many",
-                ResourceWarning,
-                stacklevel=4,
-            )
+    def release(self, *, everything: bool = False) -> None:
+        """Take back the slots handed out that may be refilled (`SlotLender.take_back`)."""
+        self.free.extend(self.lender.take_back(self.ring, everything=everything))
 
     def hand_out(self, item: Item) -> dict[str, torch.Tensor]:
-        """The batch in `item`'s slot as the caller gets it: fresh tensors over the slot for
-        images and arrays, copies for fields of one number a sample (labels, indices, ...)."""
+        """The batch in `item`'s slot, in the loader's one form (`form.BatchForm`): a dict of
+        fresh tensors over the slot for images and arrays, copies for fields of one number a
+        sample (labels, indices, ...); on the device with a device stage."""
         if self.ring is None:
             raise RuntimeError("the loader's slots are not made: it is closed, or was never iterated")
         arrays = self.ring.arrays[item.slot]
@@ -261,15 +218,15 @@ class Scheduler:
             tensors, slot_done = self.gpu.decode(tensors, arrays, stream=self.stage.stream if self.stage is not None else None)
         if self.stage is not None:
             images = {spec.name for spec in self.outputs if spec.is_image}
-            tensors, done = self.stage.transfer(tensors, images)
+            tensors, done = self.stage.transfer(tensors, images, normalised=self.form.normalised)
             # after a GPU decode the slot is free once its CPU rows are copied (the labels are
             # copies), not only after the resize: the next batch's decode need not wait for it
-            self.out[item.slot] = _Out([], done if self.gpu is None else slot_done)
+            self.lender.lend(item.slot, [], done=done if self.gpu is None else slot_done)
         elif self.options.copy:
             tensors = {name: tensor.clone() for name, tensor in tensors.items()}
             self.free.append(item.slot)
         else:
-            self.out[item.slot] = _Out(refs)
+            self.lender.lend(item.slot, refs)
         return tensors
 
     # -- scheduling ---------------------------------------------------------------------------
@@ -290,7 +247,7 @@ class Scheduler:
             self.pending.clear()
             self.running_pool.drain()
             self.queue.clear()
-            self.free = [slot for slot in range(self.layout.num_slots) if slot not in self.out]
+            self.free = [slot for slot in range(self.layout.num_slots) if not self.lender.lent(slot)]
             return epoch, 0
         return (epoch + 1, len(ahead)) if ahead else (epoch, len(ours))
 

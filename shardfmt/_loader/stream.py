@@ -1,6 +1,6 @@
 """An iteration of a `Loader`: the loop that has the scheduler fill slots with the cursor's
-batches and hands them out in turn (`stream_batches`), and each batch in the form the caller
-receives it (`package_batch`, then the value fields and the batch steps).
+batches and hands them out in turn (`stream_batches`), and each batch, a dict of fields until the
+end (`form.BatchForm`), laid out, with its value fields, through the batch steps, rendered.
 
 An iterator is tied to the cursor's `generation` when it is made: once a newer ``iter()`` (or
 `set_epoch`, `load_state_dict`, `set_size`, `close`) moves the generation on, advancing it
@@ -20,7 +20,7 @@ from .cursor import Cursor
 from .scheduler import Item, Scheduler
 from .values import read_values
 
-__all__ = ["package_batch", "stream_batches"]
+__all__ = ["lay_out", "stream_batches"]
 
 
 def stream_batches(
@@ -80,27 +80,24 @@ def stream_batches(
 
 
 def _deliver(item: Item, epoch: int, cursor: Cursor, scheduler: Scheduler, *, dataset: RecordSource, values: Sequence[str]) -> Any:
-    """`item`'s batch as the caller gets it: packaged, with its value fields, through the batch steps."""
-    options = scheduler.options
-    batch = package_batch(scheduler.hand_out(item), scheduler)
+    """`item`'s batch as the caller gets it: the dict of its fields (`Scheduler.hand_out`, laid
+    out by `lay_out`, with its value fields), through the batch steps, rendered in the form
+    asked for (`form.BatchForm.render`)."""
+    options, form = scheduler.options, scheduler.form
+    batch: dict[str, Any] = lay_out(scheduler.hand_out(item), scheduler)
     if values:
         batch.update(read_values(dataset, values, cursor.plan(item.epoch).batch(item.batch)))
-    if options.batch_augment:
-        mixed = apply_batch_steps(
-            options.batch_augment, batch[0], batch[1], seed=options.seed, epoch=epoch, batch=item.batch, layout=options.layout
+    if options.batch_augment and form.image is not None and form.label is not None:  # refused otherwise (`form`, `config`)
+        image, label = form.image, form.label
+        batch[image], batch[label] = apply_batch_steps(
+            options.batch_augment, batch[image], batch[label], seed=options.seed, epoch=epoch, batch=item.batch, layout=options.layout
         )
-        batch = (*mixed, *batch[2:])
-    return batch
+    return form.render(batch)
 
 
-def package_batch(tensors: dict[str, torch.Tensor], scheduler: Scheduler) -> Any:
-    """The batch as handed out: images NCHW (a channels_last view) if asked and not already
-    on the device, then the dict of every field, or (images, labels[, indices])."""
-    options, outputs = scheduler.options, scheduler.outputs
-    if options.layout == "NCHW" and scheduler.stage is None:
-        tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in outputs}
-    if options.fields is not None:
+def lay_out(tensors: dict[str, torch.Tensor], scheduler: Scheduler) -> dict[str, torch.Tensor]:
+    """The images NCHW (a channels_last view of the slot) if asked for and not already laid out
+    on the device; the other fields as they are."""
+    if scheduler.options.layout != "NCHW" or scheduler.stage is not None:
         return tensors
-    if len(outputs) == 1:  # a dataset without labels: the images alone
-        return tensors[outputs[0].name]
-    return tuple(tensors[spec.name] for spec in outputs)
+    return {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in scheduler.outputs}

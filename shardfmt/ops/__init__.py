@@ -7,8 +7,10 @@ decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentatio
 `AutoAugment`, `AugMix`, `RandomErasing`. Batch steps (``Loader(batch_augment=[...])``) run on each batch:
 `MixUp`, `CutMix`, `RandomChoice` (`apply_batch_steps` applies them to batches of your own).
 `ImageOutput` states how one image field of several is
-delivered (``Loader(fields=...)``). `Pipeline`, `CropPlan`, `AugmentStep` and `BatchStep` are
-the types a pipeline or step of your own implements. The modules of this package are internal.
+delivered (``Loader(fields=...)``). `Pipeline` and `BatchStep` are protocols that a pipeline or
+batch step of your own implements (its boxes a `CropPlan`), and `AugmentStep` what ``augment``
+takes (docs/augmentation.md, "Pipelines and batch steps of your own"). The modules of this
+package are internal.
 
 The steps run on torch tensors: this package needs the ``shardfmt[torch]`` extra and says so
 when torch is missing.

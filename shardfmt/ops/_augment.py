@@ -56,6 +56,7 @@ __all__ = [
     "SampleTransform",
     "as_step",
     "describe_steps",
+    "qualified_name",
 ]
 
 
@@ -245,10 +246,14 @@ class CallableStep:
 
     @property
     def name(self) -> str:
-        function = self.function
-        name = getattr(function, "__qualname__", None) or type(function).__qualname__
-        module = getattr(function, "__module__", None) or type(function).__module__
-        return f"{module}.{name}"
+        return qualified_name(self.function)
+
+
+def qualified_name(value: Any) -> str:
+    """A function's or class's module and qualified name; an instance's, its class's."""
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    module = getattr(value, "__module__", None) or type(value).__module__
+    return f"{module}.{name}"
 
 
 def as_step(step: Any) -> Any:
@@ -281,15 +286,18 @@ def as_step(step: Any) -> Any:
     return CallableStep(step, takes_generator)
 
 
-def describe_steps(steps: Sequence[AugmentStep]) -> str:
-    """A stable text naming the steps and their parameters (a user's step by its qualified
-    name), for a loader's resume check."""
+def describe_steps(steps: Sequence[Any]) -> str:
+    """A stable text naming the steps and their parameters, for a loader's resume check: the
+    same rule for augment and batch steps. A step with ``to_config()`` (every built-in) by its
+    parameters; any other (a user's callable, a user's batch step) by its qualified name
+    (`qualified_name`)."""
     parts = []
     for step in steps:
-        if isinstance(step, _BUILTIN):
-            parts.append(repr(sorted(step.to_config().items())))
+        config = getattr(step, "to_config", None)
+        if callable(config):
+            parts.append(repr(sorted(config().items())))
         else:
-            parts.append(as_step(step).name)
+            parts.append(qualified_name(step.function if isinstance(step, CallableStep) else step))
     return "; ".join(parts)
 
 

@@ -30,7 +30,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ import torch
 from .._arguments import check_int, check_number
 from .._sampling.keys import BATCH_STREAM, record_keys, uniforms
 from ..format._layout import MAX_CLASSES
+from ._augment import describe_steps
 
 __all__ = [
     "MAX_ALPHA",
@@ -48,6 +49,7 @@ __all__ = [
     "RandomChoice",
     "apply_batch_steps",
     "beta_quantile",
+    "check_batch_step",
     "check_dataset_classes",
     "step_classes",
 ]
@@ -157,6 +159,9 @@ class MixUp:
     def lam(self, u: np.ndarray) -> float:
         return beta_quantile(float(u[0]), self.alpha)
 
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "mixup", "alpha": self.alpha, "num_classes": self.num_classes}
+
     def apply(
         self, images: torch.Tensor, labels: torch.Tensor, u: np.ndarray, *, layout: str = "NCHW"
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,6 +184,9 @@ class CutMix:
     def __post_init__(self) -> None:
         object.__setattr__(self, "alpha", _check_alpha(self.alpha))
         object.__setattr__(self, "num_classes", _check_classes(self.num_classes))
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "cutmix", "alpha": self.alpha, "num_classes": self.num_classes}
 
     def box(self, u: np.ndarray, *, height: int, width: int) -> tuple[int, int, int, int, float]:
         """(x1, y1, x2, y2, lam'): the box [y1, y2) x [x1, x2) and the label weight of the image itself."""
@@ -221,8 +229,10 @@ class RandomChoice:
         if not isinstance(self.steps, (list, tuple)):
             raise TypeError(f"RandomChoice takes a list of batch steps (MixUp, CutMix, RandomChoice), got {self.steps!r}")
         steps = tuple(self.steps)
-        if not steps or not all(isinstance(step, (MixUp, CutMix, RandomChoice)) for step in steps):
-            raise ValueError(f"RandomChoice takes a non-empty list of batch steps (MixUp, CutMix, RandomChoice), got {self.steps!r}")
+        if not steps:
+            raise ValueError(f"RandomChoice takes a non-empty list of batch steps, got {self.steps!r}")
+        for step in steps:
+            check_batch_step(step)
         if self.p is not None and (not isinstance(self.p, (list, tuple, np.ndarray)) or len(self.p) != len(steps)):
             raise TypeError(f"p must be a list of one weight per step ({len(steps)}), got {self.p!r}")
         weights = (
@@ -238,6 +248,9 @@ class RandomChoice:
     @property
     def draws(self) -> int:
         return 1 + max(int(step.draws) for step in self.steps)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"op": "random_choice", "steps": describe_steps(self.steps), "p": list(cast(Sequence[float], self.p))}
 
     def choose(self, u: np.ndarray) -> int:
         stored = cast(Sequence[float], self.p)  # __post_init__ stored a weight per step
@@ -255,18 +268,64 @@ class RandomChoice:
         return result
 
 
-BatchStep = Union[MixUp, CutMix, RandomChoice]
-"""What ``Loader(batch_augment=[...])`` takes."""
+class BatchStep(Protocol):
+    """What ``Loader(batch_augment=[...])`` and `apply_batch_steps` take: the built-ins
+    (`MixUp`, `CutMix`, `RandomChoice`) or an object of your own with these members
+    (docs/augmentation.md, "A batch step of your own"), checked when a loader is made
+    (`check_batch_step`). Batch steps run in the loader's own process: they need not pickle.
+    """
+
+    @property
+    def draws(self) -> int:
+        """How many uniform draws in [0, 1) the step takes a batch."""
+        ...
+
+    def apply(
+        self, images: torch.Tensor, labels: torch.Tensor, u: np.ndarray, *, layout: str = "NCHW"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch after the step: `images` (N images in `layout`, uint8 or float), `labels`
+        (N class indices, or N x num_classes soft labels from an earlier step) and `u`, the
+        step's `draws` floats of this batch (a pure function of (seed, epoch, batch, the step's
+        place in the list)). Returns (images, labels)."""
+        ...
+
+
+BATCH_STEP_MEMBERS = ("draws", "apply")
+"""The members of `BatchStep` a loader calls; `num_classes` (an int), where a step has it, is
+checked against the dataset's classes, and `to_config()`, where it has it, fingerprints it
+(`ops._augment.describe_steps`)."""
+
+
+def check_batch_step(step: Any) -> None:
+    """Refuse an object that is not a `BatchStep`: one lacking a member, or whose `draws` is not
+    an int in [0, 2**16].
+
+    Raises:
+        TypeError: naming what is missing or malformed.
+    """
+    missing = [name for name in BATCH_STEP_MEMBERS if not hasattr(step, name) or (name == "apply" and not callable(step.apply))]
+    if missing:
+        raise TypeError(
+            f"batch_augment takes batch steps of shardfmt.ops (MixUp, CutMix, RandomChoice) or objects with draws and "
+            f"apply(images, labels, u, *, layout), got {step!r}, which lacks {' and '.join(missing)}"
+        )
+    draws = step.draws
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not 0 <= draws <= MAX_DRAWS:
+        raise TypeError(f"batch step {step!r}: draws must be an int in [0, {MAX_DRAWS}], got {draws!r}")
+
+
+MAX_DRAWS = 2**16
+"""The most uniform draws one batch step may take a batch."""
 
 
 def step_classes(steps: Sequence[BatchStep]) -> list[int]:
-    """The `num_classes` of every MixUp and CutMix in `steps`, those inside a RandomChoice too."""
+    """The `num_classes` of every step of `steps` that has one, those inside a RandomChoice too."""
     found: list[int] = []
     for step in steps:
         if isinstance(step, RandomChoice):
             found += step_classes(step.steps)
-        else:
-            found.append(cast(int, step.num_classes))  # __post_init__ refused None
+        elif isinstance(getattr(step, "num_classes", None), int):
+            found.append(cast(Any, step).num_classes)
     return found
 
 

@@ -10,9 +10,11 @@ exactly (an integer crop of a fractional box costs about 6 dB of PSNR).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -27,6 +29,7 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "center_offsets",
+    "check_pipeline",
     "dct_scale",
     "field_resize",
     "pipeline_from_config",
@@ -121,6 +124,10 @@ class RandomResizedCrop:
         )
         return snap_to_scale(plan, heights, widths, self.size)
 
+    def with_size(self, size: tuple[int, int]) -> RandomResizedCrop:
+        """The same crop rule, to `size`."""
+        return dataclasses.replace(self, size=size)
+
     def to_config(self) -> dict[str, Any]:
         return {
             "op": self.op,
@@ -176,6 +183,12 @@ class CenterCrop:
         top, left = center_offsets(new_h, new_w, out)
         return new_h, new_w, top, left
 
+    def with_size(self, size: tuple[int, int]) -> CenterCrop:
+        """The same crop to `size`, its `resize` scaled with it (at least the larger side), so
+        that the crop keeps its share of the image."""
+        resize = max(max(size), round(self.resize * max(size) / max(self.size)))
+        return dataclasses.replace(self, size=size, resize=resize)
+
     def to_config(self) -> dict[str, Any]:
         return {"op": self.op, "size": list(self.size), "resize": self.resize}
 
@@ -217,6 +230,10 @@ class Resize:
         plan = CropPlan(zeros, zeros, heights.astype(np.int64), widths.astype(np.int64), np.zeros(len(heights), bool))
         return snap_to_scale(plan, heights.astype(np.int64), widths.astype(np.int64), self.size)
 
+    def with_size(self, size: tuple[int, int]) -> Resize:
+        """The whole image, resized to `size`."""
+        return dataclasses.replace(self, size=size)
+
     def to_config(self) -> dict[str, Any]:
         return {"op": self.op, "size": list(self.size)}
 
@@ -248,11 +265,73 @@ class RandomCrop:
         left = np.floor(u[:, 1] * (widths - width + 1)).astype(np.int64)
         return CropPlan(top, left, height, width, u[:, 2] < self.flip)
 
+    def with_size(self, size: tuple[int, int]) -> RandomCrop:
+        """Boxes of `size`, placed by the same rule."""
+        return dataclasses.replace(self, size=size)
+
     def to_config(self) -> dict[str, Any]:
         return {"op": self.op, "size": list(self.size), "flip": self.flip}
 
 
-Pipeline = Union[RandomResizedCrop, RandomCrop, CenterCrop, Resize]
+class Pipeline(Protocol):
+    """What ``Loader(pipeline=...)`` and ``Dataset(pipeline=...)`` take: the built-ins
+    (`RandomResizedCrop`, `RandomCrop`, `CenterCrop`, `Resize`) or an object of your own with
+    these members (docs/augmentation.md, "A pipeline of your own"). A loader checks them when it
+    is made (`check_pipeline`) and, where its workers are spawned, that the object pickles.
+    """
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The (height, width) every box is resized to."""
+        ...
+
+    def plan(self, heights: np.ndarray, widths: np.ndarray, keys: np.ndarray) -> CropPlan:
+        """The boxes of records of `heights` x `widths` (int64 arrays of one length) and their
+        flips, drawn from `keys` (uint64, one per record, a pure function of (seed, epoch,
+        record): `sampling.keys.uniforms` turns them into uniform floats). A box lies inside
+        its image and is at least one pixel; one at least 2, 4 or 8 times `size` is decoded
+        at that reduced DCT scale, its edges rounded outward to the scale."""
+        ...
+
+    def to_config(self) -> dict[str, Any]:
+        """The pipeline's parameters as a JSON object: a loader's state records them (but
+        ``"size"``) and a resume refuses a pipeline whose parameters differ."""
+        ...
+
+    def with_size(self, size: tuple[int, int]) -> Pipeline:
+        """The same pipeline cropping to `size` (``Loader.set_size``)."""
+        ...
+
+
+PIPELINE_MEMBERS = ("size", "plan", "to_config", "with_size")
+"""The members of `Pipeline` a loader calls."""
+
+
+def check_pipeline(pipeline: Any) -> None:
+    """Refuse an object that is not a `Pipeline`: one lacking a member, a `size` that is not a
+    pair of positive ints, or a `to_config` that is not a JSON object.
+
+    Raises:
+        TypeError: naming what is missing or malformed.
+    """
+    missing = [
+        name for name in PIPELINE_MEMBERS if not hasattr(pipeline, name) or (name != "size" and not callable(getattr(pipeline, name)))
+    ]
+    if missing:
+        raise TypeError(
+            f"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, "
+            f"Resize) or an object with size, plan(), to_config() and with_size(), got {pipeline!r}, which lacks {' and '.join(missing)}"
+        )
+    size = pipeline.size
+    if not (isinstance(size, tuple) and len(size) == 2 and all(isinstance(v, int) and 0 < v <= 65535 for v in size)):
+        raise TypeError(f"pipeline {pipeline!r}: size must be a (height, width) tuple of ints in [1, 65535], got {size!r}")
+    config = pipeline.to_config()
+    try:
+        if not isinstance(config, dict):
+            raise TypeError(f"it is a {type(config).__name__}")
+        json.dumps(config, sort_keys=True)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"pipeline {pipeline!r}: to_config() must return a JSON object (a loader's state records it): {err}") from err
 
 
 DCT_SCALES = (8, 4, 2)

@@ -96,7 +96,12 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         ({"fields": {"image": "big"}}, ValueError, r"fields\['image'\] must be an ImageOutput, a size or None, got 'big'$"),
         ({"batch_augment": MixUp(num_classes=3)}, TypeError, STEPS + r"got MixUp\(alpha=1.0, num_classes=3\)$"),
         ({"batch_augment": "mixup"}, TypeError, STEPS + "got 'mixup'$"),
-        ({"batch_augment": [5]}, TypeError, r"batch_augment takes batch steps of shardfmt.ops \(MixUp, CutMix, RandomChoice\), got 5$"),
+        (
+            {"batch_augment": [5]},
+            TypeError,
+            r"batch_augment takes batch steps of shardfmt.ops \(MixUp, CutMix, RandomChoice\) or objects with draws and "
+            r"apply\(images, labels, u, \*, layout\), got 5, which lacks draws and apply$",
+        ),
         ({"subset": range(10**12)}, ValueError, SUBSET + "1000000000000$"),
         ({"subset": range(10**20)}, ValueError, SUBSET + "more than sys.maxsize$"),
         ({"subset": [0] * 25}, ValueError, SUBSET + "25$"),

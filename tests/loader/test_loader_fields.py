@@ -308,8 +308,35 @@ def test_cuda_delivery_of_every_field(pairs: Path) -> None:
             for name, tensor in want.items():
                 assert batch[name].device.type == "cuda" and batch[name].shape == tensor.shape
                 assert torch.equal(batch[name].cpu(), tensor)
-    with pytest.raises(ValueError, match="with fields=..., normalise the fields yourself"):
+    with pytest.raises(ValueError, match=r"mean/std apply to one 3-channel image, but the loader delivers 3 image fields \(lr: 3"):
         Loader(pairs, **settings, device="cuda", mean=(0.0,) * 3, std=(1.0,) * 3)
+    normalised = dict(settings, fields=["lr", "box", "label"], mean=MEAN, std=STD)
+    with Loader(pairs, **normalised) as cpu:
+        expected = first_batches(cpu, 3)
+    with Loader(pairs, **normalised, device="cuda") as gpu:
+        for batch, want in zip(gpu, expected, strict=True):
+            assert batch["lr"].device.type == "cuda" and batch["lr"].dtype == torch.float32
+            torch.testing.assert_close(batch["lr"].cpu(), want["lr"])
+            assert torch.equal(batch["box"].cpu(), want["box"]) and torch.equal(batch["label"].cpu(), want["label"])
+
+
+MEAN, STD = (120.0, 110.0, 100.0), (60.0, 55.0, 50.0)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_one_image_of_fields_is_normalised_as_the_images_of_the_tuple_form(pairs: Path, num_workers: int) -> None:
+    settings: dict[str, Any] = dict(batch_size=8, num_workers=num_workers, pipeline=RandomCrop(12), shuffle=False, layout="NHWC")
+    with Loader(pairs, **settings, fields=["lr", "box", "label"]) as plain:
+        expected = first_batches(plain)
+    with Loader(pairs, **settings, fields=["lr", "box", "label"], mean=MEAN, std=STD) as loader:
+        batches = first_batches(loader)
+    for batch, want in zip(batches, expected, strict=True):
+        assert batch["lr"].dtype == torch.float32
+        torch.testing.assert_close(batch["lr"], (want["lr"].float() - torch.tensor(MEAN)) / torch.tensor(STD))
+        assert torch.equal(batch["box"], want["box"]) and torch.equal(batch["label"], want["label"])
+    two_images = r"mean/std apply to one 3-channel image, but the loader delivers 2 image fields \(lr: 3 channels, mask: 1"
+    with pytest.raises(ValueError, match=two_images):
+        Loader(pairs, **settings, fields={"lr": None, "mask": ImageOutput(48, 1, "nearest")}, mean=MEAN, std=STD)
 
 
 def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
