@@ -39,23 +39,16 @@ from ..images import IMAGE_KINDS
 from .folders import scan_folders
 from .imagefolder import scan_imagefolder
 from .listing import LISTING_SUFFIXES, columns_of, scan_listing, scan_table
-from .parquet import (
-    ParquetColumns,
-    has_pattern,
-    local_parquet,
-    names_parquet,
-    saved_dataset_files,
-    scan_parquet,
-    store_parquet_names,
-)
+from .parquet import ParquetColumns, scan_parquet
 from .results import (
     VALUE_KINDS,
-    FieldColumn,
     FieldInput,
     FieldScan,
+    RecordField,
     SourceScan,
     is_field_name,
 )
+from .tablefiles import has_pattern, local_parquet, names_parquet, saved_dataset_files, store_parquet_names
 from .tars import TARS_BY_URL, local_tars, names_tars, scan_tars, tars_in_folder
 from .trees import LocalTree, StoreTree, Tree
 
@@ -229,7 +222,7 @@ def scan_fields(
     # an ImageFolder or path,label listing: never Parquet here
     scan = cast(SourceScan, scan_source(names[0], remote=remote, image_root=image_root))
     inputs = tuple(FieldInput((item,), (item.label,), item.key) for item in scan.inputs)
-    columns = (FieldColumn("image", kind), FieldColumn("label", "label"))
+    columns = (RecordField("image", kind), RecordField("label", "label"))
     return FieldScan(scan.root, scan.kind, columns, scan.classes, inputs, scan.rejects)
 
 
