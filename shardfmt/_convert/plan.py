@@ -251,8 +251,8 @@ def field_schema(fields: Sequence[RecordField]) -> Schema:
 def from_field_scan(
     scan: FieldScan, *, source: str | tuple[str, ...], root: str, schema: Schema, options: Mapping[str, Any]
 ) -> ConversionPlan:
-    """The plan of a multi-field conversion (`convert_fields`) of `scan`; a record's label (for
-    the manifest's statistics) is its first label column, or 0."""
+    """The plan of a scan of several fields (`sources.scan_fields`, or a table with further
+    columns); a record's label (for the manifest's statistics) is its first label field, or 0."""
     value_fields = [item for item in scan.fields if not item.is_image]
     labels = [n for n, item in enumerate(value_fields) if item.kind == "label"]
     records = []
