@@ -25,7 +25,6 @@ __all__ = ["FIELD_TYPES", "PLAN_VERSION", "ConversionPlan", "InputFile", "Planne
            "plan_shards"]
 
 PLAN_VERSION: Final = 3
-RECORD_KINDS: Final = ("image-label", "fields")
 
 
 @dataclass(frozen=True)
@@ -334,7 +333,3 @@ def _python_value(value: Any) -> Any:
         return base64.b64decode(value["bytes"])
     return value["json"]
 
-
-def check_record_kind(kind: str) -> None:
-    if kind not in RECORD_KINDS:
-        raise ValueError(f"record kind must be one of {', '.join(RECORD_KINDS)}, got {kind!r}")
