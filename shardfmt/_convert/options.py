@@ -94,6 +94,11 @@ class ConvertOptions:
             check_int("max_side", self.max_side, 1, 2**31 - 1, note=" or None")
         check_int("quality", self.quality, 1, 100)
         _check_workers(self.workers)
+        for name in ("resume", "overwrite", "strict", "progress", "allow_empty", "break_lock"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.remote is not None and not isinstance(self.remote, RemoteOptions):
+            raise TypeError(f"remote must be a RemoteOptions or None, got {type(self.remote).__name__}")
         if self.resume and self.overwrite:
             raise ConvertError("resume=True and overwrite=True exclude each other: resume keeps finished shards, overwrite removes them")
 

@@ -51,6 +51,8 @@ def test_records_of_several_fields_take_the_same_entry(tmp_path: Path) -> None:
         ({"engine": "spark"}, ValueError, "engine must be one of local, ray, got 'spark'"),
         ({"workers": 0}, ValueError, r"workers must be an int in \[1, "),
         ({"resume": True, "overwrite": True}, ConvertError, "exclude each other"),
+        ({"strict": "yes"}, TypeError, "strict must be True or False, got 'yes'"),
+        ({"remote": {"key": "x"}}, TypeError, "remote must be a RemoteOptions or None, got dict"),
     ],
 )
 def test_the_shared_options_are_checked_by_keyword_when_made(options: dict[str, object], error: type[Exception],
