@@ -12,7 +12,8 @@ from typing import Any
 
 import simplejpeg
 
-from ._convert.run import ConvertResult, convert
+from ._convert.api import convert
+from ._convert.loop import ConvertResult
 from ._dataset.reader import open_dataset
 from ._errors import ConvertError
 from ._synthetic import make_imagefolder
@@ -80,7 +81,7 @@ def run_demo(
     (source / _MARKER).touch()
     generated = time.perf_counter() - start
 
-    converted = convert(source, output, workers=workers, overwrite=True, shard_size=16 << 20)
+    converted = convert(source, output, workers=workers, overwrite=True, shard_size=16 << 20).result
 
     start = time.perf_counter()
     read = 0

@@ -13,13 +13,13 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
+from converting import convert
 
 import shardfmt
 import shardfmt._cli
 import shardfmt._dataset.verify
 from shardfmt import ConvertError, open_dataset
 from shardfmt._cli import CLOSED_PIPE_STATUS, ByteSize, main
-from shardfmt._convert.run import convert
 from shardfmt.format import ShardReader
 
 REPO = Path(__file__).resolve().parents[1]

@@ -246,7 +246,7 @@ class _Sink:
             path = self.output.file_path(self.name)
             self.writer = TarShardWriter(path, labelled=self.labelled) if self.tar else ShardWriter(path, schema=self.plan.schema)
         if key is not None:  # a tar output's record: one without a key returned above, as a reject
-            members = {name: encode_member(kind, fields[name], f"field {name!r}") for name, kind in self.plan.columns}
+            members = {name: encode_member(kind, fields[name], f"field {name!r}") for name, kind in self.plan.fields}
             self.writer.write(key, image=fields["image"], label=fields.get("label"), members=members)
             self.keys.add(key)
         else:

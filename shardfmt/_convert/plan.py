@@ -19,13 +19,12 @@ from typing import Any, Final
 from .._errors import ConvertError
 from ..format._layout import MAX_RECORDS_PER_SHARD
 from ..format._schema import IMAGE_CLASSIFICATION, Field, Schema, tar_schema
-from .sources.results import FieldColumn, FieldScan, ScanReject, SourceScan, display_path
+from .sources.results import FieldScan, RecordField, ScanReject, SourceScan, display_path
 
 __all__ = ["FIELD_TYPES", "PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "field_schema",
            "plan_shards"]
 
-PLAN_VERSION: Final = 2
-RECORD_KINDS: Final = ("image-label", "fields")
+PLAN_VERSION: Final = 3
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class InputFile:
 @dataclass(frozen=True)
 class PlannedRecord:
     """One record to write: its files (the first is the reference that names it), its label, the
-    values of its other columns, its key, and for a sample of a tar the sample's own key."""
+    values of its value fields, its key, and for a sample of a tar the sample's own key."""
 
     files: tuple[InputFile, ...]
     label: int
@@ -98,14 +97,15 @@ class ConversionPlan:
     """Everything a conversion will do.
 
     Attributes:
-        record_kind: "image-label" (image, label, key) or "fields" (the columns of `schema`).
+        record_kind: "image-label" (image, label, key) or "fields" (the fields of `schema`).
         kind: the source's kind, recorded in the manifest ("imagefolder", "listing", "tars", ...).
         source: how the plan names the source(s): resolved paths or URLs without credentials.
         root: what input paths are relative to: a local folder or a URL.
         shard_format: "binary" or "tar".
         schema: the records' fields.
         options: the conversion options, recorded in the manifest under ``converter.options``.
-        columns: for "fields": (name, kind) of each column, image columns first.
+        fields: (name, kind) of the fields read beyond image, label and key: for "fields" every
+            field, image fields first; for "image-label" the members of tars kept as fields.
         classes: class names in label order, or None.
         records: the records, in output order.
         scan_rejects: inputs refused while scanning.
@@ -120,7 +120,7 @@ class ConversionPlan:
     shard_format: str
     schema: Schema
     options: Mapping[str, Any]
-    columns: tuple[tuple[str, str], ...]
+    fields: tuple[tuple[str, str], ...]
     classes: tuple[str, ...] | None
     records: tuple[PlannedRecord, ...]
     scan_rejects: tuple[ScanReject, ...]
@@ -142,7 +142,7 @@ class ConversionPlan:
             "shard_format": self.shard_format,
             "schema": self.schema.to_json(),
             "options": dict(self.options),
-            "columns": [list(c) for c in self.columns],
+            "fields": [list(f) for f in self.fields],
             "classes": list(self.classes) if self.classes is not None else None,
             "records": [record.to_json() for record in self.records],
             "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in self.scan_rejects],
@@ -171,7 +171,7 @@ class ConversionPlan:
             shard_format=value["shard_format"],
             schema=Schema.from_json(value["schema"]),
             options=value["options"],
-            columns=tuple((c[0], c[1]) for c in value["columns"]),
+            fields=tuple((f[0], f[1]) for f in value["fields"]),
             classes=tuple(value["classes"]) if value["classes"] is not None else None,
             records=tuple(PlannedRecord.from_json(r) for r in value["records"]),
             scan_rejects=tuple(ScanReject(*r) for r in value["scan_rejects"]),
@@ -228,7 +228,7 @@ def from_scan(
         shard_format=shard_format,
         schema=schema,
         options=dict(options),
-        columns=scan.members,
+        fields=scan.members,
         classes=tuple(scan.classes) if scan.classes is not None else None,
         records=tuple(records),
         scan_rejects=tuple(ScanReject(r.position, r.path, r.reason, r.detail, r.key) for r in scan.rejects),
@@ -242,18 +242,18 @@ FIELD_TYPES: Final = {"jpeg": "jpeg", "int64": "int64", "label": "int64", "float
 """Format type of each column kind of a multi-field conversion; the other image kinds are "raw"."""
 
 
-def field_schema(columns: Sequence[FieldColumn]) -> Schema:
-    """The schema of records of `columns`: one field per column in its format type, then the key."""
-    return Schema(tuple(Field(c.name, FIELD_TYPES.get(c.kind, "raw")) for c in columns) + (Field("key", "str"),))
+def field_schema(fields: Sequence[RecordField]) -> Schema:
+    """The schema of records of `fields`: each in its format type, then the key."""
+    return Schema(tuple(Field(f.name, FIELD_TYPES.get(f.kind, "raw")) for f in fields) + (Field("key", "str"),))
 
 
 def from_field_scan(
     scan: FieldScan, *, source: str | tuple[str, ...], root: str, schema: Schema, options: Mapping[str, Any]
 ) -> ConversionPlan:
-    """The plan of a multi-field conversion (`convert_fields`) of `scan`; a record's label (for
-    the manifest's statistics) is its first label column, or 0."""
-    value_columns = [column for column in scan.columns if not column.is_image]
-    labels = [n for n, column in enumerate(value_columns) if column.kind == "label"]
+    """The plan of a scan of several fields (`sources.scan_fields`, or a table with further
+    columns); a record's label (for the manifest's statistics) is its first label field, or 0."""
+    value_fields = [item for item in scan.fields if not item.is_image]
+    labels = [n for n, item in enumerate(value_fields) if item.kind == "label"]
     records = []
     for item in scan.inputs:
         files = tuple(InputFile(f.path, f.size, f.mtime_ns, f.offset, f.row_group, f.file_size) for f in item.files)
@@ -267,7 +267,7 @@ def from_field_scan(
         shard_format="binary",
         schema=schema,
         options=dict(options),
-        columns=tuple((c.name, c.kind) for c in scan.columns),
+        fields=tuple((f.name, f.kind) for f in scan.fields),
         classes=tuple(scan.classes) if scan.classes is not None else None,
         records=tuple(records),
         scan_rejects=tuple(ScanReject(r.position, r.path, r.reason, r.detail, r.key) for r in scan.rejects),
@@ -286,7 +286,7 @@ def compare_plans(stored: Any, plan: ConversionPlan, *, where: str | os.PathLike
         return
     if not isinstance(stored, dict):
         stored = {}
-    for key in ("version", "record_kind", "source", "kind", "shard_format", "options", "classes", "schema", "columns"):
+    for key in ("version", "record_kind", "source", "kind", "shard_format", "options", "classes", "schema", "fields"):
         if stored.get(key) != now[key]:
             change = f"{key} changed from {_short(stored.get(key))} to {_short(now[key])}"
             break
@@ -333,7 +333,3 @@ def _python_value(value: Any) -> Any:
         return base64.b64decode(value["bytes"])
     return value["json"]
 
-
-def check_record_kind(kind: str) -> None:
-    if kind not in RECORD_KINDS:
-        raise ValueError(f"record kind must be one of {', '.join(RECORD_KINDS)}, got {kind!r}")

@@ -5,7 +5,7 @@ local file with one `os.read`, the image member of a sample of a tar with one `o
 object of a store with one GET, a row of a Parquet file with the rest of its row group), checks
 and normalises the images, and returns the record's fields, or the reason it is rejected. A
 record builder per record kind does the middle part: `ImageLabelBuilder` for (image, label, key)
-records, `FieldsBuilder` for records of several columns. Builders are small frozen values, so they
+records, `FieldsBuilder` for records of several fields. Builders are small frozen values, so they
 reach worker processes and Ray tasks as they are; the result depends only on the record and the
 options, never on the process.
 
@@ -38,8 +38,8 @@ from .images import (
 from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.confine import MAX_INPUT_SIZE, open_regular, read_regular, resolve_inside
 from .sources.listing import LISTING_KINDS
-from .sources.parquet import RowGroupReader
 from .sources.results import describe_os_error, display_path, is_transient_os_error
+from .sources.rowgroups import RowGroupReader
 
 __all__ = [
     "MAX_INPUT_SIZE",
@@ -101,7 +101,7 @@ class Placed:
 class InputReader:
     """Reads planned files relative to `root`: a local folder, or a URL (a store). A row of a
     Parquet file (an `InputFile` with a row group) is the value of `image_column` in that row,
-    read with the rest of its row group (`sources.parquet.RowGroupReader`). Local files are
+    read with the rest of its row group (`sources.rowgroups.RowGroupReader`). Local files are
     read as `sources.confine` says: regular files only, within `MAX_INPUT_SIZE`, and with
     `confined` (a listing's files) only inside `root` once symbolic links are resolved."""
 
@@ -242,13 +242,13 @@ def member_value(data: bytes, kind: str, name: str) -> Any:
 
 @dataclass(frozen=True)
 class FieldsBuilder:
-    """Records of several columns: each image read, its size checked against the first image's
+    """Records of several fields: each image read, its size checked against the first image's
     times its stated scale (a mismatch is a "size-mismatch" reject, read from the headers
     before decoding), reshaped by one geometry and stored in its kind; values as planned. A key
     that breaks the key rule (`tar.keys.key_problem`) is a "bad-key" reject before any read."""
 
     reader: InputReader
-    columns: tuple[tuple[str, str], ...]
+    fields: tuple[tuple[str, str], ...]
     scales: tuple[int | None, ...]
     max_side: int | None
     patch: int | None
@@ -256,7 +256,7 @@ class FieldsBuilder:
 
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
         _check_key(record.key)
-        images = [(name, kind) for name, kind in self.columns if kind in IMAGE_KINDS]
+        images = [(name, kind) for name, kind in self.fields if kind in IMAGE_KINDS]
         datas, sizes = [], []
         for n, (file, (name, _)) in enumerate(zip(record.files, images, strict=True)):
             try:
@@ -286,8 +286,8 @@ class FieldsBuilder:
             fields[name] = stored.value
             if kind == "jpeg":
                 reasons.append(stored.reencoded)
-        value_columns = [name for name, kind in self.columns if kind not in IMAGE_KINDS]
-        fields.update(zip(value_columns, record.values, strict=True))
+        value_fields = [name for name, kind in self.fields if kind not in IMAGE_KINDS]
+        fields.update(zip(value_fields, record.values, strict=True))
         fields["key"] = record.key
         return fields, tuple(reasons)
 
@@ -309,9 +309,9 @@ def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builde
     options = plan.options
     if plan.record_kind == "image-label":
         return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar",
-                                 labelled="label" in plan.schema.names, members=plan.columns)
+                                 labelled="label" in plan.schema.names, members=plan.fields)
     return FieldsBuilder(
-        reader, plan.columns, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"]
+        reader, plan.fields, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"]
     )
 
 

@@ -72,7 +72,7 @@ cause may pass (a read that timed out) is read again on resume.
 Object storage and Ray. A source or output given by URL (``s3://bucket/prefix``) goes through
 the same plan, pipeline and bytes (`destination.Output` writes into any `Store`); ``engine="ray"``
 builds the chunks as Ray tasks instead of in the local process pool (`engine`). Both work for
-binary and tar shards and for `fields.convert_fields`; what is not supported is refused with a
+binary and tar shards and for records of every kind of fields; what is not supported is refused with a
 `ConvertError` naming the combination: WebDataset tars given by URL as a source (they are read
 in place with ``pread``).
 """
@@ -83,163 +83,124 @@ import errno
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._errors import ConvertError
-from .._storage import RemoteOptions
 from .._storage.urls import is_url
-from ..format._layout import MAX_SHARD_SIZE
-from ..format._writer import DEFAULT_SHARD_SIZE
 from .destination import Output
-from .engine import ENGINES
-from .images import DEFAULT_QUALITY
 from .loop import ConvertResult, already_finished, disk_full_error, run_conversion
-from .plan import field_schema, from_field_scan, from_scan
+from .options import ConvertOptions, RecordRequest
+from .plan import ConversionPlan, field_schema, from_field_scan, from_scan
 from .records import builder_for
-from .sources import ParquetColumns, scan_source, source_name, source_texts
+from .route import Route, choose_route, scan_route
+from .sources import ParquetColumns, parquet_folders, source_name
 from .sources.results import FieldScan, SourceScan
 
-__all__ = ["ConvertResult", "check_not_all_rejected", "check_not_inside", "check_options", "convert", "nothing_found", "resolve_workers"]
+__all__ = ["ConvertResult", "check_not_all_rejected", "check_not_inside", "convert", "nothing_found"]
 
 
-def convert(
-    src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    out: str | os.PathLike[str],
-    *,
-    shard_size: int = DEFAULT_SHARD_SIZE,
-    max_side: int | None = None,
-    quality: int = DEFAULT_QUALITY,
-    workers: int | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    strict: bool = False,
-    progress: bool = False,
-    shard_format: str = "binary",
-    engine: str = "local",
-    remote: RemoteOptions | None = None,
-    allow_empty: bool = False,
-    break_lock: bool = False,
-    columns: ParquetColumns | None = None,
-    members: Mapping[str, str] | None = None,
-    image_root: str | os.PathLike[str] | None = None,
-) -> ConvertResult:
-    """Convert an ImageFolder tree or a listing into a dataset (see the module docstring).
+def convert(sources: Sequence[str], out: str, *, request: RecordRequest, options: ConvertOptions) -> ConvertResult:
+    """Convert `sources` into a dataset in `out` (see the module docstring): the one entry of
+    every conversion, behind `shardfmt.convert` and ``shardfmt convert``.
 
     Args:
-        src: an ImageFolder directory; a ``.csv`` / ``.jsonl`` listing; WebDataset tars, read where
-            they are, nothing extracted (a ``.tar`` file, a brace pattern of them, or a folder of
-            ``.tar`` files and no sub-folders); or Parquet files (a ``.parquet`` file, a glob pattern
-            of them such as ``data/train-*.parquet``, or a list of those). Any of these but tars
-            may be a URL (``s3://bucket/train``, ``gs://.../listing.csv``): tars must be local.
-        out: the output folder; created if missing. It must be empty unless `resume` or
-            `overwrite` is given, and must not lie inside an ImageFolder source. A URL
-            (``s3://bucket/prefix``) writes straight to object storage, binary or tar shards.
-        shard_size: target bytes of input per shard (default 256 MiB); max_side: shrink images
-            whose longer side exceeds this, None keeps every size; quality: of re-encoded JPEGs, 1 to 100.
-        workers: processes building records in parallel (None: every CPU; 1: this process); the output does not depend on it.
-        resume: finish an interrupted conversion into `out` with the same inputs and options.
-        overwrite: first remove shardfmt's files from `out` (nothing else there is touched).
-        strict: raise `ConvertError` naming the first reject, after writing everything;
-            progress: show a progress bar with images/s and ETA on stderr.
-        shard_format: "binary" shards, or "tar": WebDataset tars with a member index each
-            (spec/tar.md), same manifest otherwise.
-        engine: "local" (default): a process pool on this machine; "ray": Ray tasks on the
-            running Ray cluster (or a local Ray instance). The bytes written are the same.
-        remote: credentials and retries for a `src` or `out` given by URL.
-        allow_empty: write an empty dataset when the source holds no input, or when every input
-            was rejected, rather than raising (a wrong path would otherwise silently give nothing).
-        break_lock: first remove the lock object a crashed run left in an output given by URL
-            (a local lock dies with its process and never needs this).
-        columns: for Parquet files, the image, label and key columns (default: ``image``,
-            ``label`` if present, keys from file name and row number); recorded in the manifest.
-        members: for WebDataset tars, the kind ("str", "json" or "bytes") of member fields by
-            name (default: txt text, json JSON, anything else bytes).
-        image_root: for a listing, the folder its paths are resolved against and confined to.
+        sources: paths or URLs (``~`` already expanded): one source, or several that make one
+            (tars, Parquet files, parallel folders).
+        out: the output folder or URL; created if missing. It must be empty unless resuming or
+            overwriting, and must not lie inside a local source folder.
+        request: what records the sources should give.
+        options: how the conversion runs and writes.
 
     Returns:
         A `ConvertResult`.
 
     Raises:
-        ValueError: an option is out of range.
+        ConvertError: the sources are unusable, do not fit the request, or hold no input
+            (without ``allow_empty``); `out` is not empty (neither resume nor overwrite given);
+            the inputs or options changed since an interrupted run; ``strict`` and an input was
+            rejected; or the output's device is full (resume once there is space).
         LockedError: another run is converting into `out`.
-        ConvertError: the source is unusable or holds no input (without `allow_empty`), `out`
-            is not empty (and neither `resume` nor `overwrite` was given), the inputs or
-            options changed since the interrupted run, `strict` is set and an input was
-            rejected, or the output's device is full (resume once there is space).
         WorkerError: a failure other than a bad input, naming the shard and the input; or a dead worker.
         RemoteError: a store stopped answering (`destination.stopped_by`): resumable, nothing rejected.
         OSError: the output cannot be written.
     """
     started = time.perf_counter()
-    sources = _checked_sources(src, out, shard_format=shard_format, shard_size=shard_size, max_side=max_side, quality=quality,
-                               workers=workers, resume=resume, overwrite=overwrite, engine=engine)
-    with Output.open(os.fspath(out), remote=remote, resume=resume, overwrite=overwrite, break_lock=break_lock) as output, \
-            output.scratch_folder("tars") as work:
+    if request.patch is not None and options.max_side is not None:
+        raise ConvertError("patch= and max_side= exclude each other: a patch has a fixed size")
+    route = choose_route(parquet_folders(list(sources)), request, shard_format=options.shard_format, remote=options.remote)
+    check_not_inside(list(route.texts), out)
+    with Output.open(out, remote=options.remote, resume=options.resume, overwrite=options.overwrite,
+                     break_lock=options.break_lock) as output, output.scratch_folder("tars") as work:
         if output.finished is not None:
             return already_finished(output, started=started)
-        result = _convert_into(output, work, sources, options={"max_side": max_side, "quality": quality, "shard_size": shard_size},
-                               shard_format=shard_format, columns=columns, members=members, image_root=image_root, workers=workers,
-                               strict=strict, progress=progress, engine=engine, remote=remote, allow_empty=allow_empty, started=started)
-    check_not_all_rejected(result, allow_empty=allow_empty)
+        plan = _plan(output, work, route, request, options)
+        result = run_conversion(plan, output, builder=builder_for(plan, remote=options.remote), workers=options.num_workers,
+                                engine=options.engine, progress=options.progress, strict=options.strict, started=started)
+    check_not_all_rejected(result, allow_empty=options.allow_empty)
     return result
 
 
-def _checked_sources(src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-                     shard_format: str, shard_size: int, max_side: int | None, quality: int, workers: int | None, resume: bool,
-                     overwrite: bool, engine: str) -> list[str]:
-    """Refuse options out of range or in conflict, and an output inside a source; return the sources as paths or URLs."""
-    check_options(
-        shard_size=shard_size, max_side=max_side, quality=quality, workers=workers, resume=resume, overwrite=overwrite, engine=engine
-    )
-    if shard_format not in ("binary", "tar"):
-        raise ValueError(f"shard_format must be 'binary' or 'tar', got {shard_format!r}")
-    sources = source_texts(src)
-    check_not_inside(sources, os.fspath(out))
-    return sources
-
-
-def _convert_into(output: Output, work: Path, sources: list[str], *, options: dict[str, Any], shard_format: str,
-                  columns: ParquetColumns | None, members: Mapping[str, str] | None, image_root: str | os.PathLike[str] | None,
-                  workers: int | None, strict: bool,
-                  progress: bool, engine: str, remote: RemoteOptions | None, allow_empty: bool, started: float) -> ConvertResult:
-    """Scan the sources, plan the shards and run the conversion into `output`."""
+def _plan(output: Output, work: Path, route: Route, request: RecordRequest, options: ConvertOptions) -> ConversionPlan:
+    """Scan the sources of `route` and plan the shards: the records of the scan, of whatever fields."""
     try:
-        scan = scan_source(sources if len(sources) > 1 else sources[0], remote=remote, columns=columns, members=members, work=work,
-                           image_root=image_root)
+        scan = scan_route(route, request, remote=options.remote, work=work)
     except OSError as err:  # decompressing tars into `work` (in the output's work folder when it is local)
         if err.errno == errno.ENOSPC:
             raise disk_full_error(output, device=f"the work folder {work}", doing=" while decompressing the compressed tars") from err
         raise
+    texts = route.texts
+    if not scan.inputs and not options.allow_empty:
+        reasons = Counter(r.reason for r in scan.rejects)
+        raise ConvertError(nothing_found(scan.kind, len(scan.rejects), reasons), path=texts[0] if len(texts) == 1 else ", ".join(texts))
+    settings: dict[str, Any] = {"max_side": options.max_side, "quality": options.quality, "shard_size": options.shard_size}
+    columns = route.columns or ParquetColumns()
+    if route.reader == "table":
+        settings.update(columns.to_options())
+    remote = options.remote
+    named = tuple(source_name(text, remote=remote) for text in texts)
     root = os.fspath(scan.root)
-    if not scan.inputs and not allow_empty:
-        raise ConvertError(nothing_found(scan.kind, len(scan.rejects), Counter(r.reason for r in scan.rejects)), path=sources[0])
-    if scan.kind == "parquet":
-        options.update((columns or ParquetColumns()).to_options())
-    named = tuple(source_name(item, remote=remote) for item in sources) if len(sources) > 1 else source_name(sources[0], remote=remote)
-    if isinstance(scan, FieldScan):  # rows with further columns: records of several fields
-        if shard_format == "tar":
-            kept = ", ".join(c.name for c in scan.columns if c.name not in ("image", "label"))
-            raise ConvertError(f"--format tar writes an image, its label and key, and the members of tars; this source has further "
-                               f"columns ({kept}): convert to binary shards, or leave them out with --drop-column", path=sources[0])
-        options.update(fields=[[c.name, c.kind] for c in scan.columns], scale=[1], patch=None)
-        plan = from_field_scan(scan, source=named, root=root, schema=field_schema(scan.columns), options=options)
+    if isinstance(scan, SourceScan):
+        plan = from_scan(scan, source=named if len(named) > 1 else named[0], root=root, options=settings,
+                         shard_format=options.shard_format)
     else:
-        plan = from_scan(scan, source=named, root=root, options=options, shard_format=shard_format)
-    if scan.kind == "parquet":
-        plan = replace(plan, stats={**plan.stats, **_column_stats(scan, columns or ParquetColumns())})
-    return run_conversion(
-        plan, output, builder=builder_for(plan, remote=remote), workers=resolve_workers(workers), engine=engine,
-        progress=progress, strict=strict, started=started,
-    )
+        if options.shard_format == "tar":  # a table with further columns: the fields route refused tar shards before
+            kept = ", ".join(c.name for c in scan.fields if c.name not in ("image", "label"))
+            raise ConvertError(f"--format tar writes an image, its label and key, and the members of tars; this source has further "
+                               f"columns ({kept}): convert to binary shards, or leave them out with --drop-column", path=texts[0])
+        scales = _scales(request.scale, sum(column.is_image for column in scan.fields))
+        if None in scales and (request.patch is not None or options.max_side is not None):
+            raise ConvertError("--patch and --max-side reshape every image of a record alike, so they need a stated --scale")
+        settings = {**settings, "fields": [[c.name, c.kind] for c in scan.fields], "scale": list(scales), "patch": request.patch}
+        plan = from_field_scan(scan, source=named if route.reader == "fields" or len(named) > 1 else named[0], root=root,
+                               schema=field_schema(scan.fields), options=settings)
+    if route.reader == "table":
+        plan = replace(plan, stats={**plan.stats, **_column_stats(scan, columns)})
+    return plan
+
+
+def _scales(scale: int | Sequence[int] | None, images: int) -> tuple[int | None, ...]:
+    """The scale of each image field, the first 1 (None: unchecked) from the request's `scale`.
+
+    Raises:
+        ConvertError: not one scale or one per image field after the first, or one below 1.
+    """
+    if scale is None:
+        return (1,) + (None,) * (images - 1)
+    values = [scale] * (images - 1) if isinstance(scale, int) else list(scale)
+    if len(values) != images - 1:
+        raise ConvertError(f"{len(values)} scales for {images - 1} image fields after the first; give one, or one per field")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        raise ConvertError(f"scales must be whole numbers of at least 1, got {values}")
+    return (1, *values)
 
 
 def _column_stats(scan: SourceScan | FieldScan, columns: ParquetColumns) -> dict[str, Any]:
-    """What the manifest's ``stats`` say of a Parquet source's further columns: those kept as
+    """What the manifest's ``stats`` say of a table source's further columns: those kept as
     fields and those dropped (nothing when it has none)."""
-    kept = [c.name for c in scan.columns if c.name not in ("image", "label")] if isinstance(scan, FieldScan) else []
+    kept = [c.name for c in scan.fields if c.name not in ("image", "label")] if isinstance(scan, FieldScan) else []
     if not kept and not columns.drop:
         return {}
     return {"columns_kept": kept, "columns_dropped": list(columns.drop)}
@@ -284,24 +245,6 @@ def nothing_found(kind: str, num_rejects: int, reasons: Counter[str]) -> str:
     return f"no image found: looked for {looked}{aside}; check the path, or pass allow_empty=True to write an empty dataset"
 
 
-def check_options(
-    *, shard_size: int, max_side: int | None, quality: int, workers: int | None, resume: bool, overwrite: bool, engine: str = "local"
-) -> None:
-    """Raise ValueError (or ConvertError) for options out of range or in conflict."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if not 1 <= shard_size <= MAX_SHARD_SIZE:
-        raise ValueError(f"shard_size {shard_size} is outside [1, {MAX_SHARD_SIZE}]")
-    if max_side is not None and max_side < 1:
-        raise ValueError(f"max_side {max_side} must be at least 1")
-    if not 1 <= quality <= 100:
-        raise ValueError(f"quality {quality} is outside [1, 100]")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers {workers} must be at least 1")
-    if resume and overwrite:
-        raise ConvertError("resume=True and overwrite=True exclude each other: resume keeps finished shards, overwrite removes them")
-
-
 def check_not_inside(sources: list[str], out: str) -> None:
     """Refuse a local output that lies inside a local source folder, where it would become a class.
 
@@ -317,7 +260,3 @@ def check_not_inside(sources: list[str], out: str) -> None:
             if target == folder or folder in target.parents:
                 raise ConvertError("the output folder lies inside the source tree, where it would become a class; choose another", path=out)
 
-
-def resolve_workers(workers: int | None) -> int:
-    """The number of worker processes: `workers`, or every CPU."""
-    return workers if workers is not None else os.cpu_count() or 1

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import simplejpeg
 from conftest import jpeg_bytes, tree_bytes
+from converting import convert
 
 from shardfmt import ConvertError, WorkerError, open_dataset
 from shardfmt._convert.plan import plan_shards
-from shardfmt._convert.run import convert
 from shardfmt._synthetic import make_imagefolder
 from shardfmt.format import ImageInfo
 from shardfmt.format._layout import MAX_RECORDS_PER_SHARD
@@ -142,7 +142,7 @@ def test_listing_files_csv_with_class_names_and_jsonl_with_integers(tmp_path: Pa
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("a.csv", "file,label\nx.jpg,1\n", "header must start with 'path,label'"),
+        ("a.csv", "file,label\nx.jpg,1\n", "line 1: the columns are file, label; a listing names its images in a column 'path'"),
         ("b.jsonl", '{"path": "x.jpg", "label": 1}\n{"path": "y.jpg", "label": "cat"}\n', "line 2: labels must be all"),
         ("c.jsonl", '{"path": "", "label": 1}\n', "line 1: path '' must be a non-empty path relative"),
         ("d.csv", "path,label\nx.jpg,1\n,2\n", "line 3: path '' must be a non-empty path relative"),

@@ -1,4 +1,4 @@
-"""convert_fields() and `shardfmt convert` with several fields: parallel folders, multi-column
+"""convert() and `shardfmt convert` with several fields: parallel folders, multi-column
 listings, raw pixel storage, patches; rejects, determinism and resume as for convert()."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
+from converting import convert
 from PIL import Image
 
 from shardfmt import ConvertError, Loader, WorkerError, open_dataset
 from shardfmt._cli import main
 from shardfmt._convert import loop as convert_pipeline
 from shardfmt._convert import records as convert_records
-from shardfmt._convert.fields import convert_fields, needs_fields
+from shardfmt._convert.options import RecordRequest
+from shardfmt._convert.route import choose_route
 from shardfmt._synthetic import make_image
 from shardfmt.ops import ImageOutput, RandomCrop
 
@@ -96,7 +98,7 @@ def test_jpeg_pairs_load_within_30_db(sr_folders: Path, tmp_path: Path) -> None:
     lr crop with a mean PSNR of at least 30 dB and at least 25 dB for every crop (about 36 and
     32 dB here; the same crops mirrored score about 9 dB, so a misplaced box cannot pass)."""
     out = tmp_path / "out"
-    convert_fields([sr_folders / "LR", sr_folders / "HR"], out, scale=SCALE, quality=95, workers=1)
+    convert([sr_folders / "LR", sr_folders / "HR"], out, scale=SCALE, quality=95, workers=1)
     with Loader(
         out, batch_size=4, num_workers=0, pipeline="train", fields={"lr": 16, "hr": 64}, layout="NHWC", seed=8, fast_decode=False
     ) as loader:
@@ -110,7 +112,7 @@ def test_jpeg_pairs_load_within_30_db(sr_folders: Path, tmp_path: Path) -> None:
 
 def test_patches_keep_the_scale_exact(sr_folders: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    convert_fields([sr_folders / "LR", sr_folders / "HR"], out, fields=[("low", "raw"), ("high", "raw")], scale=SCALE, patch=6, workers=1)
+    convert([sr_folders / "LR", sr_folders / "HR"], out, fields=[("low", "raw"), ("high", "raw")], scale=SCALE, patch=6, workers=1)
     with open_dataset(out) as dataset:
         for record in dataset:
             assert record["low"].shape == (6, 6, 3) and record["high"].shape == (24, 24, 3)
@@ -119,12 +121,12 @@ def test_patches_keep_the_scale_exact(sr_folders: Path, tmp_path: Path) -> None:
 def test_ambiguous_keys_and_overlapping_folders(sr_folders: Path, tmp_path: Path) -> None:
     (sr_folders / "HR" / "0001.jpg").write_bytes((sr_folders / "HR" / "0001.png").read_bytes())
     out = tmp_path / "out"
-    convert_fields([sr_folders / "LR", sr_folders / "HR"], out, scale=SCALE, workers=1)
+    convert([sr_folders / "LR", sr_folders / "HR"], out, scale=SCALE, workers=1)
     assert ("LR/0001.png", "ambiguous") in read_rejects(out)
     with pytest.raises(ConvertError, match="overlap"):
-        convert_fields([sr_folders, sr_folders / "HR"], tmp_path / "other")
+        convert([sr_folders, sr_folders / "HR"], tmp_path / "other")
     with pytest.raises(ConvertError, match="2 folders but 1 --field names"):
-        convert_fields([sr_folders / "LR", sr_folders / "HR"], tmp_path / "other2", fields=[("lr", None)])
+        convert([sr_folders / "LR", sr_folders / "HR"], tmp_path / "other2", fields=[("lr", None)])
 
 
 @pytest.fixture
@@ -147,8 +149,8 @@ def segmentation_listing(tmp_path: Path) -> Path:
 
 def test_listing_with_image_mask_label_and_weight(segmentation_listing: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert needs_fields([segmentation_listing])
-    result = convert_fields(segmentation_listing, out, fields={"mask": "mask"}, workers=1)
+    assert reader_of([segmentation_listing]) == "fields"
+    result = convert(segmentation_listing, out, fields={"mask": "mask"}, workers=1)
     assert result.num_records == 5 and read_rejects(out) == [("img/4.jpg", "no-partner")]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [(f["name"], f["type"]) for f in manifest["schema"]["fields"]] == [
@@ -185,7 +187,7 @@ def test_jsonl_listing_and_declared_kinds(tmp_path: Path) -> None:
         rows.append(json.dumps({"gray": f"g{i}.png", "color": f"c{i}.png", "score": i, "note": f"n{i}"}))
     (root / "data.jsonl").write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
-    convert_fields(root / "data.jsonl", out, fields={"gray": "gray", "color": "rgba", "score": "float64", "note": "str"}, workers=1)
+    convert(root / "data.jsonl", out, fields={"gray": "gray", "color": "rgba", "score": "float64", "note": "str"}, workers=1)
     with open_dataset(out) as dataset:
         record = dataset[2]
         assert record["gray"].shape == (12, 16, 1) and record["color"].shape == (12, 16, 4)
@@ -197,7 +199,7 @@ def test_a_colour_mask_is_rejected(tmp_path: Path) -> None:
     root.mkdir()
     Image.fromarray(make_image(8, 8, seed=1)).save(root / "a.png")
     (root / "data.csv").write_text("image,mask\na.png,a.png\n")
-    convert_fields(root / "data.csv", tmp_path / "out", fields={"mask": "mask"}, workers=1, allow_empty=True)  # its one record is rejected
+    convert(root / "data.csv", tmp_path / "out", fields={"mask": "mask"}, workers=1, allow_empty=True)  # its one record is rejected
     (reject,) = map(json.loads, (tmp_path / "out" / "rejects.jsonl").read_text().splitlines())
     assert reject["reason"] == "unsupported" and reject["detail"].startswith("field 'mask' (a.png): a RGB image is not a mask")
 
@@ -224,8 +226,8 @@ def test_output_is_byte_identical_for_any_number_of_workers_and_after_resume(
 ) -> None:
     options: dict[str, Any] = dict(scale=SCALE, store="raw", shard_size=4000)
     one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
-    convert_fields([sr_folders / "LR", sr_folders / "HR"], one, workers=1, **options)
-    convert_fields([sr_folders / "LR", sr_folders / "HR"], two, workers=2, **options)
+    convert([sr_folders / "LR", sr_folders / "HR"], one, workers=1, **options)
+    convert([sr_folders / "LR", sr_folders / "HR"], two, workers=2, **options)
     assert len(json.loads((one / "manifest.json").read_text())["shards"]) > 2
     assert tree_bytes(one) == tree_bytes(two)
 
@@ -238,12 +240,12 @@ def test_output_is_byte_identical_for_any_number_of_workers_and_after_resume(
 
     monkeypatch.setattr(convert_pipeline, "_write_shard", crash_on_shard_2)
     with pytest.raises(KeyboardInterrupt):
-        convert_fields([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, **options)
+        convert([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, **options)
     assert not (resumed / "manifest.json").exists() and (resumed / "shard-00001.shard").exists()
     monkeypatch.undo()
     with pytest.raises(ConvertError, match="options changed"):
-        convert_fields([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, resume=True, **dict(options, store="jpeg"))
-    result = convert_fields([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, resume=True, **options)
+        convert([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, resume=True, **dict(options, store="jpeg"))
+    result = convert([sr_folders / "LR", sr_folders / "HR"], resumed, workers=1, resume=True, **options)
     assert result.reused_shards == 2
     assert tree_bytes(resumed) == tree_bytes(one)
 
@@ -254,7 +256,7 @@ def test_a_failing_task_is_named(sr_folders: Path, tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(convert_records, "store_image", failing)
     with pytest.raises(WorkerError, match="input LR/0000.png: RuntimeError: disk on fire"):
-        convert_fields([sr_folders / "LR", sr_folders / "HR"], tmp_path / "out", scale=SCALE, workers=1)
+        convert([sr_folders / "LR", sr_folders / "HR"], tmp_path / "out", scale=SCALE, workers=1)
 
 
 @pytest.mark.parametrize(
@@ -272,12 +274,18 @@ def test_cli_refuses_what_does_not_fit(sr_folders: Path, tmp_path: Path, args: l
     assert result.exit_code in (1, 2) and message in result.output, result.output
 
 
+def reader_of(sources: list[Path], **request: Any) -> str:
+    """The reader the one entry chooses for `sources` and the request's keywords."""
+    return choose_route([str(s) for s in sources], RecordRequest.of(**request), shard_format="binary", remote=None).reader
+
+
 def test_plain_conversions_still_take_the_jpeg_path(imagefolder: Path, tmp_path: Path) -> None:
-    assert not needs_fields([imagefolder])
+    assert reader_of([imagefolder]) == "images"
     listing = tmp_path / "l.csv"
     listing.write_text("path,label\n")
-    assert not needs_fields([listing])
-    assert needs_fields([imagefolder], store="raw") and needs_fields([imagefolder, imagefolder])
+    assert reader_of([listing]) == "images"
+    assert reader_of([imagefolder], store="raw") == reader_of([imagefolder, imagefolder]) == "fields"
+    assert reader_of([imagefolder], scale=2) == reader_of([imagefolder], fields=[("image", "raw")]) == "fields"
 
 
 def test_a_path_label_listing_with_more_columns_keeps_its_field_names(tmp_path: Path) -> None:

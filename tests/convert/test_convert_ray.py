@@ -8,10 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import tree_bytes
+from converting import convert
 from PIL import Image
-
-from shardfmt._convert.fields import convert_fields
-from shardfmt._convert.run import convert
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the 'ray' extra")
 
@@ -35,12 +33,12 @@ def test_ray_engine_writes_the_bytes_of_a_local_run(awkward_tree: Path, tmp_path
     try:
         result = convert(awkward_tree, tmp_path / "ray", shard_size=8000, engine="ray")
         tars = convert(awkward_tree, tmp_path / "ray-tar", shard_size=8000, shard_format="tar", engine="ray")
-        several = convert_fields([pairs / "a", pairs / "b"], tmp_path / "ray-fields", engine="ray", **fields)
+        several = convert([pairs / "a", pairs / "b"], tmp_path / "ray-fields", engine="ray", **fields)
     finally:
         ray.shutdown()
     convert(awkward_tree, tmp_path / "local", shard_size=8000, workers=1)
     convert(awkward_tree, tmp_path / "local-tar", shard_size=8000, shard_format="tar", workers=1)
-    convert_fields([pairs / "a", pairs / "b"], tmp_path / "local-fields", workers=1, **fields)
+    convert([pairs / "a", pairs / "b"], tmp_path / "local-fields", workers=1, **fields)
     assert (len(result.manifest.shards), result.num_rejects) == (6, 8)  # as a local run of the same tree
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
     assert tars.manifest.shard_format == "tar" and tree_bytes(tmp_path / "ray-tar") == tree_bytes(tmp_path / "local-tar")
@@ -51,4 +49,4 @@ def test_an_unknown_engine_is_refused(imagefolder: Path, tmp_path: Path) -> None
     with pytest.raises(ValueError, match="engine"):
         convert(imagefolder, tmp_path / "out", engine="spark")
     with pytest.raises(ValueError, match="engine"):
-        convert_fields([imagefolder], tmp_path / "out", store="raw", engine="spark")
+        convert([imagefolder], tmp_path / "out", store="raw", engine="spark")

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import tree_bytes
+from converting import convert
 
 import shardfmt
 import shardfmt._storage.atomic
 from shardfmt import ConvertError, LockedError, open_dataset
 from shardfmt._cli import main
-from shardfmt._convert import run as convert_run
+from shardfmt._convert import route as convert_route
 from shardfmt._convert.destination import Output
 from shardfmt._convert.plan import InputFile, PlannedRecord
 from shardfmt._convert.records import (
@@ -28,7 +29,6 @@ from shardfmt._convert.records import (
     build_chunk,
     unplace,
 )
-from shardfmt._convert.run import convert
 from shardfmt._dataset.verify import verify_dataset
 from shardfmt._storage import open_store
 from shardfmt._storage.lock import LOCK_NAME, StoreLock
@@ -46,14 +46,14 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _hold_the_lock(src: str, out: str, locked: Any, tried: Any, results: Any, resume: bool) -> None:
     """Convert, pausing once the output is locked until the other run has tried."""
-    real = convert_run.scan_source
+    real = convert_route.scan_source
 
     def pausing(*args: Any, **kwargs: Any) -> Any:
         locked.set()
         tried.wait(30)
         return real(*args, **kwargs)
 
-    convert_run.scan_source = pausing  # type: ignore[assignment]
+    convert_route.scan_source = pausing  # type: ignore[assignment]
     try:
         convert(src, out, workers=1, shard_size=4000, resume=resume)
         results.put(("holder", "ok"))

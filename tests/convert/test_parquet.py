@@ -13,15 +13,14 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
+from converting import convert
 
 from shardfmt import ConvertError, open_dataset
 from shardfmt._cli import main
 from shardfmt._convert import destination as convert_output
 from shardfmt._convert.loop import _chunks
 from shardfmt._convert.plan import ConversionPlan
-from shardfmt._convert.run import convert
-from shardfmt._convert.sources import ParquetColumns
-from shardfmt._convert.sources import parquet as parquet_source
+from shardfmt._convert.sources import tablefiles
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -115,8 +114,7 @@ def test_malformed_class_label_metadata_is_a_convert_error(tmp_path: Path, metad
 def test_integer_labels_without_names_and_a_key_column(tmp_path: Path) -> None:
     table = pa.table({"jpg": [jpeg_bytes(seed=i) for i in range(3)], "fine": pa.array([7, 3, 7], pa.int32()), "id": ["a7", None, "c9"]})
     pq.write_table(table, tmp_path / "x.parquet")
-    columns = ParquetColumns(image="jpg", label="fine", key="id")
-    result = convert(tmp_path / "x.parquet", tmp_path / "out", workers=1, columns=columns)
+    result = convert(tmp_path / "x.parquet", tmp_path / "out", workers=1, image_column="jpg", label_column="fine", key_column="id")
     assert result.manifest.classes is None
     assert result.manifest.converter["options"]["key_column"] == "id"
     with open_dataset(tmp_path / "out") as dataset:
@@ -128,15 +126,15 @@ def test_integer_labels_without_names_and_a_key_column(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("columns", "message"),
     [
-        (ParquetColumns(image="picture"), "no image column 'picture'; the file's columns are image, label"),
-        (ParquetColumns(label="image"), "label column 'image' holds struct"),
-        (ParquetColumns(image="label"), "column 'label' holds string; an image column is binary"),
-        (ParquetColumns(key="missing"), "no key column 'missing'"),
+        ({"image_column": "picture"}, "no image column 'picture'; the file's columns are image, label"),
+        ({"label_column": "image"}, "label column 'image' holds struct"),
+        ({"image_column": "label"}, "column 'label' holds string; an image column is binary"),
+        ({"key_column": "missing"}, "no key column 'missing'"),
     ],
 )
-def test_wrong_columns_are_a_convert_error_naming_the_file(hub: Path, tmp_path: Path, columns: ParquetColumns, message: str) -> None:
+def test_wrong_columns_are_a_convert_error_naming_the_file(hub: Path, tmp_path: Path, columns: dict[str, str], message: str) -> None:
     with pytest.raises(ConvertError, match=message) as info:
-        convert(hub / "train-00001-of-00002.parquet", tmp_path / "out", workers=1, columns=columns)
+        convert(hub / "train-00001-of-00002.parquet", tmp_path / "out", workers=1, **columns)
     assert info.value.path == str(hub / "train-00001-of-00002.parquet")
 
 
@@ -220,7 +218,7 @@ def test_the_command_takes_files_a_shell_expanded_and_the_column_options(hub: Pa
 
 
 def test_without_pyarrow_the_error_says_what_to_install(hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parquet_source, "pq", None)
+    monkeypatch.setattr(tablefiles, "pq", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # an import of it fails, as when not installed
     with pytest.raises(ConvertError) as info:
         convert(hub / "train-00001-of-00002.parquet", tmp_path / "out", workers=1)

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from conftest import pillow_bytes, tree_bytes
+from converting import convert
 from PIL import Image
 
 from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_dataset
 from shardfmt._convert import destination as convert_output
 from shardfmt._convert import records as convert_records
-from shardfmt._convert.run import convert
 from shardfmt._synthetic import make_image
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from conftest import tree_bytes
+from converting import convert
 
 from shardfmt._convert import destination
-from shardfmt._convert.run import convert
 
 SHARD_SIZE = 6000
 

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
+from converting import convert
 from remote_servers import make_bucket, moto_server, s3_options, upload_tree
 
 from shardfmt import ConvertError, RemoteOptions, RetryPolicy, open_dataset
 from shardfmt._cli import main
-from shardfmt._convert.fields import convert_fields, needs_fields
-from shardfmt._convert.run import convert
+from shardfmt._convert.options import RecordRequest
+from shardfmt._convert.route import choose_route
 from shardfmt._convert.sources import listing_columns, scan_fields, scan_source
 from shardfmt._convert.sources.results import SourceScan
 from shardfmt._convert.sources.tars import TARS_BY_URL
@@ -134,7 +135,8 @@ def test_a_listing_of_several_columns_converts_by_url_as_on_disk(name: str, plac
     write_listing(tmp_path / "src", name)
     cli_convert(str(tmp_path / "src" / name), tmp_path / "disk")
     url = place.upload(tmp_path / "src")
-    assert needs_fields([f"{url}/{name}"], remote=place.remote)
+    request = RecordRequest.of()
+    assert choose_route([f"{url}/{name}"], request, shard_format="binary", remote=place.remote).reader == "fields"
     assert listing_columns(f"{url}/{name}", remote=place.remote) == ["image", "extra", "label", "weight"]
     cli_convert(f"{url}/{name}", tmp_path / "url", *place.cli)
     assert tree_bytes(tmp_path / "url") == tree_bytes(tmp_path / "disk")
@@ -154,9 +156,9 @@ def test_a_listing_of_several_columns_converts_by_url_as_on_disk(name: str, plac
 
 def test_a_listing_by_url_into_object_storage_with_raw_pixels(place: Place, tmp_path: Path) -> None:
     write_listing(tmp_path / "src", "table.csv")
-    convert_fields(tmp_path / "src" / "table.csv", tmp_path / "disk", store="raw", workers=1)
+    convert(tmp_path / "src" / "table.csv", tmp_path / "disk", store="raw", workers=1)
     url = place.upload(tmp_path / "src")
-    result = convert_fields(f"{url}/table.csv", tmp_path / "url", store="raw", workers=2, remote=place.remote)
+    result = convert(f"{url}/table.csv", tmp_path / "url", store="raw", workers=2, remote=place.remote)
     assert result.num_records == 2 and result.num_rejects == 4
     assert tree_bytes(tmp_path / "url") == tree_bytes(tmp_path / "disk")
 
@@ -187,11 +189,10 @@ def test_malformed_labels_give_the_same_error_on_disk_and_by_url(name: str, text
     (tmp_path / "src" / "b.jpg").write_bytes(jpeg_bytes(8, 8, seed=1))
     (tmp_path / "src" / name).write_text(text)
     url = place.upload(tmp_path / "src")
-    run = convert_fields if "table" in name else convert
     errors: list[ConvertError] = []
     for source, remote in ((tmp_path / "src" / name, None), (f"{url}/{name}", place.remote)):
         with pytest.raises(ConvertError) as caught:
-            run(source, tmp_path / f"out{len(errors)}", workers=1, remote=remote)
+            convert(source, tmp_path / f"out{len(errors)}", workers=1, remote=remote)
         errors.append(caught.value)
     assert [error.message for error in errors] == [message, message]
     assert [error.path for error in errors] == [str(tmp_path / "src" / name), f"{url}/{name}"]

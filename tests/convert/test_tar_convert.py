@@ -14,13 +14,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes, webdataset_leaves_files_open
+from converting import convert
 from PIL import Image
 
 from shardfmt import ConvertError, Loader, open_dataset
 from shardfmt._cli import main
 from shardfmt._convert import destination as convert_output
-from shardfmt._convert.fields import convert_fields
-from shardfmt._convert.run import convert
 from shardfmt._dataset.verify import verify_dataset
 from shardfmt._synthetic import make_image
 from shardfmt.tar._reader import TarShardReader
@@ -171,7 +170,7 @@ def test_webdataset_tars_stored_as_raw_pixels(tmp_path: Path) -> None:
     """A multi-field conversion reads tar samples where they lie too, keeps their keys and names
     them in its rejects."""
     good = awkward_tars(tmp_path / "wds")
-    result = convert_fields(tmp_path / "wds", tmp_path / "raw", store="raw", workers=1)
+    result = convert(tmp_path / "wds", tmp_path / "raw", store="raw", workers=1)
     assert result.manifest.schema.field("image").type == "raw" and result.manifest.converter["input"] == "webdataset"
     with open_dataset(tmp_path / "raw") as reader:
         records = [(r["key"], r["label"], np.asarray(r["image"])) for r in reader]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from conftest import jpeg_bytes
+from converting import convert
 
 from shardfmt import ChecksumError, DatasetNotFoundError, DatasetWriter, FormatError
-from shardfmt._convert.run import convert
 from shardfmt._dataset.summary import summarise_dataset
 from shardfmt._dataset.verify import verify_dataset
 from shardfmt._errors import ManifestError, ShardNotFoundError

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from conftest import jpeg_bytes
+from converting import convert
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_malformed import BAD_MANIFESTS
 
 from shardfmt import DatasetWriter, ManifestError
 from shardfmt._checksum import parse_checksum
-from shardfmt._convert.run import convert
 from shardfmt._dataset.tars import index_tars
 from shardfmt._synthetic import make_imagefolder
 from shardfmt.format import IMAGE_CLASSIFICATION, Schema

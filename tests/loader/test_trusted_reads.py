@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from converting import convert
 
 from shardfmt import DatasetWriter, Loader, ManifestError
-from shardfmt._convert.run import convert
 from shardfmt._loader.chunk import ChunkProcessor
 from shardfmt._loader.shm import SlotRing
 from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys

@@ -17,12 +17,12 @@ pytest.importorskip("moto.server", reason="the S3-compatible test server is moto
 
 from click.testing import CliRunner
 from conftest import tree_bytes
+from converting import convert
 from remote_servers import DroppingProxy, make_bucket, moto_server, s3_options, upload_tree
 
 from shardfmt import RemoteError, RemoteOptions, RetryPolicy
 from shardfmt._cli import main
 from shardfmt._convert import destination
-from shardfmt._convert.run import convert
 
 FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
 SHARD_SIZE = 6000

@@ -292,8 +292,9 @@ def test_map_style_dataset_over_http_in_a_dataloader(server: RangeServer) -> Non
 
 
 def test_http_is_no_conversion_output_or_listable_source(server: RangeServer, imagefolder: Path) -> None:
+    from converting import convert
+
     from shardfmt import ConvertError
-    from shardfmt._convert.run import convert
 
     with pytest.raises(ConvertError, match="read-only"):
         convert(imagefolder, f"{server.url}/new", workers=1)

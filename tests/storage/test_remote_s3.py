@@ -24,6 +24,7 @@ pytest.importorskip("moto.server", reason="the S3-compatible test server is moto
 
 from click.testing import CliRunner
 from conftest import jpeg_bytes, tree_bytes
+from converting import convert
 from remote_servers import (
     DroppingProxy,
     make_bucket,
@@ -35,8 +36,6 @@ from remote_servers import (
 from shardfmt import ChecksumError, ConvertError, DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy, open_dataset
 from shardfmt._cli import main
 from shardfmt._convert import loop as convert_pipeline
-from shardfmt._convert.fields import convert_fields
-from shardfmt._convert.run import convert
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import RandomCrop
 
@@ -250,12 +249,12 @@ def sr_folders(root: Path) -> Path:
 def test_multi_field_records_convert_into_s3_and_load_by_url(tmp_path: Path, endpoint: str, s3: Any) -> None:
     src = sr_folders(tmp_path / "sr")
     args: dict[str, Any] = dict(scale=2, store="raw", shard_size=3000)
-    convert_fields([src / "LR", src / "HR"], tmp_path / "local", workers=1, **args)
-    result = convert_fields([src / "LR", src / "HR"], "s3://data/fields", workers=2, remote=options(endpoint), **args)
+    convert([src / "LR", src / "HR"], tmp_path / "local", workers=1, **args)
+    result = convert([src / "LR", src / "HR"], "s3://data/fields", workers=2, remote=options(endpoint), **args)
     assert result.path == "s3://data/fields" and len(result.manifest.shards) >= 3
     assert s3_tree(s3, "data/fields") == tree_bytes(tmp_path / "local")
     with pytest.raises(ConvertError, match="not empty"):
-        convert_fields([src / "LR", src / "HR"], "s3://data/fields", workers=1, remote=options(endpoint), **args)
+        convert([src / "LR", src / "HR"], "s3://data/fields", workers=1, remote=options(endpoint), **args)
     settings: dict[str, Any] = dict(batch_size=3, num_workers=0, pipeline=RandomCrop(6), fields={"lr": 6, "hr": 12}, seed=4, window=2)
     with Loader(tmp_path / "local", **settings) as here, Loader("s3://data/fields", remote=options(endpoint), **settings) as there:
         pairs = list(zip(here, there, strict=True))
@@ -273,7 +272,7 @@ def test_what_object_storage_does_not_take_is_refused(imagefolder: Path, tmp_pat
             convert(source, tmp_path / "out", workers=1, remote=options(endpoint))
     upload_tree(s3, imagefolder, "data/fields-src")
     with pytest.raises(ConvertError, match="several sources are folders of one image field each, and must be local"):
-        convert_fields(["s3://data/fields-src/class_000", "s3://data/fields-src/class_001"], tmp_path / "out", remote=options(endpoint))
+        convert(["s3://data/fields-src/class_000", "s3://data/fields-src/class_001"], tmp_path / "out", remote=options(endpoint))
     result = CliRunner().invoke(
         main,
         [

@@ -149,7 +149,7 @@ def test_member_field_names(extension: str, name: str | None) -> None:
 @pytest.mark.parametrize("shard_format", ["binary", "tar"])
 @webdataset_leaves_files_open
 def test_image_text_tars_convert_with_every_caption_and_json_value(tmp_path: Path, shard_format: str) -> None:
-    from shardfmt._convert.run import convert
+    from converting import convert
 
     samples = image_text_samples(9)
     samples[4]["txt"] = b"\xff not UTF-8"  # a caption that cannot be text

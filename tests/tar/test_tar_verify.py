@@ -161,8 +161,9 @@ def test_members_over_the_member_limit_are_refused_before_they_are_read(tmp_path
 
 
 def test_a_conversion_rejects_a_member_over_the_limit_without_reading_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from converting import convert
+
     import shardfmt._convert.records as records_module
-    from shardfmt._convert.run import convert
 
     tar = tmp_path / "src" / "a.tar"
     tar.parent.mkdir()

@@ -1,9 +1,10 @@
 """The sources of a conversion: given where a source is (a local path or a URL), what its
 inputs are, in a fixed order, and what was set aside while finding them.
 
-One entry point per kind of record: `scan_source` for `convert` (an image and a label each),
-`scan_fields` for records of several fields. Each decides here, once, what a location is, then
-hands it to the module that owns its rules:
+Two scans, which the one conversion entry picks between (``route.py``, in the package above):
+`scan_source` finds records of an image, a label and the members of tars, or a table's rows
+with every column; `scan_fields` finds records of several image and value fields. Each decides
+here, once, what a location is, then hands it to the module that owns its rules:
 
 - a folder: an ImageFolder tree (`imagefolder.py`), the same rules for a local folder and for a
   store prefix given by URL (`trees.py` holds the two);
@@ -12,8 +13,9 @@ hands it to the module that owns its rules:
   and a listing of several fields;
 - WebDataset tars: a ``.tar`` file, a brace pattern, or a local folder of ``.tar`` files only
   (`tars.py`); they must be local;
-- Parquet files: ``.parquet`` files or glob patterns of them, local or by URL (`parquet.py`),
-  one record per row;
+- Parquet or Arrow files: ``.parquet`` / ``.arrow`` files, glob patterns or folders of them,
+  local or by URL, or a ``save_to_disk`` folder (`parquet.py`: rows, labels, column kinds;
+  `tablefiles.py`: which files, and opening them), one record per row;
 - for records of several fields, several parallel local folders (`folders.py`).
 
 What a scan finds, and how inputs and rejects are named, is `results.py`. What a source may
@@ -39,23 +41,16 @@ from ..images import IMAGE_KINDS
 from .folders import scan_folders
 from .imagefolder import scan_imagefolder
 from .listing import LISTING_SUFFIXES, columns_of, scan_listing, scan_table
-from .parquet import (
-    ParquetColumns,
-    has_pattern,
-    local_parquet,
-    names_parquet,
-    saved_dataset_files,
-    scan_parquet,
-    store_parquet_names,
-)
+from .parquet import ParquetColumns, scan_parquet
 from .results import (
     VALUE_KINDS,
-    FieldColumn,
     FieldInput,
     FieldScan,
+    RecordField,
     SourceScan,
     is_field_name,
 )
+from .tablefiles import has_pattern, local_parquet, names_parquet, saved_dataset_files, store_parquet_names
 from .tars import TARS_BY_URL, local_tars, names_tars, scan_tars, tars_in_folder
 from .trees import LocalTree, StoreTree, Tree
 
@@ -130,7 +125,7 @@ def scan_source(
     if columns is not None:
         raise ConvertError("the image, label and key columns and the image root are options of Parquet and Arrow sources", path=texts[0])
     if len(texts) != 1:
-        raise ConvertError("several sources are Parquet files, or folders of one image field each (convert_fields)", path=texts[0])
+        raise ConvertError("several sources are tars, Parquet files, or folders of one image field each (several fields)", path=texts[0])
     text = texts[0]
     listing = _listing(text, remote)
     if listing is not None:
@@ -229,7 +224,7 @@ def scan_fields(
     # an ImageFolder or path,label listing: never Parquet here
     scan = cast(SourceScan, scan_source(names[0], remote=remote, image_root=image_root))
     inputs = tuple(FieldInput((item,), (item.label,), item.key) for item in scan.inputs)
-    columns = (FieldColumn("image", kind), FieldColumn("label", "label"))
+    columns = (RecordField("image", kind), RecordField("label", "label"))
     return FieldScan(scan.root, scan.kind, columns, scan.classes, inputs, scan.rejects)
 
 

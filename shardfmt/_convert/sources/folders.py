@@ -17,9 +17,9 @@ from pathlib import Path
 from ..._errors import ConvertError
 from .imagefolder import scan_folder
 from .results import (
-    FieldColumn,
     FieldInput,
     FieldScan,
+    RecordField,
     ScanReject,
     SourceFile,
     display_path,
@@ -83,15 +83,15 @@ def _check_separate(resolved: list[Path]) -> None:
                 raise ConvertError(f"the field folders {a} and {b} overlap; give separate folders")
 
 
-def _columns(resolved: list[Path], declared: Sequence[tuple[str, str | None]], store: str) -> tuple[FieldColumn, ...]:
+def _columns(resolved: list[Path], declared: Sequence[tuple[str, str | None]], store: str) -> tuple[RecordField, ...]:
     """One image column per folder: as declared, else named after the folder."""
     if declared:
-        columns = tuple(FieldColumn(name, kind or store) for name, kind in declared)
+        columns = tuple(RecordField(name, kind or store) for name, kind in declared)
     else:
         names = [root.name.lower() for root in resolved]
         if not all(is_field_name(name) for name in names) or len(set(names)) != len(names):
             raise ConvertError(f"folder names {names} do not make distinct field names; name them with --field")
-        columns = tuple(FieldColumn(name, store) for name in names)
+        columns = tuple(RecordField(name, store) for name in names)
     for column in columns:
         if not column.is_image:
             raise ConvertError(f"field {column.name!r}: a folder holds images; kind {column.kind!r} is not an image kind")

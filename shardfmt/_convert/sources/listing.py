@@ -51,9 +51,9 @@ from typing import Any, Final
 from ..._errors import ConvertError, RejectError
 from .confine import OUTSIDE_ROOT, is_inside, resolve_inside
 from .results import (
-    FieldColumn,
     FieldInput,
     FieldScan,
+    RecordField,
     ScanReject,
     SourceFile,
     SourceScan,
@@ -100,7 +100,7 @@ def scan_listing(tree: Tree, name: str, *, files: LocalTree | None = None) -> So
         ConvertError: the listing cannot be read or is malformed; the message names the line.
     """
     listing = _read(tree, name, columns=_LABELLED)
-    scan = _scan_rows(tree, name, listing, (FieldColumn("image", "jpeg"), FieldColumn("label", "label")), image_root=files)
+    scan = _scan_rows(tree, name, listing, (RecordField("image", "jpeg"), RecordField("label", "label")), image_root=files)
     inputs = tuple(replace(item.files[0], label=item.values[0]) for item in scan.inputs)
     return SourceScan(scan.root, listing.kind, scan.classes, inputs, scan.rejects)
 
@@ -129,7 +129,7 @@ def scan_table(
     if "path" in listing.names and "image" in listing.names:
         raise ConvertError("line 1: columns 'path' and 'image' would both be the field image; rename one", path=where)
     found = tuple(
-        FieldColumn(
+        RecordField(
             "image" if column == "path" else column, declared.get(column) or _infer(column, [row[i] for _, row in listing.rows], store)
         )
         for i, column in enumerate(listing.names)
@@ -296,7 +296,7 @@ class _Labels:
 
 
 def _scan_rows(
-    tree: Tree, name: str, listing: _Listing, found: tuple[FieldColumn, ...], *, image_root: LocalTree | None
+    tree: Tree, name: str, listing: _Listing, found: tuple[RecordField, ...], *, image_root: LocalTree | None
 ) -> FieldScan:
     """Judge every row: its values, then its files in column order (looked up in `image_root`,
     if given, else in the listing's folder)."""
@@ -410,7 +410,7 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def _value(column: FieldColumn, cell: Any, line: int, where: str) -> Any:
+def _value(column: RecordField, cell: Any, line: int, where: str) -> Any:
     try:
         if column.kind == "str":
             if not isinstance(cell, str):

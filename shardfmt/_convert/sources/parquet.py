@@ -29,68 +29,38 @@ Rows are planned without reading the images: a row's size is its share of its ro
 image column bytes, from the file's metadata; in a local row group whose every image is a path
 (null ``bytes`` by the column statistics), the size of the file it names, from ``stat``, so
 that shards are cut by the bytes read. A record is addressed by (file, row group, row);
-a conversion reads one row group's images at a time (`RowGroupReader`), so row groups are the
+a conversion reads one row group's images at a time (`rowgroups.RowGroupReader`), so row groups are the
 unit of parallel reading. pyarrow is an optional dependency (``shardfmt[parquet]``).
 """
 
 from __future__ import annotations
 
 import bisect
-import fnmatch
-import glob
-import io
 import json
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from ..._errors import ConvertError, RejectError, RemoteError
-from ..._storage import ByteSource, RemoteOptions, open_store
-from ..._storage.urls import is_url, local_path
+from ..._errors import ConvertError
+from . import tablefiles
 from .columns import choose_label, class_label_columns, column_kind, column_value, further_columns, value_problem
-from .confine import check_regular, read_regular, resolve_inside
 from .results import (
-    FieldColumn,
     FieldInput,
     FieldScan,
+    RecordField,
     ScanReject,
     SourceFile,
     SourceScan,
-    describe_os_error,
     display_path,
     is_field_name,
-    is_transient_os_error,
     record_key,
 )
-from .trees import Entry, LocalTree, StoreTree, Tree
+from .tablefiles import ArrowBatch, ArrowFile, open_table, require_pyarrow
+from .trees import Entry, LocalTree, Tree
 
-pa: Any = None
-pq: Any = None
-"""pyarrow and pyarrow.parquet, imported by `require_pyarrow` when a Parquet or Arrow file is met
-(an optional dependency, and a slow import that ``import shardfmt`` does not pay)."""
-
-__all__ = [
-    "ARROW_SUFFIX",
-    "NO_PYARROW",
-    "PARQUET_SUFFIX",
-    "ParquetColumns",
-    "RowGroupReader",
-    "has_pattern",
-    "local_parquet",
-    "names_parquet",
-    "saved_dataset_files",
-    "scan_parquet",
-    "store_parquet_names",
-]
-
-PARQUET_SUFFIX: Final = ".parquet"
-ARROW_SUFFIX: Final = ".arrow"
-"""An Arrow IPC file, as ``datasets``' ``save_to_disk`` writes them (``data-00000-of-00001.arrow``)."""
-NO_PYARROW: Final = "reading Parquet files needs pyarrow: pip install 'shardfmt[parquet]'"
-_PATTERN_CHARACTERS: Final = "*?["
+__all__ = ["ParquetColumns", "scan_parquet"]
 
 
 @dataclass(frozen=True)
@@ -128,114 +98,6 @@ class ParquetColumns:
         return options
 
 
-def names_parquet(location: str | os.PathLike[str]) -> bool:
-    """True if `location` (a path, a pattern or a URL) names Parquet or Arrow files: it ends in
-    ``.parquet`` or ``.arrow``."""
-    return os.fspath(location).partition("?")[0].rstrip("/").lower().endswith((PARQUET_SUFFIX, ARROW_SUFFIX))
-
-
-def saved_dataset_files(folder: Path) -> list[str] | None:
-    """The Arrow files of a folder that ``datasets``' ``save_to_disk`` wrote (``state.json``,
-    ``dataset_info.json`` and ``data-NNNNN-of-NNNNN.arrow``), in the order ``state.json`` lists
-    them; None if `folder` is not such a folder.
-
-    Raises:
-        ConvertError: the folder holds a saved ``DatasetDict`` (one sub-folder per split), or
-            its ``state.json`` cannot be read.
-    """
-    if (folder / "dataset_dict.json").is_file():
-        splits = sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
-        raise ConvertError(f"a saved DatasetDict: convert one split's folder ({', '.join(splits) or 'none found'})", path=folder)
-    if not ((folder / "state.json").is_file() and (folder / "dataset_info.json").is_file()):
-        return None
-    try:
-        state = json.loads((folder / "state.json").read_bytes())
-        files = [str(item["filename"]) for item in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConvertError(f"state.json of a saved dataset cannot be read: {err}", path=folder) from err
-    for name in files:
-        _check_saved_file(folder, name)
-    return files
-
-
-def _check_saved_file(folder: Path, name: str) -> None:
-    """Refuse a data file that ``state.json`` names unless it is a plain name of a regular file
-    inside `folder`, once symbolic links are resolved.
-
-    Raises:
-        ConvertError: naming ``state.json``, the file and what is wrong with it.
-    """
-    where = folder / "state.json"
-    if name in ("", os.curdir, os.pardir) or os.path.basename(name) != name or "/" in name or "\x00" in name:
-        raise ConvertError(f"it names the data file {name!r}: a data file is a plain file name inside the folder", path=where)
-    try:
-        full = resolve_inside(folder, name)
-        check_regular(os.stat(full))
-    except RejectError as err:
-        raise ConvertError(f"it names the data file {name!r}: {err.message}", path=where) from err
-    except OSError as err:
-        raise ConvertError(f"it names the data file {name!r}, which cannot be read: {describe_os_error(err)}", path=where) from err
-
-
-def has_pattern(name: str) -> bool:
-    """True if `name` is a glob pattern (holds ``*``, ``?`` or ``[``)."""
-    return any(character in name for character in _PATTERN_CHARACTERS)
-
-
-def local_parquet(locations: Sequence[str]) -> tuple[LocalTree, list[str]]:
-    """The local Parquet files that `locations` (files or glob patterns) name: their deepest
-    common folder and their paths relative to it, sorted.
-
-    Raises:
-        ConvertError: a file does not exist, or a pattern matches no file.
-    """
-    found: set[str] = set()
-    for location in locations:
-        path = local_path(location)
-        if has_pattern(path):
-            matched = [p for p in glob.glob(path) if os.path.isfile(p)]
-            if not matched:
-                raise ConvertError("no file matches the pattern", path=location)
-            found.update(os.path.abspath(p) for p in matched)
-        elif os.path.isfile(path):
-            found.add(os.path.abspath(path))
-        else:
-            raise ConvertError("the source does not exist" if not os.path.exists(path) else "the source is not a file", path=location)
-    root = os.path.commonpath([os.path.dirname(p) for p in found])
-    # each file was named by the user, or matched by their pattern: a link among them is followed
-    return LocalTree(Path(root), confined=False), sorted(os.path.relpath(p, root) for p in found)
-
-
-def store_parquet_names(tree: StoreTree, name: str) -> list[str]:
-    """The objects of the store folder `tree` that `name` (a file name or a pattern) names, sorted.
-
-    Raises:
-        ConvertError: the object does not exist, or the pattern matches none.
-    """
-    if not has_pattern(name):
-        if tree.lookup(name).reject is not None:
-            raise ConvertError("the source does not exist", path=tree.describe(name))
-        return [name]
-    names = sorted(entry.path for entry in tree.entries(None) if not entry.is_dir and fnmatch.fnmatchcase(entry.name, name))
-    if not names:
-        raise ConvertError("no object matches the pattern", path=tree.describe(name))
-    return names
-
-
-def require_pyarrow() -> None:
-    """Import pyarrow; raise ConvertError (`NO_PYARROW`) when it is not installed."""
-    global pa, pq
-    if pq is not None:
-        return
-    try:
-        import pyarrow
-        import pyarrow.ipc
-        import pyarrow.parquet
-    except ImportError as err:
-        raise ConvertError(NO_PYARROW) from err
-    pa, pq = pyarrow, pyarrow.parquet
-
-
 def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan | FieldScan:
     """Find the rows of Parquet files `names` (relative to `tree`), in order (see the module
     docstring): a `SourceScan` of images and labels, or a `FieldScan` when further columns are
@@ -257,13 +119,13 @@ def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -
         if entry.reject is not None:
             raise ConvertError(f"cannot read the Parquet file: {entry.reject[1]}", path=where)
         try:
-            parquet = _open(tree, entry)
+            parquet = open_table(tree, entry)
             schema = parquet.schema_arrow
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, tablefiles.pa.ArrowException) as err:
             rejects.append(ScanReject(len(rows), display_path(name), "corrupt", f"not a readable Parquet file: {err}"))
             continue
         features = _features(schema, where)
-        label = choose_label(pa, schema, chosen=columns.label, image=columns.image, key=columns.key,
+        label = choose_label(tablefiles.pa, schema, chosen=columns.label, image=columns.image, key=columns.key,
                              class_labels=class_label_columns(features, schema.names), where=where)
         _check_columns(schema, columns, label, where)
         further = further_columns(schema, used=(columns.image, label, columns.key), drop=columns.drop,
@@ -335,7 +197,7 @@ def _read_rows(
             sizes = _path_sizes(parquet, group, columns.image, base)
         try:
             table = parquet.read_row_group(group, columns=wanted) if wanted else None
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, tablefiles.pa.ArrowException) as err:
             detail = f"row group {group} (rows {row} to {row + count - 1}) cannot be read: {err}"
             rejects.append(ScanReject(len(rows), display_path(name), "corrupt", detail))
             row += count
@@ -414,10 +276,10 @@ def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreem
     its kind rejects its record."""
     declared = dict(columns.fields)
     nulls = {column for n, column in enumerate(agreed.further) if any(row[n] is None for row in values)}
-    kinds = [column_kind(pa, agreed.types[column], declared=declared.get(column), has_null=column in nulls, name=column,
+    kinds = [column_kind(tablefiles.pa, agreed.types[column], declared=declared.get(column), has_null=column in nulls, name=column,
                          where=agreed.further_from or "") for column in agreed.further]
-    head = [FieldColumn("image", "jpeg")] + ([FieldColumn("label", "label")] if scan.labelled else [])
-    fields = tuple(head + [FieldColumn(column, kind) for column, kind in zip(agreed.further, kinds, strict=True)])
+    head = [RecordField("image", "jpeg")] + ([RecordField("label", "label")] if scan.labelled else [])
+    fields = tuple(head + [RecordField(column, kind) for column, kind in zip(agreed.further, kinds, strict=True)])
     taken = ("image", "label", "key")  # a column named label is never a field of another meaning
     clash = next((column for column in agreed.further if column in taken or not is_field_name(column)), None)
     if clash is not None:
@@ -442,11 +304,12 @@ def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreem
 
 
 def _check_columns(schema: Any, columns: ParquetColumns, label: str | None, where: str) -> None:
+    types = tablefiles.pa.types
     for role, column in (("image", columns.image), ("label", label), ("key", columns.key)):
         if column is not None and column not in schema.names:
             raise ConvertError(f"no {role} column {column!r}; the file's columns are {', '.join(schema.names)}", path=where)
     kind = schema.field(columns.image).type
-    if not (_is_binary(kind) or (pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and _is_binary(kind.field("bytes").type))):
+    if not (_is_binary(kind) or (types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and _is_binary(kind.field("bytes").type))):
         raise ConvertError(
             f"column {columns.image!r} holds {kind}; an image column is binary, or a struct with a binary "
             "'bytes' field (as Hugging Face writes it)",
@@ -454,21 +317,21 @@ def _check_columns(schema: Any, columns: ParquetColumns, label: str | None, wher
         )
     if columns.key is not None:
         key_type = schema.field(columns.key).type
-        if not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type) or pa.types.is_integer(key_type)):
+        if not (types.is_string(key_type) or types.is_large_string(key_type) or types.is_integer(key_type)):
             raise ConvertError(f"key column {columns.key!r} holds {key_type}; a key column holds strings or integers", path=where)
 
 
 def _is_binary(kind: Any) -> bool:
-    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+    return bool(tablefiles.pa.types.is_binary(kind) or tablefiles.pa.types.is_large_binary(kind))
 
 
 def _label_kind(kind: Any, column: str, where: str) -> str:
     """ "integer" or "string": what the label column holds (a dictionary column by its values)."""
-    if pa.types.is_dictionary(kind):
+    if tablefiles.pa.types.is_dictionary(kind):
         kind = kind.value_type
-    if pa.types.is_integer(kind):
+    if tablefiles.pa.types.is_integer(kind):
         return "integer"
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    if tablefiles.pa.types.is_string(kind) or tablefiles.pa.types.is_large_string(kind):
         return "string"
     raise ConvertError(f"label column {column!r} holds {kind}; a label column holds integers or strings (class names)", path=where)
 
@@ -522,9 +385,9 @@ def _class_names(features: dict[str, Any] | None, column: str, where: str) -> tu
 def _row_sizes(group: Any, image: str, count: int) -> list[int]:
     """Each row's share of the image column's bytes in row group `group` (from metadata only)."""
     total = 0
-    if isinstance(group, _ArrowBatch):
+    if isinstance(group, ArrowBatch):
         total = group.image_bytes(image)
-    for n in range(0 if isinstance(group, _ArrowBatch) else group.num_columns):
+    for n in range(0 if isinstance(group, ArrowBatch) else group.num_columns):
         chunk = group.column(n)
         if chunk.path_in_schema in (image, f"{image}.bytes"):
             total += int(chunk.total_uncompressed_size)
@@ -536,9 +399,9 @@ def _all_paths(parquet: Any, group: Any, image: str, count: int) -> bool:
     """True if every image of a row group is a struct whose bytes are null (a path names it),
     from the metadata: the statistics' null count of the column's ``bytes`` child, or an Arrow batch's."""
     field = parquet.schema_arrow.field(image)
-    if not pa.types.is_struct(field.type) or field.type.get_field_index("path") < 0 or count == 0:
+    if not tablefiles.pa.types.is_struct(field.type) or field.type.get_field_index("path") < 0 or count == 0:
         return False
-    if isinstance(group, _ArrowBatch):
+    if isinstance(group, ArrowBatch):
         column = group.batch.column(image)
         return bool(column.null_count == 0 and column.field("bytes").null_count == count)
     for n in range(group.num_columns):
@@ -552,7 +415,7 @@ def _all_paths(parquet: Any, group: Any, image: str, count: int) -> bool:
 def _path_sizes(parquet: Any, group: int, image: str, base: str) -> list[int]:
     """The size of the file each row's path names, resolved against `base` (0 where there is
     none: the row is rejected when built). Reads only the path strings."""
-    if isinstance(parquet, _ArrowFile):
+    if isinstance(parquet, ArrowFile):
         paths = parquet.row_group(group).batch.column(image).field("path").to_pylist()
     else:
         paths = parquet.read_row_group(group, columns=[f"{image}.path"]).column(image).combine_chunks().field("path").to_pylist()
@@ -565,198 +428,3 @@ def _path_sizes(parquet: Any, group: int, image: str, base: str) -> list[int]:
     return sizes
 
 
-def _open(tree: Tree, entry: Entry) -> Any:
-    """A `pyarrow.parquet.ParquetFile` of `entry`: memory-mapped if local, range reads if stored;
-    for an Arrow file an `_ArrowFile`, which reads like one."""
-    if isinstance(tree, StoreTree):
-        source = tree.store.open(entry.path.replace(os.sep, "/"), size=entry.size)
-        return (
-            _ArrowFile(pa.py_buffer(source.read(0, source.size)))
-            if entry.path.endswith(ARROW_SUFFIX)
-            else pq.ParquetFile(_SourceFile(source))
-        )
-    path = os.path.join(os.fspath(tree.root), entry.path)
-    return _ArrowFile(pa.memory_map(path)) if path.endswith(ARROW_SUFFIX) else pq.ParquetFile(path, memory_map=True)
-
-
-class _ArrowBatch:
-    """One record batch of an Arrow file, seen as a Parquet row group's metadata."""
-
-    def __init__(self, batch: Any) -> None:
-        self.batch = batch
-        self.num_rows = batch.num_rows
-
-    def image_bytes(self, column: str) -> int:
-        return int(self.batch.column(column).nbytes)
-
-
-class _ArrowFile:
-    """An Arrow IPC file (stream or file format, as ``save_to_disk`` writes it) read like a
-    `pyarrow.parquet.ParquetFile`: each record batch is a row group. Reading is zero-copy from
-    a memory map."""
-
-    def __init__(self, source: Any) -> None:
-        try:
-            table = pa.ipc.open_stream(source).read_all()
-        except pa.ArrowInvalid:
-            table = pa.ipc.open_file(source).read_all()
-        self.schema_arrow = table.schema
-        self._batches = table.to_batches()
-        self.metadata = self
-
-    @property
-    def num_row_groups(self) -> int:
-        return len(self._batches)
-
-    def row_group(self, group: int) -> _ArrowBatch:
-        return _ArrowBatch(self._batches[group])
-
-    def read_row_group(self, group: int, columns: Sequence[str] | None = None) -> Any:
-        table = pa.Table.from_batches([self._batches[group]])
-        return table.select(list(columns)) if columns is not None else table
-
-
-class _SourceFile(io.RawIOBase):
-    """A read-only, seekable file over a `ByteSource`, for pyarrow to read a stored file by ranges."""
-
-    def __init__(self, source: ByteSource) -> None:
-        super().__init__()
-        self._source = source
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._source.size}[whence]
-        self._position = max(0, base + offset)
-        return self._position
-
-    def readinto(self, buffer: Any) -> int:
-        stop = min(self._source.size, self._position + len(buffer))
-        if stop <= self._position:
-            return 0
-        data = self._source.read(self._position, stop)
-        count = stop - self._position
-        memoryview(buffer).cast("B")[:count] = data
-        self._position = stop
-        return count
-
-    def close(self) -> None:
-        self._source.close()
-        super().close()
-
-
-def _outage(err: BaseException) -> RemoteError | None:
-    """The store's `RemoteError` behind `err` (raised as it is, or wrapped by pyarrow) if the
-    store was unreachable (`RemoteError.transient`); else None."""
-    seen: BaseException | None = err
-    for _ in range(8):  # a short chain: the error, and what pyarrow wrapped
-        if seen is None:
-            return None
-        if isinstance(seen, RemoteError):
-            return seen if seen.transient else None
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-class _ImagePath(str):
-    """An image that a row names by path instead of holding its bytes."""
-
-
-class RowGroupReader:
-    """The images of Parquet rows, one row group at a time (in a conversion's worker).
-
-    Args:
-        root: what the rows' file paths are relative to: a local folder, or a URL.
-        column: the image column.
-        remote: credentials and retries for a URL.
-        image_root: the folder relative image paths are resolved against; None: the folder of
-            the row's file. An image given by path (a struct with a null ``bytes``) is read
-            from that file; only local files are read so.
-    """
-
-    def __init__(self, root: str, column: str, remote: RemoteOptions | None, image_root: str | None = None) -> None:
-        self.root, self.column, self.remote, self.image_root = root, column, remote, image_root
-        self._group: tuple[str, int] | None = None
-        self._images: list[bytes | _ImagePath | None] | RejectError = []
-        self._first_row = 0
-
-    def image(self, path: str, *, row_group: int, row: int, file_size: int) -> bytes:
-        """The image bytes of row `row` of row group `row_group` of file `path`.
-
-        Raises:
-            RejectError: "no-image" (null), or "unreadable" (the file, or the row group, cannot be read).
-        """
-        if self._group != (path, row_group):
-            self._images, self._first_row = self._load(path, row_group, file_size)
-            self._group = (path, row_group)
-        if isinstance(self._images, RejectError):
-            raise RejectError(self._images.message, reason=self._images.reason, transient=self._images.transient)
-        if row >= len(self._images):
-            raise RejectError(f"row group {row_group} has {len(self._images)} rows, not {row + 1}: the file changed", reason="unreadable")
-        data = self._images[row]
-        where = f"row {self._first_row + row} (row group {row_group})"
-        if isinstance(data, _ImagePath):
-            return self._read_path(data, path, where)
-        if data is None:
-            raise RejectError(f"{where}: the image is null (neither bytes nor a path)", reason="no-image")
-        return data
-
-    def _read_path(self, name: str, parquet_path: str, where: str) -> bytes:
-        """The bytes of the image file a row names by path, confined to the image root (see `confine`)."""
-        if is_url(self.root) and self.image_root is None:
-            raise RejectError(f"{where}: the image is a path ({name}), and paths are read from local files only: pass --image-root",
-                              reason="missing-file")
-        base = local_path(self.image_root if self.image_root is not None else os.path.dirname(os.path.join(self.root, parquet_path)))
-        full = os.path.join(base, name)
-        try:
-            return read_regular(resolve_inside(base, name), follow=False)
-        except RejectError as err:
-            raise RejectError(f"{where}: the image file {name}: {err.message}", reason=err.reason) from err
-        except FileNotFoundError as err:
-            against = "--image-root" if self.image_root is not None else "the folder of its Parquet file; --image-root sets another"
-            raise RejectError(f"{where}: the image file {full} does not exist (a relative path is resolved against {against})",
-                              reason="missing-file") from err
-        except OSError as err:
-            raise RejectError(f"{where}: the image file {full}: {err.strerror or err}", reason="unreadable",
-                              transient=is_transient_os_error(err)) from err
-
-    def _load(self, path: str, row_group: int, file_size: int) -> tuple[list[bytes | _ImagePath | None] | RejectError, int]:
-        """The images of a row group (or why they cannot be read), and the file's row number of its first row."""
-        require_pyarrow()
-        try:
-            if is_url(self.root):
-                source = open_store(self.root, remote=self.remote).open(path.replace(os.sep, "/"), size=file_size)
-                parquet = (_ArrowFile(pa.py_buffer(source.read(0, source.size))) if path.endswith(ARROW_SUFFIX)
-                           else pq.ParquetFile(_SourceFile(source)))
-            elif path.endswith(ARROW_SUFFIX):
-                parquet = _ArrowFile(pa.memory_map(os.path.join(self.root, path)))
-            else:
-                parquet = pq.ParquetFile(os.path.join(self.root, path), memory_map=True)
-            first = sum(parquet.metadata.row_group(n).num_rows for n in range(row_group))
-            array = parquet.read_row_group(row_group, columns=[self.column]).column(0).combine_chunks()
-        except (OSError, pa.ArrowException) as err:
-            outage = _outage(err)  # the store is unreachable, the file is not bad: the conversion stops
-            if outage is err:
-                raise
-            if outage is not None:
-                raise outage from err
-            transient = isinstance(err, OSError) and is_transient_os_error(err)
-            return RejectError(f"row group {row_group} cannot be read: {getattr(err, 'message', err)}", reason="unreadable",
-                               transient=transient), 0
-        if pa.types.is_struct(array.type):
-            present = array.is_valid().to_pylist()
-            names = array.field("path").to_pylist() if array.type.get_field_index("path") >= 0 else [None] * len(array)
-            return [
-                data if data is not None or not valid or name is None else _ImagePath(name)
-                for data, name, valid in zip(array.field("bytes").to_pylist(), names, present, strict=True)
-            ], first
-        values: list[bytes | _ImagePath | None] = array.to_pylist()
-        return values, first

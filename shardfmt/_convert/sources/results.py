@@ -3,7 +3,7 @@
 A scan of a source for `convert` is a `SourceScan`: candidate inputs (`SourceFile`) in
 conversion order and what was set aside on the way (`ScanReject`), each reject placed by how many
 inputs come before it. A scan for records of several fields is a `FieldScan` of `FieldInput`
-records with typed `FieldColumn` columns. A record's key and every path a report shows are built
+records with typed `RecordField` fields. A record's key and every path a report shows are built
 by `record_key` and `display_path`, an operating system's refusal reads as `describe_os_error`
 says, wherever the input lies (`is_transient_os_error` tells a refusal that may pass), and
 `is_field_name` says which names a field may have.
@@ -22,9 +22,9 @@ from ..images import IMAGE_KINDS
 
 __all__ = [
     "VALUE_KINDS",
-    "FieldColumn",
     "FieldInput",
     "FieldScan",
+    "RecordField",
     "ScanReject",
     "SourceFile",
     "SourceScan",
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 VALUE_KINDS: Final = ("int64", "float64", "str", "label")
-"""Kinds of the columns of a record that are values rather than images."""
+"""Kinds of the fields of a record that are values rather than images."""
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _TRANSIENT_ERRNOS: Final = frozenset(
     getattr(errno, name) for name in (
@@ -126,7 +126,7 @@ class SourceScan:
 
 
 @dataclass(frozen=True)
-class FieldColumn:
+class RecordField:
     """One column of the records: its field name and kind (an image kind or a value kind)."""
 
     name: str
@@ -149,13 +149,13 @@ class FieldInput:
 
 @dataclass(frozen=True)
 class FieldScan:
-    """The inputs of a multi-field conversion: `columns` (image columns first), `classes` as in
+    """The inputs of a multi-field conversion: `fields` (image fields first), `classes` as in
     `SourceScan`, the records in order and the rejects found while scanning; `root` and `kind`
     as in `SourceScan` ("folders" for several parallel folders)."""
 
     root: Path | str
     kind: str
-    columns: tuple[FieldColumn, ...]
+    fields: tuple[RecordField, ...]
     classes: tuple[str, ...] | None
     inputs: tuple[FieldInput, ...]
     rejects: tuple[ScanReject, ...]
