@@ -244,7 +244,7 @@ def test_lookup_tables_on_pixels_equal_the_float_formula_on_every_level(name: st
     every one of the 256 inputs maps exactly as the formula does (saturation blends per pixel)."""
     image = every_level(32, 40)
     got = to_pixels(image)
-    getattr(PixelOps(32, 40), name)(got, factor)
+    getattr(PixelOps(32, 40, exact=True), name)(got, factor)
     assert np.array_equal(got.transpose(2, 0, 1).astype(F32), reference(image, factor))
 
 
@@ -293,13 +293,13 @@ def test_sharpness_on_pixels_equals_the_float_plane_kernel(factor: float) -> Non
     planes = image.copy()
     ImageOps(224, 224).sharpness(planes, factor)
     got = to_pixels(image)
-    PixelOps(224, 224).sharpness(got, factor)
+    PixelOps(224, 224, exact=True).sharpness(got, factor)
     assert np.array_equal(got.transpose(2, 0, 1).astype(F32), planes)
 
 
 def test_grayscale_and_flip_on_pixels_equal_the_reference() -> None:
     image = every_level()
-    ops = PixelOps(*image.shape[1:])
+    ops = PixelOps(*image.shape[1:], exact=True)
     got = to_pixels(image)
     ops.grayscale(got)
     assert np.array_equal(got.transpose(2, 0, 1).astype(F32), ref_grayscale(image))
@@ -352,6 +352,7 @@ def test_built_in_steps_run_on_pixels_with_the_draws_and_values_of_the_float_pla
         pixels = SampleTransform(steps, height=40, width=36, **options)
         planes = SampleTransform([*steps, keep], height=40, width=36, **options)
         assert pixels._pixel_ops is not None and planes._pixel_ops is None
+        pixels._pixel_ops.exact = True  # the float formulas (OpenCV's kernels: the tests below)
         indices = np.arange(40)
         draws_pixels, draws_planes = pixels.draw(5, 1, indices), planes.draw(5, 1, indices)
         for mine, theirs in zip(draws_pixels, draws_planes, strict=False):
