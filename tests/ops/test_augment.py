@@ -374,7 +374,9 @@ def test_grayscale_on_pixels_is_the_formula_or_one_level_above(shape: tuple[int,
     assert np.array_equal(target, got) and np.array_equal(source, to_pixels(image))
 
 
-@pytest.mark.parametrize(("name", "factor"), [("brightness", 1.3), ("contrast", 0.7), ("saturation", 1.5), ("saturation", 3.0), ("hue", -0.2)])
+@pytest.mark.parametrize(
+    ("name", "factor"), [("brightness", 1.3), ("contrast", 0.7), ("saturation", 1.5), ("saturation", 3.0), ("hue", -0.2)]
+)
 def test_an_adjustment_into_a_target_leaves_its_image_and_equals_the_one_in_place(
     name: str, factor: float
 ) -> None:
