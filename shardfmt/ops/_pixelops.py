@@ -1,30 +1,44 @@
 """The operations of `imageops` and `colour` that the built-in steps use, on uint8 H x W x 3
-pixels with OpenCV, giving the same values (hue: within one level).
+pixels with OpenCV: the same values, or within the one level spec/pixels.md allows.
 
 A sample whose steps are all built-in (and random erasing last, if at all) never needs float
 planes: this module runs them on its interleaved uint8 pixels, as Albumentations does, which
 saves the sample's move into float planes and back (about 160 to 185 us a 224x224 sample on
-the build machine). Each operation gives exactly the values of its float-plane twin, but hue:
+the build machine). Exactly the values of the float-plane twin:
 
 - a warp is one ``warpAffine`` over the three channels (the coordinates are computed in the
   same fixed point whatever the type, so the pixels picked are the same); a bilinear or bicubic
   warp is `imageops.resample_affine` on the pixels as float planes;
-- invert is a bitwise not; brightness, contrast, autocontrast and equalize are one lookup
-  table (``cv2.LUT``), each entry computed by the float32 formula of the float-plane kernel for
-  that level (contrast's mean from the same float32 gray image and reduction);
-- saturation and sharpness blend in float32 as the float-plane kernels do; sharpness's
-  smoothed image is the rounded ``(box sum + 4 x) / 13`` in float32, whose sums of whole
-  numbers are exact and whose quotient is never a tie;
-- posterize is a bitwise and; solarize a threshold and an exclusive or (``255 - x`` is
-  ``x ^ 255``); a table over all channels runs stringzilla's byte translation where it is
-  installed (`_byte_translator`);
-- grayscale is `gray` (the float32 formula) in every channel; a vertical flip is ``cv2.flip``;
-- hue is OpenCV's float32 HSV round trip on the 0-255 scale (``cvtColor`` to HSV, the hue
-  moved by ``360 shift`` degrees, ``cvtColor`` back; OpenCV's hue sectors break ties as
-  torchvision's, R then G), then scaled by 255.999 / 255 and truncated: torchvision's formula in
-  another order of float operations, so a value may differ from its by one level, as
-  spec/sampling.md allows (about 230 us a 224x224 sample, where the float-plane kernel takes 320
-  and the move in and out of float planes 160 more).
+- brightness, autocontrast, equalize, posterize and invert are one lookup table, each entry the
+  formula of the float-plane kernel for that level, run by stringzilla's byte translation where
+  it is installed (`_byte_translator`), else ``cv2.LUT`` or a bitwise operation; solarize is a
+  threshold and an exclusive or (``255 - x`` is ``x ^ 255``); a vertical flip is ``cv2.flip``.
+
+Within one level of the float32 formula (OpenCV's rounding uint8 kernels, Albumentations'
+choice), unless ``exact`` is set, which gives the float-plane values:
+
+- grayscale is OpenCV's fixed-point gray (``cvtColor``), round(0.299 R + 0.587 G + 0.114 B):
+  torchvision's trunc(0.2989 R + 0.587 G + 0.114 B) or one more, on every one of the 2^24
+  colours (13 us a 224x224 sample where the float32 gray takes 60 to 75);
+- contrast's table takes the mean of that gray less half a level, within 0.5 of the formula's
+  mean, so the blend moves by at most 0.5 |1 - factor|; saturation is one ``cv2.transform``:
+  factor x + (1 - factor) (0.2989 R + 0.587 G + 0.114 B - 1/2), the gray left untruncated, so
+  again within 0.5 |1 - factor| of the formula's blend, whatever the kernel's fixed point adds
+  staying within the level (checked on all 2^24 colours for 45 factors in [0, 2]); a factor
+  beyond [0, 2] takes the formula itself, where the gray's half level could weigh more;
+- sharpness is one ``addWeighted`` of x and its 3x3 mean (``cv2.blur``): the smoothed image
+  unrounded and from the rounded mean, within 0.85 |1 - factor| of the formula's blend; beyond
+  [0, 2] the smoothed image is exact in int16 (box sums, then ``round((sum + 4 x) / 13)``,
+  never a tie) and blended by ``addWeighted``;
+- the blends' truncation is ``addWeighted``'s or ``transform``'s rounding of the value less
+  0.49998 (`_TRUNCATE`), which differs from a floor only within 2e-5 below a whole number.
+
+Hue is OpenCV's float32 HSV round trip on the 0-255 scale (``cvtColor`` to HSV, the hue moved by
+``360 shift`` degrees, ``cvtColor`` back; OpenCV's hue sectors break ties as torchvision's, R then
+G), then scaled by 255.999 / 255 and truncated: torchvision's formula in another order of float
+operations, so a value may differ from its by one level, as spec/sampling.md allows (about 150
+to 180 us a 224x224 sample, where the float-plane kernel takes 320 and the move in and out of
+float planes 160 more).
 """
 
 from __future__ import annotations
@@ -270,9 +284,21 @@ class PixelOps:
         if self.exact:
             self._sharpness_formula(image, factor)
             return
+        if abs(1.0 - factor) <= 1.0:
+            # One blend of x and its 3x3 mean (cv2.blur, which rounds sum / 9): factor x + (1 -
+            # factor) (sum + 4 x) / 13, the smoothed image neither rounded (0.5 |1 - factor| off
+            # at most) nor from the exact sum (0.35 |1 - factor|): within 0.85 of the formula's
+            # blend, so within one level after the truncation (about 60 us a 224x224 sample,
+            # where the exact smoothing below takes 95 and OpenCV's filter2D 120)
+            mean, weight = self.spare(image), (1.0 - factor) / 13
+            cv2.blur(image, (3, 3), dst=mean, borderType=cv2.BORDER_REPLICATE)
+            border = image[0].copy(), image[-1].copy(), image[:, 0].copy(), image[:, -1].copy()
+            cv2.addWeighted(image, factor + 4 * weight, mean, 9 * weight, _TRUNCATE, dst=image)
+            image[0], image[-1], image[:, 0], image[:, -1] = border  # blend(x, x, factor): x, within the level
+            return
         # the smoothed image in int16, exact: the 3x3 sums (a box filter), and round((sums + 4 x)
         # / 13) by addWeighted (a whole number over 13 is never a tie); then the blend, truncated
-        # by addWeighted's rounding (about 60 us a 224x224 sample, the float32 kernel 200)
+        # by addWeighted's rounding
         sums, wide, blurred = self._sums, self._wide, self.spare(image)
         cv2.boxFilter(image, cv2.CV_16S, (3, 3), dst=sums, normalize=False, borderType=cv2.BORDER_REPLICATE)
         np.copyto(wide, image)

@@ -4,7 +4,10 @@ depend only on (seed, epoch, record), and the same batches under 0 and 2 workers
 resume.
 
 Tolerances: brightness, contrast, saturation and grayscale are torchvision's float32 formulas
-for uint8 images, done in the same float32 order, so they must match the reference exactly.
+for uint8 images, done in the same float32 order, so on the float planes (and on the uint8
+pixels with ``exact=True``) they must match the reference exactly; on the pixels OpenCV's
+uint8 kernels keep contrast, saturation and sharpness within one level of it (spec/pixels.md),
+and grayscale at its value or one more.
 Hue is computed in another order of float operations than the HSV round trip of the reference
 (Python's colorsys): every value within 1 of it, at least 99% of them equal. Rotation picks the
 nearest source pixel, so a coordinate exactly half-way between two pixels may round either way:
