@@ -133,12 +133,6 @@ class PixelOps:
         first, second = self._buffers
         return second if image is first else first
 
-    def take(self, image: np.ndarray) -> np.ndarray:
-        """A copy of `image` (not a buffer) in a buffer, for the operations that change it in place."""
-        target = self._buffers[0]
-        np.copyto(target, image)
-        return target
-
     def _lut(self, image: np.ndarray, table: np.ndarray, target: np.ndarray | None = None) -> None:
         """Map every value through `table` (256 levels, or 256 x 3 per channel), in place or into
         `target`. One table for all channels takes OpenCV's fast path (about 2.5 times a
