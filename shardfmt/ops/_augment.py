@@ -411,25 +411,19 @@ class SampleTransform:
         ops = self._pixel_ops
         if ops is None:
             raise RuntimeError("no pixel operations were set up for these steps")
-        image = ops.spare(source)
-        np.copyto(image, source)
-        erased: tuple[RandomErasing, np.ndarray] | None = None
         steps = self.steps
         # a rotation that ends the steps of a uint8 sample writes it straight into its row
         direct = self._rotates_last and out.dtype == np.uint8 and out.flags.c_contiguous
-        for step, params in zip(steps[:-1] if direct else steps, draws, strict=False):
-            if isinstance(step, RandomErasing):
-                erased = (step, params[row])
-                image = step.run(ops, image, params[row], self._mean_values)
-            elif isinstance(step, _PLANE_STEPS):
-                image = step.run(ops, image, params[row])
-            else:
-                image = self._run_on_pixels(step, params[row], image, ops)
+        # the steps work in the sample's own row where they can (a uint8 row, not the target of
+        # that last rotation), so that no copy into it ends them
+        row_works = self._mean is None and not direct and out.dtype == np.uint8 and out.flags.c_contiguous and out.shape == ops.shape
+        image, erased = self._run_pixel_steps(source, draws, row, ops, out if row_works else None, steps[:-1] if direct else steps)
         if direct:
             self._rotate_pixels(steps[-1], draws[-1][row], image, out)
             return
         if self._mean is None or self._std is None:
-            np.copyto(out, image)
+            if image is not out:
+                np.copyto(out, image)
             return
         # (x - mean) / std of each level, per channel, in float32: one lookup writes the float32
         # sample (numpy's broadcast over an innermost axis of 3 took about 2 ms a 224x224 sample)
@@ -442,6 +436,46 @@ class SampleTransform:
             if box_h and box_w:
                 fill = (np.array(step.fill_values(self._mean_values), np.float32) - mean) / std
                 cv2.rectangle(out, (left, top), (left + box_w - 1, top + box_h - 1), tuple(float(v) for v in fill), thickness=-1)
+
+    def _run_pixel_steps(
+        self, source: np.ndarray, draws: list[np.ndarray], row: int, ops: PixelOps, work: np.ndarray | None, steps: Sequence[AugmentStep]
+    ) -> tuple[np.ndarray, tuple[RandomErasing, np.ndarray] | None]:
+        """Run `steps` on uint8 pixels; return the array holding the sample and the box erased, if
+        any. `source` is only read: the first step that changes pixels in place works on a copy,
+        in `work` (the sample's row) if given, and a flip that ends the steps writes into `work`."""
+        image = source if source.flags.c_contiguous else np.ascontiguousarray(source)
+        erased: tuple[RandomErasing, np.ndarray] | None = None
+        first, second = ops.buffers
+        copy_to = first if work is None else work
+        for number, (step, params) in enumerate(zip(steps, draws, strict=False)):
+            drawn = params[row]
+            owned = image is first or image is second or image is work
+            if isinstance(step, RandomVerticalFlip):
+                if drawn[0]:
+                    last = number == len(steps) - 1 and work is not None and image is not work
+                    image = ops.flip_vertically(image, target=work if last else None)
+                continue
+            if isinstance(step, RandomGrayscale):
+                if drawn[0]:
+                    target = image if owned else copy_to
+                    ops.grayscale(image, target=target)  # from the source, if still there, into the copy
+                    image = target
+                continue
+            if isinstance(step, ColorJitter):
+                # the first adjustment reads the source, if still there, and writes the copy
+                image = self._jitter_pixels(drawn, image, ops, None if owned else copy_to)
+                continue
+            if not owned and not isinstance(step, RandomRotation):
+                np.copyto(copy_to, image)
+                image = copy_to
+            if isinstance(step, RandomErasing):
+                erased = (step, drawn)
+                image = step.run(ops, image, drawn, self._mean_values)
+            elif isinstance(step, _PLANE_STEPS):
+                image = step.run(ops, image, drawn)
+            else:
+                image = self._run_on_pixels(step, drawn, image, ops)
+        return image, erased
 
     def _run_on_pixels(self, step: AugmentStep, params: Any, image: np.ndarray, ops: PixelOps) -> np.ndarray:
         """Run ColorJitter, RandomRotation, RandomVerticalFlip or RandomGrayscale on uint8 pixels;
@@ -507,6 +541,20 @@ class SampleTransform:
                 colour.saturation(image, factor)
             else:
                 colour.hue(image, factor)
+
+    @staticmethod
+    def _jitter_pixels(params: Any, image: np.ndarray, ops: PixelOps, target: np.ndarray | None) -> np.ndarray:
+        """ColorJitter on uint8 pixels: as `_jitter`, the first adjustment taken writing into
+        `target` when one is given; returns the array holding the sample."""
+        adjustments = (ops.brightness, ops.contrast, ops.saturation, ops.hue)
+        for n in params[:4].astype(np.int64).tolist():
+            factor = float(params[4 + n])
+            if math.isnan(factor):
+                continue
+            adjustments[n](image, factor, target)
+            if target is not None:
+                image, target = target, None
+        return image  # the source still, if no adjustment was taken
 
     def _flip_vertically(self, params: Any, image: np.ndarray) -> np.ndarray:
         """RandomVerticalFlip: the flipped rows land in the spare buffer, which becomes the image."""

@@ -142,6 +142,17 @@ class AugMix:
         return np.stack(columns, axis=1)
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
+        if isinstance(ops, PixelOps) and not ops.exact:
+            # the chains keep the float formulas value for value: a level off before a posterize
+            # or a solarize could move a value by more than the tolerance spec/pixels.md states
+            ops.exact = True
+            try:
+                return self._mix(ops, image, params)
+            finally:
+                ops.exact = False
+        return self._mix(ops, image, params)
+
+    def _mix(self, ops: ImageOps | PixelOps, image: np.ndarray, params: np.ndarray) -> np.ndarray:
         height, width = ops.size
         fill = stored_fill(self.fill)
         original = image.copy()  # the operations may write into the ops' buffers, `image` among them

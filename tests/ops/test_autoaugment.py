@@ -3,7 +3,9 @@ from torchvision's documented formulas for uint8 tensors, the magnitude tables a
 rules, and the steps in the loader.
 
 Tolerances: posterize, solarize, invert, equalize (integers), autocontrast, sharpness and the
-blends (float32, in torchvision's order) match the reference exactly. The geometric operations
+blends (float32, in torchvision's order) match the reference exactly on the float planes and
+on the uint8 pixels with ``exact=True``; OpenCV's uint8 kernels for Color, Contrast and
+Sharpness (the default on the pixels) are within one level of them, as spec/pixels.md allows. The geometric operations
 pick the nearest source pixel; OpenCV computes the source coordinate in fixed point with 10
 fractional bits, so a pixel whose coordinate lies within 2^-9 of a half-way point may take the
 other neighbour: every other pixel equals the reference, and those are at least 98% of the
@@ -263,6 +265,8 @@ def test_a_step_runs_its_drawn_operations_in_turn() -> None:
     source = np.ascontiguousarray(image.transpose(1, 2, 0).astype(np.uint8))
     for step in (TrivialAugmentWide(), RandAugment(num_ops=3, magnitude=20), AutoAugment()):
         transform = SampleTransform([step], height=30, width=30)
+        assert transform._pixel_ops is not None
+        transform._pixel_ops.exact = True  # the float formulas: the references' values, operation after operation
         indices = np.arange(40)
         draws = transform.draw(7, 2, indices)
         out = np.empty((30, 30, 3), np.uint8)
@@ -392,8 +396,13 @@ def test_the_uint8_path_gives_the_values_of_the_float_planes(name: str, magnitud
         fill = (3.0, 100.0, 250.0)
         planes = apply_operation(ImageOps(*image.shape[1:]), image.copy(), OPERATIONS.index(name), magnitude, fill)
         pixels = np.ascontiguousarray(image.transpose(1, 2, 0).astype(np.uint8))
-        got = apply_operation(PixelOps(*image.shape[1:]), pixels, OPERATIONS.index(name), magnitude, fill)
+        got = apply_operation(PixelOps(*image.shape[1:], exact=True), pixels.copy(), OPERATIONS.index(name), magnitude, fill)
         assert np.array_equal(got.transpose(2, 0, 1).astype(F32), planes)
+        # OpenCV's uint8 kernels: Color, Contrast and Sharpness within the one level spec/pixels.md
+        # states, every other operation the same values
+        fast = apply_operation(PixelOps(*image.shape[1:]), pixels.copy(), OPERATIONS.index(name), magnitude, fill)
+        difference = np.abs(fast.transpose(2, 0, 1).astype(F32) - planes)
+        assert difference.max() <= (1 if name in ("Color", "Contrast", "Sharpness") else 0), name
 
 
 @pytest.mark.parametrize("normalise", [False, True])
@@ -410,6 +419,7 @@ def test_a_sample_on_uint8_pixels_equals_the_same_sample_through_float_planes(no
     pixels = SampleTransform(steps, height=40, width=36, **options)
     planes = SampleTransform([*steps, RandomVerticalFlip(0.0)], height=40, width=36, **options)  # a flip step keeps the float planes
     assert pixels._pixel_ops is not None and planes._pixel_ops is None
+    pixels._pixel_ops.exact = True  # the float formulas (OpenCV's kernels are checked operation by operation)
     indices = np.arange(60)
     draws_pixels, draws_planes = pixels.draw(5, 1, indices), planes.draw(5, 1, indices)
     dtype = np.float32 if normalise else np.uint8
