@@ -1,6 +1,6 @@
 """The one conversion loop: a plan becomes shards, sidecars, rejects.jsonl and the manifest.
 
-Every source, output, engine and record kind goes through `run_conversion`:
+Every source, output, engine and set of record fields goes through `run_conversion`:
 
 1. The plan is stored in the output (or checked against the stored one when resuming).
 2. Shards that a previous run finished (their sidecar agrees with their files) are kept.
@@ -45,7 +45,7 @@ from .destination import REJECTS_NAME, Output, shard_file_name
 from .engine import WorkerDied, imap_ordered
 from .images import REENCODE_REASONS
 from .plan import ConversionPlan, PlannedRecord, compare_plans
-from .records import Builder, Built, Chunk, build_chunk, unplace
+from .records import Built, Chunk, RecordBuilder, build_chunk, unplace
 from .sources.results import display_path
 
 __all__ = ["CHUNK_BYTES", "CHUNK_RECORDS", "ConvertResult", "run_conversion"]
@@ -112,7 +112,7 @@ def run_conversion(
     plan: ConversionPlan,
     output: Output,
     *,
-    builder: Builder,
+    builder: RecordBuilder,
     workers: int,
     engine: str,
     progress: bool,
@@ -246,7 +246,7 @@ class _Sink:
             path = self.output.file_path(self.name)
             self.writer = TarShardWriter(path, labelled=self.labelled) if self.tar else ShardWriter(path, schema=self.plan.schema)
         if key is not None:  # a tar output's record: one without a key returned above, as a reject
-            members = {name: encode_member(kind, fields[name], f"field {name!r}") for name, kind in self.plan.fields}
+            members = {f.name: encode_member(f.kind, fields[f.name], f"field {f.name!r}") for f in self.plan.fields if f.member}
             self.writer.write(key, image=fields["image"], label=fields.get("label"), members=members)
             self.keys.add(key)
         else:
