@@ -90,10 +90,11 @@ from typing import Any
 
 from .._errors import ConvertError
 from .._storage.urls import is_url
+from ..format._schema import tar_schema_problem
 from .destination import Output
 from .loop import ConvertResult, already_finished, disk_full_error, run_conversion
 from .options import ConvertOptions, RecordRequest
-from .plan import ConversionPlan, from_scan
+from .plan import ConversionPlan, from_scan, record_schema
 from .records import builder_for
 from .route import Route, choose_route, scan_route
 from .sources import ParquetColumns, parquet_folders, source_name
@@ -159,7 +160,7 @@ def _plan(output: Output, work: Path, route: Route, request: RecordRequest, opti
     columns = route.columns or ParquetColumns()
     if route.reader == "table":
         settings.update(columns.to_options())
-    if options.shard_format == "tar" and any(not f.is_image and not f.member and f.kind != "label" for f in scan.fields):
+    if options.shard_format == "tar" and tar_schema_problem(record_schema(scan.fields)) is not None:  # a table's further columns
         kept = ", ".join(f.name for f in scan.fields if f.name not in ("image", "label"))
         raise ConvertError(f"--format tar writes an image, its label and key, and the members of tars; this source has further "
                            f"columns ({kept}): convert to binary shards, or leave them out with --drop-column", path=texts[0])
