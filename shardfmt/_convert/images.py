@@ -1,8 +1,9 @@
 """Turning one input image file into what a record stores: JPEG bytes, or uint8 pixels, or a reject.
 
 Two entry points share every rule below: `normalise_image` (one image, as JPEG) and
-`store_image` (an image field of a record, in one of `IMAGE_KINDS`), with `read_header` (or
-`upright_size`) and `plan_geometry` to fit a record's images together before any is decoded.
+`store_image` (an image field of a record, in one of `IMAGE_KINDS`), with `read_header` (its
+`ImageHeader.upright` size) and `plan_geometry` to fit a record's images together before any is
+decoded.
 
 The rules, each applied in one place:
 
@@ -73,7 +74,6 @@ __all__ = [
     "plan_geometry",
     "read_header",
     "store_image",
-    "upright_size",
 ]
 
 MAX_PIXELS: Final = 89_478_485
@@ -177,7 +177,7 @@ def plan_geometry(width: int, height: int, *, max_side: int | None, patch: int |
     """Return how to reshape a `width` x `height` image, or None to keep it as it is.
 
     Args:
-        width, height: the upright size (`upright_size`).
+        width, height: the upright size (`ImageHeader.upright`).
         max_side: M shrinks the image so that its longer side is M, if it is longer (aspect kept).
         patch: N resizes so that the shorter side is N (up or down, aspect kept), then keeps the
             centered N x N square; it takes precedence over `max_side`.
@@ -227,17 +227,6 @@ def normalise_image(
     header = read_header(data, max_pixels=max_pixels)
     geometry = plan_geometry(*header.upright, max_side=max_side, patch=None)
     return _to_jpeg(data, header, geometry=geometry, quality=quality)
-
-
-def upright_size(data: bytes, *, max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
-    """Return (width, height) of an image file as it will be stored (EXIF orientation applied),
-    from its headers only.
-
-    Raises:
-        RejectError: "empty", "not-an-image", "corrupt" (broken headers, a 12-bit or lossless
-            JPEG) or "too-large" (over `max_pixels`).
-    """
-    return read_header(data, max_pixels=max_pixels).upright
 
 
 def store_image(
