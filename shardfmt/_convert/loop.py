@@ -216,7 +216,8 @@ class _Sink:
         self.plan, self.output, self.index = plan, output, index
         self.name = shard_file_name(index, plan.shard_format)
         self.tar = plan.shard_format == "tar"
-        self.labelled = "label" in plan.schema.names
+        self.label_index = plan.label_index
+        self.labelled = self.label_index is not None
         self.writer: Any = None
         self.keys: set[str] = set()
         self.rejects: list[list[Any]] = []
@@ -235,8 +236,9 @@ class _Sink:
             else:
                 if key in self.keys:
                     reject = ("duplicate-key", f"key {display_key(key)!r} is already in this tar shard")
-                elif self.labelled and not 0 <= record.label < MAX_CLASSES:
-                    reject = ("bad-label", f"label {record.label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
+                elif self.label_index is not None and not 0 <= record.values[self.label_index] < MAX_CLASSES:
+                    label = record.values[self.label_index]
+                    reject = ("bad-label", f"label {label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
         if reject is not None or fields is None:
             reason, detail = reject if reject is not None else ("corrupt", "no record was built")
             cause = "transient" if built.transient and reject == built.reject else "permanent"
@@ -362,7 +364,8 @@ def build_outputs(plan: ConversionPlan, sidecars: list[dict[str, Any]]) -> tuple
     ordered.sort(key=lambda pair: pair[0])
     rejects = [reject for _, reject in ordered]
     report = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
-    labels = {record.label for number, record in enumerate(plan.records) if number not in rejected}
+    at = plan.label_index
+    labels = {record.values[at] for number, record in enumerate(plan.records) if number not in rejected} if at is not None else set()
     stats = {
         "inputs": len(plan.records),
         "input_bytes": plan.input_bytes,

@@ -1,7 +1,7 @@
 """The plan of a conversion: typed, frozen, and stored as ``.shardfmt-work/plan.json`` before any
 shard is written, so that a resumed run can prove it does the same job.
 
-A plan holds every record to write (the files it is made of, its label, values and key), the
+A plan holds every record to write (the files it is made of, its values and key), the
 rejects found while scanning, and how records are cut into shards. It is built once from a scan
 (`from_scan`), whatever the source and the output, and everything after it reads only the plan.
 """
@@ -58,13 +58,12 @@ class InputFile:
 
 @dataclass(frozen=True)
 class PlannedRecord:
-    """One record to write: its files (the first is the reference that names it), its label (the
-    value of its label field, for the manifest's statistics and a tar's ``.cls``; 0 without
-    one), the values of its value fields, its key, and for a sample of a tar or a keyed row the
-    sample's own key."""
+    """One record to write: its files (the first is the reference that names it: its images,
+    then its members of a tar), its key, the values of its value fields (a label among them, as
+    `ConversionPlan.label_index` says), and for a sample of a tar or a keyed row the sample's
+    own key."""
 
     files: tuple[InputFile, ...]
-    label: int
     key: str
     values: tuple[Any, ...] = ()
     sample_key: str | None = None
@@ -79,7 +78,7 @@ class PlannedRecord:
         return files[0].size if len(files) == 1 else sum(f.size for f in files)
 
     def to_json(self) -> list[Any]:
-        item: list[Any] = [[f.to_json() for f in self.files], self.label, self.key]
+        item: list[Any] = [[f.to_json() for f in self.files], self.key]
         if self.values or self.sample_key is not None:
             item.append([_json_value(v) for v in self.values])
         if self.sample_key is not None:
@@ -89,8 +88,8 @@ class PlannedRecord:
     @classmethod
     def from_json(cls, value: Sequence[Any]) -> PlannedRecord:
         files = tuple(InputFile.from_json(f) for f in value[0])
-        values = tuple(_python_value(v) for v in value[3]) if len(value) > 3 else ()
-        return cls(files, value[1], value[2], values, value[4] if len(value) > 4 else None)
+        values = tuple(_python_value(v) for v in value[2]) if len(value) > 2 else ()
+        return cls(files, value[1], values, value[3] if len(value) > 3 else None)
 
 
 @dataclass(frozen=True)
@@ -135,6 +134,13 @@ class ConversionPlan:
     @property
     def input_bytes(self) -> int:
         return sum(record.size for record in self.records)
+
+    @property
+    def label_index(self) -> int | None:
+        """Where a record's label (its field of kind "label") is among its values; None: the
+        records have no label."""
+        values = [f for f in self.fields if not f.is_image and not f.member]
+        return next((n for n, f in enumerate(values) if f.kind == "label"), None)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON values (what plan.json holds)."""
@@ -234,17 +240,14 @@ def from_scan(
 
     A record's key is the scan's; a sample of a tar or a keyed row keeps its own key for a tar
     shard (exact there, where `tar.keys.tar_key` checks it; with ``\\xNN`` escapes in a binary
-    shard). Its label is the value of its label field, or 0 without one.
+    shard).
     """
-    value_fields = [item for item in scan.fields if not item.is_image and not item.member]
-    labels = [n for n, item in enumerate(value_fields) if item.kind == "label"]
     records = []
     for item in scan.inputs:
         files = tuple(InputFile(f.path, f.size, f.mtime_ns, f.offset, f.row_group, f.file_size) for f in item.files)
         sample_key = item.files[0].sample_key
         key = sample_key if shard_format == "tar" and sample_key is not None else item.key
-        label = item.values[labels[0]] if labels else 0
-        records.append(PlannedRecord(files, label, key, tuple(item.values), sample_key))
+        records.append(PlannedRecord(files, key, tuple(item.values), sample_key))
     return ConversionPlan(
         kind=scan.kind,
         source=source,
@@ -290,7 +293,7 @@ def compare_plans(stored: Any, plan: ConversionPlan, *, where: str | os.PathLike
 
 def _reference(item: Any) -> str | None:
     try:
-        return str(item[0][0][0]) + ("" if len(item) < 5 else f"#{item[4]}")
+        return str(item[0][0][0]) + ("" if len(item) < 4 else f"#{item[3]}")
     except (TypeError, IndexError, KeyError):
         return None
 

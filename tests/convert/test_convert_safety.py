@@ -224,8 +224,7 @@ def test_worker_processes_leave_the_bytes_they_checked_in_shared_scratch_memory(
         (
             n,
             PlannedRecord(
-                files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}",
-                values=(0,),
+                files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), key=f"k{n}", values=(0,)
             ),
         )
         for n, p in enumerate(paths)

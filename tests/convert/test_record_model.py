@@ -81,15 +81,15 @@ def test_the_schema_follows_from_the_fields() -> None:
 def test_a_tar_source_planned_for_tar_shards_keeps_its_sample_keys_and_labels(tmp_path: Path) -> None:
     scan = scan_source(write_tar(tmp_path / "caps.tar"))
     plan = from_scan(scan, source="caps.tar", root=str(scan.root), options={"shard_size": 1 << 20}, shard_format="tar")
-    assert [(r.key, r.label, r.values, len(r.files)) for r in plan.records] == [(f"s{n}", n, (n,), 2) for n in range(3)]
-    assert plan.stats == {"members_not_stored": {}}
+    assert [(r.key, r.values, r.sample_key, len(r.files)) for r in plan.records] == [(f"s{n}", (n,), f"s{n}", 2) for n in range(3)]
+    assert (plan.label_index, plan.stats) == (0, {"members_not_stored": {}})
 
 
 def test_one_builder_names_the_field_in_a_reject_only_when_the_fields_were_asked_for_by_name(tmp_path: Path) -> None:
     (tmp_path / "bad.jpg").write_bytes(b"not an image at all")
     (tmp_path / "good.jpg").write_bytes(jpeg_bytes(8, 8))
-    records = ((0, PlannedRecord((InputFile("bad.jpg", 19, 0),), 3, "bad", (3,))),
-               (1, PlannedRecord((InputFile("good.jpg", 1, 0),), 3, "good", (3,))))
+    records = ((0, PlannedRecord((InputFile("bad.jpg", 19, 0),), "bad", (3,))),
+               (1, PlannedRecord((InputFile("good.jpg", 1, 0),), "good", (3,))))
     details = {}
     for names_fields in (False, True):
         builder = RecordBuilder(InputReader(str(tmp_path)), IMAGE_AND_LABEL, None, 90, names_fields=names_fields)
