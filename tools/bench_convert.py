@@ -79,10 +79,10 @@ def write_webdataset(src: Path, out: Path, *, shard_size: int) -> int:
     out.mkdir(parents=True, exist_ok=True)
     count = 0
     with webdataset.ShardWriter(str(out / "shard-%06d.tar"), maxsize=shard_size, maxcount=1 << 30, verbose=0) as sink:
-        for item in scan.inputs:
-            with open(scan.root / item.path, "rb") as file:
+        for record in scan.inputs:
+            with open(Path(scan.root) / record.files[0].path, "rb") as file:
                 data = file.read()
-            sink.write({"__key__": item.key.replace(".", "_"), "jpg": data, "cls": item.label})
+            sink.write({"__key__": record.key.replace(".", "_"), "jpg": data, "cls": record.values[0]})
             count += 1
     return count
 
@@ -156,8 +156,8 @@ def one_shard(temp: Path, images: int, *, repeat: int) -> list[str]:
     src = temp / "one-shard-src"
     make_imagefolder(src, num_classes=10, per_class=-(-images // 10), size=(362, 416), quality=95, seed=1)
     count = len(scan_source(src).inputs)
-    for item in scan_source(src).inputs:
-        (src / item.path).read_bytes()
+    for record in scan_source(src).inputs:
+        (src / record.files[0].path).read_bytes()
     times = {}
     for workers in (1, 2):
         out = temp / f"one-shard-{workers}"
@@ -210,7 +210,7 @@ def main() -> None:
     temp = Path(tempfile.mkdtemp(prefix="bench-convert-"))
     try:
         src = source_folder(args, temp)
-        inputs = scan_source(src).inputs
+        inputs = [record.files[0] for record in scan_source(src).inputs]
         total_bytes = sum(item.size for item in inputs)
         for item in inputs:  # warm the page cache so every run reads from memory
             with open(src / item.path, "rb") as file:

@@ -1,8 +1,9 @@
 """Turning one input image file into what a record stores: JPEG bytes, or uint8 pixels, or a reject.
 
-Two entry points share every rule below: `normalise_image` (a record's one image, as JPEG) and
-`store_image` (an image field of a record of several, in one of `IMAGE_KINDS`), with
-`upright_size` and `plan_geometry` to fit a record's images together before any is decoded.
+Two entry points share every rule below: `normalise_image` (one image, as JPEG) and
+`store_image` (an image field of a record, in one of `IMAGE_KINDS`), with `read_header` (its
+`ImageHeader.upright` size) and `plan_geometry` to fit a record's images together before any is
+decoded.
 
 The rules, each applied in one place:
 
@@ -66,12 +67,13 @@ __all__ = [
     "MAX_PIXELS",
     "REENCODE_REASONS",
     "Geometry",
+    "ImageHeader",
     "NormalisedImage",
     "StoredImage",
     "normalise_image",
     "plan_geometry",
+    "read_header",
     "store_image",
-    "upright_size",
 ]
 
 MAX_PIXELS: Final = 89_478_485
@@ -123,11 +125,13 @@ class NormalisedImage:
 
 @dataclass(frozen=True)
 class StoredImage:
-    """A record's value for one image field: JPEG bytes or a uint8 array H x W (x C), and why it
-    was re-encoded (None when kept byte for byte or stored as pixels)."""
+    """A record's value for one image field: JPEG bytes or a uint8 array H x W (x C), why it
+    was re-encoded (None when kept byte for byte or stored as pixels), and the headers of JPEG
+    bytes that are the input passed through (as a `NormalisedImage` holds them)."""
 
     value: bytes | np.ndarray
     reencoded: str | None
+    info: JpegInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -154,8 +158,9 @@ class Geometry:
 
 
 @dataclass(frozen=True)
-class _Header:
-    """What an image file's headers say: its size as stored, its orientation, and for a JPEG the rest."""
+class ImageHeader:
+    """What an image file's headers say (`read_header`): its size as stored, its orientation, and
+    for a JPEG the rest."""
 
     width: int
     height: int
@@ -172,7 +177,7 @@ def plan_geometry(width: int, height: int, *, max_side: int | None, patch: int |
     """Return how to reshape a `width` x `height` image, or None to keep it as it is.
 
     Args:
-        width, height: the upright size (`upright_size`).
+        width, height: the upright size (`ImageHeader.upright`).
         max_side: M shrinks the image so that its longer side is M, if it is longer (aspect kept).
         patch: N resizes so that the shorter side is N (up or down, aspect kept), then keeps the
             centered N x N square; it takes precedence over `max_side`.
@@ -219,23 +224,14 @@ def normalise_image(
             (no known format) or "too-large" (over `max_pixels`, or a side over `JPEG_MAX_SIDE`
             once shrunk to `max_side`).
     """
-    header = _read_header(data, max_pixels=max_pixels)
+    header = read_header(data, max_pixels=max_pixels)
     geometry = plan_geometry(*header.upright, max_side=max_side, patch=None)
     return _to_jpeg(data, header, geometry=geometry, quality=quality)
 
 
-def upright_size(data: bytes, *, max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
-    """Return (width, height) of an image file as it will be stored (EXIF orientation applied),
-    from its headers only.
-
-    Raises:
-        RejectError: "empty", "not-an-image", "corrupt" (broken headers, a 12-bit or lossless
-            JPEG) or "too-large" (over `max_pixels`).
-    """
-    return _read_header(data, max_pixels=max_pixels).upright
-
-
-def store_image(data: bytes, *, kind: str, geometry: Geometry | None, quality: int, max_pixels: int = MAX_PIXELS) -> StoredImage:
+def store_image(
+    data: bytes, *, kind: str, geometry: Geometry | None, quality: int, max_pixels: int = MAX_PIXELS, header: ImageHeader | None = None
+) -> StoredImage:
     """Return the stored form of one image file for a field of `kind` (see the module docstring).
 
     Args:
@@ -244,6 +240,7 @@ def store_image(data: bytes, *, kind: str, geometry: Geometry | None, quality: i
         geometry: how to reshape the upright image (`plan_geometry`, scaled per field), or None.
         quality: JPEG quality (1 to 100) of a re-encoded "jpeg" image.
         max_pixels: reject images with more pixels than this, from the header.
+        header: `data`'s headers when already read (`read_header`, with `max_pixels`).
 
     Returns:
         JPEG bytes and why they were re-encoded, or a uint8 array H x W ("gray", "mask") or
@@ -253,10 +250,11 @@ def store_image(data: bytes, *, kind: str, geometry: Geometry | None, quality: i
         RejectError: the reasons of `normalise_image`, or "unsupported" for a mask that is not
             one channel of values up to 255.
     """
-    header = _read_header(data, max_pixels=max_pixels)
+    if header is None:
+        header = read_header(data, max_pixels=max_pixels)
     if kind == "jpeg":
         normalised = _to_jpeg(data, header, geometry=geometry, quality=quality)
-        return StoredImage(normalised.data, normalised.reencoded)
+        return StoredImage(normalised.data, normalised.reencoded, normalised.info)
     if header.jpeg is not None:
         _check_decodes(data)
     with _opened(data) as image:
@@ -265,8 +263,13 @@ def store_image(data: bytes, *, kind: str, geometry: Geometry | None, quality: i
     return StoredImage(np.ascontiguousarray(array, dtype=np.uint8), None)
 
 
-def _read_header(data: bytes, *, max_pixels: int) -> _Header:
-    """Return what the headers say, rejecting what must not be decoded."""
+def read_header(data: bytes, *, max_pixels: int = MAX_PIXELS) -> ImageHeader:
+    """Return what an image file's headers say, rejecting what must not be decoded.
+
+    Raises:
+        RejectError: "empty", "not-an-image", "corrupt" (broken headers, a 12-bit or lossless
+            JPEG) or "too-large" (over `max_pixels`, or a JPEG side over `JPEG_MAX_SIDE`).
+    """
     if not data:
         raise RejectError("the file is empty", reason="empty")
     info: JpegInfo | None = None
@@ -289,7 +292,7 @@ def _read_header(data: bytes, *, max_pixels: int) -> _Header:
             width, height = image.size
             _check_pixels(width, height, max_pixels)
             orientation = _exif_orientation(image, data)
-    return _Header(width, height, orientation, info)
+    return ImageHeader(width, height, orientation, info)
 
 
 def _check_pixels(width: int, height: int, max_pixels: int) -> None:
@@ -335,7 +338,7 @@ def _check_decodes(data: bytes) -> None:
         raise RejectError(f"JPEG does not decode: {err}", reason="corrupt") from err
 
 
-def _reencode_reason(header: _Header, *, reshaped: bool) -> str | None:
+def _reencode_reason(header: ImageHeader, *, reshaped: bool) -> str | None:
     """The first of `REENCODE_REASONS` that applies, or None to keep the file as it is."""
     if header.jpeg is None:
         return "not-jpeg"
@@ -350,7 +353,7 @@ def _reencode_reason(header: _Header, *, reshaped: bool) -> str | None:
     return None
 
 
-def _to_jpeg(data: bytes, header: _Header, *, geometry: Geometry | None, quality: int) -> NormalisedImage:
+def _to_jpeg(data: bytes, header: ImageHeader, *, geometry: Geometry | None, quality: int) -> NormalisedImage:
     """The file itself when it can be kept, else the upright image reshaped by `geometry` and re-encoded."""
     reason = _reencode_reason(header, reshaped=geometry is not None)
     if header.jpeg is not None:
@@ -403,7 +406,7 @@ def _opened(data: bytes) -> Iterator[Image.Image]:
 
 
 def _shape(
-    image: Image.Image, header: _Header, *, mode: str | None, mask: bool, geometry: Geometry | None, draft: bool
+    image: Image.Image, header: ImageHeader, *, mode: str | None, mask: bool, geometry: Geometry | None, draft: bool
 ) -> Image.Image:
     """Decode `image`, turn it upright, bring it to 8-bit `mode` (None: L for a gray source, else
     RGB) and reshape it by `geometry`; `draft` lets libjpeg decode at a reduced scale first."""

@@ -1,6 +1,6 @@
 """The one conversion loop: a plan becomes shards, sidecars, rejects.jsonl and the manifest.
 
-Every source, output, engine and record kind goes through `run_conversion`:
+Every source, output, engine and set of record fields goes through `run_conversion`:
 
 1. The plan is stored in the output (or checked against the stored one when resuming).
 2. Shards that a previous run finished (their sidecar agrees with their files) are kept.
@@ -45,7 +45,7 @@ from .destination import REJECTS_NAME, Output, shard_file_name
 from .engine import WorkerDied, imap_ordered
 from .images import REENCODE_REASONS
 from .plan import ConversionPlan, PlannedRecord, compare_plans
-from .records import Builder, Built, Chunk, build_chunk, unplace
+from .records import Built, Chunk, RecordBuilder, build_chunk, unplace
 from .sources.results import display_path
 
 __all__ = ["CHUNK_BYTES", "CHUNK_RECORDS", "ConvertResult", "run_conversion"]
@@ -112,7 +112,7 @@ def run_conversion(
     plan: ConversionPlan,
     output: Output,
     *,
-    builder: Builder,
+    builder: RecordBuilder,
     workers: int,
     engine: str,
     progress: bool,
@@ -216,7 +216,8 @@ class _Sink:
         self.plan, self.output, self.index = plan, output, index
         self.name = shard_file_name(index, plan.shard_format)
         self.tar = plan.shard_format == "tar"
-        self.labelled = "label" in plan.schema.names
+        self.label_index = plan.label_index
+        self.labelled = self.label_index is not None
         self.writer: Any = None
         self.keys: set[str] = set()
         self.rejects: list[list[Any]] = []
@@ -235,8 +236,9 @@ class _Sink:
             else:
                 if key in self.keys:
                     reject = ("duplicate-key", f"key {display_key(key)!r} is already in this tar shard")
-                elif self.labelled and not 0 <= record.label < MAX_CLASSES:
-                    reject = ("bad-label", f"label {record.label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
+                elif self.label_index is not None and not 0 <= record.values[self.label_index] < MAX_CLASSES:
+                    label = record.values[self.label_index]
+                    reject = ("bad-label", f"label {label} is outside [0, {MAX_CLASSES}), which a .cls member holds")
         if reject is not None or fields is None:
             reason, detail = reject if reject is not None else ("corrupt", "no record was built")
             cause = "transient" if built.transient and reject == built.reject else "permanent"
@@ -246,7 +248,7 @@ class _Sink:
             path = self.output.file_path(self.name)
             self.writer = TarShardWriter(path, labelled=self.labelled) if self.tar else ShardWriter(path, schema=self.plan.schema)
         if key is not None:  # a tar output's record: one without a key returned above, as a reject
-            members = {name: encode_member(kind, fields[name], f"field {name!r}") for name, kind in self.plan.fields}
+            members = {f.name: encode_member(f.kind, fields[f.name], f"field {f.name!r}") for f in self.plan.fields if f.member}
             self.writer.write(key, image=fields["image"], label=fields.get("label"), members=members)
             self.keys.add(key)
         else:
@@ -362,7 +364,8 @@ def build_outputs(plan: ConversionPlan, sidecars: list[dict[str, Any]]) -> tuple
     ordered.sort(key=lambda pair: pair[0])
     rejects = [reject for _, reject in ordered]
     report = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rejects)
-    labels = {record.label for number, record in enumerate(plan.records) if number not in rejected}
+    at = plan.label_index
+    labels = {record.values[at] for number, record in enumerate(plan.records) if number not in rejected} if at is not None else set()
     stats = {
         "inputs": len(plan.records),
         "input_bytes": plan.input_bytes,

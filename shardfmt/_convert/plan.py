@@ -1,10 +1,9 @@
 """The plan of a conversion: typed, frozen, and stored as ``.shardfmt-work/plan.json`` before any
 shard is written, so that a resumed run can prove it does the same job.
 
-A plan holds every record to write (the files it is made of, its label, values and key), the
+A plan holds every record to write (the files it is made of, its values and key), the
 rejects found while scanning, and how records are cut into shards. It is built once from a scan
-(`from_scan`, `from_field_scan`), whatever the source and the output, and everything after it
-(`pipeline`) reads only the plan.
+(`from_scan`), whatever the source and the output, and everything after it reads only the plan.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from typing import Any, Final
 
 from .._errors import ConvertError
 from ..format._layout import MAX_RECORDS_PER_SHARD
-from ..format._schema import IMAGE_CLASSIFICATION, Field, Schema, tar_schema
-from .sources.results import FieldScan, RecordField, ScanReject, SourceScan, display_path
+from ..format._schema import Field, Schema
+from .sources.results import RecordField, ScanReject, SourceScan, display_path
 
-__all__ = ["FIELD_TYPES", "PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "field_schema",
-           "plan_shards"]
+__all__ = ["FIELD_TYPES", "PLAN_VERSION", "ConversionPlan", "InputFile", "PlannedRecord", "ScanReject", "compare_plans", "from_scan",
+           "plan_shards", "record_schema"]
 
-PLAN_VERSION: Final = 3
+PLAN_VERSION: Final = 4
 
 
 @dataclass(frozen=True)
@@ -59,11 +58,12 @@ class InputFile:
 
 @dataclass(frozen=True)
 class PlannedRecord:
-    """One record to write: its files (the first is the reference that names it), its label, the
-    values of its value fields, its key, and for a sample of a tar the sample's own key."""
+    """One record to write: its files (the first is the reference that names it: its images,
+    then its members of a tar), its key, the values of its value fields (a label among them, as
+    `ConversionPlan.label_index` says), and for a sample of a tar or a keyed row the sample's
+    own key."""
 
     files: tuple[InputFile, ...]
-    label: int
     key: str
     values: tuple[Any, ...] = ()
     sample_key: str | None = None
@@ -78,7 +78,7 @@ class PlannedRecord:
         return files[0].size if len(files) == 1 else sum(f.size for f in files)
 
     def to_json(self) -> list[Any]:
-        item: list[Any] = [[f.to_json() for f in self.files], self.label, self.key]
+        item: list[Any] = [[f.to_json() for f in self.files], self.key]
         if self.values or self.sample_key is not None:
             item.append([_json_value(v) for v in self.values])
         if self.sample_key is not None:
@@ -88,8 +88,8 @@ class PlannedRecord:
     @classmethod
     def from_json(cls, value: Sequence[Any]) -> PlannedRecord:
         files = tuple(InputFile.from_json(f) for f in value[0])
-        values = tuple(_python_value(v) for v in value[3]) if len(value) > 3 else ()
-        return cls(files, value[1], value[2], values, value[4] if len(value) > 4 else None)
+        values = tuple(_python_value(v) for v in value[2]) if len(value) > 2 else ()
+        return cls(files, value[1], values, value[3] if len(value) > 3 else None)
 
 
 @dataclass(frozen=True)
@@ -97,15 +97,17 @@ class ConversionPlan:
     """Everything a conversion will do.
 
     Attributes:
-        record_kind: "image-label" (image, label, key) or "fields" (the fields of `schema`).
         kind: the source's kind, recorded in the manifest ("imagefolder", "listing", "tars", ...).
         source: how the plan names the source(s): resolved paths or URLs without credentials.
         root: what input paths are relative to: a local folder or a URL.
         shard_format: "binary" or "tar".
         schema: the records' fields.
         options: the conversion options, recorded in the manifest under ``converter.options``.
-        fields: (name, kind) of the fields read beyond image, label and key: for "fields" every
-            field, image fields first; for "image-label" the members of tars kept as fields.
+        fields: the records' fields as the scan found them (`sources.results.RecordField`).
+        names_fields: the fields were asked for by name (`sources.results.SourceScan.names_fields`):
+            a reject's detail names the field whose file it concerns.
+        scales: per image field, its size as a multiple of the first's (None: unchecked).
+        patch: the side of the square every image is cut to, or None.
         classes: class names in label order, or None.
         records: the records, in output order.
         scan_rejects: inputs refused while scanning.
@@ -113,36 +115,47 @@ class ConversionPlan:
         stats: what the scan counted for the manifest's ``stats`` (members of tars not stored).
     """
 
-    record_kind: str
     kind: str
     source: str | tuple[str, ...]
     root: str
     shard_format: str
     schema: Schema
     options: Mapping[str, Any]
-    fields: tuple[tuple[str, str], ...]
+    fields: tuple[RecordField, ...]
     classes: tuple[str, ...] | None
     records: tuple[PlannedRecord, ...]
     scan_rejects: tuple[ScanReject, ...]
     shards: tuple[tuple[int, int], ...]
     stats: Mapping[str, Any] = field(default_factory=dict)
+    names_fields: bool = False
+    scales: tuple[int | None, ...] = (1,)
+    patch: int | None = None
 
     @property
     def input_bytes(self) -> int:
         return sum(record.size for record in self.records)
 
+    @property
+    def label_index(self) -> int | None:
+        """Where a record's label (its field of kind "label") is among its values; None: the
+        records have no label."""
+        values = [f for f in self.fields if not f.is_image and not f.member]
+        return next((n for n, f in enumerate(values) if f.kind == "label"), None)
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON values (what plan.json holds)."""
         return {
             "version": PLAN_VERSION,
-            "record_kind": self.record_kind,
             "kind": self.kind,
             "source": list(self.source) if isinstance(self.source, tuple) else self.source,
             "root": self.root,
             "shard_format": self.shard_format,
             "schema": self.schema.to_json(),
             "options": dict(self.options),
-            "fields": [list(f) for f in self.fields],
+            "fields": [[f.name, f.kind, *(["member"] if f.member else [])] for f in self.fields],
+            "names_fields": self.names_fields,
+            "scales": list(self.scales),
+            "patch": self.patch,
             "classes": list(self.classes) if self.classes is not None else None,
             "records": [record.to_json() for record in self.records],
             "scan_rejects": [[r.position, r.path, r.reason, r.detail, *([r.key] if r.key is not None else [])] for r in self.scan_rejects],
@@ -164,19 +177,21 @@ class ConversionPlan:
             raise ValueError(f"plan version {value['version']}, expected {PLAN_VERSION}")
         source = value["source"]
         return cls(
-            record_kind=value["record_kind"],
             kind=value["kind"],
             source=tuple(source) if isinstance(source, list) else source,
             root=value["root"],
             shard_format=value["shard_format"],
             schema=Schema.from_json(value["schema"]),
             options=value["options"],
-            fields=tuple((f[0], f[1]) for f in value["fields"]),
+            fields=tuple(RecordField(f[0], f[1], member=f[2:] == ["member"]) for f in value["fields"]),
             classes=tuple(value["classes"]) if value["classes"] is not None else None,
             records=tuple(PlannedRecord.from_json(r) for r in value["records"]),
             scan_rejects=tuple(ScanReject(*r) for r in value["scan_rejects"]),
             shards=tuple((s[0], s[1]) for s in value["shards"]),
             stats=value.get("stats", {}),
+            names_fields=value["names_fields"],
+            scales=tuple(value["scales"]),
+            patch=value["patch"],
         )
 
 
@@ -203,75 +218,52 @@ def plan_shards(sizes: Sequence[int], *, shard_size: int, max_records: int = MAX
     return spans
 
 
-def from_scan(
-    scan: SourceScan, *, source: str | tuple[str, ...], root: str, options: Mapping[str, Any], shard_format: str
-) -> ConversionPlan:
-    """The plan of an image classification conversion (`convert`) of `scan`.
+FIELD_TYPES: Final = {"jpeg": "jpeg", "int64": "int64", "label": "int64", "float64": "float64", "str": "str", "bytes": "bytes",
+                      "json": "json"}
+"""Format type of each field kind; the other image kinds are "raw"."""
 
-    A file's key is its path without its last extension; a sample of a tar keeps its key (shown
-    with ``\\xNN`` escapes in a binary shard, exact in a tar shard, where `tar_key` checks it), and
-    so does a row of a Parquet file. A sample of a tar has one more file per member column
-    (`SourceScan.members`), and records without labels (`SourceScan.labelled`) have none.
+
+def record_schema(fields: Sequence[RecordField]) -> Schema:
+    """The schema of records of `fields`: each in its format type, the key after every field
+    but the members of tars, which follow it (spec/tar.md: image, label, key, then members)."""
+    def typed(found: RecordField) -> Field:
+        return Field(found.name, FIELD_TYPES.get(found.kind, "raw"))
+
+    return Schema(tuple(typed(f) for f in fields if not f.member) + (Field("key", "str"),) + tuple(typed(f) for f in fields if f.member))
+
+
+def from_scan(
+    scan: SourceScan, *, source: str | tuple[str, ...], root: str, options: Mapping[str, Any], shard_format: str,
+    scales: tuple[int | None, ...] = (1,), patch: int | None = None,
+) -> ConversionPlan:
+    """The plan of a conversion of `scan`, whatever its source and fields.
+
+    A record's key is the scan's; a sample of a tar or a keyed row keeps its own key for a tar
+    shard (exact there, where `tar.keys.tar_key` checks it; with ``\\xNN`` escapes in a binary
+    shard).
     """
     records = []
     for item in scan.inputs:
-        file = InputFile(item.path, item.size, item.mtime_ns, item.offset, item.row_group, item.file_size)
-        members = tuple(InputFile(item.path, size, item.mtime_ns, offset) for offset, size in item.members)
-        key = item.sample_key if shard_format == "tar" and item.sample_key is not None else item.key
-        records.append(PlannedRecord((file, *members), item.label, key, sample_key=item.sample_key))
-    schema = IMAGE_CLASSIFICATION if scan.labelled and not scan.members else tar_schema(labelled=scan.labelled, members=scan.members)
+        files = tuple(InputFile(f.path, f.size, f.mtime_ns, f.offset, f.row_group, f.file_size) for f in item.files)
+        sample_key = item.files[0].sample_key
+        key = sample_key if shard_format == "tar" and sample_key is not None else item.key
+        records.append(PlannedRecord(files, key, tuple(item.values), sample_key))
     return ConversionPlan(
-        record_kind="image-label",
         kind=scan.kind,
         source=source,
         root=root,
         shard_format=shard_format,
-        schema=schema,
+        schema=record_schema(scan.fields),
         options=dict(options),
-        fields=scan.members,
+        fields=scan.fields,
         classes=tuple(scan.classes) if scan.classes is not None else None,
         records=tuple(records),
         scan_rejects=tuple(ScanReject(r.position, r.path, r.reason, r.detail, r.key) for r in scan.rejects),
         shards=tuple(plan_shards([r.size for r in records], shard_size=options["shard_size"])),
         stats={"members_not_stored": dict(scan.not_stored)} if scan.kind == "webdataset" else {},
-    )
-
-
-FIELD_TYPES: Final = {"jpeg": "jpeg", "int64": "int64", "label": "int64", "float64": "float64", "str": "str", "bytes": "bytes",
-                      "json": "json"}
-"""Format type of each column kind of a multi-field conversion; the other image kinds are "raw"."""
-
-
-def field_schema(fields: Sequence[RecordField]) -> Schema:
-    """The schema of records of `fields`: each in its format type, then the key."""
-    return Schema(tuple(Field(f.name, FIELD_TYPES.get(f.kind, "raw")) for f in fields) + (Field("key", "str"),))
-
-
-def from_field_scan(
-    scan: FieldScan, *, source: str | tuple[str, ...], root: str, schema: Schema, options: Mapping[str, Any]
-) -> ConversionPlan:
-    """The plan of a scan of several fields (`sources.scan_fields`, or a table with further
-    columns); a record's label (for the manifest's statistics) is its first label field, or 0."""
-    value_fields = [item for item in scan.fields if not item.is_image]
-    labels = [n for n, item in enumerate(value_fields) if item.kind == "label"]
-    records = []
-    for item in scan.inputs:
-        files = tuple(InputFile(f.path, f.size, f.mtime_ns, f.offset, f.row_group, f.file_size) for f in item.files)
-        label = item.values[labels[0]] if labels else 0
-        records.append(PlannedRecord(files, label, item.key, tuple(item.values), item.files[0].sample_key))
-    return ConversionPlan(
-        record_kind="fields",
-        kind=scan.kind,
-        source=source,
-        root=root,
-        shard_format="binary",
-        schema=schema,
-        options=dict(options),
-        fields=tuple((f.name, f.kind) for f in scan.fields),
-        classes=tuple(scan.classes) if scan.classes is not None else None,
-        records=tuple(records),
-        scan_rejects=tuple(ScanReject(r.position, r.path, r.reason, r.detail, r.key) for r in scan.rejects),
-        shards=tuple(plan_shards([r.size for r in records], shard_size=options["shard_size"])),
+        names_fields=scan.names_fields,
+        scales=scales,
+        patch=patch,
     )
 
 
@@ -286,7 +278,7 @@ def compare_plans(stored: Any, plan: ConversionPlan, *, where: str | os.PathLike
         return
     if not isinstance(stored, dict):
         stored = {}
-    for key in ("version", "record_kind", "source", "kind", "shard_format", "options", "classes", "schema", "fields"):
+    for key in ("version", "source", "kind", "shard_format", "options", "classes", "schema", "fields", "names_fields", "scales", "patch"):
         if stored.get(key) != now[key]:
             change = f"{key} changed from {_short(stored.get(key))} to {_short(now[key])}"
             break
@@ -301,7 +293,7 @@ def compare_plans(stored: Any, plan: ConversionPlan, *, where: str | os.PathLike
 
 def _reference(item: Any) -> str | None:
     try:
-        return str(item[0][0][0]) + ("" if len(item) < 5 else f"#{item[4]}")
+        return str(item[0][0][0]) + ("" if len(item) < 4 else f"#{item[3]}")
     except (TypeError, IndexError, KeyError):
         return None
 

@@ -3,11 +3,11 @@
 A chunk is a few consecutive records of one shard. For each record a worker reads its files (a
 local file with one `os.read`, the image member of a sample of a tar with one `os.pread`, an
 object of a store with one GET, a row of a Parquet file with the rest of its row group), checks
-and normalises the images, and returns the record's fields, or the reason it is rejected. A
-record builder per record kind does the middle part: `ImageLabelBuilder` for (image, label, key)
-records, `FieldsBuilder` for records of several fields. Builders are small frozen values, so they
-reach worker processes and Ray tasks as they are; the result depends only on the record and the
-options, never on the process.
+and normalises the images, and returns the record's fields, or the reason it is rejected. One
+`RecordBuilder` does the middle part for records of any fields (`sources.results.RecordField`):
+image classification is the fields image and label, and needs nothing else. A builder is a small
+frozen value, so it reaches worker processes and Ray tasks as it is; the result depends only on
+the record and the options, never on the process.
 
 A worker process of the local pool also gets scratch memory that the converting process shares
 (`engine.imap_ordered`'s `scratch`): `build_chunk` copies the byte values of the chunk's records
@@ -28,27 +28,20 @@ from .._storage.urls import is_url
 from ..format._fieldtypes import HeadedJpeg
 from ..format._jpeg import JpegInfo
 from ..tar._keys import MAX_MEMBER_SIZE, key_problem, tar_key
-from .images import (
-    IMAGE_KINDS,
-    normalise_image,
-    plan_geometry,
-    store_image,
-    upright_size,
-)
+from .images import plan_geometry, read_header, store_image
 from .plan import ConversionPlan, InputFile, PlannedRecord
 from .sources.confine import MAX_INPUT_SIZE, open_regular, read_regular, resolve_inside
 from .sources.listing import LISTING_KINDS
-from .sources.results import describe_os_error, display_path, is_transient_os_error
+from .sources.results import RecordField, describe_os_error, display_path, is_transient_os_error
 from .sources.rowgroups import RowGroupReader
 
 __all__ = [
     "MAX_INPUT_SIZE",
     "Built",
     "Chunk",
-    "FieldsBuilder",
-    "ImageLabelBuilder",
     "InputReader",
     "Placed",
+    "RecordBuilder",
     "build_chunk",
     "builder_for",
     "unplace",
@@ -186,20 +179,33 @@ def _unreadable(err: OSError) -> RejectError:
 
 
 @dataclass(frozen=True)
-class ImageLabelBuilder:
-    """(image, label, key) records: the image normalised (`images.normalise_image`). The key
-    must obey the key rule of every output (`tar.keys.key_problem`), and for a tar shard also
-    read back as a tar key (`tar.keys.tar_key`), or the record is a "bad-key" reject before
-    its file is read. Records from tars may have no label
-    (`labelled`) and further members (`members`: field name and kind, one file each): text
-    must be UTF-8 and JSON strict JSON text, or the record is a "bad-member" reject."""
+class RecordBuilder:
+    """Records of `fields`, in four steps:
+
+    1. The key must obey the key rule of every output (`tar.keys.key_problem`), and for a tar
+       shard (`tar_keys`) also read back as a tar key (`tar.keys.tar_key`), or the record is a
+       "bad-key" reject before any read; a member of a tar over `tar.keys.MAX_MEMBER_SIZE` is
+       "too-large", also before any read.
+    2. Each image file is read and its headers judged; its upright size must be its stated
+       scale (`scales`, None: unchecked) times the first image's, or the record is a
+       "size-mismatch" reject, before anything is decoded.
+    3. Each image is reshaped by one geometry (`images.plan_geometry`: `max_side` or `patch`,
+       scaled per field) and stored in its kind (`images.store_image`).
+    4. The value fields take their planned values; each member of a tar is read and decoded
+       (`member_value`), and the key is added.
+
+    With `names_fields` a reject of an image names its field (and for a further image its file),
+    as the manifest of such a conversion lists the fields; without, the detail is the image's own.
+    """
 
     reader: InputReader
+    fields: tuple[RecordField, ...]
     max_side: int | None
     quality: int
+    scales: tuple[int | None, ...] = (1,)
+    patch: int | None = None
     tar_keys: bool = False
-    labelled: bool = True
-    members: tuple[tuple[str, str], ...] = ()
+    names_fields: bool = False
 
     def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
         key = record.key
@@ -209,16 +215,62 @@ class ImageLabelBuilder:
             except SchemaError as err:
                 raise RejectError(err.message, reason="bad-key") from err
         _check_key(key)
-        for (name, _), file in zip(self.members, record.files[1:], strict=True):
-            if file.size > MAX_MEMBER_SIZE:  # before anything is read
-                raise RejectError(f"member {name!r} is {file.size} bytes, over the member limit of {MAX_MEMBER_SIZE}", reason="too-large")
-        data = self.reader.read(record.files[0])
-        image = normalise_image(data, max_side=self.max_side, quality=self.quality)
-        value = image.data if image.info is None else HeadedJpeg(image.data, image.info)  # headers parsed once
-        fields: dict[str, Any] = {"image": value, "label": record.label, "key": key} if self.labelled else {"image": value, "key": key}
-        for (name, kind), file in zip(self.members, record.files[1:], strict=True):
-            fields[name] = member_value(self.reader.read(file), kind, name)
-        return fields, (image.reencoded,)
+        images = [item for item in self.fields if item.is_image]
+        members = [item for item in self.fields if item.member]
+        image_files, member_files = record.files[: len(images)], record.files[len(images) :]
+        for item, file in zip(members, member_files, strict=True):
+            if file.size > MAX_MEMBER_SIZE:
+                raise RejectError(f"member {item.name!r} is {file.size} bytes, over the member limit of {MAX_MEMBER_SIZE}",
+                                  reason="too-large")
+        fields, reasons = self._images(images, image_files)
+        values = [item.name for item in self.fields if not item.is_image and not item.member]
+        fields.update(zip(values, record.values, strict=True))
+        fields["key"] = key
+        for item, file in zip(members, member_files, strict=True):
+            fields[item.name] = member_value(self.reader.read(file), item.kind, item.name)
+        return fields, reasons
+
+    def _images(self, images: list[RecordField], files: tuple[InputFile, ...]) -> tuple[dict[str, Any], tuple[str | None, ...]]:
+        """The stored images of a record, and per JPEG field why it was re-encoded (steps 2 and 3)."""
+        datas, headers = [], []
+        for n, (file, item) in enumerate(zip(files, images, strict=True)):
+            try:
+                data = self.reader.read(file)
+                datas.append(data)
+                headers.append(read_header(data))
+            except RejectError as err:
+                raise self._in_field(err, item.name, file.path, n) from err
+        ref_width, ref_height = headers[0].upright
+        for n, (file, item, scale) in enumerate(zip(files, images, self.scales, strict=True)):
+            size = headers[n].upright
+            if n and scale is not None and size != (ref_width * scale, ref_height * scale):
+                raise RejectError(
+                    f"field {item.name!r} ({display_path(file.path)}) is {size[0]}x{size[1]}, not {scale} x "
+                    f"{ref_width}x{ref_height} = {ref_width * scale}x{ref_height * scale} (--scale)",
+                    reason="size-mismatch",
+                )
+        geometry = plan_geometry(ref_width, ref_height, max_side=self.max_side, patch=self.patch)
+        fields: dict[str, Any] = {}
+        reasons: list[str | None] = []
+        for n, (data, header, file, item, scale) in enumerate(zip(datas, headers, files, images, self.scales, strict=True)):
+            try:
+                stored = store_image(data, kind=item.kind, geometry=geometry.scaled(scale or 1) if geometry is not None else None,
+                                     quality=self.quality, header=header)
+            except RejectError as err:
+                raise self._in_field(err, item.name, file.path, n) from err
+            value = stored.value
+            fields[item.name] = HeadedJpeg(value, stored.info) if stored.info is not None and isinstance(value, bytes) else value
+            if item.kind == "jpeg":
+                reasons.append(stored.reencoded)
+        return fields, tuple(reasons)
+
+    def _in_field(self, err: RejectError, name: str, path: str, n: int) -> RejectError:
+        """The reject of one image file: with `names_fields`, its detail names the field (and the
+        file, for a further image); else as it is."""
+        if not self.names_fields:
+            return err
+        where = f"field {name!r}" if n == 0 else f"field {name!r} ({display_path(path)})"
+        return RejectError(f"{where}: {err.message}", reason=err.reason, transient=err.transient)
 
 
 def member_value(data: bytes, kind: str, name: str) -> Any:
@@ -240,58 +292,6 @@ def member_value(data: bytes, kind: str, name: str) -> Any:
     return data
 
 
-@dataclass(frozen=True)
-class FieldsBuilder:
-    """Records of several fields: each image read, its size checked against the first image's
-    times its stated scale (a mismatch is a "size-mismatch" reject, read from the headers
-    before decoding), reshaped by one geometry and stored in its kind; values as planned. A key
-    that breaks the key rule (`tar.keys.key_problem`) is a "bad-key" reject before any read."""
-
-    reader: InputReader
-    fields: tuple[tuple[str, str], ...]
-    scales: tuple[int | None, ...]
-    max_side: int | None
-    patch: int | None
-    quality: int
-
-    def build(self, record: PlannedRecord) -> tuple[dict[str, Any], tuple[str | None, ...]]:
-        _check_key(record.key)
-        images = [(name, kind) for name, kind in self.fields if kind in IMAGE_KINDS]
-        datas, sizes = [], []
-        for n, (file, (name, _)) in enumerate(zip(record.files, images, strict=True)):
-            try:
-                data = self.reader.read(file)
-                datas.append(data)
-                sizes.append(upright_size(data))
-            except RejectError as err:
-                raise _in_field(err, name, file.path, n) from err
-        ref_width, ref_height = sizes[0]
-        for n, (file, (name, _), scale) in enumerate(zip(record.files, images, self.scales, strict=True)):
-            if n and scale is not None and sizes[n] != (ref_width * scale, ref_height * scale):
-                raise RejectError(
-                    f"field {name!r} ({display_path(file.path)}) is {sizes[n][0]}x{sizes[n][1]}, not {scale} x "
-                    f"{ref_width}x{ref_height} = {ref_width * scale}x{ref_height * scale} (--scale)",
-                    reason="size-mismatch",
-                )
-        geometry = plan_geometry(ref_width, ref_height, max_side=self.max_side, patch=self.patch)
-        fields: dict[str, Any] = {}
-        reasons: list[str | None] = []
-        for n, (data, file, (name, kind), scale) in enumerate(zip(datas, record.files, images, self.scales, strict=True)):
-            try:
-                stored = store_image(
-                    data, kind=kind, geometry=geometry.scaled(scale or 1) if geometry is not None else None, quality=self.quality
-                )
-            except RejectError as err:
-                raise _in_field(err, name, file.path, n) from err
-            fields[name] = stored.value
-            if kind == "jpeg":
-                reasons.append(stored.reencoded)
-        value_fields = [name for name, kind in self.fields if kind not in IMAGE_KINDS]
-        fields.update(zip(value_fields, record.values, strict=True))
-        fields["key"] = record.key
-        return fields, tuple(reasons)
-
-
 def _check_key(key: str) -> None:
     """Reject a record whose key breaks the key rule of every output (`tar.keys.key_problem`)."""
     problem = key_problem(key)
@@ -299,27 +299,19 @@ def _check_key(key: str) -> None:
         raise RejectError(problem, reason="bad-key")
 
 
-Builder = ImageLabelBuilder | FieldsBuilder
-
-
-def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> Builder:
-    """The record builder of `plan`'s record kind, reading inputs from its root."""
+def builder_for(plan: ConversionPlan, *, remote: RemoteOptions | None) -> RecordBuilder:
+    """The record builder of `plan`'s fields, reading inputs from its root."""
     reader = InputReader(plan.root, remote, plan.options.get("image_column"), plan.options.get("image_root"),
                          confined=plan.kind in LISTING_KINDS and not is_url(plan.root))
-    options = plan.options
-    if plan.record_kind == "image-label":
-        return ImageLabelBuilder(reader, options["max_side"], options["quality"], tar_keys=plan.shard_format == "tar",
-                                 labelled="label" in plan.schema.names, members=plan.fields)
-    return FieldsBuilder(
-        reader, plan.fields, tuple(options["scale"]), options["max_side"], options["patch"], options["quality"]
-    )
+    return RecordBuilder(reader, plan.fields, plan.options["max_side"], plan.options["quality"], plan.scales, plan.patch,
+                         tar_keys=plan.shard_format == "tar", names_fields=plan.names_fields)
 
 
-def build_chunk(builder: Builder, chunk: Chunk, scratch: memoryview | None = None) -> list[Built]:
+def build_chunk(builder: RecordBuilder, chunk: Chunk, scratch: memoryview | None = None) -> list[Built]:
     """Build every record of `chunk` (this runs in a worker process, a Ray task or inline).
 
     Args:
-        builder: the record kind's builder.
+        builder: the plan's record builder.
         chunk: the records.
         scratch: memory shared with the converting process, where the records' byte values go
             while they fit (`Placed`); None sends them back in the result.
@@ -377,9 +369,3 @@ def unplace(fields: dict[str, Any], scratch: memoryview | None) -> dict[str, Any
             data = scratch[value.offset : value.offset + value.size]
             out[name] = data if value.info is None else HeadedJpeg(data, value.info)
     return out
-
-
-def _in_field(err: RejectError, name: str, path: str, n: int) -> RejectError:
-    """The reject of one file, its detail naming the field (and the file, for a partner)."""
-    where = f"field {name!r}" if n == 0 else f"field {name!r} ({display_path(path)})"
-    return RejectError(f"{where}: {err.message}", reason=err.reason, transient=err.transient)

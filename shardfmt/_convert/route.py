@@ -12,8 +12,8 @@ what the sources are and what the `RecordRequest` asks; then the scan by that re
 - ``"images"``: one ImageFolder, ``path,label`` listing or set of tars, read as it is
   (`sources.scan_source`).
 
-The first, second and fourth give a `sources.results.SourceScan` (a `sources.results.FieldScan` for a table with
-further columns), the third a `sources.results.FieldScan`: `run.convert` plans either the same way.
+Each gives a `sources.results.SourceScan`, records of named, typed fields, which `run.convert`
+plans the same way; the third's scan names its fields (`sources.results.SourceScan.names_fields`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .._errors import ConvertError
 from .._storage import RemoteOptions
 from .options import RecordRequest
 from .sources import SOURCE_KINDS, ParquetColumns, is_tar_source, listing_columns, names_parquet, scan_fields, scan_source
-from .sources.results import FieldScan, SourceScan
+from .sources.results import SourceScan
 from .sources.tablefiles import saved_dataset_files
 
 __all__ = ["READERS", "Route", "choose_route", "scan_route"]
@@ -85,7 +85,7 @@ def _asks_fields(texts: list[str], request: RecordRequest, remote: RemoteOptions
     return header is not None and header != ["path", "label"]
 
 
-def scan_route(route: Route, request: RecordRequest, *, remote: RemoteOptions | None, work: Path) -> SourceScan | FieldScan:
+def scan_route(route: Route, request: RecordRequest, *, remote: RemoteOptions | None, work: Path) -> SourceScan:
     """Scan the sources of `route` with its reader.
 
     Raises:

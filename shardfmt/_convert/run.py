@@ -90,14 +90,15 @@ from typing import Any
 
 from .._errors import ConvertError
 from .._storage.urls import is_url
+from ..format._schema import tar_schema_problem
 from .destination import Output
 from .loop import ConvertResult, already_finished, disk_full_error, run_conversion
 from .options import ConvertOptions, RecordRequest
-from .plan import ConversionPlan, field_schema, from_field_scan, from_scan
+from .plan import ConversionPlan, from_scan, record_schema
 from .records import builder_for
 from .route import Route, choose_route, scan_route
 from .sources import ParquetColumns, parquet_folders, source_name
-from .sources.results import FieldScan, SourceScan
+from .sources.results import SourceScan
 
 __all__ = ["ConvertResult", "check_not_all_rejected", "check_not_inside", "convert", "nothing_found"]
 
@@ -159,23 +160,18 @@ def _plan(output: Output, work: Path, route: Route, request: RecordRequest, opti
     columns = route.columns or ParquetColumns()
     if route.reader == "table":
         settings.update(columns.to_options())
-    remote = options.remote
-    named = tuple(source_name(text, remote=remote) for text in texts)
-    root = os.fspath(scan.root)
-    if isinstance(scan, SourceScan):
-        plan = from_scan(scan, source=named if len(named) > 1 else named[0], root=root, options=settings,
-                         shard_format=options.shard_format)
-    else:
-        if options.shard_format == "tar":  # a table with further columns: the fields route refused tar shards before
-            kept = ", ".join(c.name for c in scan.fields if c.name not in ("image", "label"))
-            raise ConvertError(f"--format tar writes an image, its label and key, and the members of tars; this source has further "
-                               f"columns ({kept}): convert to binary shards, or leave them out with --drop-column", path=texts[0])
-        scales = _scales(request.scale, sum(column.is_image for column in scan.fields))
-        if None in scales and (request.patch is not None or options.max_side is not None):
-            raise ConvertError("--patch and --max-side reshape every image of a record alike, so they need a stated --scale")
-        settings = {**settings, "fields": [[c.name, c.kind] for c in scan.fields], "scale": list(scales), "patch": request.patch}
-        plan = from_field_scan(scan, source=named if route.reader == "fields" or len(named) > 1 else named[0], root=root,
-                               schema=field_schema(scan.fields), options=settings)
+    if options.shard_format == "tar" and tar_schema_problem(record_schema(scan.fields)) is not None:  # a table's further columns
+        kept = ", ".join(f.name for f in scan.fields if f.name not in ("image", "label"))
+        raise ConvertError(f"--format tar writes an image, its label and key, and the members of tars; this source has further "
+                           f"columns ({kept}): convert to binary shards, or leave them out with --drop-column", path=texts[0])
+    scales = _scales(request.scale, sum(f.is_image for f in scan.fields))
+    if None in scales and (request.patch is not None or options.max_side is not None):
+        raise ConvertError("--patch and --max-side reshape every image of a record alike, so they need a stated --scale")
+    if scan.names_fields:  # the manifest of records asked for by field lists them
+        settings = {**settings, "fields": [[f.name, f.kind] for f in scan.fields], "scale": list(scales), "patch": request.patch}
+    named = tuple(source_name(text, remote=options.remote) for text in texts)
+    plan = from_scan(scan, source=named if len(named) > 1 else named[0], root=os.fspath(scan.root),
+                     options=settings, shard_format=options.shard_format, scales=scales, patch=request.patch)
     if route.reader == "table":
         plan = replace(plan, stats={**plan.stats, **_column_stats(scan, columns)})
     return plan
@@ -197,10 +193,10 @@ def _scales(scale: int | Sequence[int] | None, images: int) -> tuple[int | None,
     return (1, *values)
 
 
-def _column_stats(scan: SourceScan | FieldScan, columns: ParquetColumns) -> dict[str, Any]:
+def _column_stats(scan: SourceScan, columns: ParquetColumns) -> dict[str, Any]:
     """What the manifest's ``stats`` say of a table source's further columns: those kept as
     fields and those dropped (nothing when it has none)."""
-    kept = [c.name for c in scan.fields if c.name not in ("image", "label")] if isinstance(scan, FieldScan) else []
+    kept = [c.name for c in scan.fields if c.name not in ("image", "label")]
     if not kept and not columns.drop:
         return {}
     return {"columns_kept": kept, "columns_dropped": list(columns.drop)}

@@ -272,7 +272,7 @@ def test_a_second_image_dates_and_nested_bytes(tmp_path: Path) -> None:
 
 
 def test_a_plan_of_further_columns_reads_back_as_written() -> None:
-    record = PlannedRecord((), 0, "k", (b"\x00\xff", None, ["x", {"float": 1}], {"json": 2}, 1.5, "t", 3))
+    record = PlannedRecord((), "k", (b"\x00\xff", None, ["x", {"float": 1}], {"json": 2}, 1.5, "t", 3))
     assert PlannedRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
 
 

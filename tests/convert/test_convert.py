@@ -230,14 +230,14 @@ def test_a_failing_task_names_shard_and_input_instead_of_hanging(
 ) -> None:
     from shardfmt._convert import records as convert_records
 
-    real = convert_records.normalise_image
+    real = convert_records.store_image
 
     def failing(data: bytes, **kwargs: Any) -> Any:
         if data == (imagefolder / "class_002" / "img_00020.JPEG").read_bytes():
             raise RuntimeError("simulated bug")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(convert_records, "normalise_image", failing)  # inherited by forked workers
+    monkeypatch.setattr(convert_records, "store_image", failing)  # inherited by forked workers
     with pytest.raises(WorkerError, match=r"shard-\d{5}\.shard: input class_002/img_00020.JPEG: RuntimeError: simulated bug"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
     assert not (tmp_path / "out" / "manifest.json").exists()
@@ -249,7 +249,7 @@ def test_a_dying_worker_is_reported_not_waited_for(imagefolder: Path, tmp_path: 
     def dying(data: bytes, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    monkeypatch.setattr(convert_records, "normalise_image", dying)
+    monkeypatch.setattr(convert_records, "store_image", dying)
     with pytest.raises(WorkerError, match="worker process died"):
         convert(imagefolder, tmp_path / "out", workers=2, shard_size=4000)
 

@@ -23,12 +23,13 @@ from shardfmt._convert.destination import Output
 from shardfmt._convert.plan import InputFile, PlannedRecord
 from shardfmt._convert.records import (
     Chunk,
-    ImageLabelBuilder,
     InputReader,
     Placed,
+    RecordBuilder,
     build_chunk,
     unplace,
 )
+from shardfmt._convert.sources.results import IMAGE_AND_LABEL
 from shardfmt._dataset.verify import verify_dataset
 from shardfmt._storage import open_store
 from shardfmt._storage.lock import LOCK_NAME, StoreLock
@@ -223,13 +224,13 @@ def test_worker_processes_leave_the_bytes_they_checked_in_shared_scratch_memory(
         (
             n,
             PlannedRecord(
-                files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), label=0, key=f"k{n}"
+                files=(InputFile(p.relative_to(source).as_posix(), p.stat().st_size, p.stat().st_mtime_ns),), key=f"k{n}", values=(0,)
             ),
         )
         for n, p in enumerate(paths)
     )
     scratch = memoryview(bytearray(1 << 20))
-    built = build_chunk(ImageLabelBuilder(InputReader(str(source)), None, 90), Chunk(0, records), scratch)
+    built = build_chunk(RecordBuilder(InputReader(str(source)), IMAGE_AND_LABEL, None, 90), Chunk(0, records), scratch)
     offset = 0
     for one, path in zip(built, paths, strict=True):
         data = path.read_bytes()
@@ -239,7 +240,7 @@ def test_worker_processes_leave_the_bytes_they_checked_in_shared_scratch_memory(
         assert isinstance(image, HeadedJpeg) and bytes(image.data) == data and image.info == read_jpeg_info(data)
         offset += len(data)
     small = memoryview(bytearray(len(paths[0].read_bytes())))  # room for the first image only
-    built = build_chunk(ImageLabelBuilder(InputReader(str(source)), None, 90), Chunk(0, records), small)
+    built = build_chunk(RecordBuilder(InputReader(str(source)), IMAGE_AND_LABEL, None, 90), Chunk(0, records), small)
     assert [type(one.fields["image"]).__name__ for one in built if one.fields] == ["Placed", "HeadedJpeg", "HeadedJpeg"]
     inline, pooled = tmp_path / "inline", tmp_path / "pooled"
     convert(source, inline, workers=1, shard_size=4000)

@@ -1,6 +1,6 @@
 """The images module through both entry points: normalise_image (one image as JPEG: what passes
 through byte for byte, what is re-encoded and why, what is rejected) and store_image /
-upright_size / plan_geometry (an image field in a kind), which must follow the same rules."""
+read_header / plan_geometry (an image field in a kind), which must follow the same rules."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from shardfmt._convert.images import (
     Geometry,
     normalise_image,
     plan_geometry,
+    read_header,
     store_image,
-    upright_size,
 )
 from shardfmt._synthetic import make_image
 from shardfmt.format._jpeg import read_jpeg_info
@@ -152,7 +152,7 @@ def test_pillow_decompression_bomb_warning_becomes_a_reject() -> None:
     assert caught.value.reason == "too-large"
 
 
-# --- store_image, upright_size and plan_geometry ------------------------------------------------
+# --- store_image, read_header and plan_geometry -------------------------------------------------
 
 
 def stored(data: bytes, kind: str, geometry: Geometry | None = None) -> np.ndarray:
@@ -206,16 +206,16 @@ def test_plan_geometry_shrinks_to_max_side_or_cuts_a_centered_patch() -> None:
     assert (patch.final_size, patch.scaled(4).final_size, Geometry((50, 30)).final_size) == ((20, 20), (80, 80), (50, 30))
 
 
-def test_upright_size_reads_only_headers() -> None:
-    assert upright_size(exif_rotated_jpeg(24, 40, orientation=6)) == (24, 40)
-    assert upright_size(exif_rotated_jpeg(24, 40, orientation=3)) == (40, 24)
+def test_the_upright_size_is_read_from_the_headers_only() -> None:
+    assert read_header(exif_rotated_jpeg(24, 40, orientation=6)).upright == (24, 40)
+    assert read_header(exif_rotated_jpeg(24, 40, orientation=3)).upright == (40, 24)
     # The pixel data of this PNG is invalid: its size comes from the header alone.
-    assert upright_size(png_header_only(30, 20)) == (30, 20)
-    expect_reject("too-large", upright_size, png_header_only(100, 100), max_pixels=5000)
-    expect_reject("not-an-image", upright_size, b"just some text\n")
+    assert read_header(png_header_only(30, 20)).upright == (30, 20)
+    expect_reject("too-large", read_header, png_header_only(100, 100), max_pixels=5000)
+    expect_reject("not-an-image", read_header, b"just some text\n")
     twelve_bit = bytearray(jpeg_bytes(16, 16))
     twelve_bit[twelve_bit.index(b"\xff\xc0") + 4] = 12
-    expect_reject("corrupt", upright_size, bytes(twelve_bit))
+    expect_reject("corrupt", read_header, bytes(twelve_bit))
 
 
 @pytest.mark.parametrize("orientation", range(2, 9))
@@ -223,7 +223,7 @@ def test_exif_rotated_jpeg_is_turned_alike_by_both_entry_points(orientation: int
     data = exif_rotated_jpeg(24, 40, orientation=orientation, seed=orientation)
     expected = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
     assert np.array_equal(stored(data, "raw"), expected)
-    assert upright_size(data) == (expected.shape[1], expected.shape[0])
+    assert read_header(data).upright == (expected.shape[1], expected.shape[0])
     result = normalise_image(data)
     assert result.reencoded == "exif-rotated" and decodes_to_rgb(result.data) == expected.shape[:2]
 
@@ -231,14 +231,14 @@ def test_exif_rotated_jpeg_is_turned_alike_by_both_entry_points(orientation: int
 def test_a_png_whose_exif_follows_its_pixels_is_turned_without_an_extra_decode() -> None:
     image = Image.fromarray(make_image(12, 20, seed=4))
     data = png_with_exif_after_pixels(image, orientation=6)
-    assert upright_size(data) == (12, 20)
+    assert read_header(data).upright == (12, 20)
     assert np.array_equal(stored(data, "raw"), np.asarray(image.transpose(Image.Transpose.ROTATE_270)))
     assert decodes_to_rgb(normalise_image(data).data) == (20, 12)
 
 
 def test_malformed_exif_counts_as_no_orientation() -> None:
     data = pillow_bytes(Image.new("RGB", (10, 6)), "PNG", exif=b"Exif\x00\x00MM\x00*garbage")
-    assert upright_size(data) == (10, 6) and stored(data, "raw").shape == (6, 10, 3)
+    assert read_header(data).upright == (10, 6) and stored(data, "raw").shape == (6, 10, 3)
 
 
 @pytest.mark.parametrize(
@@ -250,7 +250,7 @@ def test_a_reshaped_jpeg_field_is_what_normalise_image_makes(name: str) -> None:
     files = dict(awkward_files(), **{"big.jpg": jpeg_bytes(90, 130, seed=8)})
     files["big.png"] = pillow_bytes(Image.fromarray(make_image(90, 130, seed=8)), "PNG")
     data = files[name]
-    geometry = plan_geometry(*upright_size(data), max_side=20, patch=None)
+    geometry = plan_geometry(*read_header(data).upright, max_side=20, patch=None)
     assert geometry is not None
     field = store_image(data, kind="jpeg", geometry=geometry, quality=70)
     single = normalise_image(data, max_side=20, quality=70)

@@ -132,7 +132,7 @@ def test_resume_after_a_failed_task_keeps_finished_shards(
     slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    real = convert_records.normalise_image
+    real = convert_records.store_image
     calls = {"n": 0}
 
     def fail_on_tenth(data: bytes, **kwargs: Any) -> Any:
@@ -141,11 +141,11 @@ def test_resume_after_a_failed_task_keeps_finished_shards(
             raise OSError(28, "No space left on device")
         return real(data, **kwargs)
 
-    monkeypatch.setattr(convert_records, "normalise_image", fail_on_tenth)
+    monkeypatch.setattr(convert_records, "store_image", fail_on_tenth)
     with pytest.raises(WorkerError, match="No space left on device"):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
     assert not any(name.startswith(".shard-") for name in os.listdir(out)), "the failed shard's temporary file remains"
-    monkeypatch.setattr(convert_records, "normalise_image", real)
+    monkeypatch.setattr(convert_records, "store_image", real)
     finished = done_sidecars(out)
     assert finished == 9  # one input a shard; the tenth input failed, after the nine before it were written
     result = convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)

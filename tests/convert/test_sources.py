@@ -23,7 +23,7 @@ from shardfmt._cli import main
 from shardfmt._convert.options import RecordRequest
 from shardfmt._convert.route import choose_route
 from shardfmt._convert.sources import listing_columns, scan_fields, scan_source
-from shardfmt._convert.sources.results import SourceScan
+from shardfmt._convert.sources.results import IMAGE_AND_LABEL, SourceScan
 from shardfmt._convert.sources.tars import TARS_BY_URL
 
 FAST = RetryPolicy(attempts=3, first_delay=0.02, max_delay=0.1)
@@ -106,7 +106,7 @@ def cli_convert(src: str, out: Path, *extra: str) -> None:
 
 def comparable(scan: SourceScan) -> tuple[Any, ...]:
     """A scan without what only says where it lies: the root, and stat times or object versions."""
-    return scan.kind, scan.classes, [(i.path, i.label, i.size) for i in scan.inputs], scan.rejects
+    return scan.kind, scan.fields, scan.classes, [(i.files[0].path, *i.values, i.files[0].size) for i in scan.inputs], scan.rejects
 
 
 @pytest.mark.parametrize("name", ["list.csv", "list.jsonl"])
@@ -206,7 +206,7 @@ def test_a_label_that_only_looks_like_a_number_is_a_class_name_on_disk_and_by_ur
     (tmp_path / "src" / "table.csv").write_text("image,label\na.jpg,+-5\nb.jpg, 1\n")
     url = place.upload(tmp_path / "src")
     disk, by_url = scan_source(tmp_path / "src" / "list.csv"), scan_source(f"{url}/list.csv", remote=place.remote)
-    assert comparable(disk) == comparable(by_url) == ("csv", ("+-5", "1"), [("a.jpg", 0, 683), ("b.jpg", 1, 683)], ())
+    assert comparable(disk) == comparable(by_url) == ("csv", IMAGE_AND_LABEL, ("+-5", "1"), [("a.jpg", 0, 683), ("b.jpg", 1, 683)], ())
     tables = [scan_fields([tmp_path / "src" / "table.csv"]), scan_fields([f"{url}/table.csv"], remote=place.remote)]
     assert [(t.classes, [(i.key, i.values) for i in t.inputs]) for t in tables] == [(("+-5", "1"), [("a", (0,)), ("b", (1,))])] * 2
 
@@ -240,7 +240,7 @@ def test_an_imagefolder_tree_is_scanned_alike_on_disk_and_by_url(place: Place, t
     disk, by_url = scan_source(tmp_path / "tree"), scan_source(url, remote=place.remote)
     assert comparable(disk) == comparable(by_url)
     assert disk.classes == ("a", "c") and by_url.root == url
-    assert [(i.path, i.label) for i in by_url.inputs] == [
+    assert [(i.files[0].path, *i.values) for i in by_url.inputs] == [
         ("a/1.jpg", 0),
         ("a/sub/2.jpg", 0),
         ("a/sub b/7.jpg", 0),

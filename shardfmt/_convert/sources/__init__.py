@@ -1,10 +1,12 @@
 """The sources of a conversion: given where a source is (a local path or a URL), what its
 inputs are, in a fixed order, and what was set aside while finding them.
 
-Two scans, which the one conversion entry picks between (``route.py``, in the package above):
-`scan_source` finds records of an image, a label and the members of tars, or a table's rows
-with every column; `scan_fields` finds records of several image and value fields. Each decides
-here, once, what a location is, then hands it to the module that owns its rules:
+Every scan gives one kind of result, a `results.SourceScan`: records of named, typed fields.
+Two ways in, which the one conversion entry picks between (``route.py``, in the package above):
+`scan_source` reads a source as it is (an ImageFolder or ``path,label`` listing gives the fields
+`results.IMAGE_AND_LABEL`; tars add their members; a table every column), and `scan_fields`
+reads it for fields asked for by name (`results.SourceScan.names_fields`). Each decides here,
+once, what a location is, then hands it to the module that owns its rules:
 
 - a folder: an ImageFolder tree (`imagefolder.py`), the same rules for a local folder and for a
   store prefix given by URL (`trees.py` holds the two);
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -44,8 +47,6 @@ from .listing import LISTING_SUFFIXES, columns_of, scan_listing, scan_table
 from .parquet import ParquetColumns, scan_parquet
 from .results import (
     VALUE_KINDS,
-    FieldInput,
-    FieldScan,
     RecordField,
     SourceScan,
     is_field_name,
@@ -89,8 +90,8 @@ def source_texts(location: Location | Sequence[Location]) -> list[str]:
 def scan_source(
     location: Location | Sequence[Location], *, remote: RemoteOptions | None = None, columns: ParquetColumns | None = None,
     members: Mapping[str, str] | None = None, work: Path | None = None, image_root: Location | None = None,
-) -> SourceScan | FieldScan:
-    """Find the inputs of a conversion of images and labels.
+) -> SourceScan:
+    """Find the records of a source read as it is.
 
     Args:
         location: an ImageFolder folder, a ``.csv`` / ``.jsonl`` listing, WebDataset tars (a
@@ -104,8 +105,8 @@ def scan_source(
         image_root: for a listing, the local folder its paths are resolved against and confined to.
 
     Returns:
-        The inputs in conversion order, the classes, and the rejects found while scanning; for
-        Parquet files with further columns, a `FieldScan` of their records.
+        The records in conversion order, their fields, the classes, and the rejects found
+        while scanning.
 
     Raises:
         ConvertError: the source does not exist, is none of these, names tars by URL, is a URL
@@ -170,8 +171,9 @@ def scan_fields(
     store: str = "jpeg",
     remote: RemoteOptions | None = None,
     image_root: Location | None = None,
-) -> FieldScan:
-    """Find the records of a multi-field conversion.
+) -> SourceScan:
+    """Find the records of a conversion whose fields are asked for by name (a scan that
+    `results.SourceScan.names_fields`).
 
     Args:
         sources: one ImageFolder, listing or set of tars (as `scan_source` takes them; a folder
@@ -208,11 +210,11 @@ def scan_fields(
                     "(a .tar file, a brace pattern or their folder)",
                     path=name,
                 )
-        return scan_folders([Path(name) for name in names], declared, store)
+        return scan_folders([Path(name) for name in names], declared, store)  # names its fields
     listing = _listing(names[0], remote)
     header = columns_of(*listing) if listing is not None else None
     if listing is not None and header is not None and header != ["path", "label"]:
-        return scan_table(*listing, declared=dict(declared), store=store, files=image_tree(image_root))
+        return replace(scan_table(*listing, declared=dict(declared), store=store, files=image_tree(image_root)), names_fields=True)
     extra = {name for name, _ in declared} - {"image"}
     if extra:
         raise ConvertError(
@@ -221,11 +223,9 @@ def scan_fields(
     kind = dict(declared).get("image") or store
     if kind not in IMAGE_KINDS:
         raise ConvertError(f"field 'image' must be stored as an image kind ({', '.join(IMAGE_KINDS)}), not {kind!r}")
-    # an ImageFolder or path,label listing: never Parquet here
-    scan = cast(SourceScan, scan_source(names[0], remote=remote, image_root=image_root))
-    inputs = tuple(FieldInput((item,), (item.label,), item.key) for item in scan.inputs)
-    columns = (RecordField("image", kind), RecordField("label", "label"))
-    return FieldScan(scan.root, scan.kind, columns, scan.classes, inputs, scan.rejects)
+    # an ImageFolder, a path,label listing or tars: never Parquet here; the image stored as asked
+    scan = scan_source(names[0], remote=remote, image_root=image_root)
+    return replace(scan, fields=(RecordField("image", kind), *scan.fields[1:]), names_fields=True)
 
 
 def image_tree(image_root: Location | None) -> LocalTree | None:
@@ -305,7 +305,7 @@ def source_name(location: Location, *, remote: RemoteOptions | None = None) -> s
     return open_store(text, remote=remote).root if classify_location(text).is_remote else str(Path(text).resolve())
 
 
-def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptions | None) -> SourceScan | FieldScan:
+def _scan_parquet(texts: list[str], columns: ParquetColumns, remote: RemoteOptions | None) -> SourceScan:
     """Scan Parquet files: local files and patterns, or one URL of a file or a pattern of file names."""
     others = [text for text in texts if not names_parquet(text)]
     if others:

@@ -17,11 +17,11 @@ from pathlib import Path
 from ..._errors import ConvertError
 from .imagefolder import scan_folder
 from .results import (
-    FieldInput,
-    FieldScan,
     RecordField,
+    ScannedRecord,
     ScanReject,
     SourceFile,
+    SourceScan,
     display_path,
     is_field_name,
     record_key,
@@ -31,7 +31,7 @@ from .trees import LocalTree
 __all__ = ["scan_folders"]
 
 
-def scan_folders(roots: list[Path], declared: Sequence[tuple[str, str | None]], store: str) -> FieldScan:
+def scan_folders(roots: list[Path], declared: Sequence[tuple[str, str | None]], store: str) -> SourceScan:
     """Find the records of parallel folders (see the module docstring).
 
     Args:
@@ -54,14 +54,15 @@ def scan_folders(roots: list[Path], declared: Sequence[tuple[str, str | None]], 
             raise ConvertError("the source does not exist or is not a folder", path=root)
     scans = [scan_folder(LocalTree(root)) for root in roots]
     by_key = [_by_key(prefix, scan.inputs) for prefix, scan in zip(prefixes, scans, strict=True)]
-    inputs: list[FieldInput] = []
+    inputs: list[ScannedRecord] = []
     rejects: list[ScanReject] = []
     accepted_before = [0]  # records before each input of the first folder
-    for item in scans[0].inputs:
+    for record in scans[0].inputs:
+        item = record.files[0]
         key = record_key(item.path)
         problem = _partner_problem(key, by_key[0][key], by_key[1:], prefixes)
         if problem is None:
-            inputs.append(FieldInput(tuple(group[key][0] for group in by_key), (), key))
+            inputs.append(ScannedRecord(tuple(group[key][0] for group in by_key), (), key))
         else:
             rejects.append(ScanReject(len(inputs), display_path(os.path.join(prefixes[0], item.path)), *problem))
         accepted_before.append(len(inputs))
@@ -72,7 +73,7 @@ def scan_folders(roots: list[Path], declared: Sequence[tuple[str, str | None]], 
         rejects.extend(ScanReject(end, f"{display_path(prefix)}/{r.path}", r.reason, r.detail) for r in scan.rejects)
         rejects.extend(_without_partner(keyed, by_key[0], prefixes[0], end))
     rejects.sort(key=lambda r: r.position)  # stable: in the order found within a position
-    return FieldScan(common, "folders", columns, None, tuple(inputs), tuple(rejects))
+    return SourceScan(common, "folders", columns, None, tuple(inputs), tuple(rejects), names_fields=True)
 
 
 def _check_separate(resolved: list[Path]) -> None:
@@ -98,11 +99,12 @@ def _columns(resolved: list[Path], declared: Sequence[tuple[str, str | None]], s
     return columns
 
 
-def _by_key(prefix: str, inputs: Sequence[SourceFile]) -> dict[str, list[SourceFile]]:
+def _by_key(prefix: str, inputs: Sequence[ScannedRecord]) -> dict[str, list[SourceFile]]:
     """A folder's files by record key, their paths relative to the folders' common parent."""
     keyed: dict[str, list[SourceFile]] = {}
-    for item in inputs:
-        keyed.setdefault(record_key(item.path), []).append(SourceFile(os.path.join(prefix, item.path), 0, item.size, item.mtime_ns))
+    for record in inputs:
+        item = record.files[0]
+        keyed.setdefault(record_key(item.path), []).append(SourceFile(os.path.join(prefix, item.path), item.size, item.mtime_ns))
     return keyed
 
 

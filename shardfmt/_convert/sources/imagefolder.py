@@ -22,7 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path
+from .results import (
+    IMAGE_AND_LABEL,
+    RecordField,
+    ScannedRecord,
+    ScanReject,
+    SourceFile,
+    SourceScan,
+    describe_os_error,
+    display_path,
+    record_key,
+)
 from .trees import Entry, Tree
 
 __all__ = ["scan_folder", "scan_imagefolder"]
@@ -42,7 +52,7 @@ def scan_imagefolder(tree: Tree) -> SourceScan:
 def scan_folder(tree: Tree) -> SourceScan:
     """Find every file of `tree`, recursively, with the order and rejects of an ImageFolder class
     folder: the root's own files first (as ``os.walk`` lists them), then each sub-folder in name
-    order. Labels are 0.
+    order: records of one image field.
 
     Raises:
         ConvertError: the root cannot be listed.
@@ -53,7 +63,7 @@ def scan_folder(tree: Tree) -> SourceScan:
 def _scan(tree: Tree, *, classes: bool) -> SourceScan:
     """The root's entries in name order: with `classes`, each folder is a class walked in turn
     and a file is "no-class"; without, the files are inputs and the folders are walked last."""
-    walk = _Walk(tree)
+    walk = _Walk(tree, labelled=classes)
     names: list[str] = []
     folders: list[Entry] = []
     for entry in sorted(tree.entries(None), key=lambda entry: entry.name):
@@ -70,8 +80,9 @@ def _scan(tree: Tree, *, classes: bool) -> SourceScan:
             walk.emit(entry, label=0)
     for entry in folders:
         walk.walk(entry, label=0)
-    kind, found = ("imagefolder", tuple(names)) if classes else ("folder", None)
-    return SourceScan(tree.root, kind, found, tuple(walk.inputs), tuple(walk.rejects))
+    if classes:
+        return SourceScan(tree.root, "imagefolder", IMAGE_AND_LABEL, tuple(names), tuple(walk.inputs), tuple(walk.rejects))
+    return SourceScan(tree.root, "folder", (RecordField("image", "jpeg"),), None, tuple(walk.inputs), tuple(walk.rejects))
 
 
 def _is_hidden(entry: Entry) -> bool:
@@ -81,7 +92,8 @@ def _is_hidden(entry: Entry) -> bool:
 @dataclass
 class _Walk:
     tree: Tree
-    inputs: list[SourceFile] = field(default_factory=list)
+    labelled: bool
+    inputs: list[ScannedRecord] = field(default_factory=list)
     rejects: list[ScanReject] = field(default_factory=list)
 
     def reject(self, path: str, reason: str, detail: str) -> None:
@@ -91,7 +103,8 @@ class _Walk:
         if entry.reject is not None:
             self.reject(entry.path, *entry.reject)
         else:
-            self.inputs.append(SourceFile(entry.path, label, entry.size, entry.version))
+            values = (label,) if self.labelled else ()
+            self.inputs.append(ScannedRecord((SourceFile(entry.path, entry.size, entry.version),), values, record_key(entry.path)))
 
     def walk(self, top: Entry, *, label: int) -> None:
         """Emit the files under folder `top` in torchvision's order: folders sorted by path,

@@ -51,9 +51,9 @@ from typing import Any, Final
 from ..._errors import ConvertError, RejectError
 from .confine import OUTSIDE_ROOT, is_inside, resolve_inside
 from .results import (
-    FieldInput,
-    FieldScan,
+    IMAGE_AND_LABEL,
     RecordField,
+    ScannedRecord,
     ScanReject,
     SourceFile,
     SourceScan,
@@ -100,14 +100,12 @@ def scan_listing(tree: Tree, name: str, *, files: LocalTree | None = None) -> So
         ConvertError: the listing cannot be read or is malformed; the message names the line.
     """
     listing = _read(tree, name, columns=_LABELLED)
-    scan = _scan_rows(tree, name, listing, (RecordField("image", "jpeg"), RecordField("label", "label")), image_root=files)
-    inputs = tuple(replace(item.files[0], label=item.values[0]) for item in scan.inputs)
-    return SourceScan(scan.root, listing.kind, scan.classes, inputs, scan.rejects)
+    return _scan_rows(tree, name, listing, IMAGE_AND_LABEL, image_root=files)
 
 
 def scan_table(
     tree: Tree, name: str, *, declared: Mapping[str, str | None], store: str, files: LocalTree | None = None
-) -> FieldScan:
+) -> SourceScan:
     """Find the records of a listing of several columns (see the module docstring).
 
     Args:
@@ -297,7 +295,7 @@ class _Labels:
 
 def _scan_rows(
     tree: Tree, name: str, listing: _Listing, found: tuple[RecordField, ...], *, image_root: LocalTree | None
-) -> FieldScan:
+) -> SourceScan:
     """Judge every row: its values, then its files in column order (looked up in `image_root`,
     if given, else in the listing's folder)."""
     where = tree.describe(name)
@@ -309,7 +307,7 @@ def _scan_rows(
     labels = (
         _Labels.judge([(line, row[label]) for line, row in listing.rows], kind=listing.kind, where=where) if label is not None else None
     )
-    inputs: list[FieldInput] = []
+    inputs: list[ScannedRecord] = []
     rejects: list[ScanReject] = []
     for line, row in listing.rows:
         values = tuple(
@@ -337,14 +335,14 @@ def _scan_rows(
                 else:
                     problem = (display_path(files[0].path), "no-partner", f"column {listing.names[i]!r}: {display_path(rel)}: {detail}")
                 break
-            files.append(SourceFile(rel, 0, entry.size, entry.version))
+            files.append(SourceFile(rel, entry.size, entry.version))
         if problem is not None:
             rejects.append(ScanReject(len(inputs), *problem))
             continue
-        inputs.append(FieldInput(tuple(files), values, record_key(files[0].path)))
+        inputs.append(ScannedRecord(tuple(files), values, record_key(files[0].path)))
     columns = tuple(found[i] for i in images + others)
     classes = labels.classes if labels is not None else None
-    return FieldScan(root, listing.kind, columns, classes, tuple(inputs), tuple(rejects))
+    return SourceScan(root, listing.kind, columns, classes, tuple(inputs), tuple(rejects))
 
 
 class _RootLookup:

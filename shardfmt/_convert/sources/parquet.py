@@ -9,7 +9,8 @@ read memory-mapped, stored ones through the store's range reads.
 Columns (`ParquetColumns`): ``image`` by default; the label column as `columns.choose_label`
 decides (records may have none); the key is the file's path without ``.parquet`` and the row
 number in the file (``train-00000-of-00002/17``), or the value of a key column. Every further
-column is kept as a field (`columns.further_columns`): then the scan is a `FieldScan`.
+column is kept as a field (`columns.further_columns`): then the scan names its fields
+(`SourceScan.names_fields`).
 
 Labels: an integer column gives the labels as they are; its class names come from the Hugging
 Face features stored in the schema metadata (``huggingface``: a ``ClassLabel`` with ``names``)
@@ -47,9 +48,9 @@ from ..._errors import ConvertError
 from . import tablefiles
 from .columns import choose_label, class_label_columns, column_kind, column_value, further_columns, value_problem
 from .results import (
-    FieldInput,
-    FieldScan,
+    IMAGE_AND_LABEL,
     RecordField,
+    ScannedRecord,
     ScanReject,
     SourceFile,
     SourceScan,
@@ -98,10 +99,10 @@ class ParquetColumns:
         return options
 
 
-def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan | FieldScan:
+def scan_parquet(tree: Tree, names: Sequence[str], *, columns: ParquetColumns) -> SourceScan:
     """Find the rows of Parquet files `names` (relative to `tree`), in order (see the module
-    docstring): a `SourceScan` of images and labels, or a `FieldScan` when further columns are
-    kept (`columns.further_columns`).
+    docstring): records of an image, a label if any, and each further column kept
+    (`columns.further_columns`).
 
     Raises:
         ConvertError: pyarrow is missing; a file does not exist; a column is missing or of a
@@ -208,7 +209,7 @@ def _read_rows(
         values = list(zip(*columns_read, strict=True)) if columns_read else [()] * count
         for n in range(count):
             key = keys[n] if columns.key is not None else f"{record_key(name)}/{row + n}"
-            item = SourceFile(name, 0, sizes[n], entry.version, offset=n, sample_key=None if key is None else str(key),
+            item = SourceFile(name, sizes[n], entry.version, offset=n, sample_key=None if key is None else str(key),
                               row_group=group, file_size=entry.size)
             rows.append((item, labels[n], key, f"row {row + n} (row group {group})", tuple(values[n])))
         row += count
@@ -223,7 +224,7 @@ def _labelled(tree: Tree, rows: list[_Row], found: list[ScanReject], agreed: _Ag
     if kind == "string":
         classes = tuple(sorted({value for _, value, _, _, _ in rows if isinstance(value, str) and value}))
     index = {name: n for n, name in enumerate(classes)} if kind == "string" and classes is not None else {}
-    inputs: list[SourceFile] = []
+    inputs: list[ScannedRecord] = []
     values: list[tuple[Any, ...]] = []
     rejects: list[ScanReject] = []
     pending = iter(found)
@@ -239,13 +240,13 @@ def _labelled(tree: Tree, rows: list[_Row], found: list[ScanReject], agreed: _Ag
         if problem is not None:
             rejects.append(ScanReject(len(inputs), display_path(item.path), *problem, key=shown))
             continue
-        inputs.append(SourceFile(item.path, int(value) if kind is not None else 0, item.size, item.mtime_ns, item.offset,
-                                 item.sample_key, item.row_group, item.file_size))
+        inputs.append(ScannedRecord((item,), (int(value),) if kind is not None else (), item.key))
         values.append(further)
     while upcoming is not None:
         rejects.append(ScanReject(len(inputs), upcoming.path, upcoming.reason, upcoming.detail, upcoming.key))
         upcoming = next(pending, None)
-    scan = SourceScan(tree.root, "parquet", classes, tuple(inputs), tuple(rejects), labelled=kind is not None)
+    fields = IMAGE_AND_LABEL if kind is not None else IMAGE_AND_LABEL[:1]
+    scan = SourceScan(tree.root, "parquet", fields, classes, tuple(inputs), tuple(rejects))
     return scan, values
 
 
@@ -270,7 +271,7 @@ def _row_problem(item: SourceFile, value: Any, key: Any, where: str, *, kind: st
     return None
 
 
-def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreement, columns: ParquetColumns) -> FieldScan:
+def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreement, columns: ParquetColumns) -> SourceScan:
     """The records of a scan with further columns: the image, the label if any, then each
     further column as a field of its kind (`columns.column_kind`); a value that does not fit
     its kind rejects its record."""
@@ -278,29 +279,28 @@ def _field_scan(scan: SourceScan, values: list[tuple[Any, ...]], agreed: _Agreem
     nulls = {column for n, column in enumerate(agreed.further) if any(row[n] is None for row in values)}
     kinds = [column_kind(tablefiles.pa, agreed.types[column], declared=declared.get(column), has_null=column in nulls, name=column,
                          where=agreed.further_from or "") for column in agreed.further]
-    head = [RecordField("image", "jpeg")] + ([RecordField("label", "label")] if scan.labelled else [])
-    fields = tuple(head + [RecordField(column, kind) for column, kind in zip(agreed.further, kinds, strict=True)])
+    fields = scan.fields + tuple(RecordField(column, kind) for column, kind in zip(agreed.further, kinds, strict=True))
     taken = ("image", "label", "key")  # a column named label is never a field of another meaning
     clash = next((column for column in agreed.further if column in taken or not is_field_name(column)), None)
     if clash is not None:
         use = f"take it as the keys with --key-column {clash} (key_column=), or " if clash == "key" else ""
         raise ConvertError(f"column {clash!r} cannot be a field (a name taken by the record, or not an identifier of 1 to 64 "
                            f"characters): {use}leave it out with --drop-column {clash} (drop_columns=)", path=agreed.further_from)
-    inputs: list[FieldInput] = []
+    inputs: list[ScannedRecord] = []
     found: list[tuple[float, ScanReject]] = []  # (place among the inputs, reject)
-    for position, (item, found_row) in enumerate(zip(scan.inputs, values, strict=True)):
+    for position, (record, found_row) in enumerate(zip(scan.inputs, values, strict=True)):
         row = tuple(column_value(v, k) for v, k in zip(found_row, kinds, strict=True))
         problem = next((found for found in (value_problem(v, k, c) for v, k, c in zip(row, kinds, agreed.further, strict=True))
                         if found is not None), None)
         if problem is not None:
-            found.append((position, ScanReject(0, display_path(item.path), *problem, key=item.key)))
+            found.append((position, ScanReject(0, display_path(record.files[0].path), *problem, key=record.key)))
             continue
-        inputs.append(FieldInput((item,), ((item.label,) if scan.labelled else ()) + row, item.key))
+        inputs.append(ScannedRecord(record.files, record.values + row, record.key))
     found.extend((reject.position - 0.5, reject) for reject in scan.rejects)
     dropped = sorted(place for place, reject in found if place == int(place))
     rejects = [ScanReject(math.ceil(place) - bisect.bisect_left(dropped, place), r.path, r.reason, r.detail, r.key)
                for place, r in sorted(found, key=lambda pair: pair[0])]
-    return FieldScan(scan.root, "parquet", fields, scan.classes, tuple(inputs), tuple(rejects))
+    return SourceScan(scan.root, "parquet", fields, scan.classes, tuple(inputs), tuple(rejects), names_fields=True)
 
 
 def _check_columns(schema: Any, columns: ParquetColumns, label: str | None, where: str) -> None:

@@ -1,9 +1,9 @@
 """What scanning a source finds, and how inputs are named.
 
-A scan of a source for `convert` is a `SourceScan`: candidate inputs (`SourceFile`) in
-conversion order and what was set aside on the way (`ScanReject`), each reject placed by how many
-inputs come before it. A scan for records of several fields is a `FieldScan` of `FieldInput`
-records with typed `RecordField` fields. A record's key and every path a report shows are built
+A scan of any source is a `SourceScan`: records of named, typed fields (`RecordField`; image
+classification is the fields `IMAGE_AND_LABEL`), each a `ScannedRecord` of its files
+(`SourceFile`) and values, in conversion order, and what was set aside on the way
+(`ScanReject`), each reject placed by how many records come before it. A record's key and every path a report shows are built
 by `record_key` and `display_path`, an operating system's refusal reads as `describe_os_error`
 says, wherever the input lies (`is_transient_os_error` tells a refusal that may pass), and
 `is_field_name` says which names a field may have.
@@ -21,11 +21,11 @@ from typing import Any, Final
 from ..images import IMAGE_KINDS
 
 __all__ = [
+    "IMAGE_AND_LABEL",
     "VALUE_KINDS",
-    "FieldInput",
-    "FieldScan",
     "RecordField",
     "ScanReject",
+    "ScannedRecord",
     "SourceFile",
     "SourceScan",
     "describe_os_error",
@@ -48,33 +48,28 @@ _TRANSIENT_ERRNOS: Final = frozenset(
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One candidate input.
+    """One file a record is read from.
 
     Attributes:
         path: relative to the source root, with the platform's separators; undecodable bytes of
             a local file name are held as surrogate escapes, so ``root / path`` opens the file.
-        label: its class index (or the listing's integer label).
         size, mtime_ns: from stat (or a stored object's size and a number derived from its
             version), to plan shards and to notice changed inputs on resume.
-        offset, sample_key: for a sample of a tar: where its image member's data starts in the
-            tar `path` (`size` is the member's), and its key (undecoded bytes as surrogate
+        offset, sample_key: for a member of a sample of a tar: where its data starts in the tar
+            `path` (`size` is the member's), and the sample's key (undecoded bytes as surrogate
             escapes); None for a file. For a row of a Parquet file `path`: its row within row
             group `row_group`, and its key.
         row_group, file_size: for a row of a Parquet file: its row group and the file's size
             (`size` is then the row's share of its row group's image bytes); None otherwise.
-        members: for a sample of a tar, (data offset, size) of its member for each member
-            column of the scan (`SourceScan.members`), in that order.
     """
 
     path: str
-    label: int
     size: int
     mtime_ns: int
     offset: int | None = None
     sample_key: str | None = None
     row_group: int | None = None
     file_size: int | None = None
-    members: tuple[tuple[int, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -100,37 +95,21 @@ class ScanReject:
 
 
 @dataclass(frozen=True)
-class SourceScan:
-    """The inputs of a conversion.
+class RecordField:
+    """One named, typed field of the records.
 
     Attributes:
-        root: what input paths are relative to (the tree, or the listing's folder): a `Path`, or
-            for a source given by URL the URL of that folder (as given, so tasks can open it).
-        kind: "imagefolder", "csv", "jsonl", "webdataset", "parquet" or "folder".
-        classes: class names in label order, or None for a listing with integer labels.
-        inputs: the candidates in conversion order.
-        rejects: what was set aside while scanning, in the same order.
-        labelled: whether records have a label (tars without ``.cls`` members have none).
-        members: for tars, (field name, kind: "str", "json" or "bytes") of each member column.
-        not_stored: for tars, members that are no column, counted per extension.
+        name: the field's name.
+        kind: an image kind (`images.IMAGE_KINDS`), or a value kind: "label" (a class index),
+            "int64", "float64", "str", "bytes" or "json".
+        member: the value is a member of a sample of a tar, read from its own file when the
+            record is built (text decoded, JSON parsed); else it is found by the scan. In the
+            records' schema a member comes after the key (spec/tar.md), every other field before.
     """
-
-    root: Path | str
-    kind: str
-    classes: tuple[str, ...] | None
-    inputs: tuple[SourceFile, ...]
-    rejects: tuple[ScanReject, ...]
-    labelled: bool = True
-    members: tuple[tuple[str, str], ...] = ()
-    not_stored: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class RecordField:
-    """One column of the records: its field name and kind (an image kind or a value kind)."""
 
     name: str
     kind: str
+    member: bool = False
 
     @property
     def is_image(self) -> bool:
@@ -138,9 +117,9 @@ class RecordField:
 
 
 @dataclass(frozen=True)
-class FieldInput:
-    """One record's inputs: a file per image column (the first is the reference), a value per
-    value column (a label as its index), and its key."""
+class ScannedRecord:
+    """One record's inputs: a file per image field (the first is the reference that names it),
+    then a file per member field; a value per other field (a label as its class index); its key."""
 
     files: tuple[SourceFile, ...]
     values: tuple[Any, ...]
@@ -148,17 +127,35 @@ class FieldInput:
 
 
 @dataclass(frozen=True)
-class FieldScan:
-    """The inputs of a multi-field conversion: `fields` (image fields first), `classes` as in
-    `SourceScan`, the records in order and the rejects found while scanning; `root` and `kind`
-    as in `SourceScan` ("folders" for several parallel folders)."""
+class SourceScan:
+    """What a scan of a source found: records of named, typed fields, whatever the source.
+
+    Attributes:
+        root: what input paths are relative to (the tree, or the listing's folder): a `Path`, or
+            for a source given by URL the URL of that folder (as given, so tasks can open it).
+        kind: "imagefolder", "folder", "csv", "jsonl", "webdataset", "parquet" or "folders".
+        fields: the records' fields: image fields first, then the others in order.
+        classes: class names in label order, or None (integer labels, or no label field).
+        inputs: the records in conversion order.
+        rejects: what was set aside while scanning, in the same order.
+        not_stored: for tars, members that are no field, counted per extension.
+        names_fields: the fields were asked for by name (several folders, a listing of further
+            columns, declared fields, a table's further columns): the manifest's options then
+            list them, and a reject's detail names the field whose file it concerns.
+    """
 
     root: Path | str
     kind: str
     fields: tuple[RecordField, ...]
     classes: tuple[str, ...] | None
-    inputs: tuple[FieldInput, ...]
+    inputs: tuple[ScannedRecord, ...]
     rejects: tuple[ScanReject, ...]
+    not_stored: tuple[tuple[str, int], ...] = ()
+    names_fields: bool = False
+
+
+IMAGE_AND_LABEL: Final = (RecordField("image", "jpeg"), RecordField("label", "label"))
+"""The fields of image classification records (the key aside): a JPEG image and its class index."""
 
 
 def display_path(path: str) -> str:

@@ -40,7 +40,7 @@ from ...tar._index import parse_label
 from ...tar._keys import ANY_IMAGE_EXTENSIONS, COMPRESSED_SUFFIXES, LABEL_EXTENSION, MAX_LABEL_SIZE, display_key, member_field, member_kind
 from ...tar._scan import TarMember, TarSample, scan_samples
 from .confine import check_regular
-from .results import ScanReject, SourceFile, SourceScan, describe_os_error, display_path
+from .results import IMAGE_AND_LABEL, RecordField, ScannedRecord, ScanReject, SourceFile, SourceScan, describe_os_error, display_path
 from .trees import Tree
 
 __all__ = ["TARS_BY_URL", "TAR_IMAGE_EXTENSIONS", "decompress_tars", "local_tars", "names_tars", "scan_tars", "tars_in_folder"]
@@ -269,7 +269,7 @@ def scan_tars(tars: list[Path], *, declared: Mapping[str, str] | None = None, wo
     found = _without_declared(found, declared)
     kept = [item for item in found if not isinstance(item, ScanReject)]
     columns, counts = _member_columns(kept, labelled=labelled, declared=declared)
-    inputs: list[SourceFile] = []
+    inputs: list[ScannedRecord] = []
     rejects: list[ScanReject] = []
     max_label = -1
     for item in found:
@@ -278,14 +278,16 @@ def scan_tars(tars: list[Path], *, declared: Mapping[str, str] | None = None, wo
             continue
         rel, mtime_ns, sample, image, label = item
         max_label = max(max_label, -1 if label is None else label)
-        spans = tuple((sample.members[ext].data_offset, sample.members[ext].size) for _, _, ext in columns)
-        inputs.append(SourceFile(rel, -1 if label is None else label, image.size, mtime_ns, offset=image.data_offset,
-                                 sample_key=sample.key, members=spans))
+        files = [SourceFile(rel, image.size, mtime_ns, offset=image.data_offset, sample_key=sample.key)]
+        files.extend(SourceFile(rel, sample.members[ext].size, mtime_ns, offset=sample.members[ext].data_offset, sample_key=sample.key)
+                     for _, _, ext in columns)
+        inputs.append(ScannedRecord(tuple(files), () if label is None else (label,), files[0].key))
     stored = {ext for _, _, ext in columns}
     not_stored = tuple(sorted((display_key(ext), count) for ext, count in counts.items() if ext not in stored))
     classes = tuple(str(label) for label in range(max_label + 1)) if labelled else None
-    return SourceScan(root, "webdataset", classes, tuple(inputs), tuple(rejects), labelled=labelled,
-                      members=tuple((name, kind) for name, kind, _ in columns), not_stored=not_stored)
+    members = tuple(RecordField(name, kind, member=True) for name, kind, _ in columns)
+    fields = (IMAGE_AND_LABEL if labelled else IMAGE_AND_LABEL[:1]) + members
+    return SourceScan(root, "webdataset", fields, classes, tuple(inputs), tuple(rejects), not_stored=not_stored)
 
 
 def _sample_problem(fd: int, sample: TarSample, labelled: bool) -> int | None | tuple[str, str]:
