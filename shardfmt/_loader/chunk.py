@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dataset.concat import open_records
+from .._dataset.concat import RecordSource, open_records
 from .._errors import ChecksumError, DecodeError, FormatError, ShardfmtError, worker_error_kind
 from .._sampling.keys import AUGMENT_STREAM, keys_by_epoch
 from .._sampling.permutation import draw_epoch as _draw_epochs
@@ -112,9 +112,12 @@ class ChunkFailure(Exception):
 class ChunkProcessor:
     """Fill slots with records. Runs inside a worker, or in the loader with num_workers=0."""
 
-    def __init__(self, config: WorkerConfig, slot_arrays: SlotArrays, *, in_worker: bool = False) -> None:
+    def __init__(
+        self, config: WorkerConfig, slot_arrays: SlotArrays, *, in_worker: bool = False, dataset: RecordSource | None = None
+    ) -> None:
+        """`dataset`: the loader's own, opened from `config` (a forked worker inherits it); None: open it here."""
         self.config = config
-        self.dataset = open_records(config.path, verify=config.verify, remote=config.remote)
+        self.dataset = dataset if dataset is not None else open_records(config.path, verify=config.verify, remote=config.remote)
         self.pipeline = config.pipeline
         self.seed = int(config.seed)
         specs = list(config.outputs)

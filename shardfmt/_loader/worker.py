@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dataset.concat import RecordSource
 from .._errors import ShardfmtError, worker_error_kind
 from .._forks import WATCH_SECONDS, Lifeline, default_signals, parent_alive
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig
@@ -56,6 +57,7 @@ def worker_main(
     *,
     lifeline: Lifeline,
     inherited: tuple[Any, ...] = (),
+    dataset: RecordSource | None = None,
 ) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
 
@@ -63,7 +65,9 @@ def worker_main(
     worker is on, the checked records, the byte per worker set during a partial decode, and the
     records to decode whole. `lifeline` ties the worker to the loader's process (it exits when
     that ends, `forks.Lifeline`); `inherited` are the loader's ends of the workers' pipes, which a
-    forked worker holds copies of and closes, so that its own pipe reports the loader's end."""
+    forked worker holds copies of and closes, so that its own pipe reports the loader's end;
+    `dataset` is the loader's dataset, which a forked worker inherits instead of parsing the
+    manifest again (None: the worker opens the dataset `config` names)."""
     default_signals()  # not the parent's handlers: SIGTERM ends a worker, Ctrl-C is the loader's
     parent = lifeline.hold()
     for end in inherited:
@@ -80,8 +84,8 @@ def worker_main(
         return slot_arrays(buffer, config.layout)
 
     try:
-        processor = ChunkProcessor(config, slot_arrays_of, in_worker=True)
-        processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
+        processor = ChunkProcessor(config, slot_arrays_of, in_worker=True, dataset=dataset)
+        processor.current = np.frombuffer(current, np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
         processor.whole_only = np.frombuffer(whole_only, np.uint8)
         processor.share_partial_flag(np.frombuffer(partial, np.uint8).data[worker_id : worker_id + 1])

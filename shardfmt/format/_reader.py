@@ -58,7 +58,7 @@ from ._schema import Schema
 __all__ = ["CHECK_BLOCK_ROWS", "ImageInfo", "Record", "RowCheck", "ShardReader", "ShardReaderBase", "close_on_error"]
 
 _NO_PAYLOAD = memoryview(b"")
-CHECK_BLOCK_ROWS = 4096
+CHECK_BLOCK_ROWS = 1024
 """Rows of the record table checked together: block 0 when a shard is opened, every other block
 when one of its rows is first used (spec/format.md, section 10)."""
 _Reader = TypeVar("_Reader", bound="ShardReaderBase")

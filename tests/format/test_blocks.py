@@ -52,7 +52,7 @@ def case_zero_height_in_the_last_row(s: ShardBytes) -> Case:
 
 @case
 def case_first_row_of_a_block_not_contiguous(s: ShardBytes) -> Case:
-    # Rule 25 across a block edge: row 4096 must start where row 4095 (block 0) ends.
+    # Rule 25 across a block edge: row B must start where row B - 1 (block 0) ends.
     s.table()[CHECK_BLOCK_ROWS]["offset"] += 64
     s.reseal_table()
     return CHECK_BLOCK_ROWS, "offset", BLOCK_2, "does not start where the previous one ends"
@@ -60,7 +60,7 @@ def case_first_row_of_a_block_not_contiguous(s: ShardBytes) -> Case:
 
 @case
 def case_a_block_over_the_spans_of_block_0(s: ShardBytes) -> Case:
-    # Block 2 copies the rows of block 0 and row 8191's span is made to end where block 0
+    # Block 2 copies the rows of block 0 and row 2B - 1's span is made to end where block 0
     # starts: every row of block 2 is contiguous with its neighbour, its checksums hold, yet its
     # spans are those of block 0, checked on open. Block 1 is broken: not read here.
     table = s.table()
@@ -123,7 +123,7 @@ def test_a_label_without_a_class_in_an_untouched_block_is_refused_when_first_rea
     shard.reseal_table()
     shard_path.write_bytes(bytes(shard))
     with open_dataset(out, verify=True) as dataset:
-        assert dataset[CHECK_BLOCK_ROWS]["label"] == 6
+        assert dataset[CHECK_BLOCK_ROWS]["label"] == CHECK_BLOCK_ROWS % 10
         with pytest.raises(ShardfmtError) as info:
             dataset[BLOCK_2 + 1]["label"]
         offset = shard.column_offset(BLOCK_2 + 1, "label")
