@@ -171,6 +171,56 @@ print(json.dumps({"first_s": first - start, "init_s": built - start, "start": st
 """
 
 
+EPOCH = r"""
+import json, os, sys, time
+import torch
+import shardfmt
+from shardfmt import Loader
+
+path, options = sys.argv[1], json.loads(sys.argv[2])
+assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
+loader = Loader(path, batch_size=256, num_workers=2, size=8, **options)
+for _ in loader:  # the first epoch: workers started, shards opened, blocks checked, records verified
+    pass
+start, records = time.perf_counter(), 0
+for images, labels in loader:
+    records += len(labels)
+seconds = time.perf_counter() - start
+loader.close()
+print(json.dumps({"records_per_s": records / seconds, "seconds": seconds}))
+"""
+
+
+def epoch_main(args: argparse.Namespace, base: Path) -> int:
+    """--epoch: records/s of the second epoch (steady state) over the first of --sizes, a full
+    shuffle and ``window=8``, alternating with the tree of --compare; medians of --rounds."""
+    trees: dict[str, Path | None] = {"this tree": None}
+    if args.compare is not None:
+        trees = {str(args.compare): args.compare, "this tree": None}
+    size = args.sizes[0]
+    path = write_dataset(base / f"records-{size}", size, args.shard_records)
+    print(f"{os.cpu_count()} cores; load average (1 min) at the start: {os.getloadavg()[0]:.2f}")
+    runs: dict[tuple[str, str], list[float]] = {}
+    try:
+        for _ in range(args.rounds):
+            for label, options in (("full shuffle", {}), ("window=8", {"window": 8})):
+                for name, tree in trees.items():
+                    package_root = tree if tree is not None else Path(__file__).resolve().parents[1]
+                    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
+                    command = [sys.executable, "-c", EPOCH, str(path), json.dumps(options)]
+                    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=package_root, check=True)
+                    runs.setdefault((label, name), []).append(json.loads(out.stdout.strip().splitlines()[-1])["records_per_s"])
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"| {size:,} records, shards of {args.shard_records:,} | shardfmt | records/s, second epoch (median) | every round |")
+    print("|---|---|---:|---|")
+    for (label, name), rates in runs.items():
+        print(f"| {label} | {name} | {sorted(rates)[(len(rates) - 1) // 2]:,.0f} | {', '.join(f'{rate:,.0f}' for rate in rates)} |")
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
 LOADER_ONLY = r"""
 import sys, time
 import torch
@@ -342,12 +392,20 @@ def main(argv: list[str] | None = None) -> int:
         help="only the first batch of a full shuffle, 2 workers, warm and with the shards dropped from the page cache, "
         "with each worker's breakdown (and for --compare alternately), and a projection to --project records",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="with --first-batch: keep the median of this many runs of each")
+    parser.add_argument(
+        "--epoch",
+        action="store_true",
+        help="only the steady state: records/s of a second epoch over the first size, full shuffle and window=8 "
+        "(and --compare alternately)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --first-batch or --epoch: the median of this many runs of each")
     parser.add_argument("--project", type=int, default=10**9, help="with --first-batch: project the first batch to this many records")
     args = parser.parse_args(argv)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     if args.first_batch:
         return first_batch_main(args, base)
+    if args.epoch:
+        return epoch_main(args, base)
     rows = []
     try:
         for size in args.sizes:

