@@ -28,16 +28,17 @@ Ratios print against the smallest size: near 1 is flat. Run:
 default order), warm and cold (each shard file dropped from the page cache with
 ``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no root for one's own files; every name
 links the same file, so a page read for one shard is cached for the others and cold figures
-understate a real cold start), the median of ``--rounds`` fresh processes, alternating with the
-tree of ``--compare``. Timers set before the workers fork run in the workers too, so each
-worker reports what it had done when the batch came: its start (from ``Loader()`` to its first
-chunk), the shards it opened and their seconds (header, footer, the table's checksum, the map;
-the table checks made while opening are counted as checks), the blocks of table rows it checked
-and their seconds, the rows it decoded and their seconds (checksums and fills); the table shows
-the mean of the two workers. From the largest size it projects the first batch at
-``--project`` records (default 10^9) in shards of the same size: ``Loader()`` measured over a
-manifest of that many shards, then per worker its start, one shard opened and two blocks checked
-per row it reads (the shards then far outnumber the rows), and the rows decoded:
+understate a real cold start, unless ``--copies`` makes every shard its own file), the median of
+``--rounds`` fresh processes, alternating with the tree of ``--compare``. Timers set before the
+workers fork run in the workers too, so each worker reports what it had done when the batch
+came: its start (from ``Loader()`` to its first chunk), the shards it opened and their seconds
+(header, footer, the table's checksum, the map; the table checks made while opening are counted
+as checks), the blocks of table rows it checked and their seconds, the rows it decoded and their
+seconds (checksums and fills); the table shows the mean of the two workers. From the largest
+size it projects the first batch at ``--project`` records (default 10^9) in shards of the same
+size: ``Loader()`` measured over a manifest of that many shards, then per worker its start, one
+shard opened and two blocks checked per row it reads (the shards then far outnumber the rows),
+and the rows decoded:
 
     PYTHONPATH=. python tools/bench_scale.py --first-batch --rounds 3 --compare DIR   # DIR: the code before
 
@@ -329,8 +330,9 @@ def print_projection(records: int, shard_records: int, medians: dict[tuple[str, 
         )
 
 
-def write_dataset(root: Path, num_records: int, shard_records: int) -> Path:
-    """Write `num_records` tiny records: one real shard, linked under every shard name."""
+def write_dataset(root: Path, num_records: int, shard_records: int, *, copies: bool = False) -> Path:
+    """Write `num_records` tiny records: one real shard, linked under every shard name (with
+    `copies`, copied: every shard its own file, so that a cold page cache is cold for each)."""
     if root.exists():
         shutil.rmtree(root)
     seed = root.parent / f"{root.name}-first"
@@ -348,6 +350,8 @@ def write_dataset(root: Path, num_records: int, shard_records: int) -> Path:
             raise ValueError(f"{num_records} is not a multiple of {count} records per shard")
         name = f"shard-{number:05d}.shard"
         try:
+            if copies:
+                raise OSError("a copy was asked for")
             os.link(seed / entry.path, root / name)
         except OSError:
             shutil.copyfile(seed / entry.path, root / name)
@@ -391,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the first batch of a full shuffle, 2 workers, warm and with the shards dropped from the page cache, "
         "with each worker's breakdown (and for --compare alternately), and a projection to --project records",
+    )
+    parser.add_argument(
+        "--copies",
+        action="store_true",
+        help="with --first-batch: copy the shard under every name instead of linking it (10^7 records: 9 GB), so that a cold "
+        "page cache is cold for every shard",
     )
     parser.add_argument(
         "--epoch",
@@ -472,7 +482,7 @@ def first_batch_main(args: argparse.Namespace, base: Path) -> int:
     medians: dict[tuple[str, str], dict[str, Any]] = {}
     try:
         for size in args.sizes:
-            path = write_dataset(base / f"records-{size}", size, args.shard_records)
+            path = write_dataset(base / f"records-{size}", size, args.shard_records, copies=args.copies)
             medians = first_batch(path, trees, args.rounds)
             print_first_batch(size, -(-size // args.shard_records), medians)
             print(f"<!-- load average (1 min) after {size:,} records: {os.getloadavg()[0]:.2f} -->")
