@@ -381,8 +381,9 @@ def checked_bytes(num_records: int) -> int:
 
 
 def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
-    """Ask remote sources for every record span of the chunk at once (one concurrent batch of
-    range reads per shard instead of one round trip per record); local sources skip this."""
+    """Ask every source for the record spans of the chunk at once: a remote one fetches them in
+    one concurrent batch of range reads per shard instead of one round trip per record, a local
+    one has the kernel read them ahead together (`storage.LocalFile.prefetch`)."""
     spans: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
     for reader, row in zip(readers, rows, strict=True):
         if hasattr(reader.source, "prefetch"):

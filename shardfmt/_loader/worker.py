@@ -2,9 +2,10 @@
 slots (with a `chunk.ChunkProcessor`), and the messages between it and the loader.
 
 A worker is started once per loader with a `WorkerConfig` (the dataset path, the pipeline and
-the steps as the objects the caller gave, the slot layout), pickled as it is under spawn, and
-never with the dataset object, so it works under spawn as well as fork. Messages are fixed
-structs sent with `send_bytes` (no pickling):
+the steps as the objects the caller gave, the slot layout), pickled as it is under spawn, so it
+works under spawn as well as fork; the dataset object is never pickled: a spawned worker opens
+the dataset the config names, a forked one of a local dataset inherits the loader's (its
+manifest parsed already). Messages are fixed structs sent with `send_bytes` (no pickling):
 
     loader -> worker   SEGMENT (serial) then the segment's file descriptor (POSIX)
                        TASK  (slot, serial, row, epoch, count) + count int64 record indices
