@@ -320,7 +320,7 @@ def print_projection(records: int, shard_records: int, medians: dict[tuple[str, 
         per_open = b["open_s"] / max(b["opens"], 1)
         per_block = b["check_s"] / max(b["checks"], 1)
         per_row = b["decode_s"] / max(b["rows"], 1)
-        rows = b["rows"]
+        rows = 256 / 2  # each worker's share of the first batch (a worker may have done more when it came)
         opens = shards * (1 - (1 - 1 / shards) ** rows)
         total = manifest[name] + b["start_s"] + opens * per_open + (opens + rows) * per_block + rows * per_row
         print(
