@@ -14,6 +14,13 @@ that the loader terminates, and keep it alive until it is killed seconds later.
 `signals_held` blocks those signals across the fork and `default_signals` puts back their
 default action in the child before unblocking them, so a terminated child ends at once.
 
+Memory that the parent and its children share (`shared_zeros`) comes, for forked children, from an
+anonymous shared mapping, which the kernel fills with zeros page by page as it is first touched:
+a loader's bitmap of one bit per record costs nothing to make whatever the number of records.
+multiprocessing's ``RawArray`` writes every byte of its zeros at once (about 10 ms for the
+1.25 MB of 10^7 records, 200 ms for 10^9, in the first batch's path); it stays for spawned
+children, which need a segment they can be sent.
+
 A child must not outlive the process that started it (a killed training job must not leave its
 workers running): `Lifeline` arms Linux's parent-death signal and `parent_alive` is the check an
 idle child makes everywhere else.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import mmap
 import multiprocessing
 import os
 import signal
@@ -31,7 +39,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "MAX_WORKERS",
@@ -41,6 +49,7 @@ __all__ = [
     "frozen_heap",
     "max_workers",
     "parent_alive",
+    "shared_zeros",
     "signals_held",
 ]
 
@@ -69,6 +78,17 @@ def frozen_heap(start_method: str | None) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def shared_zeros(start_method: str, size: int) -> Any:
+    """`size` zero bytes (at least 1) that this process shares with the children it starts with
+    `start_method`, as a writable buffer: an anonymous shared mapping for "fork" (zero pages
+    made as they are first touched), a multiprocessing ``RawArray`` otherwise (sent to the child
+    when it starts)."""
+    size = max(1, size)
+    if start_method == "fork":
+        return mmap.mmap(-1, size)
+    return multiprocessing.get_context(start_method).RawArray("B", size)
 
 
 PR_SET_PDEATHSIG: Final = 1

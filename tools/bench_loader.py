@@ -252,6 +252,8 @@ class Settings:
     epochs: int
     warmup_epochs: int = 1
     min_seconds: float = 0.0
+    window: int | None = None
+    """The shardfmt contenders' ``window=`` (None: a full shuffle)."""
 
 
 @dataclass(frozen=True)
@@ -451,6 +453,7 @@ def open_shardfmt(
         augment=steps,
         mean=MEAN if recipe else None,
         std=STD if recipe else None,
+        **({"window": settings.window} if settings.window is not None else {}),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -1220,6 +1223,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma list of worker counts (e.g. 1,2,4,8,16): instead of the contenders, measure 'shardfmt fast_decode=True' "
         "at each count against the exact-IDCT decode limit of one core times that count",
     )
+    parser.add_argument("--window", type=int, default=None, help="the shardfmt contenders' window= (default: a full shuffle)")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--chart", type=Path, help="write a bar chart of images/s here (PNG)")
     args = parser.parse_args(argv)
@@ -1434,7 +1438,12 @@ def prepare_contenders(args: argparse.Namespace, source: Source, settings: Setti
 
 def run(args: argparse.Namespace, work_dir: Path) -> int:
     settings = Settings(
-        batch_size=args.batch_size, workers=args.workers, epochs=args.epochs, warmup_epochs=args.warmup_epochs, min_seconds=args.min_seconds
+        batch_size=args.batch_size,
+        workers=args.workers,
+        epochs=args.epochs,
+        warmup_epochs=args.warmup_epochs,
+        min_seconds=args.min_seconds,
+        window=args.window,
     )
     source = bench_source(args, work_dir)
     if len(source.files) < max(1, settings.workers, *(args.scaling or [])):

@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from .._dataset.concat import open_records
+from .._dataset.concat import RecordSource, open_records
 from .._errors import ChecksumError, DecodeError, FormatError, ShardfmtError, worker_error_kind
 from .._sampling.keys import AUGMENT_STREAM, keys_by_epoch
 from .._sampling.permutation import draw_epoch as _draw_epochs
-from .._storage import RemoteOptions
+from .._storage import LocalFile, RemoteOptions
 from ..format._layout import column_name
 from ..ops import CenterCrop, CropPlan, Pipeline
 from ..ops._augment import AugmentStep, SampleTransform
@@ -112,9 +112,12 @@ class ChunkFailure(Exception):
 class ChunkProcessor:
     """Fill slots with records. Runs inside a worker, or in the loader with num_workers=0."""
 
-    def __init__(self, config: WorkerConfig, slot_arrays: SlotArrays, *, in_worker: bool = False) -> None:
+    def __init__(
+        self, config: WorkerConfig, slot_arrays: SlotArrays, *, in_worker: bool = False, dataset: RecordSource | None = None
+    ) -> None:
+        """`dataset`: the loader's own, opened from `config` (a forked worker inherits it); None: open it here."""
         self.config = config
-        self.dataset = open_records(config.path, verify=config.verify, remote=config.remote)
+        self.dataset = dataset if dataset is not None else open_records(config.path, verify=config.verify, remote=config.remote)
         self.pipeline = config.pipeline
         self.seed = int(config.seed)
         specs = list(config.outputs)
@@ -212,7 +215,8 @@ class ChunkProcessor:
             readers.append(reader)
             rows.append(reader.table[local[k]])
         if self.reads_payload:
-            _prefetch_spans(readers, rows)
+            first_reads = ((self.checked[indices >> 3] & (1 << (indices & 7))) == 0).tolist()
+            _prefetch_spans(readers, rows, first_reads)
         return readers, rows, local
 
     def _fill(
@@ -377,12 +381,16 @@ def checked_bytes(num_records: int) -> int:
     return max(1, (num_records + 7) // 8)
 
 
-def _prefetch_spans(readers: list[Any], rows: list[Any]) -> None:
-    """Ask remote sources for every record span of the chunk at once (one concurrent batch of
-    range reads per shard instead of one round trip per record); local sources skip this."""
+def _prefetch_spans(readers: list[Any], rows: list[Any], first_reads: list[bool]) -> None:
+    """Ask every source for the record spans of the chunk at once: a remote one fetches them in
+    one concurrent batch of range reads per shard instead of one round trip per record; a local
+    one has the kernel read ahead together the records read for the first time in this loader
+    (`first_reads`, `storage.LocalFile.prefetch`: a cold start), and only those, so that an
+    epoch over cached pages makes no system call for them (about 3 us a record, 4% of a tiny
+    record's cost)."""
     spans: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
-    for reader, row in zip(readers, rows, strict=True):
-        if hasattr(reader.source, "prefetch"):
+    for reader, row, first in zip(readers, rows, first_reads, strict=True):
+        if hasattr(reader.source, "prefetch") and (first or not isinstance(reader.source, LocalFile)):
             start = int(row["offset"])
             spans.setdefault(id(reader), (reader, []))[1].append((start, start + int(row["size"])))
     for reader, ranges in spans.values():

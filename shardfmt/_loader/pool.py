@@ -41,7 +41,7 @@ import torch
 
 from .._dataset.concat import RecordSource
 from .._errors import WorkerError, WorkerTraceback, worker_error_class
-from .._forks import Lifeline, frozen_heap, signals_held
+from .._forks import Lifeline, frozen_heap, shared_zeros, signals_held
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig, checked_bytes
 from .shm import SlotRing, descriptor_error
 from .watchdog import Stalled, stall_alarm
@@ -62,7 +62,8 @@ class WorkerPool:
         num_workers: processes to start.
         start_method: multiprocessing start method, None for the platform default.
         timeout: seconds without any completion before the pool reports a stall.
-        dataset: used only to name the shard and record in error messages.
+        dataset: the loader's dataset: it names the shard and record in error messages, and
+            forked workers of a local dataset inherit it (no manifest parsed again).
         checked: the shared bitmap of checked records (`chunk.checked_bytes`) of an earlier
             pool of the same loader and start method, or None for a new one.
     """
@@ -88,11 +89,16 @@ class WorkerPool:
         self.chunks: dict[tuple[int, int], Chunk] = {}  # what is in flight, to give a replaced worker's chunks again
         self.ring = ring
         self._context: Any = multiprocessing.get_context(start_method)
-        context = self._context
-        self.current = context.Array("q", [-1] * num_workers)
-        self.checked = checked if checked is not None else context.RawArray("B", checked_bytes(len(dataset)))
-        self.partial = context.RawArray("B", num_workers)
-        self.whole_only = context.RawArray("B", checked_bytes(len(dataset)))
+        method = self._context.get_start_method()
+        # shared with the workers, made without writing their bytes (`forks.shared_zeros`): the
+        # record each worker is on (-1: none), the checked records, the partial-decode flags,
+        # the records to decode whole
+        self._current = shared_zeros(method, 8 * num_workers)
+        self.current = np.frombuffer(self._current, np.int64)
+        self.current[:] = -1
+        self.checked = checked if checked is not None else shared_zeros(method, checked_bytes(len(dataset)))
+        self.partial = shared_zeros(method, num_workers)
+        self.whole_only = shared_zeros(method, checked_bytes(len(dataset)))
         self._config = dataclasses.replace(config, ring=ring.name)
         self._starting: set[int] = set()  # workers not READY yet
         self._sent: list[set[int]] = [set() for _ in range(num_workers)]  # the segments each worker was sent
@@ -109,15 +115,19 @@ class WorkerPool:
 
     def _start_worker(self, worker_id: int) -> None:
         parent_end, child_end = self._context.Pipe(duplex=True)
-        shared = (self.current, self.checked, self.partial, self.whole_only)
+        shared = (self._current, self.checked, self.partial, self.whole_only)
         method = self._context.get_start_method()
         # a forked worker inherits every pipe end of the loader: it closes them, or it would hold
         # its own pipe open and never see the loader go
         inherited = tuple(conn for conn in [*self.conns, parent_end] if not conn.closed) if method == "fork" else ()
+        # a forked worker inherits the dataset as it stands here, manifest parsed (its shard
+        # maps and checked blocks are the same file's); a remote one's clients are not
+        # fork-safe, and a spawned worker would get it pickled: those open their own
+        dataset = self.dataset if method == "fork" and not self.dataset.is_remote else None
         process = self._context.Process(
             target=worker_main,
             args=(worker_id, child_end, self._config, *shared),
-            kwargs={"lifeline": Lifeline.here(method), "inherited": inherited},
+            kwargs={"lifeline": Lifeline.here(method), "inherited": inherited, "dataset": dataset},
             name=f"shardfmt-worker-{worker_id}",
             daemon=True,
         )

@@ -2,9 +2,10 @@
 slots (with a `chunk.ChunkProcessor`), and the messages between it and the loader.
 
 A worker is started once per loader with a `WorkerConfig` (the dataset path, the pipeline and
-the steps as the objects the caller gave, the slot layout), pickled as it is under spawn, and
-never with the dataset object, so it works under spawn as well as fork. Messages are fixed
-structs sent with `send_bytes` (no pickling):
+the steps as the objects the caller gave, the slot layout), pickled as it is under spawn, so it
+works under spawn as well as fork; the dataset object is never pickled: a spawned worker opens
+the dataset the config names, a forked one of a local dataset inherits the loader's (its
+manifest parsed already). Messages are fixed structs sent with `send_bytes` (no pickling):
 
     loader -> worker   SEGMENT (serial) then the segment's file descriptor (POSIX)
                        TASK  (slot, serial, row, epoch, count) + count int64 record indices
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dataset.concat import RecordSource
 from .._errors import ShardfmtError, worker_error_kind
 from .._forks import WATCH_SECONDS, Lifeline, default_signals, parent_alive
 from .chunk import ChunkFailure, ChunkProcessor, WorkerConfig
@@ -56,6 +58,7 @@ def worker_main(
     *,
     lifeline: Lifeline,
     inherited: tuple[Any, ...] = (),
+    dataset: RecordSource | None = None,
 ) -> None:
     """Entry point of a worker process: serve TASK messages until STOP or the loader goes away.
 
@@ -63,7 +66,9 @@ def worker_main(
     worker is on, the checked records, the byte per worker set during a partial decode, and the
     records to decode whole. `lifeline` ties the worker to the loader's process (it exits when
     that ends, `forks.Lifeline`); `inherited` are the loader's ends of the workers' pipes, which a
-    forked worker holds copies of and closes, so that its own pipe reports the loader's end."""
+    forked worker holds copies of and closes, so that its own pipe reports the loader's end;
+    `dataset` is the loader's dataset, which a forked worker inherits instead of parsing the
+    manifest again (None: the worker opens the dataset `config` names)."""
     default_signals()  # not the parent's handlers: SIGTERM ends a worker, Ctrl-C is the loader's
     parent = lifeline.hold()
     for end in inherited:
@@ -80,8 +85,8 @@ def worker_main(
         return slot_arrays(buffer, config.layout)
 
     try:
-        processor = ChunkProcessor(config, slot_arrays_of, in_worker=True)
-        processor.current = np.frombuffer(current.get_obj(), np.int64)[worker_id : worker_id + 1]
+        processor = ChunkProcessor(config, slot_arrays_of, in_worker=True, dataset=dataset)
+        processor.current = np.frombuffer(current, np.int64)[worker_id : worker_id + 1]
         processor.checked = np.frombuffer(checked, np.uint8)
         processor.whole_only = np.frombuffer(whole_only, np.uint8)
         processor.share_partial_flag(np.frombuffer(partial, np.uint8).data[worker_id : worker_id + 1])

@@ -284,8 +284,12 @@ class _ImageType(FieldType):
         name = field.name
         height, width = table[column_name(name, "height")], table[column_name(name, "width")]
         raise_first((height == 0) | (width == 0), f"image {name!r} has a zero height or width", column_name(name, "height"))
+        channels = table[column_name(name, "channels")]
+        unknown = channels != self.channels[0]
+        for count in self.channels[1:]:  # a comparison per count: np.isin costs 25 us a call
+            unknown &= channels != count
         raise_first(
-            ~np.isin(table[column_name(name, "channels")], self.channels),
+            unknown,
             f"{self.name} image {name!r} channels are not {' or '.join(map(str, self.channels))}",
             column_name(name, "channels"),
         )

@@ -16,6 +16,7 @@ from shardbytes import ShardBytes, build_shard
 from test_malformed import check_error
 
 from shardfmt import DatasetWriter, FormatError, ShardfmtError, open_dataset
+from shardfmt._storage import LocalFile
 from shardfmt.format import IMAGE_CLASSIFICATION, ShardReader
 from shardfmt.format._reader import CHECK_BLOCK_ROWS
 
@@ -52,7 +53,7 @@ def case_zero_height_in_the_last_row(s: ShardBytes) -> Case:
 
 @case
 def case_first_row_of_a_block_not_contiguous(s: ShardBytes) -> Case:
-    # Rule 25 across a block edge: row 4096 must start where row 4095 (block 0) ends.
+    # Rule 25 across a block edge: row B must start where row B - 1 (block 0) ends.
     s.table()[CHECK_BLOCK_ROWS]["offset"] += 64
     s.reseal_table()
     return CHECK_BLOCK_ROWS, "offset", BLOCK_2, "does not start where the previous one ends"
@@ -60,7 +61,7 @@ def case_first_row_of_a_block_not_contiguous(s: ShardBytes) -> Case:
 
 @case
 def case_a_block_over_the_spans_of_block_0(s: ShardBytes) -> Case:
-    # Block 2 copies the rows of block 0 and row 8191's span is made to end where block 0
+    # Block 2 copies the rows of block 0 and row 2B - 1's span is made to end where block 0
     # starts: every row of block 2 is contiguous with its neighbour, its checksums hold, yet its
     # spans are those of block 0, checked on open. Block 1 is broken: not read here.
     table = s.table()
@@ -123,8 +124,26 @@ def test_a_label_without_a_class_in_an_untouched_block_is_refused_when_first_rea
     shard.reseal_table()
     shard_path.write_bytes(bytes(shard))
     with open_dataset(out, verify=True) as dataset:
-        assert dataset[CHECK_BLOCK_ROWS]["label"] == 6
+        assert dataset[CHECK_BLOCK_ROWS]["label"] == CHECK_BLOCK_ROWS % 10
         with pytest.raises(ShardfmtError) as info:
             dataset[BLOCK_2 + 1]["label"]
         offset = shard.column_offset(BLOCK_2 + 1, "label")
         check_error(info.value, FormatError, path=shard_path, offset=offset, record=BLOCK_2 + 1, says="label 10 names no class")
+
+
+def test_the_table_is_read_ahead_in_one_request_before_its_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Step 22 reads every byte of the table: from a cold page cache it comes in one read-ahead
+    # request (MADV_WILLNEED) rather than a fault's readahead at a time.
+    path = tmp_path / "ok.shard"
+    path.write_bytes(valid_shard())
+    asked: list[tuple[int, int]] = []
+    will_need = LocalFile.will_need
+
+    def spy(self: LocalFile, start: int, stop: int) -> None:
+        asked.append((start, stop))
+        will_need(self, start, stop)
+
+    monkeypatch.setattr(LocalFile, "will_need", spy)
+    with ShardReader(path) as reader:
+        assert asked == [(reader.table_offset, len(valid_shard()) - 64)]
+        assert read_fields(reader, NUM_RECORDS - 1)[0] == (NUM_RECORDS - 1) % 10

@@ -187,14 +187,14 @@ def test_a_stall_names_where_each_worker_is(dataset: Path) -> None:
     assert not PLACEHOLDER.search(info.value.message)
 
 
-def broken_after_construction(dataset: Path, tmp_path: Path) -> Loader:
-    """A loader whose dataset's manifest is spoilt after the loader opened it: its workers,
-    which open the dataset anew, fail as they start."""
+def broken_after_construction(dataset: Path, tmp_path: Path, *, start_method: str) -> Loader:
+    """A loader whose dataset's manifest is spoilt after the loader opened it: spawned workers,
+    which open the dataset anew, fail as they start; forked ones inherit the loader's."""
     broken = tmp_path / "ds"
     broken.mkdir()
     for path in dataset.iterdir():
         (broken / path.name).write_bytes(path.read_bytes())
-    loader = Loader(broken, batch_size=4, num_workers=2, size=8, pipeline="resize")
+    loader = Loader(broken, batch_size=4, num_workers=1, size=8, pipeline="resize", start_method=start_method)
     manifest = json.loads((broken / "manifest.json").read_text())
     manifest["format_version"] = "not a version"
     (broken / "manifest.json").write_text(json.dumps(manifest))
@@ -202,11 +202,19 @@ def broken_after_construction(dataset: Path, tmp_path: Path) -> Loader:
 
 
 def test_a_worker_that_cannot_start_says_so_without_a_record(dataset: Path, tmp_path: Path) -> None:
-    loader = broken_after_construction(dataset, tmp_path)
+    loader = broken_after_construction(dataset, tmp_path, start_method="spawn")
     with pytest.raises(ManifestError) as info:
         next(iter(loader))
     assert isinstance(info.value, WorkerError)
     assert "failed before its first record" in info.value.message and not PLACEHOLDER.search(info.value.message)
+
+
+def test_forked_workers_read_the_dataset_the_loader_opened(dataset: Path, tmp_path: Path) -> None:
+    # A forked worker inherits the loader's dataset, manifest parsed, instead of parsing the
+    # manifest again (at 10,000 shards, 50 ms in every worker before its first record).
+    with broken_after_construction(dataset, tmp_path, start_method="fork") as loader:
+        images, labels = next(iter(loader))
+    assert tuple(images.shape) == (4, 3, 8, 8) and len(labels) == 4
 
 
 def test_slots_larger_than_dev_shm_are_refused_before_anything_is_allocated() -> None:

@@ -7,11 +7,14 @@ import gc
 import os
 import resource
 import sys
+from pathlib import Path
 
 import pytest
 
+from shardfmt import Loader, open_dataset
 from shardfmt._forks import frozen_heap
 from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, map_segment, slot_arrays
+from shardfmt._storage import LocalFile
 
 
 def test_the_heap_is_frozen_only_while_forking() -> None:
@@ -44,3 +47,25 @@ def test_an_attached_ring_is_mapped_before_its_first_write() -> None:
         assert int(ring.arrays[1]["image"][63, 63, 63, 2]) == 7  # the creator sees the workers' writes
     finally:
         ring.unlink()
+
+
+def test_a_chunk_asks_for_its_records_bytes_before_it_reads_the_first(small_dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # From a cold page cache the records of a chunk are read from the disk together, not one
+    # page fault after another: the chunk names every span to the kernel first.
+    asked: list[tuple[int, int]] = []
+    prefetch = LocalFile.prefetch
+
+    def spy(self: LocalFile, ranges: list[tuple[int, int]]) -> None:
+        asked.extend(ranges)
+        prefetch(self, ranges)
+
+    monkeypatch.setattr(LocalFile, "prefetch", spy)
+    with Loader(small_dataset, batch_size=4, num_workers=0, size=8, seed=5, return_indices=True) as loader:
+        _images, _labels, indices = next(iter(loader))
+    with open_dataset(small_dataset) as dataset:
+        spans = []
+        for index in indices.tolist():
+            shard, record = dataset.locate(index)
+            row = dataset.shard(shard).table[record]
+            spans.append((int(row["offset"]), int(row["offset"]) + int(row["size"])))
+    assert len(spans) == 4 and set(spans) <= set(asked)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import mmap
+from pathlib import Path
+
 import pytest
 
 from shardfmt import RemoteOptions, RetryPolicy
-from shardfmt._storage import LocalStore, Redactor, is_url
+from shardfmt._storage import LocalFile, LocalStore, Redactor, is_url
 from shardfmt._storage.remote import merge_windows
 from shardfmt._storage.retry import ShortReadError, call_with_retries, is_transient
 from shardfmt._storage.urls import join_url
@@ -110,3 +113,32 @@ def test_file_urls_are_local_paths(small_dataset: object) -> None:
     assert len(reader) == 40 and not reader.location.is_remote
     with Loader(url, batch_size=8, num_workers=1, size=16) as loader:
         assert sum(len(labels) for _, labels in loader) == 40
+
+
+class _Advice:
+    """Stands for a LocalFile's map: records what the kernel is asked to read ahead."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, int, int]] = []
+
+    def madvise(self, option: int, start: int, length: int) -> None:
+        self.asked.append((option, start, length))
+
+
+def test_a_local_file_asks_the_kernel_once_for_the_pages_of_many_ranges(tmp_path: Path) -> None:
+    page = mmap.PAGESIZE
+    path = tmp_path / "data"
+    path.write_bytes(bytes(10 * page))
+    source = LocalFile(path)
+    real, advice = source._map, _Advice()
+    source._map = advice  # type: ignore[assignment]
+    try:
+        # two ranges on page 3 and one across pages 3 and 4 are one request from page 3; one on
+        # page 7, cut at the end of the file; an empty range is no request
+        source.prefetch([(3 * page + 100, 3 * page + 200), (7 * page + 5, 20 * page), (3 * page + 10, 4 * page + 1), (page, page)])
+        source.will_need(2 * page + 1, 2 * page + 9)
+    finally:
+        source._map = real
+    source.close()
+    willneed = mmap.MADV_WILLNEED
+    assert advice.asked == [(willneed, 3 * page, page + 1), (willneed, 7 * page, 3 * page), (willneed, 2 * page, 9)]
