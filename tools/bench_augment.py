@@ -57,11 +57,13 @@ def open_shardfmt(source: Source, settings: Settings) -> Stream:
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        fast_decode=True,
-        layout="NCHW",
-        augment=[ColorJitter(*JITTER), RandomRotation(DEGREES), RandomErasing(p=ERASE_P, value=0)],
+        transform=shardfmt.ImageTransform(
+            size=OUTPUT_SIZE,
+            crop="train",
+            fast_decode=True,
+            augment=[ColorJitter(*JITTER), RandomRotation(DEGREES), RandomErasing(p=ERASE_P, value=0)],
+        ),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 

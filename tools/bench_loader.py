@@ -444,13 +444,15 @@ def open_shardfmt(
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        fast_decode=fast_decode,
-        layout="NCHW",
-        augment=steps,
-        mean=MEAN if recipe else None,
-        std=STD if recipe else None,
+        transform=shardfmt.ImageTransform(
+            size=OUTPUT_SIZE,
+            crop="train",
+            fast_decode=fast_decode,
+            augment=steps,
+            mean=MEAN if recipe else None,
+            std=STD if recipe else None,
+        ),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -462,9 +464,8 @@ def open_raw(source: Source, settings: Settings) -> Stream:
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        layout="NCHW",
+        transform=shardfmt.ImageTransform(size=OUTPUT_SIZE, crop="train"),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -476,8 +477,8 @@ def open_patches(source: Source, settings: Settings, *, store: str) -> Stream:
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        pipeline=RandomCrop(OUTPUT_SIZE),
-        layout="NCHW",
+        transform=RandomCrop(OUTPUT_SIZE),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -524,8 +525,13 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
     cache = tempfile.mkdtemp(prefix="shardfmt-bench-cache-")
     remote = shardfmt.RemoteOptions(mode=mode, cache_dir=cache, storage_options=server.options())
     loader = shardfmt.Loader(
-        "s3://bench/shardfmt", batch_size=settings.batch_size, num_workers=settings.workers, seed=0,
-        size=OUTPUT_SIZE, pipeline="train", layout="NCHW", remote=remote,
+        "s3://bench/shardfmt",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        remote=remote,
+        transform=shardfmt.ImageTransform(size=OUTPUT_SIZE, crop="train"),
+        output=shardfmt.Output(layout="NCHW"),
     )
 
     def close() -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output
 from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import AugMix
@@ -149,7 +149,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_loader_gives_the_same_augmix_batches_under_0_and_2_workers(dataset: Path) -> None:
-    settings: dict[str, Any] = dict(batch_size=4, size=24, seed=3, copy=True, augment=[AugMix()])
+    settings: dict[str, Any] = dict(batch_size=4, seed=3, transform=ImageTransform(size=24, augment=[AugMix()]), output=Output(copy=True))
     runs = []
     for workers in (0, 2):
         with Loader(dataset, num_workers=workers, **settings) as loader:

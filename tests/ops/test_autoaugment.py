@@ -22,7 +22,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, Loader, Workers
 from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import AutoAugment, RandAugment, RandomErasing, TrivialAugmentWide
@@ -375,7 +375,7 @@ def test_the_steps_give_the_same_batches_under_0_and_2_workers_and_spawn(dataset
         batch_size=4, size=24, seed=3, copy=True, augment=steps, mean=(120.0, 110.0, 100.0), std=(60.0, 60.0, 60.0)
     )
     runs = []
-    for options in ({"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "start_method": "spawn"}):
+    for options in ({"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "workers": Workers(start_method="spawn")}):
         with Loader(dataset, **(settings | options)) as loader:
             runs.append([images for _ in range(2) for images, _ in loader])
     for other in runs[1:]:
