@@ -277,15 +277,15 @@ def main() -> None:
     steps, mixes = sample_steps(args), batch_steps(args, len(classes))
     # RandomErasing fills with the mean, so the loader normalises (in its workers) when it runs.
     normalised = {"mean": MEAN, "std": STD} if args.random_erase > 0 else {}
+    transform = shardfmt.ImageTransform("train", size=args.size, interpolation=args.interpolation, augment=steps, **normalised)
     train_loader = shardfmt.Loader(
         args.data,
         batch_size=args.batch_size,
         seed=args.seed,
         num_workers=args.workers,
         drop_last=True,
+        transform=transform,
         batch_augment=mixes or None,
-        **normalised,
-        transform=shardfmt.ImageTransform(crop="train", size=args.size, augment=steps or None, interpolation=args.interpolation),
         sampling=shardfmt.Sampling(repeats=args.ra_reps),
     )
     val_size = args.val_crop_size or args.size
@@ -297,7 +297,7 @@ def main() -> None:
         batch_size=args.batch_size,
         shuffle=False,
         num_workers=args.workers,
-        transform=shardfmt.ImageTransform(crop=val_pipeline, size=val_size, interpolation=args.interpolation),
+        transform=shardfmt.ImageTransform(val_pipeline, size=val_size, interpolation=args.interpolation),
     )
     if len(train_loader) == 0:
         raise SystemExit(f"no full batch of {args.batch_size} per process in the training dataset: lower --batch-size")

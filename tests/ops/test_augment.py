@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import jpeg_bytes
+from fuzz_loader import loader_arguments
 from PIL import Image
 
 from shardfmt import DatasetWriter, ImageTransform, Loader, Output, WorkerError, Workers
@@ -417,10 +418,10 @@ def add_noise(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def batches(dataset: Path, **options: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    settings: dict[str, Any] = dict(
-        batch_size=6, num_workers=0, seed=11, transform=ImageTransform(size=SIZE), output=Output(copy=True, return_indices=True)
-    )
-    with Loader(dataset, **(settings | options)) as loader:
+    """Two epochs of (images, indices) of a loader made with `options` (each named by its field,
+    put into its option object by `fuzz_loader.loader_arguments`) over these defaults."""
+    settings: dict[str, Any] = dict(batch_size=6, num_workers=0, size=SIZE, seed=11, copy=True, return_indices=True)
+    with Loader(dataset, **loader_arguments(settings | options)) as loader:
         return [(images, indices) for _ in range(2) for images, _, indices in loader]
 
 

@@ -200,8 +200,8 @@ def twin_datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return root / "bin", root / "tar"
 
 
-def batches(path: Any, **options: Any) -> list[tuple[list[int], bytes]]:
-    with Loader(path, batch_size=8, seed=7, **options, transform=ImageTransform(size=24)) as loader:
+def batches(path: Any, crop: str = "train", **options: Any) -> list[tuple[list[int], bytes]]:
+    with Loader(path, batch_size=8, seed=7, **options, transform=ImageTransform(crop, size=24)) as loader:
         return [(labels.tolist(), images.numpy().tobytes()) for _ in range(2) for images, labels in loader]
 
 
@@ -209,7 +209,7 @@ def test_loader_gives_the_same_batches_over_tar_and_binary_shards(twin_datasets:
     binary, tar = twin_datasets
     expected = batches(binary, num_workers=0)
     assert batches(tar, num_workers=0) == expected
-    assert batches(sorted(map(str, tar.glob("*.tar"))), num_workers=2, pipeline="eval") == batches(binary, num_workers=0, pipeline="eval")
+    assert batches(sorted(map(str, tar.glob("*.tar"))), num_workers=2, crop="eval") == batches(binary, num_workers=0, crop="eval")
 
 
 def test_torch_dataset_over_tar_shards(twin_datasets: tuple[Path, Path]) -> None:
