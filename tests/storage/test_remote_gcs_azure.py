@@ -108,7 +108,7 @@ def test_a_loader_reads_a_dataset_whole(server: StorageServer, small_dataset: Pa
         with Loader(source, batch_size=4, num_workers=1, shuffle=False, remote=options, transform=ImageTransform(size=16)) as loader:
             labels[source] = [int(v) for batch in loader for v in batch[1]]
             expected = "forkserver" if source.startswith("gs://") else multiprocessing.get_start_method()
-            assert loader.options.resolved_start_method == expected
+            assert loader.workers.resolved_start_method == expected
     assert labels[url] == labels[str(small_dataset)]
     if mode == "cache":  # every shard downloaded whole
         shards = sorted(data for name, data in server.objects.items() if name.endswith(".shard"))

@@ -320,12 +320,12 @@ RANK_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch.distributed as dist
-    from shardfmt import Loader, RemoteOptions, RetryPolicy
+    from shardfmt import ImageTransform, Loader, RemoteOptions, RetryPolicy, Sampling
     url, options, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     remote = RemoteOptions(mode="cache", cache_dir=out + "/cache", storage_options=options, retry=RetryPolicy(attempts=4, first_delay=0.02))
-    settings = dict(batch_size=6, num_workers=2, size=16, seed=11, remote=remote, window=2)
+    settings = dict(batch_size=6, num_workers=2, seed=11, remote=remote, transform=ImageTransform(size=16), sampling=Sampling(window=2))
     with Loader(url, **settings) as loader:
         epoch = [b.tolist() for _, b in loader]
     with Loader(url, **settings) as first:
