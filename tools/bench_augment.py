@@ -2,7 +2,7 @@
 RandomResizedCrop(224) + horizontal flip, ColorJitter(0.4, 0.4, 0.4, 0.1), RandomRotation(15)
 (nearest, black corners) and RandomErasing(p=0.5, value=0), uint8 batches of 128.
 
-shardfmt runs ``Loader(augment=[ColorJitter(...), RandomRotation(15), RandomErasing(0.5,
+shardfmt runs ``ImageTransform(augment=[ColorJitter(...), RandomRotation(15), RandomErasing(0.5,
 value=0)], fast_decode=True)`` over the bench's converted shards; the other contender is a torch
 DataLoader whose Dataset decodes with simplejpeg (fast IDCT, as the Loader's default) and runs
 Albumentations' ``RandomResizedCrop``, ``HorizontalFlip``, ``ColorJitter``, ``Rotate`` and

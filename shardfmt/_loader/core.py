@@ -349,7 +349,7 @@ class Loader:
             ValueError: the state comes from a loader with other settings (seed, batch size,
                 dataset size, subset, order, augmentation, ...), which would not continue the same
                 stream; or, resumed on other ranks, it holds batches delivered out of order
-                (``ordered=False``), or what is left of its epoch cannot be split equally over the
+                (``Workers(ordered=False)``), or what is left of its epoch cannot be split equally over the
                 new ranks.
         """
         saved = SavedState.read(state)

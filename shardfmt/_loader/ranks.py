@@ -29,7 +29,7 @@ class DistributedRanks:
         if world_size is not None and world_size != group_size and not self._warned:
             self._warned = True
             warnings.warn(
-                f"Loader(world_size={world_size}) differs from the initialised process group's world size {group_size}: "
+                f"Sampling(world_size={world_size}) differs from the initialised process group's world size {group_size}: "
                 f"this rank reads 1/{world_size} of each epoch, not 1/{group_size}; pass rank=None, world_size=None "
                 "to take the process group's",
                 UserWarning,

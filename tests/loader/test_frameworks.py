@@ -157,7 +157,7 @@ def test_a_loader_made_before_the_process_group_reads_its_rank_share(dataset: Pa
         assert found["seen"] == reference(dataset, epochs=1, sampling=Sampling(rank=rank, world_size=2))[0]
         assert found["whole"] == epoch  # asked for: every record, and said so
         assert found["warnings"] == [
-            "Loader(world_size=1) differs from the initialised process group's world size 2: this rank reads 1/1 of each "
+            "Sampling(world_size=1) differs from the initialised process group's world size 2: this rank reads 1/1 of each "
             "epoch, not 1/2; pass rank=None, world_size=None to take the process group's"
         ]
     shares = [set(np.concatenate(found["seen"]).tolist()) for found in ranks]
