@@ -22,7 +22,7 @@ from shardfmt import Dataset, DatasetWriter, ImageTransform, Loader, Output, Sam
 from shardfmt._loader.epoch import Epochs
 from shardfmt._loader.scheduler import Scheduler
 from shardfmt.format import IMAGE_CLASSIFICATION
-from shardfmt.ops import CenterCrop, MixUp, RandomErasing, RandomResizedCrop, RandomVerticalFlip, TrivialAugmentWide
+from shardfmt.ops import CenterCrop, CutMix, MixUp, RandomChoice, RandomErasing, RandomResizedCrop, RandomVerticalFlip, TrivialAugmentWide
 
 LOADER = Path(shardfmt.__file__).parent / "_loader"
 
@@ -230,6 +230,23 @@ def test_a_state_saved_before_the_option_objects_resumes(dataset: Path) -> None:
     with recipe_loader(dataset, transform=ImageTransform(size=16, augment=[TrivialAugmentWide()])) as other:
         with pytest.raises(ValueError, match=r"loader state was saved with other settings \(augment: .*interpolation: 'bicubic' -> None"):
             other.load_state_dict(OLD_STATE)
+
+
+def test_torchvisions_reference_recipe_runs(dataset: Path) -> None:
+    """docs/loading.md's recipe (there with 16 workers, 128 a batch and 1000 classes)."""
+    transform = ImageTransform(
+        "train",
+        size=224,
+        interpolation="bilinear",
+        augment=[TrivialAugmentWide(), RandomErasing(p=0.25, value="mean")],
+        mean=(123.675, 116.28, 103.53),
+        std=(58.395, 57.12, 57.375),
+    )
+    mix = [RandomChoice([MixUp(alpha=0.2, num_classes=3), CutMix(alpha=1.0, num_classes=3)])]
+    with Loader(dataset, batch_size=8, num_workers=1, transform=transform, batch_augment=mix) as loader:
+        images, soft_labels = next(iter(loader))
+    assert images.shape == (8, 3, 224, 224) and images.dtype == torch.float32
+    assert soft_labels.shape == (8, 3) and torch.allclose(soft_labels.sum(1), torch.ones(8))
 
 
 def test_the_map_style_dataset_takes_the_transform_and_augments(dataset: Path) -> None:
