@@ -31,14 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardfmt import ImageTransform, Sampling
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from remote_servers import azure_options, gcs_options, make_bucket, moto_server, s3_options, storage_server, upload_tree  # noqa: E402
 
 import shardfmt._storage.remote  # noqa: E402
-from shardfmt import DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy, open_dataset  # noqa: E402
+from shardfmt import DatasetWriter, ImageTransform, Loader, RemoteError, RemoteOptions, RetryPolicy, Sampling, open_dataset  # noqa: E402
 from shardfmt._storage.remote import FsspecStore  # noqa: E402
 from shardfmt._synthetic import make_image  # noqa: E402
 from shardfmt.format import IMAGE_CLASSIFICATION  # noqa: E402

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfmt import ImageTransform, Sampling
-
 pytest.importorskip("aiohttp", reason="HTTP URLs need fsspec's HTTP filesystem (aiohttp)")
 
 from remote_servers import RangeServer, range_server
@@ -25,10 +23,12 @@ import shardfmt._storage.remote
 from shardfmt import (
     ChecksumError,
     DatasetNotFoundError,
+    ImageTransform,
     Loader,
     RemoteError,
     RemoteOptions,
     RetryPolicy,
+    Sampling,
     ShardfmtError,
     open_dataset,
 )

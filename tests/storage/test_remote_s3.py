@@ -19,8 +19,6 @@ import pytest
 import torch
 from PIL import Image
 
-from shardfmt import ImageTransform, Output, Sampling
-
 pytest.importorskip("s3fs", reason="S3 URLs need s3fs")
 pytest.importorskip("moto.server", reason="the S3-compatible test server is moto's")
 
@@ -39,10 +37,13 @@ from shardfmt import (
     ChecksumError,
     ConvertError,
     DatasetWriter,
+    ImageTransform,
     Loader,
+    Output,
     RemoteError,
     RemoteOptions,
     RetryPolicy,
+    Sampling,
     open_dataset,
 )
 from shardfmt._cli import main
