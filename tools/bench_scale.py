@@ -8,7 +8,7 @@ loader reads every name as its own shard, so the only thing shared is the disk s
 
 Each measurement runs in a fresh Python process that has imported torch and shardfmt first:
 
-  Loader()         seconds to construct ``Loader(path, batch_size=256, num_workers=2, size=8)``
+  Loader()         seconds to construct ``Loader(path, batch_size=256, num_workers=2, transform=ImageTransform(size=8))``
   bytes/record     the training process's resident memory after ``Loader()`` minus before,
                    divided by the records (target: under 16 at 10^7)
   first batch      seconds from ``Loader()`` to the first batch in hand (workers started, shards
@@ -54,6 +54,12 @@ import torch
 import shardfmt
 from shardfmt import Loader
 
+def make_loader(path, workers, sampling):
+    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
+        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
+    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
+                  sampling=shardfmt.Sampling(**sampling))
+
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -73,7 +79,7 @@ except OSError:
     pass
 before = rss()
 start = time.perf_counter()
-loader = Loader(path, batch_size=256, num_workers=2, size=8, **options)
+loader = make_loader(path, 2, options)
 built = time.perf_counter()
 after = rss()
 images, labels = next(iter(loader))
@@ -92,6 +98,12 @@ import torch
 import shardfmt
 import shardfmt.format._reader as reader_module
 from shardfmt import Loader
+
+def make_loader(path, workers, sampling):
+    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
+        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
+    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
+                  sampling=shardfmt.Sampling(**sampling))
 
 path, workers, cold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "cold"
 assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
@@ -124,7 +136,7 @@ if cold:  # drop the shards' pages from the page cache (every name links the sam
         with open(os.path.join(path, name), "rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 start = time.perf_counter()
-loader = Loader(path, batch_size=256, num_workers=workers, size=8)
+loader = make_loader(path, workers, {})
 images, labels = next(iter(loader))
 first = time.perf_counter() - start
 assert images.shape == (256, 3, 8, 8), images.shape

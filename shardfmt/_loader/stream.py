@@ -10,17 +10,29 @@ raises RuntimeError. Any other failure closes the loader before it propagates.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .._dataset.concat import RecordSource
-from ..ops._batch import apply_batch_steps
+from ..ops._batch import BatchStep, apply_batch_steps
 from .cursor import Cursor
 from .scheduler import Item, Scheduler
 from .values import read_values
 
-__all__ = ["package_batch", "stream_batches"]
+__all__ = ["BatchForm", "package_batch", "stream_batches"]
+
+
+@dataclass(frozen=True)
+class BatchForm:
+    """How the stream hands a batch out: the image layout, the dict of `fields` or the (images,
+    labels) form, and the batch steps (drawn from `seed`, the epoch and the batch)."""
+
+    layout: str
+    fields: bool
+    batch_augment: tuple[BatchStep, ...]
+    seed: int
 
 
 def stream_batches(
@@ -30,11 +42,13 @@ def stream_batches(
     *,
     dataset: RecordSource,
     values: Sequence[str],
+    form: BatchForm,
     close: Callable[[], None],
 ) -> Iterator[Any]:
     """Yield the batches of `cursor`'s epoch, from where it stands, for the iterator made at
     `generation`. `values` name the fields read from `dataset` for each batch
-    (`values.read_values`); `close` closes the loader when a failure ends the iteration.
+    (`values.read_values`); `form` says how a batch is handed out; `close` closes the loader
+    when a failure ends the iteration.
 
     Raises:
         RuntimeError: the iterator was replaced, before its first batch or after one.
@@ -59,7 +73,7 @@ def stream_batches(
             cursor.deliver(item.batch)
             # yielded without a name: the suspended frame holds no reference to the batch, so
             # only the caller's may keep its slot (mapped after close, not refilled)
-            yield _deliver(item, epoch, cursor, scheduler, dataset=dataset, values=values)
+            yield _deliver(item, epoch, cursor, scheduler, dataset=dataset, values=values, form=form)
             if generation != cursor.generation:
                 replaced = True
                 break
@@ -79,27 +93,27 @@ def stream_batches(
         )
 
 
-def _deliver(item: Item, epoch: int, cursor: Cursor, scheduler: Scheduler, *, dataset: RecordSource, values: Sequence[str]) -> Any:
+def _deliver(
+    item: Item, epoch: int, cursor: Cursor, scheduler: Scheduler, *, dataset: RecordSource, values: Sequence[str], form: BatchForm
+) -> Any:
     """`item`'s batch as the caller gets it: packaged, with its value fields, through the batch steps."""
-    options = scheduler.options
-    batch = package_batch(scheduler.hand_out(item), scheduler)
+    batch = package_batch(scheduler.hand_out(item), scheduler, layout=form.layout, fields=form.fields)
     if values:
         batch.update(read_values(dataset, values, cursor.plan(item.epoch).batch(item.batch)))
-    if options.batch_augment:
-        mixed = apply_batch_steps(
-            options.batch_augment, batch[0], batch[1], seed=options.seed, epoch=epoch, batch=item.batch, layout=options.layout
-        )
+    if form.batch_augment:
+        mixed = apply_batch_steps(form.batch_augment, batch[0], batch[1], seed=form.seed, epoch=epoch, batch=item.batch, layout=form.layout)
         batch = (*mixed, *batch[2:])
     return batch
 
 
-def package_batch(tensors: dict[str, torch.Tensor], scheduler: Scheduler) -> Any:
-    """The batch as handed out: images NCHW (a channels_last view) if asked and not already
-    on the device, then the dict of every field, or (images, labels[, indices])."""
-    options, outputs = scheduler.options, scheduler.outputs
-    if options.layout == "NCHW" and scheduler.stage is None:
+def package_batch(tensors: dict[str, torch.Tensor], scheduler: Scheduler, *, layout: str, fields: bool) -> Any:
+    """The batch as handed out: images NCHW (a channels_last view) if `layout` asks and they are
+    not already on the device, then with `fields` the dict of every field, else (images,
+    labels[, indices])."""
+    outputs = scheduler.outputs
+    if layout == "NCHW" and scheduler.stage is None:
         tensors = {spec.name: tensors[spec.name].permute(0, 3, 1, 2) if spec.is_image else tensors[spec.name] for spec in outputs}
-    if options.fields is not None:
+    if fields:
         return tensors
     if len(outputs) == 1:  # a dataset without labels: the images alone
         return tensors[outputs[0].name]
