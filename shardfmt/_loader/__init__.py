@@ -4,6 +4,8 @@ and `Dataset` (a map-style torch Dataset for existing DataLoader pipelines)."""
 
 from __future__ import annotations
 
+import torch  # noqa: F401  (first: a missing torch is reported for the name asked for, not for shardfmt.ops)
+
 from ..ops._transform import ImageTransform
 from .core import Loader
 from .mapstyle import Dataset
