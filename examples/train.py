@@ -277,16 +277,28 @@ def main() -> None:
     steps, mixes = sample_steps(args), batch_steps(args, len(classes))
     # RandomErasing fills with the mean, so the loader normalises (in its workers) when it runs.
     normalised = {"mean": MEAN, "std": STD} if args.random_erase > 0 else {}
-    train_loader = shardfmt.Loader(args.data, batch_size=args.batch_size, seed=args.seed, num_workers=args.workers,
-                                   pipeline="train", size=args.size, drop_last=True, augment=steps or None,
-                                   batch_augment=mixes or None, repeats=args.ra_reps, interpolation=args.interpolation,
-                                   **normalised)
+    transform = shardfmt.ImageTransform("train", size=args.size, interpolation=args.interpolation, augment=steps, **normalised)
+    train_loader = shardfmt.Loader(
+        args.data,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        num_workers=args.workers,
+        drop_last=True,
+        transform=transform,
+        batch_augment=mixes or None,
+        sampling=shardfmt.Sampling(repeats=args.ra_reps),
+    )
     val_size = args.val_crop_size or args.size
     val_pipeline: Any = "eval"
     if args.val_resize_size is not None:
         val_pipeline = shardfmt.ops.CenterCrop(size=val_size, resize=args.val_resize_size)
-    val_loader = shardfmt.Loader(args.val_data or args.data, batch_size=args.batch_size, shuffle=False,
-                                 num_workers=args.workers, pipeline=val_pipeline, size=val_size, interpolation=args.interpolation)
+    val_loader = shardfmt.Loader(
+        args.val_data or args.data,
+        batch_size=args.batch_size,
+        shuffle=False,
+        num_workers=args.workers,
+        transform=shardfmt.ImageTransform(val_pipeline, size=val_size, interpolation=args.interpolation),
+    )
     if len(train_loader) == 0:
         raise SystemExit(f"no full batch of {args.batch_size} per process in the training dataset: lower --batch-size")
     model = build_model(len(classes), device, world_size)

@@ -39,11 +39,12 @@ from ._errors import (
     WorkerError,
 )
 from ._sampling.mixture import Mixture
+from ._sampling.policy import Sampling
 from ._storage import RemoteOptions, RetryPolicy
 from ._version import __version__
 
 if typing.TYPE_CHECKING:  # for type checkers and documentation; at run time they load lazily
-    from ._loader import Dataset, Loader
+    from ._loader import Dataset, ImageTransform, Loader, Output, Workers
 
 __all__ = [
     "ChecksumError",
@@ -55,20 +56,24 @@ __all__ = [
     "DatasetWriter",
     "DecodeError",
     "FormatError",
+    "ImageTransform",
     "LimitError",
     "Loader",
     "LockedError",
     "ManifestError",
     "Mixture",
+    "Output",
     "RejectError",
     "RemoteError",
     "RemoteOptions",
     "RetryPolicy",
+    "Sampling",
     "SchemaError",
     "ShardNotFoundError",
     "ShardfmtError",
     "UnsupportedVersionError",
     "WorkerError",
+    "Workers",
     "__version__",
     "convert",
     "index_tars",
@@ -76,7 +81,7 @@ __all__ = [
 ]
 
 
-_LAZY = ("Dataset", "Loader")
+_LAZY = ("Dataset", "ImageTransform", "Loader", "Output", "Workers")
 """Public names that import torch, so they load on first access."""
 
 

@@ -21,7 +21,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from ._dataset.reader import DatasetReader
-from ._loader import Loader
+from ._loader import Loader, Output
+from ._sampling.policy import Sampling
 from ._storage import RemoteOptions
 from .ops import CenterCrop, Pipeline, RandomResizedCrop, Resize
 
@@ -150,8 +151,8 @@ def loader_tiles(
     if num_records == 0:
         raise ValueError("the dataset holds no records")
     batch_size = min(count, num_records)
-    loader = Loader(dataset, batch_size=batch_size, seed=seed, num_workers=0, pipeline=pipeline, layout="NHWC", copy=True,
-                    rank=0, world_size=1, remote=remote, return_indices=True)
+    loader = Loader(dataset, batch_size=batch_size, seed=seed, num_workers=0, transform=pipeline, remote=remote,
+                    sampling=Sampling(rank=0, world_size=1), output=Output(layout="NHWC", copy=True, return_indices=True))
     with loader:
         batch = next(iter(loader))
     images, labels, indices = batch if len(batch) == 3 else (batch[0], None, batch[1])  # a dataset without labels: no labels

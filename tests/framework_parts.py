@@ -11,10 +11,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from shardfmt import Loader
+from shardfmt import ImageTransform, Loader, Output
 
 BATCH_SIZE = 4
-SETTINGS: dict[str, Any] = dict(batch_size=BATCH_SIZE, size=8, pipeline="resize", seed=5, return_indices=True)
+SETTINGS: dict[str, Any] = dict(
+    batch_size=BATCH_SIZE, seed=5, transform=ImageTransform(size=8, crop="resize"), output=Output(return_indices=True)
+)
 
 
 class Recorder(L.LightningModule):

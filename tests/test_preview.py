@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from shardfmt import Loader, open_dataset
+from shardfmt import Loader, Output, open_dataset
 from shardfmt._cli import main
 from shardfmt._preview import SheetLayout, draw_label, preview
 from shardfmt._sampling.keys import sample_batches
@@ -55,7 +55,7 @@ def test_a_sheet_holds_the_loaders_first_batch(
     assert sheet.size == (112, 104) and sheet.mode == "RGB"
     indices = [int(i) for i in sample_batches(40, batch_size=6, seed=5, epoch=0).batch(0)]
     assert [t.index for t in result.tiles] == indices
-    with Loader(small_dataset, batch_size=6, seed=5, num_workers=1, pipeline=made, layout="NHWC", copy=True) as loader:
+    with Loader(small_dataset, batch_size=6, seed=5, num_workers=1, transform=made, output=Output(layout="NHWC", copy=True)) as loader:
         images, labels = next(iter(loader))
     with open_dataset(small_dataset) as dataset:
         assert [int(dataset[i]["label"]) for i in indices] == labels.tolist()

@@ -2,7 +2,7 @@
 RandomResizedCrop(224) + horizontal flip, ColorJitter(0.4, 0.4, 0.4, 0.1), RandomRotation(15)
 (nearest, black corners) and RandomErasing(p=0.5, value=0), uint8 batches of 128.
 
-shardfmt runs ``Loader(augment=[ColorJitter(...), RandomRotation(15), RandomErasing(0.5,
+shardfmt runs ``ImageTransform(augment=[ColorJitter(...), RandomRotation(15), RandomErasing(0.5,
 value=0)], fast_decode=True)`` over the bench's converted shards; the other contender is a torch
 DataLoader whose Dataset decodes with simplejpeg (fast IDCT, as the Loader's default) and runs
 Albumentations' ``RandomResizedCrop``, ``HorizontalFlip``, ``ColorJitter``, ``Rotate`` and
@@ -57,11 +57,13 @@ def open_shardfmt(source: Source, settings: Settings) -> Stream:
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        fast_decode=True,
-        layout="NCHW",
-        augment=[ColorJitter(*JITTER), RandomRotation(DEGREES), RandomErasing(p=ERASE_P, value=0)],
+        transform=shardfmt.ImageTransform(
+            size=OUTPUT_SIZE,
+            crop="train",
+            fast_decode=True,
+            augment=[ColorJitter(*JITTER), RandomRotation(DEGREES), RandomErasing(p=ERASE_P, value=0)],
+        ),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 

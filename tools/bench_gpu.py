@@ -78,13 +78,10 @@ def make_loader(
         batch_size=batch_size,
         num_workers=workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        layout="NCHW",
         device="cuda",
-        decode=decode,
-        fast_decode=fast_decode,
         shuffle=shuffle,
+        transform=shardfmt.ImageTransform(size=OUTPUT_SIZE, crop="train", decode=decode, fast_decode=fast_decode),
+        output=shardfmt.Output(layout="NCHW"),
     )
 
 

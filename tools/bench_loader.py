@@ -7,7 +7,7 @@ default scale (0.08, 1) and ratio (3/4, 4/3)) and a horizontal flip with probabi
 bench checks the shape of every batch and that each epoch delivers every label exactly as often
 as the dataset holds it.
 
-  shardfmt        ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the images converted by
+  shardfmt        ``shardfmt.Loader(transform="train")`` (NCHW) over the images converted by
                   `shardfmt._convert` (from a listing of them), which keeps every one of these
                   baseline JPEGs byte for byte (checked: every record is a pass-through), so that
                   every contender decodes byte-identical files; its manifest says the converter
@@ -27,13 +27,13 @@ as the dataset holds it.
                   ``Image.resize((224, 224), BILINEAR)`` as torchvision's ``resized_crop`` does on
                   a PIL image, ``transpose`` for the flip, numpy to a CHW tensor.
   augment         ``--only augment``: RandomResizedCrop(224) + flip, then ColorJitter(0.4, 0.4, 0.4,
-                  0.1) and RandomRotation(15): ``shardfmt.Loader(augment=[...])`` (the steps run
+                  0.1) and RandomRotation(15): ``ImageTransform(augment=[...])`` (the steps run
                   in its workers) against the PIL DataLoader above with the same steps as
                   torchvision runs them on PIL images (`bench_steps`). Target: shardfmt at 2.5x.
                   It also prints the cost of each step per image (`bench_steps.measure_steps`).
   recipe          ``--only recipe``: today's training recipe in the workers, RandomResizedCrop(224) +
                   flip, then TrivialAugmentWide and RandomErasing(p=0.25, value="mean") with the
-                  ImageNet normalisation (float32 batches): ``shardfmt.Loader(augment=[...],
+                  ImageNet normalisation (float32 batches): ``ImageTransform(augment=[...],
                   mean=, std=)`` against a DataLoader whose Dataset decodes with simplejpeg (fast
                   IDCT, as the Loader's default) and augments with Albumentations (OpenCV):
                   ``RandomResizedCrop`` (OpenCV's bilinear, not antialiased), ``HorizontalFlip``,
@@ -49,7 +49,7 @@ as the dataset holds it.
                   simplejpeg decode (exact IDCT), the same get_params, the crop resized with
                   torch's antialiased bilinear kernel (torchvision's tensor resize; PIL-free),
                   ``.batched()`` inside the workers of a ``DataLoader(batch_size=None)``.
-  raw             ``shardfmt.Loader(pipeline="train", layout="NCHW")`` over the same images stored
+  raw             ``shardfmt.Loader(transform="train")`` (NCHW) over the same images stored
                   as raw RGB pixels (a "raw" field: each JPEG decoded once, exact IDCT, by
                   simplejpeg, and written with `DatasetWriter`; about 450 KB a record for the
                   generated images, 5x the JPEG), so that loading is a crop and resize from the
@@ -60,7 +60,7 @@ as the dataset holds it.
   patches         ``--only patches``: the same images converted once more by ``shardfmt convert
                   --patch 256`` (shorter side resized to 256, the centred 256x256 square kept),
                   once as JPEG (``--quality 95``) and once with ``--store raw``, both loaded by
-                  ``shardfmt.Loader(pipeline=RandomCrop(224))``: a 224x224 box placed at random
+                  ``shardfmt.Loader(transform=RandomCrop(224))``: a 224x224 box placed at random
                   and a random flip, no resize. This is what ``--store raw`` with fixed-size
                   patches is for: the raw copy's loading is a copy out of the memory map, bound
                   by memory bandwidth, while the JPEG copy still decodes every box. Target: raw
@@ -446,14 +446,16 @@ def open_shardfmt(
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        fast_decode=fast_decode,
-        layout="NCHW",
-        augment=steps,
-        mean=MEAN if recipe else None,
-        std=STD if recipe else None,
-        **({"window": settings.window} if settings.window is not None else {}),
+        transform=shardfmt.ImageTransform(
+            size=OUTPUT_SIZE,
+            crop="train",
+            fast_decode=fast_decode,
+            augment=steps,
+            mean=MEAN if recipe else None,
+            std=STD if recipe else None,
+        ),
+        output=shardfmt.Output(layout="NCHW"),
+        **({"sampling": shardfmt.Sampling(window=settings.window)} if settings.window is not None else {}),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -465,9 +467,8 @@ def open_raw(source: Source, settings: Settings) -> Stream:
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        layout="NCHW",
+        transform=shardfmt.ImageTransform(size=OUTPUT_SIZE, crop="train"),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -479,8 +480,8 @@ def open_patches(source: Source, settings: Settings, *, store: str) -> Stream:
         batch_size=settings.batch_size,
         num_workers=settings.workers,
         seed=0,
-        pipeline=RandomCrop(OUTPUT_SIZE),
-        layout="NCHW",
+        transform=RandomCrop(OUTPUT_SIZE),
+        output=shardfmt.Output(layout="NCHW"),
     )
     return Stream(epoch=lambda: iter(loader), close=loader.close, shared_memory_bytes=loader.shared_memory_bytes)
 
@@ -527,8 +528,13 @@ def open_shardfmt_s3(server: S3Server, settings: Settings, *, mode: str) -> Stre
     cache = tempfile.mkdtemp(prefix="shardfmt-bench-cache-")
     remote = shardfmt.RemoteOptions(mode=mode, cache_dir=cache, storage_options=server.options())
     loader = shardfmt.Loader(
-        "s3://bench/shardfmt", batch_size=settings.batch_size, num_workers=settings.workers, seed=0,
-        size=OUTPUT_SIZE, pipeline="train", layout="NCHW", remote=remote,
+        "s3://bench/shardfmt",
+        batch_size=settings.batch_size,
+        num_workers=settings.workers,
+        seed=0,
+        remote=remote,
+        transform=shardfmt.ImageTransform(size=OUTPUT_SIZE, crop="train"),
+        output=shardfmt.Output(layout="NCHW"),
     )
 
     def close() -> None:

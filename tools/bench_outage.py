@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from remote_servers import azure_options, gcs_options, make_bucket, moto_server, s3_options, storage_server, upload_tree  # noqa: E402
 
 import shardfmt._storage.remote  # noqa: E402
-from shardfmt import DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy, open_dataset  # noqa: E402
+from shardfmt import DatasetWriter, ImageTransform, Loader, RemoteError, RemoteOptions, RetryPolicy, Sampling, open_dataset  # noqa: E402
 from shardfmt._storage.remote import FsspecStore  # noqa: E402
 from shardfmt._synthetic import make_image  # noqa: E402
 from shardfmt.format import IMAGE_CLASSIFICATION  # noqa: E402
@@ -102,7 +102,15 @@ def mid_shard(*, runs: int, workers: int) -> None:
             relay = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
             assert relay.stdout is not None
             remote = RemoteOptions(mode="range", storage_options=s3_options(relay.stdout.readline().strip()))
-            with Loader("s3://data/ds", batch_size=16, num_workers=workers, size=16, remote=remote, window=1, seed=run) as loader:
+            with Loader(
+                "s3://data/ds",
+                batch_size=16,
+                num_workers=workers,
+                remote=remote,
+                seed=run,
+                transform=ImageTransform(size=16),
+                sampling=Sampling(window=1),
+            ) as loader:
                 batches = iter(loader)
                 next(batches)
                 relay.kill()

@@ -8,7 +8,7 @@ loader reads every name as its own shard, so the only thing shared is the disk s
 
 Each measurement runs in a fresh Python process that has imported torch and shardfmt first:
 
-  Loader()         seconds to construct ``Loader(path, batch_size=256, num_workers=2, size=8)``
+  Loader()         seconds to construct ``Loader(path, batch_size=256, num_workers=2, transform=ImageTransform(size=8))``
   bytes/record     the training process's resident memory after ``Loader()`` minus before,
                    divided by the records (target: under 16 at 10^7)
   first batch      seconds from ``Loader()`` to the first batch in hand (workers started, shards
@@ -72,6 +72,12 @@ import torch
 import shardfmt
 from shardfmt import Loader
 
+def make_loader(path, workers, sampling):
+    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
+        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
+    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
+                  sampling=shardfmt.Sampling(**sampling))
+
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -91,7 +97,7 @@ except OSError:
     pass
 before = rss()
 start = time.perf_counter()
-loader = Loader(path, batch_size=256, num_workers=2, size=8, **options)
+loader = make_loader(path, 2, options)
 built = time.perf_counter()
 after = rss()
 images, labels = next(iter(loader))
@@ -112,6 +118,12 @@ import shardfmt.format._reader as reader_module
 import shardfmt._loader.chunk as chunk_module
 import shardfmt._loader.pool as pool_module
 from shardfmt import Loader
+
+def make_loader(path, workers, sampling):
+    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
+        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
+    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
+                  sampling=shardfmt.Sampling(**sampling))
 
 path, cold, folder = sys.argv[1], sys.argv[2] == "cold", sys.argv[3]
 assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
@@ -161,7 +173,7 @@ if cold:  # drop the shards from the page cache (posix_fadvise: no root needed f
         with open(os.path.join(path, name), "rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 start = time.perf_counter()
-loader = Loader(path, batch_size=256, num_workers=2, size=8)
+loader = make_loader(path, 2, {})
 built = time.perf_counter()
 images, labels = next(iter(loader))
 first = time.perf_counter()
@@ -178,9 +190,15 @@ import torch
 import shardfmt
 from shardfmt import Loader
 
+def make_loader(path, workers, sampling):
+    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
+        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
+    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
+                  sampling=shardfmt.Sampling(**sampling))
+
 path, options = sys.argv[1], json.loads(sys.argv[2])
 assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
-loader = Loader(path, batch_size=256, num_workers=2, size=8, **options)
+loader = make_loader(path, 2, options)
 for _ in loader:  # the first epoch: workers started, shards opened, blocks checked, records verified
     pass
 start, records = time.perf_counter(), 0
@@ -225,9 +243,15 @@ def epoch_main(args: argparse.Namespace, base: Path) -> int:
 LOADER_ONLY = r"""
 import sys, time
 import torch
+import shardfmt
 from shardfmt import Loader
+def make_loader(path, workers, sampling):
+    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
+        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
+    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
+                  sampling=shardfmt.Sampling(**sampling))
 start = time.perf_counter()
-Loader(sys.argv[1], batch_size=256, num_workers=2, size=8).close()
+make_loader(sys.argv[1], 2, {}).close()
 print(time.perf_counter() - start)
 """
 

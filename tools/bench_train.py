@@ -104,13 +104,9 @@ def shardfmt_feed(path: Path, *, workers: int, batch_size: int, decode: str, sid
         batch_size=batch_size,
         num_workers=workers,
         seed=0,
-        size=OUTPUT_SIZE,
-        pipeline="train",
-        layout="NCHW",
         device="cuda",
-        mean=MEAN,
-        std=STD,
-        decode=decode,
+        transform=shardfmt.ImageTransform(size=OUTPUT_SIZE, crop="train", mean=MEAN, std=STD, decode=decode),
+        output=shardfmt.Output(layout="NCHW"),
     )
     if not side_stream:
         from shardfmt._loader.cuda import DeviceStage

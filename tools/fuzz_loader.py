@@ -33,13 +33,24 @@ from typing import Any
 import numpy as np
 import simplejpeg
 
-from shardfmt import DatasetWriter, Loader, ShardfmtError
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, ShardfmtError, Workers
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import MixUp, TrivialAugmentWide
 
 NUM_RECORDS = 24
 BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
-"""A loader that works: a case changes some of these and adds others."""
+"""A loader that works: a case changes some of these and adds others. A case names each option
+flat, by its field name; `loader_arguments` puts it into the option object that owns it."""
+
+PLACES: dict[str, tuple[type[Any], str]] = {
+    "pipeline": (ImageTransform, "crop"),
+    **{name: (ImageTransform, name) for name in ("size", "interpolation", "augment", "mean", "std", "fast_decode", "decode")},
+    **{name: (Sampling, name) for name in ("order", "window", "repeats", "repeats_epoch", "subset", "rank", "world_size")},
+    **{name: (Workers, name) for name in ("prefetch", "ordered", "start_method", "timeout")},
+    **{name: (Output, name) for name in ("layout", "copy", "return_indices", "image_field", "label_field")},
+}
+"""Option name -> the class of `shardfmt` that holds it, and its field there; the others are `Loader`'s keywords."""
+KEYWORDS = {ImageTransform: "transform", Sampling: "sampling", Workers: "workers", Output: "output"}
 
 NAN, INF = float("nan"), float("inf")
 HOSTILE: dict[str, list[Any]] = {
@@ -187,7 +198,7 @@ class LateError(Exception):
 
 def _changed_state(case: Case, dataset: Path, other: Path) -> Any:
     """A valid state of `dataset` after two batches, then `case`'s changes."""
-    with Loader(dataset, **BASE) as loader:
+    with Loader(dataset, **loader_arguments(BASE)) as loader:
         iterator = iter(loader)
         next(iterator)
         next(iterator)
@@ -196,7 +207,7 @@ def _changed_state(case: Case, dataset: Path, other: Path) -> Any:
         if key == "<replace>":
             state = value
         elif key == "<other dataset>":
-            with Loader(other, **BASE) as loader:
+            with Loader(other, **loader_arguments(BASE)) as loader:
                 iterator = iter(loader)
                 next(iterator)
                 next(iterator)
@@ -213,12 +224,27 @@ def _changed_state(case: Case, dataset: Path, other: Path) -> Any:
     return state
 
 
+def loader_arguments(flat: dict[str, Any]) -> dict[str, Any]:
+    """`Loader`'s keywords for a case's flat options: each option object made from its fields.
+
+    Raises:
+        TypeError, ValueError: an option object refuses its fields (as the loader would).
+    """
+    arguments = {name: value for name, value in flat.items() if name not in PLACES}
+    grouped: dict[type[Any], dict[str, Any]] = {}
+    for name, value in flat.items():
+        if name in PLACES:
+            kind, field = PLACES[name]
+            grouped.setdefault(kind, {})[field] = value
+    return arguments | {KEYWORDS[kind]: kind(**fields) for kind, fields in grouped.items()}
+
+
 def run_case(case: Case, dataset: Path, other: Path) -> str:
     """Run one case: "batch" if a batch came, else raise `Refused` (an allowed refusal) or the
     error of a finding."""
     state = _changed_state(case, dataset, other) if case.state_changes is not None else None
     try:
-        loader = Loader(dataset, **case.kwargs)
+        loader = Loader(dataset, **loader_arguments(case.kwargs))
     except (ShardfmtError, ValueError, TypeError) as err:
         raise Refused(f"constructor: {type(err).__name__}") from err
     try:

@@ -27,8 +27,8 @@ and its dataset index go into the slot's byte arrays (`jpegbytes`), and such a r
 of `checked` (nothing here decoded it). Every row's seconds are written beside it: the loader's
 measure of the CPU's rate.
 
-After the fields, a sample of the image field named by the config's "transform" (the loader's
-``augment=`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
+After the fields, a sample of the image field named by the config's "transform" (the transform's
+``augment`` steps, then ``mean``/``std``) is decoded into a scratch image, transformed with the
 chunk's draws (`ops.augment.SampleTransform`) and written into its slot row; outputs of type "index"
 receive the chunk's dataset indices.
 """

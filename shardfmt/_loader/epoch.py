@@ -5,17 +5,19 @@ loops call on it); and `EpochBatches`, its ``loader.batch_sampler``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from .._checksum import checksum, format_checksum
 from .._dataset.concat import ConcatReader, RecordSource
 from .._sampling.keys import check_split, check_subset
 from .._sampling.mixture import MAX_EPOCH_SIZE, Mixture
 from .._sampling.orders import epoch_order, resolve_order
 from .._sampling.permutation import RepeatedOrder, repeated_size
-from .options import LoaderOptions
+from .._sampling.policy import Sampling
 
 __all__ = ["EpochBatches", "EpochRecords", "EpochSampler", "Epochs"]
 
@@ -78,35 +80,40 @@ class EpochBatches:
 class Epochs:
     """The epochs a loader draws from its records: how many records and positions each holds,
     the order that shuffles them (`order_of`), and the checks that the batches split over the
-    ranks. Made once by the loader from its options; no state of the stream (`cursor` has it).
+    ranks. Made once by the loader from its `Sampling` policy; no state of the stream (`cursor` has it).
 
     Raises:
-        ValueError: a subset of a `Mixture`, or a malformed subset; more than `MAX_EPOCH_SIZE`
+        ValueError: a subset or window of a `Mixture`, or a malformed subset; more than `MAX_EPOCH_SIZE`
             positions an epoch (records times repeats); an unknown order; a source of
             the mixture that holds no records but is to give some; a batch split that is
             impossible (e.g. fewer records than ranks); `rank` outside [0, `world_size`).
     """
 
-    def __init__(self, options: LoaderOptions, dataset: RecordSource, *, mixture: Mixture | None, rank: int, world_size: int) -> None:
-        self.options = options
+    def __init__(
+        self, sampling: Sampling, dataset: RecordSource, *, batch_size: int, mixture: Mixture | None, rank: int, world_size: int
+    ) -> None:
+        self.sampling = sampling
+        self.batch_size = batch_size
         self.dataset = dataset
         self.mixture = mixture
         self.num_records = mixture.epoch_size if mixture is not None else len(dataset)
         """Records of the dataset, or the mixture's epoch size."""
-        if options.subset is not None and mixture is not None:
+        if sampling.subset is not None and mixture is not None:
             raise ValueError("subset does not apply to a Mixture: its weights and epoch_size choose the records of an epoch")
-        self.subset = None if options.subset is None else check_subset(options.subset, self.num_records)
+        if sampling.window is not None and mixture is not None:
+            raise ValueError("window does not apply to a Mixture: its epochs interleave the sources record by record")
+        self.subset = None if sampling.subset is None else check_subset(sampling.subset, self.num_records)
         self.epoch_records = self.num_records if self.subset is None else len(self.subset)
-        self.epoch_positions = repeated_size(self.epoch_records, options.repeats, options.repeats_epoch)
+        self.epoch_positions = repeated_size(self.epoch_records, sampling.repeats, sampling.repeats_epoch)
         """Positions of an epoch's order: its records, each `repeats` times (or the first
         `epoch_records` of those, `repeats_epoch="records"`)."""
-        if self.epoch_records * options.repeats > MAX_EPOCH_SIZE:
+        if self.epoch_records * sampling.repeats > MAX_EPOCH_SIZE:
             raise ValueError(
-                f"an epoch of {self.epoch_records} records times repeats={options.repeats} holds "
-                f"{self.epoch_records * options.repeats} positions; "
+                f"an epoch of {self.epoch_records} records times repeats={sampling.repeats} holds "
+                f"{self.epoch_records * sampling.repeats} positions; "
                 f"repeats must be in [1, {MAX_EPOCH_SIZE // self.epoch_records}] here (an epoch holds at most {MAX_EPOCH_SIZE})"
             )
-        self.order = resolve_order(options.order, num_records=self.num_records, mixture=mixture is not None)
+        self.order = resolve_order(sampling.order, num_records=self.num_records, mixture=mixture is not None)
         self.source_sizes: list[int] | None = None
         """Records in each source of the mixture; None without one."""
         self.source_counts: list[int] | None = None
@@ -122,32 +129,41 @@ class Epochs:
 
     def check_ranks(self, rank: int, world_size: int) -> None:
         """Raises ValueError unless each epoch splits over `world_size` ranks and `rank` is one of them."""
-        options = self.options
-        check_split(self.epoch_positions, batch_size=options.batch_size, world_size=world_size, drop_last=options.drop_last)
+        check_split(self.epoch_positions, batch_size=self.batch_size, world_size=world_size, drop_last=self.sampling.drop_last)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside [0, {world_size})")
 
-    def mixture_settings(self) -> dict[str, Any] | None:
-        """The mixture as a state's settings record it: its config and its sources' sizes; None without one."""
-        if self.mixture is None:
-            return None
-        return self.mixture.to_config() | {"sizes": self.source_sizes}
+    def fingerprint(self, *, rank: int, world_size: int) -> dict[str, Any]:
+        """The epochs' part of a loader state's settings (a resume compares them): the sampling
+        policy's (`Sampling.fingerprint`), the records and subset, the order as resolved, the
+        ranks, and the mixture (its config and its sources' sizes) where there is one."""
+        subset = None if self.subset is None else format_checksum(checksum(self.subset.astype("<i8").tobytes()))
+        found = self.sampling.fingerprint() | {
+            "num_records": self.num_records,
+            "subset": subset,
+            "rank": rank,
+            "world_size": world_size,
+            "order": self.order,
+        }
+        if self.mixture is not None:
+            found["mixture"] = json.dumps(self.mixture.to_config() | {"sizes": self.source_sizes}, sort_keys=True)
+        return found
 
     def order_of(self, epoch: int) -> Any:
         """Epoch `epoch`'s order of positions: each record `repeats` times in a row of copies."""
         order = self._base_order(epoch)
-        return RepeatedOrder(order, self.options.repeats, size=self.epoch_positions) if self.options.repeats > 1 else order
+        return RepeatedOrder(order, self.sampling.repeats, size=self.epoch_positions) if self.sampling.repeats > 1 else order
 
     def _base_order(self, epoch: int) -> Any:
-        options = self.options
+        sampling = self.sampling
         return epoch_order(
             self.order,
             num_records=self.num_records,
-            seed=options.seed,
+            seed=sampling.seed,
             epoch=epoch,
-            shuffle=options.shuffle,
-            shard_sizes=self.shard_sizes if options.window is not None else None,
-            window=options.window,
+            shuffle=sampling.shuffle,
+            shard_sizes=self.shard_sizes if sampling.window is not None else None,
+            window=sampling.window,
             source_sizes=self.source_sizes,
             source_counts=self.source_counts,
             subset=self.subset,

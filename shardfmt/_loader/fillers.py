@@ -10,7 +10,7 @@ Workers receive the loader's `OutputSpec`s as plain config and build one filler 
 - "ndarray", "int64", "float64": copied as stored; "zeros": the labels of a loader without a
   label field.
 
-A spec of type "index" (``Loader(return_indices=True)``, `options.index_output`) has no filler:
+A spec of type "index" (``Output(return_indices=True)``, `options.index_output`) has no filler:
 the worker writes the chunk's dataset indices into it at once.
 """
 

@@ -1,4 +1,4 @@
-"""JPEG decoding in the training process, on the GPU: ``Loader(decode="gpu")`` and ``"hybrid"``.
+"""JPEG decoding in the training process, on the GPU: ``ImageTransform(decode="gpu")`` and ``"hybrid"``.
 
 The workers still read, check and batch every record, but for a row marked "on GPU" they write
 the JPEG's bytes into the slot instead of decoding them (`jpegbytes`), with the crop box that
@@ -356,7 +356,7 @@ def check_request(mode: str, *, augment: bool, image_type: str = "jpeg") -> None
 def open_stage(
     mode: str, *, device: torch.device | None, dataset: RecordSource, field: str, workers: int, augment: bool
 ) -> GpuDecodeStage | None:
-    """The stage for ``Loader(decode=mode)``; None for "cpu".
+    """The stage for ``ImageTransform(decode=mode)``; None for "cpu".
 
     Raises:
         ValueError: `mode` is unknown or cannot serve the other options, or there is no CUDA

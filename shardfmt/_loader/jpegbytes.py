@@ -1,6 +1,6 @@
 """The workers' side of GPU decoding: a row's JPEG bytes and crop box written into its slot.
 
-With ``Loader(decode="gpu")`` or ``"hybrid"`` every slot holds five more arrays besides the
+With ``ImageTransform(decode="gpu")`` or ``"hybrid"`` every slot holds five more arrays besides the
 outputs (`bytes_arrays`):
 
     .jpeg_bytes   (batch, max_bytes) uint8   the stored JPEG of each GPU row, as read and checked

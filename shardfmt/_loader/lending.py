@@ -94,7 +94,7 @@ class SlotLender:
             warnings.warn(
                 f"the caller holds {len(self.kept)} batches of this Loader ({held:.0f} MiB of shared memory): each batch kept "
                 "past the next one is set aside, not overwritten, and its memory stays until its last reference goes; "
-                "keep copies (or pass copy=True) to hold many",
+                "keep copies (or pass output=Output(copy=True)) to hold many",
                 ResourceWarning,
                 stacklevel=5,  # set_aside, take_back, Scheduler.release, stream_batches, then the caller's next()
             )

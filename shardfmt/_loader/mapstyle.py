@@ -20,22 +20,25 @@ from .._storage import RemoteOptions
 from .._storage.remote import forks_safely
 from ..format._layout import column_name
 from ..ops import CenterCrop, CropPlan, Pipeline
+from ..ops._augment import SampleTransform
 from ..ops._decode import ImageDecoder, as_target
-from .outputs import resolve_pipeline
+from ..ops._transform import ImageTransform
+from .options import as_transform
 
 __all__ = ["Dataset"]
 
 
 class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
-    """Record i -> (image, label): image a uint8 tensor CHW (or HWC), label an int.
+    """Record i -> (image, label): image a uint8 tensor CHW (or HWC), float32 where the
+    transform normalises; label an int.
 
     Args:
         path: the dataset directory or its manifest, or tars as `open_dataset` takes them.
-        pipeline: "train", "eval", "resize" or a `shardfmt.ops.Pipeline` (see `Loader`).
-        size: output size for the named pipelines.
+        transform: what happens to each image, as a `Loader` takes it: an `ImageTransform`
+            (crop, size, interpolation, augment steps, mean/std, fast_decode; decode "cpu"),
+            or a crop alone ("train", "eval", "resize" or a `shardfmt.ops.Pipeline`).
         layout: "CHW" (as torchvision's PILToTensor gives) or "HWC".
         verify: check each record's checksum before decoding.
-        fast_decode: libjpeg-turbo's fast IDCT and upsampling (see `Loader`).
         image_field, label_field: field names.
         remote: for a dataset given by URL, how to read it (see `RemoteOptions`).
 
@@ -43,19 +46,21 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
     (``multiprocessing_context="forkserver"``): gcsfs reads it over gRPC, whose state does not
     survive fork; a forked worker raises RuntimeError saying so.
 
-    Random crops and flips draw from torch's random generator, so DataLoader's per-worker
-    seeding makes them differ between workers and epochs.
+    Random crops, flips and augment steps draw from torch's random generator, so DataLoader's
+    per-worker seeding makes them differ between workers and epochs.
+
+    Raises:
+        ValueError: `layout` is unknown, or the transform decodes elsewhere than on the CPU.
+        SchemaError: the image field is not a jpeg field.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
-        pipeline: Pipeline | str = "train",
-        size: int | tuple[int, int] = 224,
+        transform: ImageTransform | Pipeline | str = "train",
         layout: str = "CHW",
         verify: bool = True,
-        fast_decode: bool = True,
         image_field: str = "image",
         label_field: str | None = "label",
         remote: RemoteOptions | None = None,
@@ -63,10 +68,12 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         self.path: str | list[str] = os.fspath(path) if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
-        self.pipeline = resolve_pipeline(pipeline, size)
+        self.transform = as_transform(transform)
+        if self.transform.decode != "cpu":
+            raise ValueError(f"Dataset decodes in its DataLoader's workers; decode={self.transform.decode!r} needs a Loader")
+        self.pipeline = self.transform.pipeline
         self.layout = layout
         self.verify = verify
-        self.fast_decode = fast_decode
         self.image_field = image_field
         self.label_field = label_field
         self.remote = remote
@@ -78,6 +85,7 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
             raise SchemaError(f"field {image_field!r} is {kind!r}: Dataset decodes jpeg fields; use Loader(fields=...) for raw ones")
         self._reader: DatasetReader | None = None
         self._decoder: ImageDecoder | None = None
+        self._steps: SampleTransform | None = None
         self._opened_in = os.getpid()
         """The process that opened the dataset: one forked from it inherits this object unpickled."""
         locations = [self.path] if isinstance(self.path, str) else self.path
@@ -88,7 +96,7 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_reader"] = state["_decoder"] = state["_opened_in"] = None
+        state["_reader"] = state["_decoder"] = state["_steps"] = state["_opened_in"] = None
         return state
 
     def _decode(self, data: Any, *, height: int, width: int, plan: CropPlan, out: torch.Tensor) -> None:
@@ -115,6 +123,18 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
             out=out,
         )
 
+    def _augment(self, image: np.ndarray, index: int, key: int) -> np.ndarray:
+        """`image` (H x W x 3 uint8) through the transform's steps and normalisation, drawn from `key`."""
+        transform = self.transform
+        if not transform.augment and transform.mean is None:
+            return image
+        if self._steps is None:
+            height, width = image.shape[:2]
+            self._steps = SampleTransform(transform.augment, height=height, width=width, mean=transform.mean, std=transform.std)
+        out = np.empty(image.shape, np.float32 if transform.mean is not None else np.uint8)
+        self._steps.apply(image, self._steps.draw(key, 0, np.array([index])), 0, out)
+        return out
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self._reader is None:
             if not self._forks_safely and self._opened_in not in (None, os.getpid()):
@@ -132,7 +152,13 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         key = np.array([torch.randint(0, 2**62, ()).item()], dtype=np.uint64)
         plan = self.pipeline.plan(np.array([height]), np.array([width]), key)
         if self._decoder is None or self._decoder._buffer.size < height * width * 3:
-            self._decoder = ImageDecoder(max_height=height, max_width=width, output_size=self.pipeline.size, fast=self.fast_decode)
+            self._decoder = ImageDecoder(
+                max_height=height,
+                max_width=width,
+                output_size=self.pipeline.size,
+                fast=self.transform.fast_decode,
+                interpolation=self.transform.interpolation,
+            )
         out = np.empty((*self.pipeline.size, 3), np.uint8)
         start = int(row[column_name(self.image_field, "offset")])
         if shard.verify:
@@ -144,7 +170,7 @@ class Dataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
             raise DecodeError(
                 f"image field {self.image_field!r} does not decode: {err}", path=shard.path, offset=start, record=local
             ) from err
-        image = torch.from_numpy(out)
+        image = torch.from_numpy(self._augment(out, index, int(key[0])))
         if self.layout == "CHW":
             image = image.permute(2, 0, 1)
         label = int(row[self.label_field]) if self.label_field else 0

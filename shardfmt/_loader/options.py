@@ -1,12 +1,12 @@
-"""A `Loader`'s options: `LoaderOptions`, the frozen, checked value its keyword arguments become,
-and what the loader derives from them: record indices in each batch, the steps that run on each
-sample in the workers (``augment=``, ``mean``/``std`` without a device), and the output size that
-`Loader.set_size` changes between epochs.
+"""The loader layer's own options: `Workers` (how the batches are made: processes, prefetch,
+order of delivery, start method, stall timeout) and `Output` (the form a batch is handed out
+in), each a frozen value checked when it is made; and what the loader derives where options of
+several layers meet: the steps and outputs the workers run (`transform_outputs`,
+`worker_steps`), the index output, the batch steps, and the check that a user's step can reach
+the workers (`check_picklable`).
 
-Adding an option is one typed field of `LoaderOptions` (and the same keyword of `Loader`) plus
-one ``_check_<name>`` method, which `LoaderOptions` calls when it is made. An option whose
-argument is converted (a default resolved, a sequence made a tuple) is converted in
-`LoaderOptions.parse`, so that its field has the type of what it holds.
+The other options belong to the layers that read them: `shardfmt._sampling.policy.Sampling`
+(the epochs' order) and `shardfmt.ops._transform.ImageTransform` (one image, bytes to row).
 """
 
 from __future__ import annotations
@@ -18,273 +18,248 @@ import os
 import pickle
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from .._arguments import check_int, check_number
+from .._arguments import check_int
 from .._forks import MAX_WORKERS_PER_CORE, max_workers
 from .._sampling.keys import MAX_STEPS
-from .._sampling.permutation import check_repeats, repeated_size
 from .._storage import RemoteOptions
 from ..ops import Pipeline, RandomErasing
 from ..ops._augment import AugmentStep, as_step
 from ..ops._batch import BatchStep, check_batch_step
-from ..ops._crop import check_pipeline
-from ..ops._resize import INTERPOLATIONS
+from ..ops._transform import ImageTransform
 from .chunk import TransformSpec
 from .form import check_fields_form
-from .gpudecode import check_request
-from .outputs import FieldRequest, OutputSpec, normalise_request, resolve_pipeline
+from .outputs import FieldRequest, OutputSpec, normalise_request
 from .sendable import check_sendable
 
-__all__ = ["LoaderOptions", "index_output", "pipeline_at", "sample_image", "size_pair", "transform_outputs", "worker_steps"]
+__all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_PREFETCH",
+    "Output",
+    "Workers",
+    "as_device",
+    "as_option",
+    "as_transform",
+    "batch_steps",
+    "check_batch_size",
+    "check_fields",
+    "check_picklable",
+    "check_remote",
+    "check_verify",
+    "index_output",
+    "sample_image",
+    "transform_outputs",
+    "worker_steps",
+]
+
+MAX_BATCH_SIZE = 2**31 - 1
+MAX_PREFETCH = 1024
 
 
-def _default_workers() -> int:
-    """The workers of ``num_workers=None``: one a core."""
-    return os.cpu_count() or 1
+@dataclass(frozen=True)
+class Workers:
+    """How a loader's batches are made: by how many processes, how far ahead, delivered in
+    which order, started how, and when a stall is reported.
 
+    `shardfmt.Loader` takes one as ``workers=``; its ``num_workers`` keyword is the same field.
 
-@dataclass(frozen=True, eq=False)
-class LoaderOptions:
-    """Every keyword argument of `Loader`, parsed once (see `Loader` for what each means).
-
-    `parse` makes it from the arguments as given; each field holds its value as parsed, and each
-    field with a ``_check_<name>`` method is checked by it when the options are made.
+    Args:
+        num_workers: decoding processes, in [0, a cap of `shardfmt._forks.max_workers`]; None:
+            one a core; 0 decodes in the loader's process. More than
+            `shardfmt._forks.MAX_WORKERS_PER_CORE` a core is warned about.
+        prefetch: batches decoded ahead of the consumer, in [1, 1024]; shared memory holds
+            prefetch + 1 slots.
+        ordered: deliver batches in order (True) or each as soon as it is ready.
+        start_method: the multiprocessing start method; None: the platform's, but forkserver
+            for a ``gs://`` dataset, which gcsfs reads over gRPC (gRPC does not survive fork).
+        timeout: seconds without progress after which a stall is reported, in a worker or,
+            with num_workers=0, in the loader's process (docs/limits.md); finite, > 0.
 
     Raises:
-        ValueError, TypeError: an argument is malformed (the message names it).
+        TypeError, ValueError: an argument is of the wrong type or outside its range.
     """
 
-    batch_size: int
-    shuffle: bool = True
-    seed: int = 0
-    num_workers: int = field(default_factory=_default_workers)
-    pipeline: Pipeline | str = "train"
-    size: int | tuple[int, int] = 224
-    drop_last: bool = False
-    layout: str = "NCHW"
-    rank: int | None = None
-    world_size: int | None = None
-    ordered: bool = True
+    num_workers: int | None = None
     prefetch: int = 2
-    copy: bool = False
-    device: torch.device | None = None
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    verify: bool | str = True
-    fast_decode: bool = True
+    ordered: bool = True
     start_method: str | None = None
     timeout: float = 120.0
-    image_field: str = "image"
-    label_field: str | None = "label"
-    fields: FieldRequest | None = None
-    remote: RemoteOptions | None = None
-    window: int | None = None
-    order: str = "auto"
-    return_indices: bool = False
-    subset: Sequence[int] | np.ndarray | None = None
-    augment: tuple[AugmentStep, ...] = ()
-    decode: str = "cpu"
-    interpolation: str = "bilinear"
-    repeats: int = 1
-    batch_augment: tuple[BatchStep, ...] = ()
-    repeats_epoch: str = "copies"
-
-    @classmethod
-    def parse(cls, **arguments: Any) -> LoaderOptions:
-        """The options that `Loader`'s keyword arguments, as given, make: `num_workers` None
-        becomes the number of cores, `device` a `torch.device`, `mean`/`std` tuples of floats,
-        `augment` a tuple of steps (a user's callable wrapped by `ops.augment.as_step`),
-        `batch_augment` a tuple (None an empty one); the others are kept as they are.
-
-        Raises:
-            ValueError, TypeError: an argument is malformed (the message names it).
-        """
-        num_workers = arguments.get("num_workers")
-        parsed = {
-            "num_workers": _default_workers() if num_workers is None else num_workers,
-            "device": _device(arguments.get("device")),
-            "mean": _numbers("mean", arguments.get("mean")),
-            "std": _numbers("std", arguments.get("std")),
-            "augment": tuple(as_step(step) for step in _steps(arguments.get("augment"))),
-            "batch_augment": tuple(_batch_steps(arguments.get("batch_augment"))),
-        }
-        return cls(**(arguments | parsed))
 
     def __post_init__(self) -> None:
-        for option in dataclasses.fields(self):
-            check = getattr(self, f"_check_{option.name}", None)
-            if check is not None:
-                check()
-
-    @property
-    def resolved_start_method(self) -> str:
-        return self.start_method or multiprocessing.get_start_method(allow_none=False)
-
-    def _check_batch_size(self) -> None:
-        check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
-
-    def _check_shuffle(self) -> None:
-        for name in ("shuffle", "drop_last", "ordered", "copy", "fast_decode", "return_indices"):
-            value = getattr(self, name)
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
-
-    def _check_seed(self) -> None:
-        check_int("seed", self.seed, 0, MAX_SEED)
-
-    def _check_num_workers(self) -> None:
-        """Refuse more than `max_workers` (a hard cap against a typo's fork bomb); warn past
-        `MAX_WORKERS_PER_CORE` a core, where workers only wait for a core."""
-        cores, cap = os.cpu_count() or 1, max_workers()
-        check_int("num_workers", self.num_workers, 0, cap, note=f" (at most {cap} worker processes a loader; docs/limits.md)")
-        if self.num_workers > MAX_WORKERS_PER_CORE * cores:
-            warnings.warn(
-                f"num_workers={self.num_workers} is more than {MAX_WORKERS_PER_CORE} a core on this machine of {cores}: the "
-                f"workers past {MAX_WORKERS_PER_CORE * cores} only wait for a core and hold memory",
-                UserWarning,
-                stacklevel=6,
-            )
-
-    def _check_rank(self) -> None:
-        if self.world_size is not None:
-            check_int("world_size", self.world_size, 1, MAX_WORLD_SIZE)
-        if self.rank is not None:
-            check_int("rank", self.rank, 0, (self.world_size or MAX_WORLD_SIZE) - 1)
-
-    def _check_timeout(self) -> None:
+        if self.num_workers is not None:
+            _check_num_workers(self.num_workers)
+        check_int("prefetch", self.prefetch, 1, MAX_PREFETCH)
+        if not isinstance(self.ordered, (bool, np.bool_)):
+            raise TypeError(f"ordered must be True or False, got {self.ordered!r}")
+        methods = multiprocessing.get_all_start_methods()
+        if self.start_method is not None and self.start_method not in methods:
+            raise ValueError(f"start_method must be None or one of {', '.join(methods)}, got {self.start_method!r}")
         value = self.timeout
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"timeout must be a number of seconds, got {value!r}")
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {value!r}")
 
-    def _check_std(self) -> None:
-        for name, values in (("mean", self.mean), ("std", self.std)):
-            if values is not None and not all(math.isfinite(v) for v in values):
-                raise ValueError(f"{name} must hold finite numbers, got {values!r}")
-        if self.std is not None and not all(v > 0 for v in self.std):
-            raise ValueError(f"std must hold numbers > 0 (each channel is divided by it), got {self.std!r}")
-        for name, values, low in (("mean", self.mean, -MAX_MEAN), ("std", self.std, MIN_STD)):
-            for value in values or ():
-                check_number(name, value, low, MAX_MEAN, note=" (each channel, 0-255 scale)")
+    @property
+    def count(self) -> int:
+        """`num_workers` as the loader runs it: None is one a core."""
+        return (os.cpu_count() or 1) if self.num_workers is None else int(self.num_workers)
 
-    def _check_remote(self) -> None:
-        if self.remote is not None and not isinstance(self.remote, RemoteOptions):
-            raise TypeError(f"remote must be None or a shardfmt.RemoteOptions, got {self.remote!r}")
+    @property
+    def resolved_start_method(self) -> str:
+        """`start_method`, or the platform's default."""
+        return self.start_method or multiprocessing.get_start_method(allow_none=False)
 
-    def _check_fields(self) -> None:
-        if self.fields is not None:
-            normalise_request(self.fields)
-        check_fields_form(fields=self.fields is not None, batch_augment=bool(self.batch_augment), decode=self.decode)
+    def with_shortcut(self, num_workers: int | None) -> Workers:
+        """These workers with `Loader`'s ``num_workers`` keyword in them (None leaves theirs).
 
-    def _check_start_method(self) -> None:
-        methods = multiprocessing.get_all_start_methods()
-        if self.start_method is not None and self.start_method not in methods:
-            raise ValueError(f"start_method must be None or one of {', '.join(methods)}, got {self.start_method!r}")
+        Raises:
+            ValueError: both give a number, and not the same.
+        """
+        if num_workers is None or num_workers == self.num_workers:
+            return self
+        if self.num_workers is not None:
+            raise ValueError(
+                f"num_workers is given twice: Loader(num_workers={num_workers!r}) and "
+                f"workers=Workers(num_workers={self.num_workers!r}); give it once"
+            )
+        return dataclasses.replace(self, num_workers=num_workers)
 
-    def _check_pipeline(self) -> None:
-        if not isinstance(self.pipeline, str):
-            check_pipeline(self.pipeline)
-            check_sendable("pipeline", self.pipeline, workers=self.num_workers, start_method=self.resolved_start_method)
+    def fingerprint(self) -> dict[str, Any]:
+        """The part of a loader state's settings that is theirs: whether delivery is ordered
+        (a state of unordered delivery may hold batches delivered out of turn)."""
+        return {"ordered": self.ordered}
 
-    def _check_size(self) -> None:
-        size_pair(self.size)
 
-    def _check_layout(self) -> None:
+def _check_num_workers(num_workers: Any) -> None:
+    """Refuse more than `max_workers` (a hard cap against a typo's fork bomb); warn past
+    `MAX_WORKERS_PER_CORE` a core, where workers only wait for a core."""
+    cores, cap = os.cpu_count() or 1, max_workers()
+    check_int("num_workers", num_workers, 0, cap, note=f" (at most {cap} worker processes a loader; docs/limits.md)")
+    if num_workers > MAX_WORKERS_PER_CORE * cores:
+        warnings.warn(
+            f"num_workers={num_workers} is more than {MAX_WORKERS_PER_CORE} a core on this machine of {cores}: the "
+            f"workers past {MAX_WORKERS_PER_CORE * cores} only wait for a core and hold memory",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+@dataclass(frozen=True)
+class Output:
+    """The form a loader hands each batch out in (``Loader(output=...)``).
+
+    Args:
+        layout: "NCHW" (a channels_last view of the slot, what convolutions run fastest on; use
+            .reshape rather than .view) or "NHWC" (contiguous).
+        copy: hand out copies in plain memory instead of views of shared memory.
+        return_indices: add each sample's record index in the dataset (int64, what
+            ``open_dataset(path)[i]`` reads) to every batch: ``(images, labels, indices)``, or
+            an "index" entry with the loader's ``fields``.
+        image_field, label_field: the fields of the (images, labels) form (label_field=None
+            gives zero labels; over a dataset without labels, such as image-text tars, the
+            default "label" gives the images alone). Unused with the loader's ``fields``.
+
+    Raises:
+        TypeError, ValueError: an argument is of the wrong type or value.
+    """
+
+    layout: str = "NCHW"
+    copy: bool = False
+    return_indices: bool = False
+    image_field: str = "image"
+    label_field: str | None = "label"
+
+    def __post_init__(self) -> None:
         if self.layout not in ("NHWC", "NCHW"):
             raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {self.layout!r}")
-
-    def _check_prefetch(self) -> None:
-        check_int("prefetch", self.prefetch, 1, MAX_PREFETCH)
-
-    def _check_window(self) -> None:
-        if self.window is not None:
-            check_int("window", self.window, 1, MAX_WINDOW, note=" shards")
-
-    def _check_verify(self) -> None:
-        if self.verify not in (True, False, "always"):
-            raise ValueError(f"verify must be True, False or 'always', got {self.verify!r}")
-
-    def _check_decode(self) -> None:
-        check_request(self.decode, augment=bool(self.augment))
-
-    def _check_interpolation(self) -> None:
-        if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(
-                f"interpolation must be 'bilinear' or 'bicubic' (antialiased) or 'nearest', got {self.interpolation!r}"
-            )
-        if self.interpolation == "nearest" and self.decode != "cpu":
-            raise ValueError(f"decode={self.decode!r} resizes with an antialiased kernel; interpolation='nearest' needs decode='cpu'")
-
-    def _check_repeats(self) -> None:
-        object.__setattr__(self, "repeats", check_repeats(self.repeats))
-
-    def _check_repeats_epoch(self) -> None:
-        repeated_size(1, 1, self.repeats_epoch)
-
-    def _check_batch_augment(self) -> None:
-        for step in self.batch_augment:
-            check_batch_step(step)
-        if len(self.batch_augment) > MAX_STEPS:
-            raise ValueError(f"batch_augment holds {len(self.batch_augment)} steps; at most {MAX_STEPS}")
-
-    def _check_augment(self) -> None:
-        """A RandomErasing that fills with the mean needs one; a user's step must reach the
-        workers: pickled as it is unless they are forked."""
-        for step in self.augment:
-            if isinstance(step, RandomErasing) and step.value == "mean" and self.mean is None:
-                raise ValueError(
-                    "RandomErasing(value='mean') fills with the normalisation mean: give the loader mean= and std=, or the step a value"
-                )
-        if not self.num_workers or self.resolved_start_method == "fork":
-            return
-        for step in self.augment:
-            function = getattr(step, "function", None)
-            if function is None:
-                continue
-            try:
-                pickle.dumps(step)
-            except Exception as err:
-                raise TypeError(
-                    f"augment step {function!r} cannot be pickled, which the {self.resolved_start_method!r} start method needs "
-                    f"to send it to the workers ({type(err).__name__}: {err}); define it at the top level of a module (not a lambda "
-                    "or a local function)"
-                ) from err
+        for name in ("copy", "return_indices"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        if not isinstance(self.image_field, str):
+            raise TypeError(f"image_field must be a field name (str), got {self.image_field!r}")
+        if self.label_field is not None and not isinstance(self.label_field, str):
+            raise TypeError(f"label_field must be a field name (str) or None, got {self.label_field!r}")
 
 
-MAX_BATCH_SIZE = 2**31 - 1
-MAX_MEAN = 1e6
-"""The largest magnitude of a normalisation mean or std (0-255 scale; ImageNet's are about 120 and
-60): with ``MIN_STD`` it keeps ``(x - mean) / std`` below 2**41, exact to float32's precision and
-far from its largest value (a std of 1e-320 gave infinities)."""
-MIN_STD = 1e-6
-"""The smallest normalisation std."""
-MAX_PREFETCH = 1024
-MAX_WINDOW = 2**31 - 1
-MAX_SEED = 2**64 - 1
-"""Seeds are hashed as 64-bit words (`sampling.keys.record_keys`)."""
-MAX_WORLD_SIZE = 2**31 - 1
+def check_batch_size(batch_size: Any) -> int:
+    """`batch_size` as an int in [1, `MAX_BATCH_SIZE`]; TypeError or ValueError otherwise."""
+    return check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
 
 
-def _numbers(name: str, values: Any) -> tuple[float, ...] | None:
-    """`values` (mean or std) as a tuple of floats, or None."""
-    if values is None:
+def batch_steps(batch_augment: Sequence[BatchStep] | None) -> tuple[BatchStep, ...]:
+    """``batch_augment`` as a tuple of batch steps (`shardfmt.ops.BatchStep`).
+
+    Raises:
+        TypeError: not a list of batch steps (`shardfmt.ops._batch.check_batch_step`).
+        ValueError: more than `MAX_STEPS` of them.
+    """
+    if batch_augment is None:
+        return ()
+    if not isinstance(batch_augment, (list, tuple)):
+        raise TypeError(f"batch_augment must be a list of batch steps (MixUp, CutMix, RandomChoice), got {batch_augment!r}")
+    for step in batch_augment:
+        check_batch_step(step)
+    if len(batch_augment) > MAX_STEPS:
+        raise ValueError(f"batch_augment holds {len(batch_augment)} steps; at most {MAX_STEPS}")
+    return tuple(batch_augment)
+
+
+_Option = TypeVar("_Option")
+
+
+def as_option(name: str, value: _Option | None, kind: type[_Option]) -> _Option:
+    """`value`, an option object of `kind`, or `kind`'s defaults for None.
+
+    Raises:
+        TypeError: `value` is of another type (a dict, say).
+    """
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be None or a shardfmt.{kind.__name__}, got {value!r}")
+    return value
+
+
+def as_transform(transform: ImageTransform | Pipeline | str) -> ImageTransform:
+    """`transform` as an `ImageTransform`: a crop (a name or a pipeline) alone is ``ImageTransform(crop=...)``.
+
+    Raises:
+        TypeError, ValueError: not a transform, a crop name or a pipeline of `shardfmt.ops`.
+    """
+    if isinstance(transform, ImageTransform):
+        return transform
+    return ImageTransform(crop=transform)
+
+
+def check_fields(fields: FieldRequest | None, transform: ImageTransform, *, batch_augment: bool) -> FieldRequest | None:
+    """`fields` if it is a well-formed request that the other options can serve.
+
+    Raises:
+        TypeError, ValueError: a malformed request, or with an option that serves the (images,
+            labels) form only (`batch_augment`, the transform's GPU decode:
+            `form.check_fields_form`).
+    """
+    if fields is None:
         return None
-    try:
-        items = tuple(values)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of numbers, one per channel, got {values!r}") from None
-    if not items or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) for v in items):
-        raise TypeError(f"{name} must be a sequence of numbers, one per channel, got {values!r}")
-    return tuple(float(v) for v in items)
+    normalise_request(fields)
+    check_fields_form(fields=True, batch_augment=batch_augment, decode=transform.decode)
+    return fields
 
 
-def _device(device: Any) -> torch.device | None:
+def as_device(device: Any) -> torch.device | None:
+    """`device` as a `torch.device` (None stays None).
+
+    Raises:
+        TypeError: neither None, a str nor a torch.device.
+        ValueError: a string torch does not know as a device.
+    """
     if device is None or isinstance(device, torch.device):
         return device
     if not isinstance(device, str):
@@ -295,47 +270,43 @@ def _device(device: Any) -> torch.device | None:
         raise ValueError(f"device {device!r} is not a device torch knows ({err})") from err
 
 
-def _steps(augment: Any) -> Sequence[Any]:
-    if augment is None:
-        return ()
-    if isinstance(augment, (str, bytes)) or not isinstance(augment, Sequence):
-        raise TypeError(f"augment must be a list of steps, got {augment!r}")
-    return augment
+def check_verify(verify: Any) -> bool | str:
+    """`verify` if it is True, False or "always"; ValueError otherwise."""
+    if verify not in (True, False, "always"):
+        raise ValueError(f"verify must be True, False or 'always', got {verify!r}")
+    return bool(verify) if verify != "always" else "always"
 
 
-def _batch_steps(batch_augment: Any) -> Sequence[Any]:
-    if batch_augment is None:
-        return ()
-    if not isinstance(batch_augment, (list, tuple)):
-        raise TypeError(f"batch_augment must be a list of batch steps (MixUp, CutMix, RandomChoice), got {batch_augment!r}")
-    return batch_augment
+def check_remote(remote: Any) -> RemoteOptions | None:
+    """`remote` if it is None or a `RemoteOptions`; TypeError otherwise."""
+    if remote is not None and not isinstance(remote, RemoteOptions):
+        raise TypeError(f"remote must be None or a shardfmt.RemoteOptions, got {remote!r}")
+    return remote
 
 
-def size_pair(size: int | Sequence[int]) -> tuple[int, int]:
-    """`size` as (height, width).
+def check_picklable(transform: ImageTransform, workers: Workers) -> None:
+    """What the caller gives the workers must reach them: pickled as it is unless they are
+    forked. A crop of the caller's own (`sendable.check_sendable`) and the user's steps.
 
     Raises:
-        TypeError: neither an int nor a pair.
-        ValueError: not a positive int or a pair of them (at most 65,535 each).
+        TypeError: the crop or a step cannot be pickled and the start method needs it.
     """
-    if isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)):
-        pair: tuple[Any, ...] = (size, size)
-    elif isinstance(size, (str, bytes)) or not isinstance(size, Sequence):
-        raise TypeError(f"size must be a positive int or (height, width), got {size!r}")
-    else:
-        pair = tuple(size)
-    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and 0 < v <= 65535 for v in pair):
-        raise ValueError(f"size must be a positive int or (height, width), each in [1, 65535], got {size!r}")
-    return (int(pair[0]), int(pair[1]))
-
-
-def pipeline_at(pipeline: Pipeline | str, size: tuple[int, int]) -> Pipeline:
-    """The pipeline that crops to `size`: a named one ("train", "eval", "resize") made for that
-    size, or the given object's `Pipeline.with_size` (a `CenterCrop`'s ``resize`` scales with
-    it, so that the crop keeps its share of the image)."""
-    if isinstance(pipeline, str):
-        return resolve_pipeline(pipeline, size)
-    return pipeline.with_size(size)
+    if not isinstance(transform.crop, str):
+        check_sendable("pipeline", transform.crop, workers=workers.count, start_method=workers.resolved_start_method)
+    if not workers.count or workers.resolved_start_method == "fork":
+        return
+    for step in transform.augment:
+        function = getattr(step, "function", None)
+        if function is None:
+            continue
+        try:
+            pickle.dumps(step)
+        except Exception as err:
+            raise TypeError(
+                f"augment step {function!r} cannot be pickled, which the {workers.resolved_start_method!r} start method needs "
+                f"to send it to the workers ({type(err).__name__}: {err}); define it at the top level of a module (not a lambda "
+                "or a local function)"
+            ) from err
 
 
 def index_output(*, fields: bool, names: Sequence[str]) -> OutputSpec:
@@ -413,14 +384,14 @@ def sample_image(outputs: Sequence[OutputSpec]) -> OutputSpec:
     return images[0]
 
 
-def worker_steps(options: LoaderOptions) -> tuple[AugmentStep, ...]:
-    """The steps as the workers run them. With a device the workers deliver uint8 and the device
-    normalises, so a RandomErasing that fills with the mean fills with its nearest whole values
-    (after the device's normalisation, within 0.5 / std of 0)."""
-    if options.device is None or options.mean is None:
-        return options.augment
-    mean = tuple(float(round(v)) for v in options.mean)
+def worker_steps(transform: ImageTransform, *, on_device: bool) -> tuple[AugmentStep, ...]:
+    """The steps of `transform` as the workers run them. With a device (`on_device`) the workers
+    deliver uint8 and the device normalises, so a RandomErasing that fills with the mean fills
+    with its nearest whole values (after the device's normalisation, within 0.5 / std of 0)."""
+    steps = tuple(transform.augment)
+    if not on_device or transform.mean is None:
+        return steps
+    mean = tuple(float(round(v)) for v in transform.mean)
     return tuple(
-        dataclasses.replace(step, value=mean) if isinstance(step, RandomErasing) and step.value == "mean" else step
-        for step in options.augment
+        dataclasses.replace(step, value=mean) if isinstance(step, RandomErasing) and step.value == "mean" else step for step in steps
     )

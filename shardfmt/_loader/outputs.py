@@ -24,8 +24,8 @@ from .._dataset.concat import RecordSource
 from .._errors import SchemaError
 from ..format._fieldtypes import IMAGE_TYPES
 from ..format._layout import NDARRAY_DTYPES, column_name
-from ..ops import CenterCrop, ImageOutput, Pipeline, RandomResizedCrop, Resize
-from ..ops._crop import check_pipeline
+from ..ops import ImageOutput, Pipeline
+from ..ops._transform import named_pipeline
 from .shm import SlotArray
 
 __all__ = ["FieldRequest", "OutputSpec", "normalise_request", "resolve_outputs", "resolve_pipeline"]
@@ -77,23 +77,14 @@ class OutputSpec:
 
 
 def resolve_pipeline(pipeline: Pipeline | str, size: int | tuple[int, int]) -> Pipeline:
-    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself.
+    """Return the pipeline object for a name ("train", "eval", "resize") or the object itself
+    (`shardfmt.ops._transform.named_pipeline`).
 
     Raises:
         TypeError: `pipeline` is neither a name nor a `Pipeline` (`ops._crop.check_pipeline`).
         ValueError: an unknown name.
     """
-    if not isinstance(pipeline, str):
-        check_pipeline(pipeline)
-        return pipeline
-    pair = (size, size) if isinstance(size, int) else (size[0], size[1])
-    if pipeline == "train":
-        return RandomResizedCrop(pair)
-    if pipeline == "eval":
-        return CenterCrop(pair, resize=round(max(pair) / 0.875))
-    if pipeline == "resize":
-        return Resize(pair)
-    raise ValueError(f"pipeline must be 'train', 'eval', 'resize' or a pipeline object, got {pipeline!r}")
+    return named_pipeline(pipeline, (size, size) if isinstance(size, int) else (size[0], size[1]))
 
 
 def resolve_outputs(

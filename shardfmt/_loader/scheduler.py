@@ -24,7 +24,7 @@ from .chunk import WorkerConfig, encode_copies
 from .form import BatchForm
 from .gpudecode import GpuDecodeStage
 from .lending import KEPT_WARNING, SlotLender
-from .options import LoaderOptions
+from .options import Workers
 from .outputs import OutputSpec
 from .pool import Chunk, InlinePool, WorkerPool
 from .prefetch import ShardPrefetcher
@@ -70,28 +70,37 @@ class Scheduler:
     """Slots, workers, queue and device stage of one loader.
 
     Args:
-        options: the loader's options.
         dataset: the loader's records (for the workers' error messages and the prefetcher).
         prefetcher: downloads the shards of coming batches, or None.
         stage: the `cuda.DeviceStage`, or None.
         gpu: the `gpudecode.GpuDecodeStage` of ``decode="gpu"``/``"hybrid"``, or None.
+        workers: how many processes, started how, with which stall timeout and delivery order.
+        batch_size: rows of a slot.
+        copy: hand out copies rather than views of the slots (`options.Output`).
+        repeats: copies of each record an epoch (`shardfmt._sampling.policy.Sampling`).
     """
 
     def __init__(
         self,
-        options: LoaderOptions,
         dataset: RecordSource,
         *,
         prefetcher: ShardPrefetcher | None,
         stage: Any,
         gpu: GpuDecodeStage | None = None,
+        workers: Workers,
+        batch_size: int,
+        copy: bool = False,
+        repeats: int = 1,
     ) -> None:
-        self.options = options
         self.dataset = dataset
+        self.num_workers = workers.count
+        self.workers = workers
+        self.copy = copy
+        self.repeats = repeats
         self.prefetcher = prefetcher
         self.stage = stage
         self.gpu = gpu
-        self.chunk = max(1, min(64, -(-options.batch_size // (2 * max(1, options.num_workers)))))
+        self.chunk = max(1, min(64, -(-batch_size // (2 * max(1, self.num_workers)))))
         self.resources = _Resources()
         if prefetcher is not None:
             self.resources.extra.append(prefetcher)
@@ -133,7 +142,7 @@ class Scheduler:
         if self.config is None:
             raise RuntimeError("the loader's workers are not configured")
         layout = self.layout
-        shared = bool(self.options.num_workers)
+        shared = bool(self.num_workers)
         if self.ring is not None and self.ring.shared == shared and self.ring.fits(layout):
             self.ring = self.ring.with_layout(layout)
         else:
@@ -142,15 +151,15 @@ class Scheduler:
             self.ring = SlotRing.create(layout) if shared else SlotRing.in_process(layout)
         self.resources.ring = self.ring
         if not shared:
-            self.pool = InlinePool(config=self.config, ring=self.ring, timeout=self.options.timeout, checked=self.checked)
+            self.pool = InlinePool(config=self.config, ring=self.ring, timeout=self.workers.timeout, checked=self.checked)
             self.checked = self.pool.processor.checked
         else:
             self.pool = WorkerPool(
                 config=self.config,
                 ring=self.ring,
-                num_workers=self.options.num_workers,
-                start_method=self.options.start_method,
-                timeout=self.options.timeout,
+                num_workers=self.num_workers,
+                start_method=self.workers.start_method,
+                timeout=self.workers.timeout,
                 dataset=self.dataset,
                 checked=self.checked,
             )
@@ -183,7 +192,7 @@ class Scheduler:
 
     @property
     def shared_memory_bytes(self) -> int:
-        capacity = self.ring.capacity if self.ring is not None and self.options.num_workers else 0
+        capacity = self.ring.capacity if self.ring is not None and self.num_workers else 0
         return max(self.layout.total_bytes, capacity)
 
     # -- the slots' lifetime ------------------------------------------------------------------
@@ -222,7 +231,7 @@ class Scheduler:
             # after a GPU decode the slot is free once its CPU rows are copied (the labels are
             # copies), not only after the resize: the next batch's decode need not wait for it
             self.lender.lend(item.slot, [], done=done if self.gpu is None else slot_done)
-        elif self.options.copy:
+        elif self.copy:
             tensors = {name: tensor.clone() for name, tensor in tensors.items()}
             self.free.append(item.slot)
         else:
@@ -268,7 +277,7 @@ class Scheduler:
                 batch = index
             plan = cursor.plan(epoch)
             indices = plan.batch(batch)
-            if self.options.repeats > 1:  # the copy numbers travel inside the indices (chunk.encode_copies)
+            if self.repeats > 1:  # the copy numbers travel inside the indices (chunk.encode_copies)
                 indices = encode_copies(indices, plan.order.copies(plan.positions(batch)), len(self.dataset))
             if self.prefetcher is not None:
                 self.prefetcher.schedule(epoch, plan, batch)
@@ -290,6 +299,6 @@ class Scheduler:
             if item.slot not in busy:
                 del self.queue[position]
                 return item
-            if self.options.ordered:
+            if self.workers.ordered:
                 return None
         return None

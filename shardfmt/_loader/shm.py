@@ -339,7 +339,7 @@ def descriptor_error(err: OSError, doing: str) -> OSError | None:
     )
     return OSError(
         err.errno,
-        f"the loader could not {doing}: {reached}. {held}Release the batches you keep (keep clones, or pass copy=True), "
+        f"the loader could not {doing}: {reached}. {held}Release the batches you keep (keep clones, or pass output=Output(copy=True)), "
         "or raise the limit (ulimit -n, or resource.setrlimit(resource.RLIMIT_NOFILE, ...) at start)",
     )
 

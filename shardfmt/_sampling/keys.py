@@ -10,7 +10,7 @@ from SplitMix64 hashing of (seed, stream, epoch, index), not from a generator's 
   `window` shards, and shuffles records within each window only (`window_order`);
 - the augmentation draws of record ``r`` are ``hash(seed, AUGMENT, epoch, r) + k`` for draw ``k``,
   so a record is cropped the same way whichever rank, worker or batch handles it; step ``j`` of a
-  loader's ``augment=`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise, and batch
+  transform's ``augment`` list draws from ``hash(seed, STEP + j, epoch, r)`` likewise, and batch
   step ``j`` of its ``batch_augment=`` list from ``hash(seed, BATCH + j, epoch, b)`` for batch b;
 - an epoch over a subset of the records (`sample_batches(subset=...)`) is the full epoch order
   with the other records left out, then split over ranks and batches like a full epoch.

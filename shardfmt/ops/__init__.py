@@ -1,8 +1,8 @@
 """Pipelines and augmentation steps, the objects a `Loader` takes.
 
-Pipelines (``Loader(pipeline=...)``) draw one crop box per record from the record table, before
+Pipelines (``ImageTransform(crop=...)``, or ``Loader(transform=...)`` alone) draw one crop box per record from the record table, before
 decoding: `RandomResizedCrop`, `CenterCrop`, `Resize`, `RandomCrop`. Augmentation steps
-(``Loader(augment=[...])``) run on each cropped sample in the workers: `RandomVerticalFlip`,
+(``ImageTransform(augment=[...])``) run on each cropped sample in the workers: `RandomVerticalFlip`,
 `RandomRotation`, `ColorJitter`, `RandomGrayscale`, `TrivialAugmentWide`, `RandAugment`,
 `AutoAugment`, `AugMix`, `RandomErasing`. Batch steps (``Loader(batch_augment=[...])``) run on each batch:
 `MixUp`, `CutMix`, `RandomChoice` (`apply_batch_steps` applies them to batches of your own).

@@ -226,7 +226,7 @@ BuiltinStep = Union[
     RandomVerticalFlip, RandomRotation, ColorJitter, RandomGrayscale, TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomErasing
 ]
 AugmentStep = Union[BuiltinStep, Callable[[torch.Tensor, torch.Generator], torch.Tensor]]
-"""What ``Loader(augment=[...])`` takes: the steps above, or a picklable callable taking
+"""What ``ImageTransform(augment=[...])`` takes: the steps above, or a picklable callable taking
 (sample) or (sample, generator)."""
 
 _PLANE_STEPS = (TrivialAugmentWide, RandAugment, AutoAugment, AugMix, RandomErasing)

@@ -274,10 +274,11 @@ class RandomCrop:
 
 
 class Pipeline(Protocol):
-    """What ``Loader(pipeline=...)`` and ``Dataset(pipeline=...)`` take: the built-ins
-    (`RandomResizedCrop`, `RandomCrop`, `CenterCrop`, `Resize`) or an object of your own with
-    these members (docs/augmentation.md, "A pipeline of your own"). A loader checks them when it
-    is made (`check_pipeline`) and, where its workers are spawned, that the object pickles.
+    """What ``ImageTransform(crop=...)`` (and ``Loader(transform=...)``, ``Dataset(transform=...)``)
+    take: the built-ins (`RandomResizedCrop`, `RandomCrop`, `CenterCrop`, `Resize`) or an object of
+    your own with these members (docs/augmentation.md, "Pipelines and batch steps of your own"). A
+    transform checks them when it is made (`check_pipeline`), and a loader whose workers are
+    spawned checks that the object pickles.
     """
 
     @property
@@ -307,9 +308,10 @@ PIPELINE_MEMBERS = ("size", "plan", "to_config", "with_size")
 """The members of `Pipeline` a loader calls."""
 
 
-def check_pipeline(pipeline: Any) -> None:
+def check_pipeline(pipeline: Any, *, name: str = "pipeline") -> None:
     """Refuse an object that is not a `Pipeline`: one lacking a member, a `size` that is not a
-    pair of positive ints, or a `to_config` that is not a JSON object.
+    pair of positive ints, or a `to_config` that is not a JSON object. `name`: the argument that
+    gave it (``ImageTransform(crop=...)``), as the message says it.
 
     Raises:
         TypeError: naming what is missing or malformed.
@@ -319,7 +321,7 @@ def check_pipeline(pipeline: Any) -> None:
     ]
     if missing:
         raise TypeError(
-            f"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, "
+            f"{name} must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops (RandomResizedCrop, RandomCrop, CenterCrop, "
             f"Resize) or an object with size, plan(), to_config() and with_size(), got {pipeline!r}, which lacks {' and '.join(missing)}"
         )
     size = pipeline.size

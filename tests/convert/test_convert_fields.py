@@ -14,7 +14,7 @@ from conftest import tree_bytes
 from converting import convert
 from PIL import Image
 
-from shardfmt import ConvertError, Loader, WorkerError, open_dataset
+from shardfmt import ConvertError, ImageTransform, Loader, Output, WorkerError, open_dataset
 from shardfmt._cli import main
 from shardfmt._convert import loop as convert_pipeline
 from shardfmt._convert import records as convert_records
@@ -83,7 +83,9 @@ def test_super_resolution_pairs_convert_and_load_with_aligned_crops(sr_folders: 
             assert record["hr"].shape == (4 * record["lr"].shape[0], 4 * record["lr"].shape[1], 3)
     # Tolerance: none. Raw pixels and a RandomCrop (no resampling) give the exact relation the
     # files have: the hr crop downscaled 4x by BOX is the lr crop, byte for byte.
-    with Loader(out, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr", "hr"], layout="NHWC", seed=7) as loader:
+    with Loader(
+        out, batch_size=4, num_workers=0, fields=["lr", "hr"], seed=7, transform=RandomCrop(8), output=Output(layout="NHWC")
+    ) as loader:
         count = 0
         for batch in loader:
             for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy(), strict=True):
@@ -100,7 +102,13 @@ def test_jpeg_pairs_load_within_30_db(sr_folders: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     convert([sr_folders / "LR", sr_folders / "HR"], out, scale=SCALE, quality=95, workers=1)
     with Loader(
-        out, batch_size=4, num_workers=0, pipeline="train", fields={"lr": 16, "hr": 64}, layout="NHWC", seed=8, fast_decode=False
+        out,
+        batch_size=4,
+        num_workers=0,
+        fields={"lr": 16, "hr": 64},
+        seed=8,
+        transform=ImageTransform(crop="train", fast_decode=False),
+        output=Output(layout="NHWC"),
     ) as loader:
         pairs = [
             (lr.copy(), box_down(hr, SCALE)) for batch in loader for lr, hr in zip(batch["lr"].numpy(), batch["hr"].numpy(), strict=True)
@@ -169,8 +177,8 @@ def test_listing_with_image_mask_label_and_weight(segmentation_listing: Path, tm
         out,
         batch_size=5,
         num_workers=0,
-        pipeline="train",
         fields={"image": 16, "mask": ImageOutput(16, 1, "nearest"), "label": None, "weight": None},
+        transform="train",
     ) as loader:
         batch = next(iter(loader))
         assert batch["image"].shape == (5, 3, 16, 16) and set(batch["mask"].unique().tolist()) <= {0, 1, 2}
@@ -216,7 +224,7 @@ def test_store_raw_patches_from_an_imagefolder(imagefolder: Path, tmp_path: Path
     ]
     with open_dataset(out) as dataset:
         assert len(dataset) == 24 and all(record["image"].shape == (32, 32, 3) for record in dataset)
-    with Loader(out, batch_size=8, num_workers=0, size=32, pipeline="resize") as loader:  # the (images, labels) form
+    with Loader(out, batch_size=8, num_workers=0, transform=ImageTransform(size=32, crop="resize")) as loader:  # the (images, labels) form
         images, labels = next(iter(loader))
         assert images.shape == (8, 3, 32, 32)
 
@@ -299,6 +307,8 @@ def test_a_path_label_listing_with_more_columns_keeps_its_field_names(tmp_path: 
     with open_dataset(tmp_path / "out") as dataset:
         assert dataset.schema.names == ("image", "label", "weight", "key")
         assert [(r["label"], r["weight"], r["key"]) for r in dataset] == [(0, 0.5, "0"), (1, 1.5, "1"), (0, 2.5, "2")]
-    with Loader(tmp_path / "out", batch_size=3, num_workers=0, size=8) as loader:  # the (images, labels) form works as before
+    with Loader(
+        tmp_path / "out", batch_size=3, num_workers=0, transform=ImageTransform(size=8)
+    ) as loader:  # the (images, labels) form works as before
         images, labels = next(iter(loader))
         assert images.shape == (3, 3, 8, 8)

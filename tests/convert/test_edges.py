@@ -173,7 +173,7 @@ def test_tilde_is_expanded_from_python(tmp_path: Path, images: Path, monkeypatch
     summary = shardfmt.convert("~/images/train.csv", "~/out")
     assert (summary.records, summary.path) == (2, tmp_path / "out")
     assert len(open_dataset("~/out")) == 2
-    with shardfmt.Loader("~/out", batch_size=2, shuffle=False, num_workers=0, size=16) as loader:
+    with shardfmt.Loader("~/out", batch_size=2, shuffle=False, num_workers=0, transform=shardfmt.ImageTransform(size=16)) as loader:
         assert loader.path == tmp_path / "out"
 
 

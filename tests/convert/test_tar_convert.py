@@ -17,7 +17,7 @@ from conftest import jpeg_bytes, tree_bytes, webdataset_leaves_files_open
 from converting import convert
 from PIL import Image
 
-from shardfmt import ConvertError, Loader, open_dataset
+from shardfmt import ConvertError, ImageTransform, Loader, open_dataset
 from shardfmt._cli import main
 from shardfmt._convert import destination as convert_output
 from shardfmt._dataset.verify import verify_dataset
@@ -60,7 +60,7 @@ def test_tar_output_is_deterministic_and_read_by_everyone(imagefolder: Path, tmp
     assert theirs == expected
     assert binary.manifest.classes == manifest.classes
 
-    options: dict[str, Any] = dict(batch_size=5, size=16, seed=2, num_workers=0)
+    options: dict[str, Any] = dict(batch_size=5, seed=2, num_workers=0, transform=ImageTransform(size=16))
     with Loader(tmp_path / "bin", **options) as a, Loader(tmp_path / "one", **options) as b:
         for (images_a, labels_a), (images_b, labels_b) in zip(a, b, strict=True):
             assert labels_a.tolist() == labels_b.tolist() and bytes(images_a.numpy()) == bytes(images_b.numpy())
@@ -191,7 +191,7 @@ def test_webdataset_tars_stored_as_raw_pixels(tmp_path: Path) -> None:
 def test_loader_fields_over_tar_shards(imagefolder: Path, tmp_path: Path) -> None:
     convert(imagefolder, tmp_path / "bin", workers=1)
     convert(imagefolder, tmp_path / "tar", workers=1, shard_format="tar")
-    options: dict[str, Any] = dict(batch_size=6, seed=3, num_workers=0, pipeline="train", fields={"image": 16, "label": None})
+    options: dict[str, Any] = dict(batch_size=6, seed=3, num_workers=0, fields={"image": 16, "label": None}, transform="train")
     with Loader(tmp_path / "bin", **options) as a, Loader(tmp_path / "tar", **options) as b:
         for batch_a, batch_b in zip(a, b, strict=True):
             assert torch.equal(batch_a["label"], batch_b["label"]) and torch.equal(batch_a["image"], batch_b["image"])

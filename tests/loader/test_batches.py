@@ -15,8 +15,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
-from shardfmt._loader.options import LoaderOptions
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, Workers
 from shardfmt._loader.scheduler import KEPT_WARNING
 from shardfmt.format import IMAGE_CLASSIFICATION
 
@@ -36,12 +35,12 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def copied_epoch(path: Path, **kwargs: Any) -> list[tuple[torch.Tensor, ...]]:
-    with Loader(path, copy=True, **kwargs) as loader:
+    with Loader(path, **kwargs, output=Output(copy=True)) as loader:
         return [tuple(t.clone() for t in batch) for batch in loader]
 
 
 def test_an_epochs_labels_and_indices_collected_then_compared(classes: Path) -> None:
-    with Loader(classes, batch_size=8, num_workers=2, size=16, return_indices=True) as loader:
+    with Loader(classes, batch_size=8, num_workers=2, transform=ImageTransform(size=16), output=Output(return_indices=True)) as loader:
         batches = list(loader)
     labels = torch.cat([y for _, y, _ in batches])
     indices = torch.cat([i for _, _, i in batches])
@@ -51,7 +50,7 @@ def test_an_epochs_labels_and_indices_collected_then_compared(classes: Path) -> 
 
 
 def test_outputs_and_targets_kept_and_scored_at_the_end_equal_a_copy_run(classes: Path) -> None:
-    kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 2, "size": 16, "seed": 3}
+    kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 2, "seed": 3, "transform": ImageTransform(size=16)}
     outputs, targets = [], []
     with Loader(classes, **kwargs) as loader:
         for images, labels in loader:
@@ -67,7 +66,8 @@ def test_outputs_and_targets_kept_and_scored_at_the_end_equal_a_copy_run(classes
 
 
 def test_the_previous_batch_kept_one_step(classes: Path) -> None:
-    kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 0, "size": 16, "seed": 4}  # decoded in next(), no race
+    # decoded in next(), no race
+    kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 0, "seed": 4, "transform": ImageTransform(size=16)}
     expected = copied_epoch(classes, **kwargs)
     seen = 0
     with Loader(classes, **kwargs) as loader:
@@ -82,7 +82,7 @@ def test_the_previous_batch_kept_one_step(classes: Path) -> None:
 
 @pytest.mark.usefixtures("no_leaks")
 def test_a_view_kept_across_an_epoch_boundary_iter_set_size_and_close(classes: Path) -> None:
-    kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 2, "size": 16, "seed": 5}
+    kwargs: dict[str, Any] = {"batch_size": 8, "num_workers": 2, "seed": 5, "transform": ImageTransform(size=16)}
     expected = copied_epoch(classes, **kwargs)
     with Loader(classes, **kwargs) as loader:
         first_epoch = list(loader)
@@ -100,16 +100,18 @@ def test_a_view_kept_across_an_epoch_boundary_iter_set_size_and_close(classes: P
 
 @pytest.mark.usefixtures("no_leaks")
 def test_kept_batches_outlive_the_loader_and_leave_nothing_in_dev_shm(classes: Path) -> None:
-    loader = Loader(classes, batch_size=8, num_workers=2, size=16, seed=6, shuffle=False)
+    loader = Loader(classes, batch_size=8, num_workers=2, seed=6, shuffle=False, transform=ImageTransform(size=16))
     kept = [images for images, _ in loader]
     loader.close()
     del loader
-    expected = copied_epoch(classes, batch_size=8, num_workers=0, size=16, seed=6, shuffle=False)
+    expected = copied_epoch(classes, batch_size=8, num_workers=0, transform=ImageTransform(size=16), seed=6, shuffle=False)
     assert all(torch.equal(a, b[0]) for a, b in zip(kept, expected, strict=True))
 
 
 def test_keeping_many_batches_warns_once_with_the_memory_held(classes: Path) -> None:
-    with Loader(classes, batch_size=2, num_workers=1, size=16, shuffle=False) as loader, warnings.catch_warnings(record=True) as caught:
+    with Loader(
+        classes, batch_size=2, num_workers=1, shuffle=False, transform=ImageTransform(size=16)
+    ) as loader, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kept = [images for images, _ in loader]
     held = [w for w in caught if issubclass(w.category, ResourceWarning)]
@@ -119,7 +121,7 @@ def test_keeping_many_batches_warns_once_with_the_memory_held(classes: Path) -> 
 
 
 def test_nothing_is_set_aside_by_a_plain_loop(classes: Path) -> None:
-    with Loader(classes, batch_size=8, num_workers=2, size=16) as loader:
+    with Loader(classes, batch_size=8, num_workers=2, transform=ImageTransform(size=16)) as loader:
         for _ in range(2):
             for _batch in loader:
                 pass
@@ -145,25 +147,26 @@ def record_shifts(loader: Loader, plain: dict[int, torch.Tensor]) -> dict[int, i
 
 
 def test_a_global_rng_step_is_the_same_for_1_2_3_workers_and_after_resume(classes: Path) -> None:
-    kwargs: dict[str, Any] = {"batch_size": 6, "size": 16, "seed": 8, "return_indices": True, "pipeline": "resize"}
-    with Loader(classes, num_workers=0, **kwargs) as loader:
+    kwargs: dict[str, Any] = {"batch_size": 6, "seed": 8, "output": Output(return_indices=True)}
+    jitter = ImageTransform("resize", size=16, augment=[GlobalJitter()])
+    with Loader(classes, num_workers=0, **kwargs, transform=ImageTransform("resize", size=16)) as loader:
         plain = {int(i): image.clone() for images, _, indices in loader for image, i in zip(images, indices, strict=True)}
     results = []
     for workers in (1, 2, 3):
-        with Loader(classes, num_workers=workers, augment=[GlobalJitter()], **kwargs) as loader:
+        with Loader(classes, num_workers=workers, **kwargs, transform=jitter) as loader:
             results.append([b[0].clone() for b in loader])
     for other in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], other, strict=True))
-    with Loader(classes, num_workers=2, augment=[GlobalJitter()], **kwargs) as loader:
+    with Loader(classes, num_workers=2, **kwargs, transform=jitter) as loader:
         iterator = iter(loader)
         for _ in range(4):
             next(iterator)
         state = loader.state_dict()
-    with Loader(classes, num_workers=2, augment=[GlobalJitter()], **kwargs) as loader:
+    with Loader(classes, num_workers=2, **kwargs, transform=jitter) as loader:
         loader.load_state_dict(state)
         rest = [b[0].clone() for b in loader]
     assert all(torch.equal(a, b) for a, b in zip(results[0][4:], rest, strict=True))
-    with Loader(classes, num_workers=2, augment=[GlobalJitter()], **kwargs) as loader:
+    with Loader(classes, num_workers=2, **kwargs, transform=jitter) as loader:
         shifts = record_shifts(loader, plain)
     assert len(set(shifts.values())) > 30, "records drew alike from the global RNG"
 
@@ -171,7 +174,7 @@ def test_a_global_rng_step_is_the_same_for_1_2_3_workers_and_after_resume(classe
 def test_the_callers_global_rng_is_left_alone_without_workers(classes: Path) -> None:
     torch.manual_seed(1)
     state = torch.get_rng_state()
-    with Loader(classes, batch_size=6, num_workers=0, size=16, augment=[GlobalJitter()]) as loader:
+    with Loader(classes, batch_size=6, num_workers=0, transform=ImageTransform(size=16, augment=[GlobalJitter()])) as loader:
         next(iter(loader))
     assert torch.equal(torch.get_rng_state(), state)
 
@@ -181,19 +184,34 @@ def takes_sample_and_generator(sample: torch.Tensor, generator: torch.Generator)
 
 
 def test_plain_callables_are_steps_and_bad_ones_fail_at_construction(classes: Path) -> None:
-    with Loader(classes, batch_size=6, num_workers=2, size=16, augment=[GlobalJitter(), takes_sample_and_generator]) as loader:
+    with Loader(
+        classes, batch_size=6, num_workers=2, transform=ImageTransform(size=16, augment=[GlobalJitter(), takes_sample_and_generator])
+    ) as loader:
         images, _ = next(iter(loader))
         assert images.shape == (6, 3, 16, 16)
     with pytest.raises(TypeError, match=r"must take \(sample\) or \(sample, generator\)"):
-        Loader(classes, batch_size=6, augment=[lambda a, b, c: a])
+        Loader(classes, batch_size=6, transform=ImageTransform(augment=[lambda a, b, c: a]))
     with pytest.raises(TypeError, match="callable"):
-        Loader(classes, batch_size=6, augment=[3])
+        Loader(classes, batch_size=6, transform=ImageTransform(augment=[3]))
     with pytest.raises(TypeError, match="cannot be pickled, which the 'spawn' start method needs"):
-        Loader(classes, batch_size=6, num_workers=1, start_method="spawn", augment=[lambda image: image])
+        Loader(
+            classes,
+            batch_size=6,
+            num_workers=1,
+            transform=ImageTransform(augment=[lambda image: image]),
+            workers=Workers(start_method="spawn"),
+        )
 
 
 def test_dataloaders_attributes(classes: Path) -> None:
-    with Loader(classes, batch_size=8, num_workers=2, size=16, drop_last=True, subset=list(range(0, NUM_RECORDS, 2))) as loader:
+    with Loader(
+        classes,
+        batch_size=8,
+        num_workers=2,
+        drop_last=True,
+        transform=ImageTransform(size=16),
+        sampling=Sampling(subset=list(range(0, NUM_RECORDS, 2))),
+    ) as loader:
         assert len(loader.dataset) == NUM_RECORDS // 2
         assert loader.dataset.classes == [f"class-{c}" for c in range(NUM_CLASSES)]
         assert loader.dataset[3]["label"] == 6 % NUM_CLASSES
@@ -202,13 +220,9 @@ def test_dataloaders_attributes(classes: Path) -> None:
         assert loader.epoch == 4
 
 
-def test_loader_options_is_the_loaders_keywords() -> None:
-    import inspect
-
-    keywords = [name for name in inspect.signature(Loader).parameters if name != "path"]
-    assert keywords == [field.name for field in __import__("dataclasses").fields(LoaderOptions)]
-    options = LoaderOptions.parse(batch_size=4, num_workers=0, augment=[takes_sample_and_generator])
-    assert pickle.loads(pickle.dumps(options)).augment[0].takes_generator
+def test_the_transform_crosses_to_the_workers_with_its_steps() -> None:
+    transform = ImageTransform(augment=[takes_sample_and_generator])
+    assert pickle.loads(pickle.dumps(transform)).augment[0].takes_generator
 
 
 def test_the_cursor_saves_and_restores_without_processes() -> None:

@@ -14,7 +14,7 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output
 from shardfmt._synthetic import make_image
 from shardfmt.format import IMAGE_CLASSIFICATION
 
@@ -48,7 +48,7 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-SETTINGS = {"batch_size": 16, "num_workers": 2, "seed": 9, "size": 96}
+SETTINGS = {"batch_size": 16, "num_workers": 2, "seed": 9, "transform": ImageTransform(size=96)}
 
 
 def stage_and_ring(loader: Loader) -> tuple[Any, Any]:
@@ -66,7 +66,7 @@ def cpu_batches(path: Path, **options: object) -> list[tuple[torch.Tensor, torch
 
 def test_slots_are_page_locked_and_batches_equal_the_cpu_path(photos: Path) -> None:
     expected = cpu_batches(photos, layout="NHWC")
-    with Loader(photos, **SETTINGS, layout="NHWC", device="cuda") as loader:
+    with Loader(photos, **SETTINGS, device="cuda", output=Output(layout="NHWC")) as loader:
         got = [(images.cpu(), labels.cpu()) for images, labels in loader]
         stage, ring = stage_and_ring(loader)
         assert stage._staging is None and stage._registered  # cudaHostRegister took every slot
@@ -80,7 +80,7 @@ def test_slots_are_page_locked_and_batches_equal_the_cpu_path(photos: Path) -> N
 def test_the_copy_runs_on_a_side_stream_that_the_consumer_waits_for(photos: Path) -> None:
     expected = cpu_batches(photos, layout="NHWC")
     consumer = torch.cuda.current_stream()
-    with Loader(photos, **SETTINGS, layout="NHWC", device="cuda") as loader:
+    with Loader(photos, **SETTINGS, device="cuda", output=Output(layout="NHWC")) as loader:
         assert stage_and_ring(loader)[0].stream != consumer
         sums = []
         for images, _labels in loader:
@@ -92,7 +92,7 @@ def test_the_copy_runs_on_a_side_stream_that_the_consumer_waits_for(photos: Path
 
 def test_normalising_on_the_gpu_matches_the_workers(photos: Path) -> None:
     expected = cpu_batches(photos, layout="NCHW", mean=MEAN, std=STD)
-    with Loader(photos, **SETTINGS, layout="NCHW", device="cuda", mean=MEAN, std=STD) as loader:
+    with Loader(photos, **SETTINGS, device="cuda", transform=ImageTransform(mean=MEAN, std=STD), output=Output(layout="NCHW")) as loader:
         for (images, labels), (cpu_images, cpu_labels) in zip(loader, expected, strict=True):
             assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
             torch.testing.assert_close(images.cpu(), cpu_images)
@@ -127,7 +127,7 @@ PSNR_TOLERANCE = 30.0
 @pytest.mark.parametrize("mode", ["gpu", "hybrid"])
 def test_nvjpeg_decoding_matches_the_cpu_path(photos: Path, mode: str) -> None:
     expected = cpu_batches(photos, layout="NHWC", fast_decode=False)
-    with Loader(photos, **SETTINGS, layout="NHWC", decode=mode) as loader:
+    with Loader(photos, **SETTINGS, transform=ImageTransform(decode=mode), output=Output(layout="NHWC")) as loader:
         got = [(images.cpu(), labels.cpu()) for images, labels in loader]
         share = loader._gpu.split.gpu_share
     assert len(got) == len(expected)
@@ -142,14 +142,14 @@ def test_nvjpeg_decoding_matches_the_cpu_path(photos: Path, mode: str) -> None:
 
 @needs_nvjpeg
 def test_nvjpeg_decoding_normalises_and_resumes(photos: Path) -> None:
-    with Loader(photos, **SETTINGS, decode="gpu", mean=MEAN, std=STD) as loader:
+    with Loader(photos, **SETTINGS, transform=ImageTransform(decode="gpu", mean=MEAN, std=STD)) as loader:
         iterator = iter(loader)
         first = [next(iterator) for _ in range(2)]
         assert first[0][0].dtype == torch.float32 and first[0][0].device.type == "cuda"
         assert first[0][0].is_contiguous(memory_format=torch.channels_last)
         state = loader.state_dict()
         rest = [labels.tolist() for _, labels in iterator]
-    with Loader(photos, **SETTINGS, decode="gpu") as resumed:
+    with Loader(photos, **SETTINGS, transform=ImageTransform(decode="gpu")) as resumed:
         resumed.load_state_dict(state)
         assert [labels.tolist() for _, labels in resumed] == rest
     with Loader(photos, **SETTINGS) as cpu:

@@ -20,11 +20,13 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import DatasetWriter, Loader, Mixture
+from shardfmt import DatasetWriter, ImageTransform, Loader, Mixture, Output, Sampling, Workers
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CutMix, MixUp, RandomChoice
 
-BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
+BASE: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "seed": 3, "transform": ImageTransform(size=8, crop="resize")}
+FLAT: dict[str, Any] = {"batch_size": 4, "num_workers": 0, "size": 8, "pipeline": "resize", "seed": 3}
+"""`BASE` with each option named by its field; `fuzz_loader.loader_arguments` puts it into its option object."""
 SOURCE = r"a Mixture's source must be a str or os.PathLike, or a list of them, "
 MEAN = r"mean must be in \[-1e\+06, 1e\+06\] \(each channel, 0-255 scale\), got "
 STD = r"std must be in \[1e-06, 1e\+06\] \(each channel, 0-255 scale\), got "
@@ -82,7 +84,7 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         ({"shuffle": "no"}, TypeError, r"shuffle must be True or False, got 'no'"),
         ({"start_method": "threads"}, ValueError, r"start_method must be None or one of"),
         ({"device": "nope"}, ValueError, r"device 'nope' is not a device torch knows"),
-        ({"pipeline": 5}, TypeError, r"pipeline must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops"),
+        ({"pipeline": 5}, TypeError, r"crop must be 'train', 'eval', 'resize' or a pipeline of shardfmt.ops"),
         ({"augment": "flip"}, TypeError, r"augment must be a list of steps"),
         ({"mean": (0.0, 0.0, 0.0), "std": (1e-320, 1.0, 1.0)}, ValueError, STD + "1e-320$"),
         ({"mean": (0.0, 0.0, 0.0), "std": (1e-7, 1.0, 1.0)}, ValueError, STD + "1e-07$"),
@@ -113,9 +115,10 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_arguments_are_checked_at_the_door(datasets: tuple[Path, Path], changes: dict[str, Any], error: type, message: str) -> None:
     """Before (the cases after augment="flip"): std=1e-320 gave infinities, remote= of any type
     was ignored, fields=5 and batch_augment=MixUp(...) raised "'int' object is not iterable",
-    subset=range(10**12) a bare MemoryError."""
+    subset=range(10**12) a bare MemoryError. Each option is checked where it is given: by the
+    option object that owns it (`ImageTransform`, `Sampling`, `Workers`, `Output`), or the loader."""
     with pytest.raises(error, match=message) as info:
-        Loader(datasets[0], **(BASE | changes))
+        Loader(datasets[0], **fuzz_loader.loader_arguments(FLAT | changes))
     assert type(info.value) is error
 
 
@@ -175,7 +178,7 @@ def test_an_epoch_holds_at_most_2_53_positions(datasets: tuple[Path, Path]) -> N
             r"here \(an epoch holds at most 9007199254740992\)"
         ),
     ):
-        Loader(mixture, **BASE, repeats=2)
+        Loader(mixture, **BASE, sampling=Sampling(repeats=2))
 
 
 @pytest.fixture(scope="module")
@@ -224,9 +227,10 @@ def not_picklable(sample: torch.Tensor, generator: torch.Generator) -> torch.Ten
 
 def test_a_step_that_cannot_reach_spawned_workers_is_refused(datasets: tuple[Path, Path]) -> None:
     step = lambda sample, generator: sample  # noqa: E731
+    stepped = BASE | {"num_workers": 1, "transform": ImageTransform(augment=[step])}
     with pytest.raises(TypeError, match="cannot be pickled, which the 'spawn' start method needs"):
-        Loader(datasets[0], **(BASE | {"num_workers": 1, "start_method": "spawn", "augment": [step]}))
-    Loader(datasets[0], **(BASE | {"num_workers": 1, "start_method": "fork", "augment": [step]})).close()  # forked: no pickling
+        Loader(datasets[0], **stepped, workers=Workers(start_method="spawn"))
+    Loader(datasets[0], **stepped, workers=Workers(start_method="fork")).close()  # forked: no pickling
     pickle.dumps(not_picklable)  # a module-level function is fine under spawn
 
 
@@ -384,7 +388,7 @@ def test_what_is_not_a_state_is_refused(datasets: tuple[Path, Path], state: Any,
 
 
 def test_a_state_of_other_ranks_is_checked(datasets: tuple[Path, Path]) -> None:
-    state = saved_after_two_batches(datasets[0], world_size=2, rank=1)
+    state = saved_after_two_batches(datasets[0], sampling=Sampling(world_size=2, rank=1))
     with Loader(datasets[0], **BASE) as loader:
         for settings, message in (
             ({"world_size": 0}, r"'settings.world_size' must be in \[1, "),
@@ -425,9 +429,9 @@ def test_an_epoch_of_10_15_records_starts_and_resumes_like_one_of_10_3(datasets:
 def test_an_iterator_replaced_before_its_first_next_raises(datasets: tuple[Path, Path]) -> None:
     """Before: it1 gave epoch 1's batch 0 and it2 epoch 1's batch 1; epoch 0 was never delivered
     and nothing said so. An iterator never advanced starts no epoch, so the newer one has epoch 0."""
-    with Loader(datasets[0], **BASE, return_indices=True) as reference:
+    with Loader(datasets[0], **BASE, output=Output(return_indices=True)) as reference:
         epoch_zero = [batch[2].tolist() for batch in reference]
-    with Loader(datasets[0], **BASE, return_indices=True) as loader:
+    with Loader(datasets[0], **BASE, output=Output(return_indices=True)) as loader:
         first = iter(loader)
         second = iter(loader)
         with pytest.raises(RuntimeError, match="replaced by a newer iter"):

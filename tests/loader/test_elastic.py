@@ -11,7 +11,7 @@ from conftest import jpeg_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling
 from shardfmt._sampling.orders import epoch_order
 from shardfmt._sampling.ranks import RankPlan, delivered_records
 from shardfmt.format import IMAGE_CLASSIFICATION
@@ -74,23 +74,23 @@ def labels(loader: Loader, limit: int | None = None) -> list[int]:
 @pytest.mark.parametrize("order", ["sorted-key", "feistel"])
 @pytest.mark.parametrize("new_world", [2, 3, 8])
 def test_loader_state_at_4_ranks_resumes_on_2_3_and_8(indexed: Path, order: str, new_world: int) -> None:
-    options = {"batch_size": 4, "num_workers": 0, "size": 16, "seed": 5, "order": order}
+    options = {"batch_size": 4, "num_workers": 0, "seed": 5, "transform": ImageTransform(size=16)}
     delivered, states = [], []
     for rank in range(4):
-        with Loader(indexed, rank=rank, world_size=4, **options) as loader:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order=order, rank=rank, world_size=4)) as loader:  # type: ignore[arg-type]
             loader.set_epoch(1)
             delivered += labels(loader, 3)
             states.append(loader.state_dict())
     assert len(delivered) == 48
     rest = []
     for rank in range(new_world):
-        with Loader(indexed, rank=rank, world_size=new_world, **options) as loader:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order=order, rank=rank, world_size=new_world)) as loader:  # type: ignore[arg-type]
             loader.load_state_dict(states[rank % 4])
             mine = [batch.tolist() for _, batch in loader]
             rest.append(mine)
             assert loader.epoch == 2
             next_epoch = labels(loader)
-        with Loader(indexed, rank=rank, world_size=new_world, **options) as fresh:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order=order, rank=rank, world_size=new_world)) as fresh:  # type: ignore[arg-type]
             fresh.set_epoch(2)
             assert next_epoch == labels(fresh), "later epochs are whole epochs on the new ranks"
     assert len({len(batches) for batches in rest}) == 1, "the new ranks take the same number of steps"
@@ -99,29 +99,29 @@ def test_loader_state_at_4_ranks_resumes_on_2_3_and_8(indexed: Path, order: str,
 
 
 def test_two_elastic_hops_and_a_same_size_resume_inside_the_rest(indexed: Path) -> None:
-    options = {"batch_size": 4, "num_workers": 0, "size": 16, "seed": 1, "order": "feistel"}
+    options = {"batch_size": 4, "num_workers": 0, "seed": 1, "transform": ImageTransform(size=16)}
     delivered = []
-    with Loader(indexed, rank=0, world_size=4, **options) as loader:  # type: ignore[arg-type]
+    with Loader(indexed, **options, sampling=Sampling(order="feistel", rank=0, world_size=4)) as loader:  # type: ignore[arg-type]
         state = loader.state_dict()
     for rank in range(4):
-        with Loader(indexed, rank=rank, world_size=4, **options) as loader:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order="feistel", rank=rank, world_size=4)) as loader:  # type: ignore[arg-type]
             delivered += labels(loader, 2)
             state = loader.state_dict()
     states = []
     for rank in range(3):
-        with Loader(indexed, rank=rank, world_size=3, **options) as loader:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order="feistel", rank=rank, world_size=3)) as loader:  # type: ignore[arg-type]
             loader.load_state_dict(state)
             delivered += labels(loader, 2)
             states.append(loader.state_dict())
             assert states[-1]["start"] == 32
     # rank 1 of 3 resumes its own state exactly, then every rank moves on to 8
-    with Loader(indexed, rank=1, world_size=3, **options) as loader:  # type: ignore[arg-type]
+    with Loader(indexed, **options, sampling=Sampling(order="feistel", rank=1, world_size=3)) as loader:  # type: ignore[arg-type]
         loader.load_state_dict(states[1])
-        with Loader(indexed, rank=1, world_size=3, **options) as again:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order="feistel", rank=1, world_size=3)) as again:  # type: ignore[arg-type]
             again.load_state_dict(states[1])
             assert labels(loader, 1) == labels(again, 1)
     for rank in range(8):
-        with Loader(indexed, rank=rank, world_size=8, **options) as loader:  # type: ignore[arg-type]
+        with Loader(indexed, **options, sampling=Sampling(order="feistel", rank=rank, world_size=8)) as loader:  # type: ignore[arg-type]
             loader.load_state_dict(states[0])
             delivered += labels(loader)
     assert sorted(delivered) == list(range(NUM_RECORDS))
@@ -130,8 +130,8 @@ def test_two_elastic_hops_and_a_same_size_resume_inside_the_rest(indexed: Path) 
 def test_the_epoch_after_an_abandoned_elastic_resume_is_whole(indexed: Path) -> None:
     """Before: the next iter() started epoch 1 where the resumed epoch 0 had started (record 16
     of its order), and delivered 87 of the 103 records."""
-    options = {"batch_size": 4, "num_workers": 0, "size": 16, "seed": 1}
-    with Loader(indexed, rank=0, world_size=2, **options) as loader:  # type: ignore[arg-type]
+    options = {"batch_size": 4, "num_workers": 0, "seed": 1, "transform": ImageTransform(size=16)}
+    with Loader(indexed, **options, sampling=Sampling(rank=0, world_size=2)) as loader:  # type: ignore[arg-type]
         labels(loader, 2)
         state = loader.state_dict()
     with Loader(indexed, **options) as reference:  # type: ignore[arg-type]
@@ -146,18 +146,18 @@ def test_the_epoch_after_an_abandoned_elastic_resume_is_whole(indexed: Path) -> 
 
 
 def test_elastic_resume_refuses_what_it_cannot_split(indexed: Path) -> None:
-    options = {"batch_size": 1, "num_workers": 0, "size": 16, "drop_last": True}
-    with Loader(indexed, rank=0, world_size=1, **options) as loader:  # type: ignore[arg-type]  # type: ignore[arg-type]
+    options = {"batch_size": 1, "num_workers": 0, "drop_last": True, "transform": ImageTransform(size=16)}
+    with Loader(indexed, **options, sampling=Sampling(rank=0, world_size=1)) as loader:  # type: ignore[arg-type]
         labels(loader, 100)
         state = loader.state_dict()
-    with Loader(indexed, rank=0, world_size=8, **options) as loader:  # type: ignore[arg-type]
+    with Loader(indexed, **options, sampling=Sampling(rank=0, world_size=8)) as loader:  # type: ignore[arg-type]
         loader.load_state_dict(state)  # 3 records left, drop_last: an empty rest of the epoch
         assert labels(loader) == [] and loader.epoch == 1
-    with Loader(indexed, rank=0, world_size=1, batch_size=4, num_workers=0, size=16) as loader:
+    with Loader(indexed, batch_size=4, num_workers=0, transform=ImageTransform(size=16), sampling=Sampling(rank=0, world_size=1)) as loader:
         labels(loader, 25)
         state = loader.state_dict()
     with (
-        Loader(indexed, rank=0, world_size=8, batch_size=4, num_workers=0, size=16) as loader,
+        Loader(indexed, batch_size=4, num_workers=0, transform=ImageTransform(size=16), sampling=Sampling(rank=0, world_size=8)) as loader,
         pytest.raises(ValueError, match="set_epoch"),
     ):
         loader.load_state_dict(state)  # 3 records left for 8 ranks
@@ -165,7 +165,7 @@ def test_elastic_resume_refuses_what_it_cannot_split(indexed: Path) -> None:
 
 @pytest.mark.parametrize("stop", ["start", "middle", "end"])
 def test_feistel_loader_resumes_exactly_and_ignores_the_worker_count(indexed: Path, stop: str) -> None:
-    options = {"batch_size": 8, "size": 16, "seed": 3, "order": "feistel"}
+    options = {"batch_size": 8, "seed": 3, "transform": ImageTransform(size=16), "sampling": Sampling(order="feistel")}
     streams = []
     for workers in (0, 1, 2):
         with Loader(indexed, num_workers=workers, **options) as loader:  # type: ignore[arg-type]
@@ -187,13 +187,13 @@ def test_feistel_loader_resumes_exactly_and_ignores_the_worker_count(indexed: Pa
 
 
 def test_an_old_state_without_an_order_is_a_sorted_key_state(indexed: Path) -> None:
-    with Loader(indexed, batch_size=8, num_workers=0, size=16) as loader:
+    with Loader(indexed, batch_size=8, num_workers=0, transform=ImageTransform(size=16)) as loader:
         state = loader.state_dict()
     del state["settings"]["order"], state["start"]
-    with Loader(indexed, batch_size=8, num_workers=0, size=16) as loader:
+    with Loader(indexed, batch_size=8, num_workers=0, transform=ImageTransform(size=16)) as loader:
         loader.load_state_dict(state)
     with (
-        Loader(indexed, batch_size=8, num_workers=0, size=16, order="feistel") as loader,
+        Loader(indexed, batch_size=8, num_workers=0, transform=ImageTransform(size=16), sampling=Sampling(order="feistel")) as loader,
         pytest.raises(ValueError, match="order: 'sorted-key' -> 'feistel'"),
     ):
         loader.load_state_dict(state)
@@ -201,10 +201,11 @@ def test_an_old_state_without_an_order_is_a_sorted_key_state(indexed: Path) -> N
 
 def test_a_subset_under_the_feistel_order_is_the_full_order_with_the_others_left_out(indexed: Path) -> None:
     subset = list(range(0, NUM_RECORDS, 3))
-    options = {"batch_size": 5, "size": 16, "seed": 4, "order": "feistel", "num_workers": 0}
-    with Loader(indexed, **options) as loader:  # type: ignore[arg-type]
+    options = {"batch_size": 5, "seed": 4, "num_workers": 0, "transform": ImageTransform(size=16)}
+    with Loader(indexed, **options, sampling=Sampling(order="feistel")) as loader:  # type: ignore[arg-type]
         full = [i for _, batch in loader for i in batch.tolist()]
-    with Loader(indexed, subset=subset, return_indices=True, **options) as loader:  # type: ignore[arg-type]
+    subsetted = Sampling(order="feistel", subset=subset)
+    with Loader(indexed, **options, sampling=subsetted, output=Output(return_indices=True)) as loader:  # type: ignore[arg-type]
         batches = [(labels.tolist(), indices.tolist()) for _, labels, indices in loader]
         assert len(loader) == len(batches) == 7
     order = [i for labels, _ in batches for i in labels]

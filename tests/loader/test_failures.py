@@ -25,7 +25,7 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import DatasetWriter, Loader, ManifestError, WorkerError
+from shardfmt import DatasetWriter, ImageTransform, Loader, ManifestError, WorkerError, Workers
 from shardfmt._loader.pool import WorkerPool
 from shardfmt.format import IMAGE_CLASSIFICATION
 
@@ -70,8 +70,9 @@ def shm_names(pid: int) -> set[str]:
 
 TRAINER = """
 import sys
-from shardfmt import Loader
-loader = Loader(sys.argv[1], batch_size=4, num_workers=2, size=8, pipeline="resize", start_method=sys.argv[2])
+from shardfmt import ImageTransform, Loader, Workers
+loader = Loader(sys.argv[1], batch_size=4, num_workers=2, transform=ImageTransform("resize", size=8),
+                workers=Workers(start_method=sys.argv[2]))
 iterator = iter(loader)
 next(iterator)
 print(*loader.worker_pids, flush=True)
@@ -122,7 +123,7 @@ def zombie(pid: int) -> bool:
 @pytest.mark.parametrize("victims", ["one", "both"])
 def test_a_worker_killed_between_batches_is_a_worker_error(dataset: Path, victims: str) -> None:
     """The next send to the dead worker's pipe finds it first (before: BrokenPipeError in 5 of 6 runs)."""
-    with Loader(dataset, batch_size=8, num_workers=2, size=8, pipeline="resize", shuffle=False) as loader:
+    with Loader(dataset, batch_size=8, num_workers=2, shuffle=False, transform=ImageTransform(size=8, crop="resize")) as loader:
         iterator = iter(loader)
         next(iterator)
         pids = loader.worker_pids if victims == "both" else loader.worker_pids[:1]
@@ -141,7 +142,7 @@ def test_a_worker_killed_between_batches_is_a_worker_error(dataset: Path, victim
 
 def test_a_send_to_a_dead_worker_is_a_worker_error(dataset: Path) -> None:
     """The loader's send finds the death first (before: BrokenPipeError, what 5 of 6 kills mid-epoch gave)."""
-    with Loader(dataset, batch_size=8, num_workers=1, size=8, pipeline="resize", shuffle=False) as loader:
+    with Loader(dataset, batch_size=8, num_workers=1, shuffle=False, transform=ImageTransform(size=8, crop="resize")) as loader:
         next(iter(loader))
         pool = loader.scheduler.pool
         assert isinstance(pool, WorkerPool)
@@ -163,7 +164,11 @@ def kill_myself_on_record_five(sample: torch.Tensor, generator: torch.Generator)
 def test_a_worker_killed_on_a_record_names_signal_shard_and_record(dataset: Path) -> None:
     with pytest.raises(WorkerError) as info:
         with Loader(
-            dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False, augment=[kill_myself_on_record_five]
+            dataset,
+            batch_size=4,
+            num_workers=1,
+            shuffle=False,
+            transform=ImageTransform(size=8, crop="resize", augment=[kill_myself_on_record_five]),
         ) as loader:
             list(loader)
     error = info.value
@@ -180,7 +185,12 @@ def stall_on_record_five(sample: torch.Tensor, generator: torch.Generator) -> to
 def test_a_stall_names_where_each_worker_is(dataset: Path) -> None:
     with pytest.raises(WorkerError, match="no progress for 1 s") as info:
         with Loader(
-            dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False, timeout=1, augment=[stall_on_record_five]
+            dataset,
+            batch_size=4,
+            num_workers=1,
+            shuffle=False,
+            transform=ImageTransform(size=8, crop="resize", augment=[stall_on_record_five]),
+            workers=Workers(timeout=1),
         ) as loader:
             list(loader)
     assert "worker 0 is on " in info.value.message and "(dataset record 5)" in info.value.message
@@ -194,7 +204,9 @@ def broken_after_construction(dataset: Path, tmp_path: Path, *, start_method: st
     broken.mkdir()
     for path in dataset.iterdir():
         (broken / path.name).write_bytes(path.read_bytes())
-    loader = Loader(broken, batch_size=4, num_workers=1, size=8, pipeline="resize", start_method=start_method)
+    loader = Loader(
+        broken, batch_size=4, num_workers=1, transform=ImageTransform(size=8, crop="resize"), workers=Workers(start_method=start_method)
+    )
     manifest = json.loads((broken / "manifest.json").read_text())
     manifest["format_version"] = "not a version"
     (broken / "manifest.json").write_text(json.dumps(manifest))

@@ -5,16 +5,19 @@ as the dict, as (images, labels[, indices]) or as the images alone; and what ser
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output
 from shardfmt._loader.form import SINGLE_FORM_ONLY, BatchForm
 from shardfmt._loader.outputs import OutputSpec
 from shardfmt.format import Schema
 from shardfmt.ops import MixUp
+
+SIXTEEN = ImageTransform(size=16)
 
 IMAGE = OutputSpec("image", "jpeg", (4, 4, 3), "|u1")
 LABEL = OutputSpec("label", "int64", (), "<i8")
@@ -71,7 +74,7 @@ def test_what_serves_the_single_form_only_is_refused_with_fields_for_one_reason(
         Loader(small_dataset_module, batch_size=4, num_workers=0, fields=fields, batch_augment=[MixUp(num_classes=3)])
     errors.append(caught.value)
     with pytest.raises(ValueError) as caught:
-        Loader(small_dataset_module, batch_size=4, num_workers=0, fields=fields, decode="gpu")
+        Loader(small_dataset_module, batch_size=4, num_workers=0, fields=fields, transform=ImageTransform(decode="gpu"))
     errors.append(caught.value)
     with Loader(small_dataset_module, batch_size=4, num_workers=0, fields=fields) as loader, pytest.raises(ValueError) as caught:
         loader.set_size(20)
@@ -85,14 +88,15 @@ def test_what_serves_the_single_form_only_is_refused_with_fields_for_one_reason(
 
 def test_an_unknown_decode_mode_is_named_as_such_with_fields(small_dataset_module: Path) -> None:
     with pytest.raises(ValueError, match="decode must be one of 'cpu', 'gpu', 'hybrid', got 'tpu'"):
-        Loader(small_dataset_module, batch_size=4, num_workers=0, fields=["image"], decode="tpu")
+        Loader(small_dataset_module, batch_size=4, num_workers=0, fields=["image"], transform=ImageTransform(decode="tpu"))
 
 
 def test_batch_steps_over_a_dataset_without_labels_are_refused_when_the_loader_is_made(unlabelled: Path) -> None:
-    with Loader(unlabelled, batch_size=4, num_workers=0, size=16) as loader:
+    with Loader(unlabelled, batch_size=4, num_workers=0, transform=SIXTEEN) as loader:
         assert next(iter(loader)).shape == (4, 3, 16, 16)  # the images alone
-    with pytest.raises(ValueError, match="batch_augment mixes the labels, but this dataset has none; give label_field=None"):
-        Loader(unlabelled, batch_size=4, num_workers=0, size=16, batch_augment=[MixUp(num_classes=3)])
-    with Loader(unlabelled, batch_size=4, num_workers=0, size=16, label_field=None, batch_augment=[MixUp(num_classes=3)]) as loader:
+    with pytest.raises(ValueError, match=r"batch_augment mixes the labels, but this dataset has none; give Output\(label_field=None\)"):
+        Loader(unlabelled, batch_size=4, num_workers=0, transform=SIXTEEN, batch_augment=[MixUp(num_classes=3)])
+    mix_zero_labels: dict[str, Any] = {"output": Output(label_field=None), "batch_augment": [MixUp(num_classes=3)]}
+    with Loader(unlabelled, batch_size=4, num_workers=0, transform=SIXTEEN, **mix_zero_labels) as loader:
         images, soft = next(iter(loader))
         assert images.dtype == torch.float32 and soft.tolist() == [[1.0, 0.0, 0.0]] * 4  # zero labels, mixed with zero labels

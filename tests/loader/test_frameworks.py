@@ -23,12 +23,12 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, Workers
 from shardfmt.format import IMAGE_CLASSIFICATION
 
 NUM_RECORDS = 40
 REPO = Path(__file__).resolve().parents[2]
-SETTINGS: dict[str, Any] = dict(batch_size=4, size=8, pipeline="resize", seed=5, return_indices=True)
+SETTINGS: dict[str, Any] = dict(batch_size=4, seed=5, transform=ImageTransform(size=8, crop="resize"), output=Output(return_indices=True))
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def rank_main(rank: int, path: str, port: int, out: str) -> None:
         early.close()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with Loader(path, num_workers=0, world_size=1, rank=0, **SETTINGS) as whole:
+            with Loader(path, num_workers=0, **SETTINGS, sampling=Sampling(world_size=1, rank=0)) as whole:
                 whole_epoch = indices_of(whole)
         messages = [str(w.message) for w in caught]
         Path(out, f"rank{rank}.json").write_text(json.dumps({"len": length, "seen": seen, "whole": whole_epoch, "warnings": messages}))
@@ -154,10 +154,10 @@ def test_a_loader_made_before_the_process_group_reads_its_rank_share(dataset: Pa
     epoch = reference(dataset, epochs=1)[0]
     for rank, found in enumerate(ranks):
         assert found["len"] == 5
-        assert found["seen"] == reference(dataset, epochs=1, rank=rank, world_size=2)[0]
+        assert found["seen"] == reference(dataset, epochs=1, sampling=Sampling(rank=rank, world_size=2))[0]
         assert found["whole"] == epoch  # asked for: every record, and said so
         assert found["warnings"] == [
-            "Loader(world_size=1) differs from the initialised process group's world size 2: this rank reads 1/1 of each "
+            "Sampling(world_size=1) differs from the initialised process group's world size 2: this rank reads 1/1 of each "
             "epoch, not 1/2; pass rank=None, world_size=None to take the process group's"
         ]
     shares = [set(np.concatenate(found["seen"]).tolist()) for found in ranks]
@@ -178,7 +178,7 @@ def test_workers_do_not_run_the_parents_signal_handlers(dataset: Path, capfd: py
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
-        with Loader(dataset, num_workers=2, start_method="fork", **SETTINGS) as loader:
+        with Loader(dataset, num_workers=2, **SETTINGS, workers=Workers(start_method="fork")) as loader:
             assert sum(len(batch) for batch in indices_of(loader)) == NUM_RECORDS
             processes = list(loader.scheduler.pool.processes)
         assert [p.exitcode for p in processes] == [-signal.SIGTERM, -signal.SIGTERM]
@@ -265,10 +265,10 @@ def test_lightning_fits_validates_and_resumes_mid_epoch_exactly(dataset: Path, t
 def test_lightning_ddp_spawn_gives_two_ranks_disjoint_equal_shares_and_resumes(dataset: Path, tmp_path: Path) -> None:
     _, ranks = fit(dataset, tmp_path, "whole", devices=2)
     for rank, seen in enumerate(ranks):
-        expected = reference(dataset, epochs=2, rank=rank, world_size=2)
+        expected = reference(dataset, epochs=2, sampling=Sampling(rank=rank, world_size=2))
         assert seen["global_step"] == 10
         assert steps(seen) == [[epoch, 5 * epoch + step, expected[epoch][step]] for epoch in range(2) for step in range(5)]
-        evaluation = reference(dataset, epochs=1, shuffle=False, rank=rank, world_size=2)[0]
+        evaluation = reference(dataset, epochs=1, shuffle=False, sampling=Sampling(rank=rank, world_size=2))[0]
         assert seen["seen"]["validate"][2:] == [[epoch, b, evaluation[b]] for epoch in range(2) for b in range(5)]
     for epoch in range(2):
         shares = [{i for _, _, batch in steps(seen)[5 * epoch : 5 * epoch + 5] for i in batch} for seen in ranks]
@@ -287,10 +287,10 @@ ACCELERATE_SCRIPT = textwrap.dedent(
     import json, sys
     import torch
     from accelerate import Accelerator
-    from shardfmt import Loader
+    from shardfmt import ImageTransform, Loader, Output
 
     path, out = sys.argv[1], sys.argv[2]
-    SETTINGS = dict(batch_size=4, size=8, pipeline="resize", seed=5, return_indices=True, num_workers=1)
+    SETTINGS = dict(batch_size=4, seed=5, num_workers=1, transform=ImageTransform("resize", size=8), output=Output(return_indices=True))
 
     def train(accelerator, loader, model, optimizer, seen, first_epoch, save_at=None):
         for epoch in range(first_epoch, 2):
@@ -342,7 +342,7 @@ def test_accelerate_launch_gives_two_ranks_their_shares_and_resumes_from_save_st
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     for rank, found in enumerate(ranks):
-        expected = [batch for epoch in reference(dataset, epochs=2, rank=rank, world_size=2) for batch in epoch]
+        expected = [batch for epoch in reference(dataset, epochs=2, sampling=Sampling(rank=rank, world_size=2)) for batch in epoch]
         assert (found["world"], found["len"], len(found["whole"])) == (2, 5, 10)
         assert found["whole"] == expected
         assert found["resumed"] == expected[3:]

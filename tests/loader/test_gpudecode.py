@@ -13,7 +13,7 @@ import simplejpeg
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, DecodeError, Loader
+from shardfmt import DatasetWriter, DecodeError, ImageTransform, Loader, Output
 from shardfmt._loader import gpudecode
 from shardfmt._loader.gpudecode import Split, resize_boxes
 from shardfmt.format import IMAGE_CLASSIFICATION
@@ -64,23 +64,24 @@ def batches(loader: Loader, limit: int | None = None) -> list[tuple[torch.Tensor
     return [(images.clone(), labels.clone()) for images, labels in itertools.islice(loader, limit)]
 
 
-SETTINGS = {"batch_size": 16, "num_workers": 2, "seed": 3, "layout": "NHWC", "fast_decode": False}
+SETTINGS = {"batch_size": 16, "num_workers": 2, "seed": 3, "output": Output(layout="NHWC")}
+"""With each loader's `ImageTransform(..., fast_decode=False)`: PIL's exact pixels on the CPU path."""
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 @pytest.mark.parametrize("mode", ["gpu", "hybrid"])
 def test_gpu_decode_without_cuda_says_what_is_missing(dataset: Path, mode: str) -> None:
     with pytest.raises(ValueError, match=r"need CUDA, but torch.cuda.is_available\(\) is False.*decode='cpu'"):
-        Loader(dataset, batch_size=8, decode=mode)
+        Loader(dataset, batch_size=8, transform=ImageTransform(decode=mode))
 
 
 def test_decode_requests_that_cannot_be_served(dataset: Path, decoder: CpuDecoder) -> None:
     with pytest.raises(ValueError, match="decode must be one of 'cpu', 'gpu', 'hybrid', got 'tpu'"):
-        Loader(dataset, batch_size=8, decode="tpu")
+        Loader(dataset, batch_size=8, transform=ImageTransform(decode="tpu"))
     with pytest.raises(ValueError, match="with fields=..., use decode='cpu'"):
-        Loader(dataset, batch_size=8, decode="gpu", fields=["image", "label"])
+        Loader(dataset, batch_size=8, fields=["image", "label"], transform=ImageTransform(decode="gpu"))
     with pytest.raises(ValueError, match="cannot run augment= steps"):
-        Loader(dataset, batch_size=8, decode="hybrid", augment=[ColorJitter(0.4)])
+        Loader(dataset, batch_size=8, transform=ImageTransform(decode="hybrid", augment=[ColorJitter(0.4)]))
     with pytest.raises(ValueError, match="decode on a CUDA device, but device='cpu'"):
         _real_open_decoder(torch.device("cpu"))
 
@@ -93,9 +94,9 @@ _real_open_decoder = gpudecode.open_decoder
 def test_gpu_rows_take_the_cpu_paths_boxes_order_and_labels(dataset: Path, decoder: CpuDecoder, mode: str) -> None:
     """48 px outputs of 40 to 89 px images: every box decodes at full scale on both paths, so the
     only difference is the resize's rounding (torch's uint8 kernel rounds after each pass)."""
-    with Loader(dataset, size=48, **SETTINGS) as cpu:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=48, fast_decode=False)) as cpu:
         expected = batches(cpu)
-    with Loader(dataset, size=48, decode=mode, **SETTINGS) as gpu:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=48, fast_decode=False, decode=mode)) as gpu:
         got = batches(gpu)
         shares = gpu._gpu.split.gpu_share  # type: ignore[union-attr]
     if mode == "gpu":
@@ -113,9 +114,9 @@ def test_gpu_rows_take_the_cpu_paths_boxes_order_and_labels(dataset: Path, decod
 def test_boxes_decoded_at_a_reduced_scale_on_the_cpu_stay_close(dataset: Path, decoder: CpuDecoder) -> None:
     """At 16 px most boxes are decoded at 1/2 or 1/4 scale on the CPU path and resized from full
     scale on the GPU path: the same box, a different filter, so a looser tolerance."""
-    with Loader(dataset, size=16, **SETTINGS) as cpu:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=16, fast_decode=False)) as cpu:
         expected = batches(cpu)
-    with Loader(dataset, size=16, decode="gpu", **SETTINGS) as gpu:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=16, fast_decode=False, decode="gpu")) as gpu:
         got = batches(gpu)
     for (images, labels), (cpu_images, cpu_labels) in zip(got, expected, strict=True):
         assert torch.equal(labels, cpu_labels)
@@ -124,15 +125,15 @@ def test_boxes_decoded_at_a_reduced_scale_on_the_cpu_stay_close(dataset: Path, d
 
 
 def test_gpu_decode_resumes_mid_epoch(dataset: Path, decoder: CpuDecoder) -> None:
-    with Loader(dataset, size=24, decode="gpu", **SETTINGS) as loader:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=24, fast_decode=False, decode="gpu")) as loader:
         whole = [labels.tolist() for _, labels in loader]
         iterator = iter(loader)
         first = [next(iterator)[1].tolist() for _ in range(2)]
         state = loader.state_dict()
-    with Loader(dataset, size=24, decode="gpu", **SETTINGS) as resumed:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=24, fast_decode=False, decode="gpu")) as resumed:
         resumed.load_state_dict(state)
         rest = [labels.tolist() for _, labels in resumed]
-    with Loader(dataset, size=24, **SETTINGS) as cpu:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=24, fast_decode=False)) as cpu:
         cpu.set_epoch(1)
         second_epoch = [labels.tolist() for _, labels in cpu]
     assert first + rest == second_epoch
@@ -140,8 +141,8 @@ def test_gpu_decode_resumes_mid_epoch(dataset: Path, decoder: CpuDecoder) -> Non
 
 
 def test_gpu_decode_in_process_and_return_indices(dataset: Path, decoder: CpuDecoder) -> None:
-    settings = SETTINGS | {"num_workers": 0}
-    with Loader(dataset, size=24, decode="gpu", return_indices=True, **settings) as loader:
+    settings = SETTINGS | {"num_workers": 0, "output": Output(layout="NHWC", return_indices=True)}
+    with Loader(dataset, **settings, transform=ImageTransform(size=24, fast_decode=False, decode="gpu")) as loader:
         for images, labels, indices in loader:
             assert torch.equal(labels, indices)
             assert images.shape == (len(labels), 24, 24, 3)
@@ -156,7 +157,8 @@ def test_a_jpeg_that_does_not_decode_is_named(dataset: Path, monkeypatch: pytest
 
     failing = Failing()
     monkeypatch.setattr(gpudecode, "open_decoder", lambda device: failing)
-    with Loader(dataset, size=24, decode="gpu", shuffle=False, **{k: v for k, v in SETTINGS.items() if k != "seed"}) as loader:
+    unseeded = {k: v for k, v in SETTINGS.items() if k != "seed"}
+    with Loader(dataset, shuffle=False, **unseeded, transform=ImageTransform(size=24, fast_decode=False, decode="gpu")) as loader:
         monkeypatch.setattr(gpudecode.GpuDecodeStage, "_decode", _truncating(gpudecode.GpuDecodeStage._decode, row=3))
         with pytest.raises(DecodeError, match="dataset record 3: the JPEG does not decode on cpu"):
             next(iter(loader))
@@ -218,12 +220,12 @@ def test_split_follows_the_measured_rates() -> None:
 
 
 def test_gpu_decode_follows_set_size(dataset: Path, decoder: CpuDecoder) -> None:
-    with Loader(dataset, size=24, decode="hybrid", **SETTINGS) as loader:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=24, fast_decode=False, decode="hybrid")) as loader:
         first = next(iter(loader))[0]
         loader.set_size(40)
         images, labels = next(iter(loader))
     assert first.shape == (16, 24, 24, 3) and images.shape == (16, 40, 40, 3)
-    with Loader(dataset, size=40, **SETTINGS) as cpu:
+    with Loader(dataset, **SETTINGS, transform=ImageTransform(size=40, fast_decode=False)) as cpu:
         cpu.set_epoch(1)
         cpu_images, cpu_labels = next(iter(cpu))
     assert torch.equal(labels, cpu_labels)

@@ -14,7 +14,7 @@ import leaks
 import pytest
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Workers
 from shardfmt.format import IMAGE_CLASSIFICATION
 
 pytest_plugins = ["pytester"]
@@ -42,7 +42,7 @@ def ring_mappings(pid: int) -> set[str]:
 
 def test_a_loader_kept_open_is_reported_by_its_workers_mappings_and_descriptors(dataset: Path) -> None:
     before = leaks.snapshot()
-    loader = Loader(dataset, batch_size=4, num_workers=2, size=16, start_method="fork")
+    loader = Loader(dataset, batch_size=4, num_workers=2, transform=ImageTransform(size=16), workers=Workers(start_method="fork"))
     try:
         next(iter(loader))
         found = leaks.leaks_between(before, leaks.snapshot(), shm_tolerance=leaks.SHARED_MACHINE_SHM_TOLERANCE)

@@ -18,7 +18,7 @@ import torch
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfmt import DatasetWriter, Loader, WorkerError, open_dataset
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, WorkerError, Workers, open_dataset
 from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop, RandomResizedCrop
@@ -48,7 +48,7 @@ def collect(loader: Loader, *, limit: int | None = None) -> tuple[list[list[int]
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_every_record_once_per_epoch_and_epochs_differ(indexed_dataset: Path, num_workers: int) -> None:
-    with Loader(indexed_dataset, batch_size=16, num_workers=num_workers, size=32, seed=3) as loader:
+    with Loader(indexed_dataset, batch_size=16, num_workers=num_workers, seed=3, transform=ImageTransform(size=32)) as loader:
         assert len(loader) == 7
         first, _ = collect(loader)
         second, _ = collect(loader)
@@ -56,24 +56,28 @@ def test_every_record_once_per_epoch_and_epochs_differ(indexed_dataset: Path, nu
         assert sorted(x for batch in epoch for x in batch) == list(range(NUM_RECORDS))
         assert [len(b) for b in epoch] == [16] * 6 + [7]
     assert first != second
-    with Loader(indexed_dataset, batch_size=16, num_workers=num_workers, size=32, seed=3) as again:
+    with Loader(indexed_dataset, batch_size=16, num_workers=num_workers, seed=3, transform=ImageTransform(size=32)) as again:
         assert collect(again)[0] == first
 
 
 def test_batches_are_uint8_nhwc_or_channels_last_nchw(indexed_dataset: Path) -> None:
-    with Loader(indexed_dataset, batch_size=8, num_workers=1, size=(24, 40), layout="NCHW", shuffle=False) as loader:
+    with Loader(
+        indexed_dataset, batch_size=8, num_workers=1, shuffle=False, transform=ImageTransform(size=(24, 40)), output=Output(layout="NCHW")
+    ) as loader:
         images, labels = next(iter(loader))
         assert images.shape == (8, 3, 24, 40) and images.dtype == torch.uint8
         assert images.is_contiguous(memory_format=torch.channels_last)
         assert labels.dtype == torch.int64 and labels.tolist() == list(range(8))
-    with Loader(indexed_dataset, batch_size=8, num_workers=0, size=24, copy=True, layout="NHWC") as loader:
+    with Loader(
+        indexed_dataset, batch_size=8, num_workers=0, transform=ImageTransform(size=24), output=Output(copy=True, layout="NHWC")
+    ) as loader:
         images, _ = next(iter(loader))
         assert images.shape == (8, 24, 24, 3) and images.is_contiguous()
 
 
 @pytest.mark.parametrize("stop", [0, 3, 7])
 def test_resume_gives_the_identical_remaining_stream(indexed_dataset: Path, stop: int) -> None:
-    settings = dict(batch_size=16, num_workers=2, size=32, seed=5)
+    settings = dict(batch_size=16, num_workers=2, seed=5, transform=ImageTransform(size=32))
     with Loader(indexed_dataset, **settings) as reference:
         collect(reference)  # epoch 0
         expected_labels, expected_images = collect(reference)  # epoch 1
@@ -98,21 +102,21 @@ def test_resume_gives_the_identical_remaining_stream(indexed_dataset: Path, stop
 
 
 def test_resume_refuses_other_settings(indexed_dataset: Path) -> None:
-    with Loader(indexed_dataset, batch_size=16, num_workers=0, size=32, seed=5) as loader:
+    with Loader(indexed_dataset, batch_size=16, num_workers=0, seed=5, transform=ImageTransform(size=32)) as loader:
         state = loader.state_dict()
-    with Loader(indexed_dataset, batch_size=8, num_workers=0, size=32, seed=5) as other:
+    with Loader(indexed_dataset, batch_size=8, num_workers=0, seed=5, transform=ImageTransform(size=32)) as other:
         with pytest.raises(ValueError, match="batch_size"):
             other.load_state_dict(state)
 
 
 def test_unordered_delivery_covers_the_epoch_and_resumes(indexed_dataset: Path) -> None:
-    with Loader(indexed_dataset, batch_size=8, num_workers=2, size=32, ordered=False) as loader:
+    with Loader(indexed_dataset, batch_size=8, num_workers=2, transform=ImageTransform(size=32), workers=Workers(ordered=False)) as loader:
         labels, _ = collect(loader)
         assert sorted(x for b in labels for x in b) == list(range(NUM_RECORDS))
         iterator = iter(loader)
         seen = [next(iterator)[1].tolist() for _ in range(5)]
         state = loader.state_dict()
-    with Loader(indexed_dataset, batch_size=8, num_workers=2, size=32, ordered=False) as resumed:
+    with Loader(indexed_dataset, batch_size=8, num_workers=2, transform=ImageTransform(size=32), workers=Workers(ordered=False)) as resumed:
         resumed.load_state_dict(state)
         rest, _ = collect(resumed)
     assert sorted(x for b in seen + rest for x in b) == list(range(NUM_RECORDS))
@@ -122,7 +126,13 @@ def test_unordered_delivery_covers_the_epoch_and_resumes(indexed_dataset: Path) 
 def test_ranks_disjoint_equal_and_covering(indexed_dataset: Path, world_size: int) -> None:
     per_rank = []
     for rank in range(world_size):
-        with Loader(indexed_dataset, batch_size=4, num_workers=0, size=16, rank=rank, world_size=world_size) as loader:
+        with Loader(
+            indexed_dataset,
+            batch_size=4,
+            num_workers=0,
+            transform=ImageTransform(size=16),
+            sampling=Sampling(rank=rank, world_size=world_size),
+        ) as loader:
             labels, _ = collect(loader)
             assert len(labels) == len(loader)
             per_rank.append(labels)
@@ -136,10 +146,10 @@ def test_two_process_gloo_run_splits_the_epoch(indexed_dataset: Path, tmp_path: 
     script = textwrap.dedent(
         f"""
         import json, sys, torch.distributed as dist
-        from shardfmt import Loader
+        from shardfmt import ImageTransform, Loader
         rank = int(sys.argv[1])
         dist.init_process_group("gloo", init_method="file://{tmp_path}/rendezvous", rank=rank, world_size=2)
-        with Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=1, size=16) as loader:
+        with Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=1, transform=ImageTransform(size=16)) as loader:
             assert (loader.rank, loader.world_size) == (rank, 2)
             labels = [b.tolist() for _, b in loader]
         dist.barrier()
@@ -180,7 +190,13 @@ def test_pixels_match_pil_on_the_same_boxes(indexed_dataset: Path, pipeline: obj
     reader = open_dataset(indexed_dataset)
     scores = []
     with Loader(
-        indexed_dataset, batch_size=16, num_workers=0, pipeline=pipeline, seed=9, shuffle=False, fast_decode=fast_decode, layout="NHWC"
+        indexed_dataset,
+        batch_size=16,
+        num_workers=0,
+        seed=9,
+        shuffle=False,
+        transform=ImageTransform(crop=pipeline, fast_decode=fast_decode),
+        output=Output(layout="NHWC"),
     ) as loader:
         for images, labels in loader:
             indices = labels.numpy()
@@ -227,7 +243,7 @@ def test_a_corrupt_record_is_named(indexed_dataset: Path, tmp_path: Path) -> Non
         f.seek(offset)
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(WorkerError) as info:
-        with Loader(broken, batch_size=8, num_workers=2, size=16, shuffle=False) as loader:
+        with Loader(broken, batch_size=8, num_workers=2, shuffle=False, transform=ImageTransform(size=16)) as loader:
             collect(loader)
     assert info.value.path == path and info.value.record == local
     assert "checksum" in str(info.value)
@@ -247,7 +263,7 @@ def test_local_records_are_checked_once_per_loader_by_default(
         original(self, index)
 
     monkeypatch.setattr(ShardReader, "verify_record", counting)
-    with Loader(indexed_dataset, batch_size=16, num_workers=0, size=16, verify=verify) as loader:
+    with Loader(indexed_dataset, batch_size=16, num_workers=0, verify=verify, transform=ImageTransform(size=16)) as loader:
         for _ in range(3):
             collect(loader)
     # "always" may also check the batches decoded ahead for the next epoch
@@ -269,7 +285,9 @@ def test_workers_share_the_checked_records(indexed_dataset: Path, tmp_path: Path
         original(self, index)
 
     monkeypatch.setattr(ShardReader, "verify_record", logging_check)
-    with Loader(indexed_dataset, batch_size=8, num_workers=2, size=16, start_method="fork") as loader:
+    with Loader(
+        indexed_dataset, batch_size=8, num_workers=2, transform=ImageTransform(size=16), workers=Workers(start_method="fork")
+    ) as loader:
         for _ in range(3):
             collect(loader)
     lines = log.read_text().splitlines()
@@ -293,7 +311,7 @@ def unlinked_rings(pid: int | str = "self") -> list[str]:
 @pytest.mark.usefixtures("no_leaks")
 def test_dev_shm_holds_no_name_while_running_after_close_and_after_an_error(indexed_dataset: Path) -> None:
     mapped = set(unlinked_rings())
-    loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
+    loader = Loader(indexed_dataset, batch_size=8, num_workers=2, transform=ImageTransform(size=16))
     next(iter(loader))
     ring = set(unlinked_rings()) - mapped  # mappings of deleted files: the names are gone already
     assert len(ring) == 3, "the ring's slots (prefetch + 1, a segment each) live on through their mappings"
@@ -301,7 +319,7 @@ def test_dev_shm_holds_no_name_while_running_after_close_and_after_an_error(inde
     assert all(ring <= set(unlinked_rings(pid)) for pid in loader.worker_pids)
     loader.close()
     with pytest.raises(RuntimeError, match="training step failed"):
-        with Loader(indexed_dataset, batch_size=8, num_workers=2, size=16) as loader:
+        with Loader(indexed_dataset, batch_size=8, num_workers=2, transform=ImageTransform(size=16)) as loader:
             for _ in loader:
                 raise RuntimeError("training step failed")
 
@@ -311,8 +329,8 @@ def test_dev_shm_holds_no_name_while_running_after_close_and_after_an_error(inde
 def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> None:
     # The ring is named after the process that makes it: the child prints the rings it maps.
     script = (
-        "import os\nfrom shardfmt import Loader\n"
-        f"for batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16):\n"
+        "import os\nfrom shardfmt import ImageTransform, Loader\n"
+        f"for batch in Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, transform=ImageTransform(size=16)):\n"
         "    print(*sorted({line.split()[5] for line in open('/proc/self/maps') if f'/shardfmt-{os.getpid()}-' in line}))\n"
         "    raise SystemExit(3)\n"
     )
@@ -328,7 +346,7 @@ def test_an_unhandled_error_leaves_nothing_in_dev_shm(indexed_dataset: Path) -> 
 def test_a_killed_worker_is_reported_not_waited_for(indexed_dataset: Path) -> None:
     """The loader raises with the signal instead of waiting for the dead worker's chunk (a hang
     fails the suite's per-test timeout, pyproject's ``timeout = 120``, not a timed assertion)."""
-    loader = Loader(indexed_dataset, batch_size=8, num_workers=2, size=16)
+    loader = Loader(indexed_dataset, batch_size=8, num_workers=2, transform=ImageTransform(size=16))
     iterator = iter(loader)
     next(iterator)
     os.kill(loader.worker_pids[0], signal.SIGKILL)
@@ -341,7 +359,14 @@ def test_a_killed_worker_is_reported_not_waited_for(indexed_dataset: Path) -> No
 
 @pytest.mark.slow
 def test_spawn_start_method_works(indexed_dataset: Path) -> None:
-    with Loader(indexed_dataset, batch_size=32, num_workers=1, size=16, start_method="spawn", shuffle=False) as loader:
+    with Loader(
+        indexed_dataset,
+        batch_size=32,
+        num_workers=1,
+        shuffle=False,
+        transform=ImageTransform(size=16),
+        workers=Workers(start_method="spawn"),
+    ) as loader:
         labels, _ = collect(loader)
     assert sorted(x for b in labels for x in b) == list(range(NUM_RECORDS))
 
@@ -349,7 +374,7 @@ def test_spawn_start_method_works(indexed_dataset: Path) -> None:
 def test_dataset_in_a_torch_dataloader(indexed_dataset: Path) -> None:
     from shardfmt import Dataset
 
-    dataset = Dataset(indexed_dataset, pipeline="eval", size=24)
+    dataset = Dataset(indexed_dataset, transform=ImageTransform(crop="eval", size=24))
     assert len(dataset) == NUM_RECORDS
     loader = torch.utils.data.DataLoader(dataset, batch_size=10, num_workers=2, shuffle=True)
     labels = []
@@ -362,19 +387,23 @@ def test_dataset_in_a_torch_dataloader(indexed_dataset: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_delivery_normalises_on_the_device(indexed_dataset: Path) -> None:
     mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
-    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, shuffle=False, fast_decode=False, layout="NHWC") as cpu:
+    with Loader(
+        indexed_dataset,
+        batch_size=16,
+        num_workers=2,
+        shuffle=False,
+        transform=ImageTransform(size=32, fast_decode=False),
+        output=Output(layout="NHWC"),
+    ) as cpu:
         expected = [(images.clone(), labels.clone()) for images, labels in cpu]
     with Loader(
         indexed_dataset,
         batch_size=16,
         num_workers=2,
-        size=32,
         shuffle=False,
-        fast_decode=False,
         device="cuda",
-        mean=mean,
-        std=std,
-        layout="NCHW",
+        transform=ImageTransform(size=32, fast_decode=False, mean=mean, std=std),
+        output=Output(layout="NCHW"),
     ) as gpu:
         for (images, labels), (cpu_images, cpu_labels) in zip(gpu, expected, strict=True):
             assert images.device.type == "cuda" and images.dtype == torch.float32
@@ -386,9 +415,9 @@ def test_cuda_delivery_normalises_on_the_device(indexed_dataset: Path) -> None:
 def test_breaking_out_then_iterating_again_starts_the_next_epoch(indexed_dataset: Path) -> None:
     """As with torch's DataLoader, every iter() is an epoch of its own: an epoch left early is
     not continued; batches prefetched across a finished epoch's end are kept."""
-    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, seed=4) as reference:
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, seed=4, transform=ImageTransform(size=32)) as reference:
         epochs = [collect(reference)[0] for _ in range(3)]
-    with Loader(indexed_dataset, batch_size=16, num_workers=2, size=32, seed=4) as loader:
+    with Loader(indexed_dataset, batch_size=16, num_workers=2, seed=4, transform=ImageTransform(size=32)) as loader:
         head, _ = collect(loader, limit=3)
         assert head == epochs[0][:3]
         assert collect(loader)[0] == epochs[1]  # the whole of epoch 1, not the rest of epoch 0
@@ -405,7 +434,7 @@ def test_too_little_shared_memory_is_a_clear_error(indexed_dataset: Path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", no_space, raising=False)
-    loader = Loader(indexed_dataset, batch_size=8, num_workers=1, size=16)
+    loader = Loader(indexed_dataset, batch_size=8, num_workers=1, transform=ImageTransform(size=16))
     with pytest.raises(MemoryError, match="--shm-size"):
         next(iter(loader))
 
@@ -417,8 +446,8 @@ def test_ctrl_c_stops_cleanly(indexed_dataset: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from shardfmt import Loader
-        loader = Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, size=16)
+        from shardfmt import ImageTransform, Loader
+        loader = Loader({str(indexed_dataset)!r}, batch_size=8, num_workers=2, transform=ImageTransform(size=16))
         print("ready", flush=True)
         try:
             while True:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, open_dataset
 from shardfmt._sampling.keys import sample_batches
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop, RandomCrop
@@ -55,9 +55,9 @@ def flat(labels: list[list[int]]) -> list[int]:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_peek_then_a_full_epoch(indexed: Path, num_workers: int) -> None:
     """next(iter(loader)) looks at one batch; the for loop after it is a whole epoch."""
-    with Loader(indexed, batch_size=8, num_workers=num_workers, size=24, seed=2) as reference:
+    with Loader(indexed, batch_size=8, num_workers=num_workers, seed=2, transform=ImageTransform(size=24)) as reference:
         expected = [epoch(reference)[0] for _ in range(3)]
-    with Loader(indexed, batch_size=8, num_workers=num_workers, size=24, seed=2) as loader:
+    with Loader(indexed, batch_size=8, num_workers=num_workers, seed=2, transform=ImageTransform(size=24)) as loader:
         peek = next(iter(loader))
         assert peek[1].tolist() == expected[0][0]
         labels, _ = epoch(loader)
@@ -69,9 +69,9 @@ def test_a_peek_then_a_full_epoch(indexed: Path, num_workers: int) -> None:
 
 
 def test_set_epoch_in_every_loop_gives_the_same_epochs_as_plain_iteration(indexed: Path) -> None:
-    with Loader(indexed, batch_size=8, num_workers=2, size=24, seed=6) as plain:
+    with Loader(indexed, batch_size=8, num_workers=2, seed=6, transform=ImageTransform(size=24)) as plain:
         expected = [epoch(plain)[0] for _ in range(3)]
-    with Loader(indexed, batch_size=8, num_workers=2, size=24, seed=6) as loader:
+    with Loader(indexed, batch_size=8, num_workers=2, seed=6, transform=ImageTransform(size=24)) as loader:
         for number in range(3):
             loader.set_epoch(number)
             assert epoch(loader)[0] == expected[number]
@@ -82,7 +82,7 @@ def test_set_epoch_in_every_loop_gives_the_same_epochs_as_plain_iteration(indexe
 
 
 def test_resume_continues_only_the_first_iteration_after_load_state_dict(indexed: Path) -> None:
-    settings: dict[str, Any] = dict(batch_size=8, num_workers=2, size=24, seed=8)
+    settings: dict[str, Any] = dict(batch_size=8, num_workers=2, seed=8, transform=ImageTransform(size=24))
     with Loader(indexed, **settings) as reference:
         expected = [epoch(reference) for _ in range(3)]
     with Loader(indexed, **settings) as first:
@@ -99,17 +99,17 @@ def test_resume_continues_only_the_first_iteration_after_load_state_dict(indexed
 
 
 def test_a_state_taken_before_any_iteration_resumes_at_the_start(indexed: Path) -> None:
-    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as loader:
+    with Loader(indexed, batch_size=8, num_workers=0, seed=8, transform=ImageTransform(size=24)) as loader:
         loader.set_epoch(4)
         state = loader.state_dict()
         expected = epoch(loader)[0]
-    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as resumed:
+    with Loader(indexed, batch_size=8, num_workers=0, seed=8, transform=ImageTransform(size=24)) as resumed:
         resumed.load_state_dict(state)
         assert epoch(resumed)[0] == expected
 
 
 def test_an_iterator_replaced_by_a_newer_one_raises(indexed: Path) -> None:
-    with Loader(indexed, batch_size=8, num_workers=2, size=24) as loader:
+    with Loader(indexed, batch_size=8, num_workers=2, transform=ImageTransform(size=24)) as loader:
         old = iter(loader)
         next(old)
         new = iter(loader)
@@ -125,7 +125,9 @@ def test_an_iterator_replaced_by_a_newer_one_raises(indexed: Path) -> None:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_indices_cover_each_epoch_exactly_and_name_the_records(indexed: Path, num_workers: int) -> None:
     reader = open_dataset(indexed)
-    with Loader(indexed, batch_size=8, num_workers=num_workers, size=24, seed=3, return_indices=True) as loader:
+    with Loader(
+        indexed, batch_size=8, num_workers=num_workers, seed=3, transform=ImageTransform(size=24), output=Output(return_indices=True)
+    ) as loader:
         for _ in range(2):
             seen = []
             for _images, labels, indices in loader:
@@ -139,7 +141,12 @@ def test_indices_cover_each_epoch_exactly_and_name_the_records(indexed: Path, nu
 
 def test_indices_with_fields_arrive_as_an_index_entry(indexed: Path) -> None:
     with Loader(
-        indexed, batch_size=10, num_workers=1, fields={"image": 16, "label": None}, return_indices=True, shuffle=False, copy=True
+        indexed,
+        batch_size=10,
+        num_workers=1,
+        fields={"image": 16, "label": None},
+        shuffle=False,
+        output=Output(return_indices=True, copy=True),
     ) as loader:
         batches = list(loader)
     assert set(batches[0]) == {"image", "label", "index"}
@@ -157,7 +164,13 @@ def test_subsets_split_over_ranks_exactly(indexed: Path, world_size: int, drop_l
     per_rank = []
     for rank in range(world_size):
         with Loader(
-            indexed, batch_size=2, num_workers=0, size=16, seed=1, subset=SUBSET, rank=rank, world_size=world_size, drop_last=drop_last
+            indexed,
+            batch_size=2,
+            num_workers=0,
+            seed=1,
+            drop_last=drop_last,
+            transform=ImageTransform(size=16),
+            sampling=Sampling(subset=SUBSET, rank=rank, world_size=world_size),
         ) as loader:
             labels, _ = epoch(loader)
             assert len(labels) == len(loader)
@@ -176,16 +189,20 @@ def test_a_subset_epoch_is_the_full_order_without_the_other_records(indexed: Pat
     full = sample_batches(NUM_RECORDS, batch_size=4, seed=9, epoch=2).indices.tolist()
     mask = np.zeros(NUM_RECORDS, bool)
     mask[SUBSET] = True
-    with Loader(indexed, batch_size=4, num_workers=0, size=16, seed=9, subset=mask) as loader:
+    with Loader(indexed, batch_size=4, num_workers=0, seed=9, transform=ImageTransform(size=16), sampling=Sampling(subset=mask)) as loader:
         loader.set_epoch(2)
         labels = flat(epoch(loader)[0])
     assert labels == [i for i in full if mask[i]]
-    with Loader(indexed, batch_size=4, num_workers=0, size=16, subset=SUBSET, shuffle=False) as loader:
+    with Loader(
+        indexed, batch_size=4, num_workers=0, shuffle=False, transform=ImageTransform(size=16), sampling=Sampling(subset=SUBSET)
+    ) as loader:
         assert flat(epoch(loader)[0]) == SUBSET.tolist()  # unshuffled: the order given
 
 
 def test_a_subset_resumes_and_refuses_another_subset(indexed: Path) -> None:
-    settings: dict[str, Any] = dict(batch_size=4, num_workers=2, size=16, seed=4, subset=SUBSET)
+    settings: dict[str, Any] = dict(
+        batch_size=4, num_workers=2, seed=4, transform=ImageTransform(size=16), sampling=Sampling(subset=SUBSET)
+    )
     with Loader(indexed, **settings) as reference:
         expected = epoch(reference)
     with Loader(indexed, **settings) as first:
@@ -195,7 +212,7 @@ def test_a_subset_resumes_and_refuses_another_subset(indexed: Path) -> None:
     with Loader(indexed, **settings) as resumed:
         resumed.load_state_dict(state)
         assert epoch(resumed) == (expected[0][2:], expected[1][2:])
-    with Loader(indexed, **(settings | {"subset": SUBSET[:-1]})) as other:
+    with Loader(indexed, **(settings | {"sampling": Sampling(subset=SUBSET[:-1])})) as other:
         with pytest.raises(ValueError, match="subset"):
             other.load_state_dict(state)
 
@@ -212,7 +229,7 @@ def test_a_subset_resumes_and_refuses_another_subset(indexed: Path) -> None:
 )
 def test_malformed_subsets_are_refused(indexed: Path, subset: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Loader(indexed, batch_size=1, num_workers=0, subset=subset)
+        Loader(indexed, batch_size=1, num_workers=0, sampling=Sampling(subset=subset))
 
 
 # -- progressive resizing -------------------------------------------------------------------------
@@ -220,10 +237,10 @@ def test_malformed_subsets_are_refused(indexed: Path, subset: Any, message: str)
 
 @pytest.mark.usefixtures("no_leaks")
 def test_set_size_gives_the_batches_of_a_loader_made_at_that_size(indexed: Path) -> None:
-    with Loader(indexed, batch_size=8, num_workers=2, size=48, seed=5) as direct:
+    with Loader(indexed, batch_size=8, num_workers=2, seed=5, transform=ImageTransform(size=48)) as direct:
         direct.set_epoch(1)
         expected = epoch(direct)
-    with Loader(indexed, batch_size=8, num_workers=2, size=32, seed=5) as loader:
+    with Loader(indexed, batch_size=8, num_workers=2, seed=5, transform=ImageTransform(size=32)) as loader:
         first = next(iter(loader))[0]
         assert first.shape == (8, 3, 32, 32)
         small = loader.shared_memory_bytes
@@ -246,7 +263,9 @@ SLOTS_48 = 3 * (-(-8 * 48 * 48 * 3 // 4096) * 4096 + 4096)
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_set_size_then_resume(indexed: Path, num_workers: int) -> None:
-    settings: dict[str, Any] = dict(batch_size=8, num_workers=num_workers, size=32, seed=12, return_indices=True)
+    settings: dict[str, Any] = dict(
+        batch_size=8, num_workers=num_workers, seed=12, transform=ImageTransform(size=32), output=Output(return_indices=True)
+    )
     with Loader(indexed, **settings) as first:
         epoch(first)
         first.set_size(40)
@@ -267,11 +286,11 @@ def test_set_size_then_resume(indexed: Path, num_workers: int) -> None:
 
 
 def test_set_size_keeps_an_object_pipelines_parameters(indexed: Path) -> None:
-    with Loader(indexed, batch_size=8, num_workers=0, pipeline=CenterCrop(32, resize=40)) as loader:
+    with Loader(indexed, batch_size=8, num_workers=0, transform=CenterCrop(32, resize=40)) as loader:
         loader.set_size(48)
         assert loader.pipeline == CenterCrop((48, 48), resize=60)
         assert next(iter(loader))[0].shape == (8, 3, 48, 48)
-    with Loader(indexed, batch_size=8, num_workers=0, pipeline=RandomCrop(16, flip=0.0)) as loader:
+    with Loader(indexed, batch_size=8, num_workers=0, transform=RandomCrop(16, flip=0.0)) as loader:
         loader.set_size(20)
         assert loader.pipeline == RandomCrop((20, 20), flip=0.0)
 
@@ -285,7 +304,7 @@ def test_set_size_is_refused_with_fields(indexed: Path) -> None:
 def test_a_state_saved_before_the_size_was_recorded_still_resumes(indexed: Path) -> None:
     """States of earlier builds lack "size", "subset" and "augment", and keep the size in the
     pipeline's settings."""
-    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as first:
+    with Loader(indexed, batch_size=8, num_workers=0, seed=8, transform=ImageTransform(size=24)) as first:
         iterator = iter(first)
         next(iterator)
         state = first.state_dict()
@@ -294,13 +313,13 @@ def test_a_state_saved_before_the_size_was_recorded_still_resumes(indexed: Path)
     del settings["augment"], settings["subset"]
     settings["pipeline"] = json.dumps(json.loads(settings["pipeline"]) | {"size": [24, 24]}, sort_keys=True)
     old = {key: value for key, value in state.items() if key != "size"} | {"settings": settings}
-    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as resumed:
+    with Loader(indexed, batch_size=8, num_workers=0, seed=8, transform=ImageTransform(size=24)) as resumed:
         resumed.load_state_dict(old)
         assert [b[1].tolist() for b in resumed] == expected
         following = [b[1].tolist() for b in resumed]  # epoch 1
     # Those builds saved the end of an epoch as its last position, not as the next epoch's start.
     ended = old | {"epoch": 0, "position": len(expected) + 1, "delivered": []}
-    with Loader(indexed, batch_size=8, num_workers=0, size=24, seed=8) as resumed:
+    with Loader(indexed, batch_size=8, num_workers=0, seed=8, transform=ImageTransform(size=24)) as resumed:
         resumed.load_state_dict(ended)
         assert [b[1].tolist() for b in resumed] == following
         assert resumed.epoch == 2

@@ -13,7 +13,7 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from shardfmt import DatasetWriter, Loader, SchemaError, open_dataset
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, SchemaError, Workers, open_dataset
 from shardfmt._sampling.keys import window_order
 from shardfmt.format import Schema
 from shardfmt.ops import CropPlan, ImageOutput, RandomCrop, RandomResizedCrop
@@ -83,7 +83,13 @@ def first_batches(loader: Loader, count: int = 2) -> list[dict[str, torch.Tensor
 def test_raw_pairs_crop_at_the_same_place_exactly(pairs: Path, num_workers: int) -> None:
     """RandomCrop copies pixels: the hr crop downscaled 4x by BOX is the lr crop, to the byte."""
     with Loader(
-        pairs, batch_size=8, num_workers=num_workers, pipeline=RandomCrop(12), fields=["lr", "hr", "label"], layout="NHWC", seed=1
+        pairs,
+        batch_size=8,
+        num_workers=num_workers,
+        fields=["lr", "hr", "label"],
+        seed=1,
+        transform=RandomCrop(12),
+        output=Output(layout="NHWC"),
     ) as loader:
         assert [spec.shape for spec in loader.outputs[:2]] == [(12, 12, 3), (48, 48, 3)]  # hr size from the 4x ratio
         flips = 0
@@ -100,7 +106,15 @@ def test_jpeg_pairs_with_resampling_crops_agree_within_30_db(pairs: Path) -> Non
     PSNR of at least 30 dB (and every crop at least 25 dB) on these smooth images; a crop one
     lr pixel off, or flipped differently, scores far lower."""
     fields = {"lr_jpeg": 16, "hr_jpeg": 64}
-    with Loader(pairs, batch_size=8, num_workers=0, pipeline="train", fields=fields, layout="NHWC", seed=2, fast_decode=False) as loader:
+    with Loader(
+        pairs,
+        batch_size=8,
+        num_workers=0,
+        fields=fields,
+        seed=2,
+        transform=ImageTransform(crop="train", fast_decode=False),
+        output=Output(layout="NHWC"),
+    ) as loader:
         scores, shifted = [], []
         for batch in loader:
             for lr, hr in zip(batch["lr_jpeg"].numpy(), batch["hr_jpeg"].numpy(), strict=True):
@@ -114,12 +128,20 @@ def test_masks_keep_their_values_with_nearest_interpolation(pairs: Path) -> None
     stored = {0, 60, 120, 180}
     request = {"hr": 40, "mask": ImageOutput(size=40, channels=1, interpolation="nearest"), "bilinear": None}
     request.pop("bilinear")
-    with Loader(pairs, batch_size=12, num_workers=0, pipeline=RandomResizedCrop(40), fields=request, layout="NHWC", seed=3) as loader:
+    with Loader(
+        pairs, batch_size=12, num_workers=0, fields=request, seed=3, transform=RandomResizedCrop(40), output=Output(layout="NHWC")
+    ) as loader:
         for batch in loader:
             assert batch["mask"].shape == (12, 40, 40, 1)
             assert set(batch["mask"].unique().tolist()) <= stored
     with Loader(
-        pairs, batch_size=12, num_workers=0, pipeline=RandomResizedCrop(40), fields={"hr": 40, "mask": 40}, layout="NHWC", seed=3
+        pairs,
+        batch_size=12,
+        num_workers=0,
+        fields={"hr": 40, "mask": 40},
+        seed=3,
+        transform=RandomResizedCrop(40),
+        output=Output(layout="NHWC"),
     ) as loader:
         values = set().union(*(set(batch["mask"].unique().tolist()) for batch in loader))
     assert not values <= stored, "bilinear interpolation blends label values, nearest does not"
@@ -133,7 +155,9 @@ def test_channels_one_three_and_four(pairs: Path) -> None:
         "mask": ImageOutput(size=32, channels=3, interpolation="nearest"),
         "lr_jpeg": ImageOutput(size=8, channels=4),
     }
-    with Loader(pairs, batch_size=8, num_workers=0, pipeline=RandomCrop(32), fields=fields, layout="NCHW", shuffle=False) as loader:
+    with Loader(
+        pairs, batch_size=8, num_workers=0, fields=fields, shuffle=False, transform=RandomCrop(32), output=Output(layout="NCHW")
+    ) as loader:
         batch = next(iter(loader))
     assert batch["hr"].shape == batch["hr_jpeg"].shape == (8, 1, 32, 32)
     assert batch["rgba"].shape == (8, 4, 32, 32) and batch["mask"].shape == (8, 3, 32, 32)
@@ -158,7 +182,7 @@ def test_arrays_and_numbers_arrive_as_stored(pairs: Path) -> None:
 
 def test_resume_continues_the_same_dict_stream(pairs: Path) -> None:
     settings: dict[str, Any] = dict(
-        batch_size=4, num_workers=2, pipeline=RandomResizedCrop(8), fields={"lr": 8, "hr": 32, "label": None}, seed=5
+        batch_size=4, num_workers=2, fields={"lr": 8, "hr": 32, "label": None}, seed=5, transform=RandomResizedCrop(8)
     )
     with Loader(pairs, **settings) as reference:
         expected = first_batches(reference, 6)
@@ -183,7 +207,13 @@ def test_a_windowed_order_delivers_every_field(pairs: Path) -> None:
     sizes = [shard.num_records for shard in open_dataset(pairs).manifest.shards]
     assert len(sizes) >= 4
     settings: dict[str, Any] = dict(
-        batch_size=4, num_workers=2, pipeline=RandomCrop(12), fields=["lr", "hr", "label"], layout="NHWC", seed=6, window=2
+        batch_size=4,
+        num_workers=2,
+        fields=["lr", "hr", "label"],
+        seed=6,
+        transform=RandomCrop(12),
+        sampling=Sampling(window=2),
+        output=Output(layout="NHWC"),
     )
     with Loader(pairs, **settings) as loader:
         labels = []
@@ -207,7 +237,9 @@ def test_a_windowed_order_delivers_every_field(pairs: Path) -> None:
 
 
 def test_the_single_image_form_reads_raw_images(pairs: Path) -> None:
-    with Loader(pairs, batch_size=8, num_workers=0, image_field="hr", size=24, shuffle=False) as loader:
+    with Loader(
+        pairs, batch_size=8, num_workers=0, shuffle=False, transform=ImageTransform(size=24), output=Output(image_field="hr")
+    ) as loader:
         images, labels = next(iter(loader))
     assert images.shape == (8, 3, 24, 24) and labels.tolist() == list(range(8))
     assert loader.shared_memory_bytes == 3 * (-(-8 * 24 * 24 * 3 // 4096) * 4096 + 4096)
@@ -215,7 +247,7 @@ def test_the_single_image_form_reads_raw_images(pairs: Path) -> None:
 
 def test_shared_memory_holds_every_field(pairs: Path) -> None:
     fields = {"lr": 8, "hr": 32, "mask": ImageOutput(32, 1, "nearest"), "box": None, "label": None}
-    with Loader(pairs, batch_size=4, num_workers=0, prefetch=1, pipeline=RandomCrop(8), fields=fields) as loader:
+    with Loader(pairs, batch_size=4, num_workers=0, fields=fields, transform=RandomCrop(8), workers=Workers(prefetch=1)) as loader:
         sample = [8 * 8 * 3, 32 * 32 * 3, 32 * 32, 16, 8]
         assert loader.shared_memory_bytes == 2 * sum(-(-4 * b // 4096) * 4096 for b in sample)
 
@@ -225,7 +257,7 @@ def test_raw_pixels_are_cut_from_the_memory_map(pairs: Path) -> None:
     from shardfmt._loader.fillers import _RawFiller
     from shardfmt._loader.shm import SlotRing
 
-    with Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields=["lr"]) as loader:
+    with Loader(pairs, batch_size=4, num_workers=0, fields=["lr"], transform=RandomCrop(8)) as loader:
         layout = loader.layout_spec
         ring = SlotRing.in_process(layout)
         processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: ring.arrays[slot])
@@ -285,8 +317,8 @@ def test_a_text_field_comes_as_a_list_beside_the_images(tmp_path: Path) -> None:
 
 def test_the_reference_size_must_be_the_pipelines(pairs: Path) -> None:
     with pytest.raises(ValueError, match="give the pipeline that size"):
-        Loader(pairs, batch_size=4, num_workers=0, pipeline=RandomCrop(8), fields={"lr": 10, "hr": 40})
-    with Loader(pairs, batch_size=4, num_workers=0, pipeline="eval", fields={"lr": 10, "hr": 40}) as loader:
+        Loader(pairs, batch_size=4, num_workers=0, fields={"lr": 10, "hr": 40}, transform=RandomCrop(8))
+    with Loader(pairs, batch_size=4, num_workers=0, fields={"lr": 10, "hr": 40}, transform="eval") as loader:
         assert loader.pipeline.size == (10, 10)  # a named pipeline takes the reference's size
 
 
@@ -300,7 +332,7 @@ def test_records_read_back_as_written(pairs: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_delivery_of_every_field(pairs: Path) -> None:
     fields = {"lr": 8, "hr": 32, "mask": ImageOutput(32, 1, "nearest"), "box": None, "label": None}
-    settings: dict[str, Any] = dict(batch_size=8, num_workers=2, pipeline=RandomCrop(8), fields=fields, shuffle=False)
+    settings: dict[str, Any] = dict(batch_size=8, num_workers=2, fields=fields, shuffle=False, transform=RandomCrop(8))
     with Loader(pairs, **settings) as cpu:
         expected = first_batches(cpu, 3)
     with Loader(pairs, **settings, device="cuda") as gpu:
@@ -309,8 +341,8 @@ def test_cuda_delivery_of_every_field(pairs: Path) -> None:
                 assert batch[name].device.type == "cuda" and batch[name].shape == tensor.shape
                 assert torch.equal(batch[name].cpu(), tensor)
     with pytest.raises(ValueError, match=r"mean/std apply to one 3-channel image, but the loader delivers 3 image fields \(lr: 3"):
-        Loader(pairs, **settings, device="cuda", mean=(0.0,) * 3, std=(1.0,) * 3)
-    normalised = dict(settings, fields=["lr", "box", "label"], mean=MEAN, std=STD)
+        Loader(pairs, **dict(settings, transform=ImageTransform(crop=RandomCrop(8), mean=(0.0,) * 3, std=(1.0,) * 3)), device="cuda")
+    normalised = dict(settings, fields=["lr", "box", "label"], transform=ImageTransform(crop=RandomCrop(8), mean=MEAN, std=STD))
     with Loader(pairs, **normalised) as cpu:
         expected = first_batches(cpu, 3)
     with Loader(pairs, **normalised, device="cuda") as gpu:
@@ -325,10 +357,11 @@ MEAN, STD = (120.0, 110.0, 100.0), (60.0, 55.0, 50.0)
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_the_one_image_of_fields_is_normalised_as_the_images_of_the_tuple_form(pairs: Path, num_workers: int) -> None:
-    settings: dict[str, Any] = dict(batch_size=8, num_workers=num_workers, pipeline=RandomCrop(12), shuffle=False, layout="NHWC")
-    with Loader(pairs, **settings, fields=["lr", "box", "label"]) as plain:
+    settings: dict[str, Any] = dict(batch_size=8, num_workers=num_workers, shuffle=False, output=Output(layout="NHWC"))
+    normalise = ImageTransform(crop=RandomCrop(12), mean=MEAN, std=STD)
+    with Loader(pairs, **settings, transform=RandomCrop(12), fields=["lr", "box", "label"]) as plain:
         expected = first_batches(plain)
-    with Loader(pairs, **settings, fields=["lr", "box", "label"], mean=MEAN, std=STD) as loader:
+    with Loader(pairs, **settings, transform=normalise, fields=["lr", "box", "label"]) as loader:
         batches = first_batches(loader)
     for batch, want in zip(batches, expected, strict=True):
         assert batch["lr"].dtype == torch.float32
@@ -336,7 +369,7 @@ def test_the_one_image_of_fields_is_normalised_as_the_images_of_the_tuple_form(p
         assert torch.equal(batch["box"], want["box"]) and torch.equal(batch["label"], want["label"])
     two_images = r"mean/std apply to one 3-channel image, but the loader delivers 2 image fields \(lr: 3 channels, mask: 1"
     with pytest.raises(ValueError, match=two_images):
-        Loader(pairs, **settings, fields={"lr": None, "mask": ImageOutput(48, 1, "nearest")}, mean=MEAN, std=STD)
+        Loader(pairs, **settings, transform=normalise, fields={"lr": None, "mask": ImageOutput(48, 1, "nearest")})
 
 
 def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
@@ -344,7 +377,7 @@ def test_the_map_style_dataset_names_what_it_cannot_decode(pairs: Path) -> None:
 
     with pytest.raises(SchemaError, match="'lr' is 'raw': Dataset decodes jpeg fields"):
         Dataset(pairs, image_field="lr")
-    image, label = Dataset(pairs, image_field="hr_jpeg", size=16)[3]
+    image, label = Dataset(pairs, image_field="hr_jpeg", transform=ImageTransform(size=16))[3]
     assert image.shape == (3, 16, 16) and label == 3
 
 
@@ -357,7 +390,7 @@ def chunk_boxes(
     from shardfmt._loader.shm import SlotRing
     from shardfmt.format._layout import column_name
 
-    with Loader(pairs, batch_size=NUM, num_workers=0, pipeline=pipeline, fields=fields, layout="NHWC") as loader:
+    with Loader(pairs, batch_size=NUM, num_workers=0, fields=fields, transform=pipeline, output=Output(layout="NHWC")) as loader:
         layout = loader.layout_spec
         processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: SlotRing.in_process(layout).arrays[slot])
         indices = np.arange(NUM, dtype=np.int64)
@@ -432,7 +465,12 @@ def test_dct_scaled_fields_decode_like_pil(pairs: Path) -> None:
 
     fields = {"lr_jpeg": ImageOutput(8), "hr_jpeg": ImageOutput(8, channels=1)}
     with Loader(
-        pairs, batch_size=NUM, num_workers=0, pipeline=RandomResizedCrop(8), fields=fields, layout="NHWC", fast_decode=False
+        pairs,
+        batch_size=NUM,
+        num_workers=0,
+        fields=fields,
+        transform=ImageTransform(crop=RandomResizedCrop(8), fast_decode=False),
+        output=Output(layout="NHWC"),
     ) as loader:
         layout = loader.layout_spec
         ring = SlotRing.in_process(layout)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import Loader, convert
+from shardfmt import ImageTransform, Loader, Output, Sampling, convert
 from shardfmt._dataset.tars import index_tars
 
 wds = pytest.importorskip("webdataset")
@@ -71,16 +71,18 @@ def test_resume_and_ranks_give_the_same_captions(image_text: Path) -> None:
         assert [check_batch(batch) for batch in resumed] == expected[2:]
     ranks = []
     for rank in range(2):
-        with Loader(image_text, **settings, rank=rank, world_size=2) as loader:
+        with Loader(image_text, **settings, sampling=Sampling(rank=rank, world_size=2)) as loader:
             ranks.append([key for batch in loader for key in check_batch(batch)])
     assert not set(ranks[0]) & set(ranks[1]) and sorted(ranks[0] + ranks[1]) == sorted(s["__key__"] for s in samples())
 
 
 def test_a_dataset_without_labels_gives_images_alone(image_text: Path) -> None:
-    with Loader(image_text, batch_size=5, num_workers=1, size=16, shuffle=False) as loader:
+    with Loader(image_text, batch_size=5, num_workers=1, shuffle=False, transform=ImageTransform(size=16)) as loader:
         batches = list(loader)
     assert [tuple(b.shape) for b in batches] == [(5, 3, 16, 16), (5, 3, 16, 16), (4, 3, 16, 16)]
-    with Loader(image_text, batch_size=7, num_workers=0, size=16, return_indices=True, shuffle=False) as loader:
+    with Loader(
+        image_text, batch_size=7, num_workers=0, shuffle=False, transform=ImageTransform(size=16), output=Output(return_indices=True)
+    ) as loader:
         images, indices = next(iter(loader))
     assert indices.tolist() == list(range(7)) and images.shape == (7, 3, 16, 16)
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from remote_servers import range_server
 
-from shardfmt import DatasetWriter, Loader, Mixture, SchemaError
+from shardfmt import DatasetWriter, ImageTransform, Loader, Mixture, Output, Sampling, SchemaError
 from shardfmt._sampling.mixture import MixtureOrder, allocate, source_records
 from shardfmt._sampling.permutation import permute
 from shardfmt._sampling.ranks import RankPlan
@@ -137,7 +137,9 @@ def test_loader_over_binary_tar_and_remote_sources(sources: dict[str, str]) -> N
     assert mixture.counts == [8, 15, 7]
     epochs: dict[int, list[int]] = {}
     for rank in range(2):
-        with Loader(mixture, batch_size=4, num_workers=0, size=16, rank=rank, world_size=2, seed=3) as loader:
+        with Loader(
+            mixture, batch_size=4, num_workers=0, seed=3, transform=ImageTransform(size=16), sampling=Sampling(rank=rank, world_size=2)
+        ) as loader:
             assert len(loader) == 4
             for epoch in range(2):
                 got = labels_of(loader)
@@ -156,25 +158,27 @@ def test_loader_over_binary_tar_and_remote_sources(sources: dict[str, str]) -> N
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_mixture_resumes_exactly(sources: dict[str, str], workers: int) -> None:
     mixture = Mixture(sources, weights={"binary": 3, "tar": 1, "remote": 1}, epoch_size=25)
-    with Loader(mixture, batch_size=4, num_workers=workers, size=16, seed=9) as loader:
+    with Loader(mixture, batch_size=4, num_workers=workers, seed=9, transform=ImageTransform(size=16)) as loader:
         whole = labels_of(loader)
-    with Loader(mixture, batch_size=4, num_workers=workers, size=16, seed=9) as loader:
+    with Loader(mixture, batch_size=4, num_workers=workers, seed=9, transform=ImageTransform(size=16)) as loader:
         head = labels_of(loader, 3)
         state = loader.state_dict()
-    with Loader(mixture, batch_size=4, num_workers=workers, size=16, seed=9) as loader:
+    with Loader(mixture, batch_size=4, num_workers=workers, seed=9, transform=ImageTransform(size=16)) as loader:
         loader.load_state_dict(state)
         assert head + labels_of(loader) == whole
     other = Mixture(sources, weights={"binary": 1, "tar": 1, "remote": 1}, epoch_size=25)
-    with Loader(other, batch_size=4, num_workers=0, size=16, seed=9) as loader, pytest.raises(ValueError, match="mixture"):
+    with Loader(
+        other, batch_size=4, num_workers=0, seed=9, transform=ImageTransform(size=16)
+    ) as loader, pytest.raises(ValueError, match="mixture"):
         loader.load_state_dict(state)
 
 
 def test_a_mixture_refuses_a_window_other_schemas_and_empty_sources(sources: dict[str, str], tmp_path: Path) -> None:
     mixture = Mixture(sources, weights={"binary": 1, "tar": 1, "remote": 1}, epoch_size=12)
     with pytest.raises(ValueError, match="window"):
-        Loader(mixture, batch_size=4, window=2)
+        Loader(mixture, batch_size=4, sampling=Sampling(window=2))
     with pytest.raises(ValueError, match="feistel"):
-        Loader(mixture, batch_size=4, order="sorted-key")
+        Loader(mixture, batch_size=4, sampling=Sampling(order="sorted-key"))
     from shardfmt.format import Field, Schema
 
     with DatasetWriter(tmp_path / "other", schema=Schema((Field("image", "jpeg"), Field("label", "int64")))) as writer:
@@ -204,9 +208,11 @@ def test_return_indices_of_a_mixture_index_the_concatenation(sources: dict[str, 
     """Each source's label is its record's index into the concatenation of the sources, so a
     loader's indices must equal its labels, batch by batch."""
     mixture = Mixture(sources, weights={name: 1 for name in sources}, epoch_size=24)
-    with Loader(mixture, batch_size=4, num_workers=0, size=16, seed=5, return_indices=True) as loader:
+    with Loader(
+        mixture, batch_size=4, num_workers=0, seed=5, transform=ImageTransform(size=16), output=Output(return_indices=True)
+    ) as loader:
         batches = [(labels.tolist(), indices.tolist()) for _, labels, indices in loader]
     assert len(batches) == 6
     assert all(labels == indices for labels, indices in batches)
     with pytest.raises(ValueError, match="subset does not apply to a Mixture"):
-        Loader(mixture, batch_size=4, subset=[0, 1])
+        Loader(mixture, batch_size=4, sampling=Sampling(subset=[0, 1]))

@@ -12,8 +12,9 @@ import pytest
 import simplejpeg
 import torch
 from conftest import jpeg_bytes
+from fuzz_loader import loader_arguments
 
-from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Sampling, open_dataset
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CutMix, MixUp, RandomChoice, RandomErasing, TrivialAugmentWide
 from shardfmt.ops._batch import apply_batch_steps
@@ -34,8 +35,10 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def collect(dataset: Path, epochs: int = 1, **options: Any) -> list[tuple[torch.Tensor, ...]]:
+    """`epochs` epochs of a loader made with `options` (each named by its field, put into its
+    option object by `fuzz_loader.loader_arguments`) over these defaults."""
     settings: dict[str, Any] = dict(batch_size=4, num_workers=0, size=24, seed=5, copy=True)
-    with Loader(dataset, **(settings | options)) as loader:
+    with Loader(dataset, **loader_arguments(settings | options)) as loader:
         return [tuple(batch) for _ in range(epochs) for batch in loader]
 
 
@@ -51,7 +54,7 @@ def test_bicubic_resizes_the_crop_with_torchs_antialiased_kernel(dataset: Path) 
                 want = torch.nn.functional.interpolate(source, size=(40, 40), mode="bicubic", antialias=True)[0]
                 assert torch.equal(image, want)
     with pytest.raises(ValueError, match="interpolation"):
-        Loader(dataset, batch_size=4, interpolation="lanczos")
+        Loader(dataset, batch_size=4, transform=ImageTransform(interpolation="lanczos"))
 
 
 def test_repeats_give_each_record_k_times_with_distinct_draws(dataset: Path) -> None:
@@ -76,7 +79,14 @@ def test_repeats_spread_copies_over_ranks_and_resume_exactly(dataset: Path) -> N
     seen = [torch.cat([b[2] for b in rank]).tolist() for rank in ranks]
     assert Counter(seen[0] + seen[1]) == {i: 2 for i in range(NUM_RECORDS)}
     assert all(Counter(rank)[i] <= 1 for rank in seen for i in range(NUM_RECORDS))  # one copy a rank
-    settings: dict[str, Any] = dict(batch_size=4, num_workers=0, size=24, seed=5, copy=True, repeats=3, return_indices=True)
+    settings: dict[str, Any] = dict(
+        batch_size=4,
+        num_workers=0,
+        seed=5,
+        transform=ImageTransform(size=24),
+        sampling=Sampling(repeats=3),
+        output=Output(copy=True, return_indices=True),
+    )
     with Loader(dataset, **settings) as loader:
         iterator = iter(loader)
         head = [next(iterator) for _ in range(5)]
@@ -87,7 +97,7 @@ def test_repeats_spread_copies_over_ranks_and_resume_exactly(dataset: Path) -> N
         resumed = list(loader)
     assert len(head) + len(tail) == -(-3 * NUM_RECORDS // 4)
     assert all(torch.equal(a, b) for x, y in zip(tail, resumed, strict=True) for a, b in zip(x, y, strict=True))
-    with Loader(dataset, **(settings | {"repeats": 2})) as loader:
+    with Loader(dataset, **(settings | {"sampling": Sampling(repeats=2)})) as loader:
         with pytest.raises(ValueError, match="repeats"):
             loader.load_state_dict(state)
 
@@ -103,7 +113,9 @@ def test_batch_steps_mix_each_batch_from_seed_epoch_and_batch(dataset: Path) -> 
         epoch, batch = divmod(number, per_epoch)
         expected = apply_batch_steps(steps, want_images.permute(0, 2, 3, 1), want_labels, seed=5, epoch=epoch, batch=batch, layout="NHWC")
         assert torch.equal(images.permute(0, 2, 3, 1), expected[0]) and torch.equal(labels, expected[1])
-    settings: dict[str, Any] = dict(batch_size=4, num_workers=0, size=24, seed=5, copy=True, batch_augment=steps)
+    settings: dict[str, Any] = dict(
+        batch_size=4, num_workers=0, seed=5, batch_augment=steps, transform=ImageTransform(size=24), output=Output(copy=True)
+    )
     with Loader(dataset, **settings) as loader:
         iterator = iter(loader)
         next(iterator), next(iterator)
@@ -122,7 +134,7 @@ def test_random_erasing_takes_the_loaders_mean(dataset: Path) -> None:
     zeros = sum(int((images == 0).all(dim=1).sum()) for images, _ in batches)
     assert zeros >= NUM_RECORDS * 0.02 * 24 * 24  # every sample has an erased box of 2% of its area at least
     with pytest.raises(ValueError, match="mean"):
-        Loader(dataset, batch_size=4, augment=[RandomErasing(p=1.0)])
+        Loader(dataset, batch_size=4, transform=ImageTransform(augment=[RandomErasing(p=1.0)]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -138,17 +150,23 @@ def test_batch_steps_run_on_the_device_after_the_transfer(dataset: Path) -> None
 
 
 def test_repeats_resume_on_other_ranks_with_the_rest_of_the_epoch(dataset: Path) -> None:
-    settings: dict[str, Any] = dict(batch_size=3, num_workers=0, size=24, seed=5, copy=True, repeats=2, return_indices=True)
+    settings: dict[str, Any] = dict(
+        batch_size=3,
+        num_workers=0,
+        seed=5,
+        transform=ImageTransform(size=24),
+        output=Output(copy=True, return_indices=True),
+    )
     taken = []
     states = []
     for rank in range(2):  # 36 samples over 2 ranks: 6 batches each; take 2
-        with Loader(dataset, rank=rank, world_size=2, **settings) as loader:
+        with Loader(dataset, **settings, sampling=Sampling(repeats=2, rank=rank, world_size=2)) as loader:
             iterator = iter(loader)
             taken += [next(iterator)[2] for _ in range(2)]
             states.append(loader.state_dict())
     rest = []
     for rank in range(3):  # the 24 samples left, over 3 ranks
-        with Loader(dataset, rank=rank, world_size=3, **settings) as loader:
+        with Loader(dataset, **settings, sampling=Sampling(repeats=2, rank=rank, world_size=3)) as loader:
             loader.load_state_dict(states[0])
             rest += [batch[2] for batch in loader]
     everything = Counter(torch.cat(taken + rest).tolist())
@@ -165,7 +183,7 @@ def test_nearest_interpolation_is_accepted_and_takes_pils_nearest_pixels(dataset
                 want = torch.nn.functional.interpolate(source, size=(40, 40), mode="nearest-exact")[0]  # PIL's NEAREST
                 assert torch.equal(image, want)
     with pytest.raises(ValueError, match="interpolation=.nearest. needs decode=.cpu."):
-        Loader(dataset, batch_size=4, interpolation="nearest", decode="gpu")
+        Loader(dataset, batch_size=4, transform=ImageTransform(interpolation="nearest", decode="gpu"))
 
 
 def test_an_rasampler_epoch_keeps_n_samples(dataset: Path) -> None:
@@ -181,7 +199,7 @@ def test_an_rasampler_epoch_keeps_n_samples(dataset: Path) -> None:
     assert [len(s) for s in seen] == [NUM_RECORDS // 3] * 3
     assert Counter(seen[0] + seen[1] + seen[2]) == Counter(indices)
     assert all(len(set(rank)) == len(rank) for rank in seen)  # the 3 copies of a record on 3 ranks
-    with Loader(dataset, batch_size=4, repeats=3, repeats_epoch="records") as loader:
-        assert len(loader) == -(-NUM_RECORDS // 4) and loader.repeats_epoch == "records"
+    with Loader(dataset, batch_size=4, sampling=Sampling(repeats=3, repeats_epoch="records")) as loader:
+        assert len(loader) == -(-NUM_RECORDS // 4) and loader.sampling.repeats_epoch == "records"
     with pytest.raises(ValueError, match="repeats_epoch"):
-        Loader(dataset, batch_size=4, repeats=3, repeats_epoch="samples")
+        Loader(dataset, batch_size=4, sampling=Sampling(repeats=3, repeats_epoch="samples"))

@@ -26,7 +26,7 @@ import pytest
 import simplejpeg
 import torch
 
-from shardfmt import DatasetWriter, FormatError, Loader, WorkerError
+from shardfmt import DatasetWriter, FormatError, ImageTransform, Loader, WorkerError, Workers
 from shardfmt._loader.watchdog import Stalled
 from shardfmt.format import IMAGE_CLASSIFICATION
 
@@ -79,7 +79,7 @@ def test_close_unmaps_the_ring_at_once_but_for_a_held_batch(dataset: Path) -> No
     """Before, every slot stayed mapped (and its memory allocated) until the Loader object was
     garbage-collected, whatever the caller held."""
     before, descriptors = ring_mappings(), ring_descriptors()
-    loader = Loader(dataset, batch_size=4, num_workers=2, size=8, pipeline="resize", shuffle=False)
+    loader = Loader(dataset, batch_size=4, num_workers=2, shuffle=False, transform=ImageTransform(size=8, crop="resize"))
     iterator = iter(loader)
     held = next(iterator)
     next(iterator)
@@ -103,7 +103,7 @@ def test_close_unmaps_the_ring_at_once_but_for_a_held_batch(dataset: Path) -> No
 @pytest.mark.timeout(60)
 def test_close_unmaps_every_slot_when_no_batch_is_held(dataset: Path) -> None:
     before = ring_mappings(), ring_descriptors()
-    loader = Loader(dataset, batch_size=4, num_workers=1, size=8, pipeline="resize", shuffle=False)
+    loader = Loader(dataset, batch_size=4, num_workers=1, shuffle=False, transform=ImageTransform(size=8, crop="resize"))
     firsts = [int(labels[0]) for _, labels in loader]  # no batch outlives the comprehension
     assert firsts == list(range(0, 48, 4))
     assert len(ring_mappings() - before[0]) == 3
@@ -116,10 +116,10 @@ def test_close_unmaps_every_slot_when_no_batch_is_held(dataset: Path) -> None:
 
 HOARDER = """
 import json, os, resource, sys, warnings
-from shardfmt import Loader
+from shardfmt import ImageTransform, Loader
 
 warnings.simplefilter("ignore", ResourceWarning)  # said at 16 held batches; this test holds more
-loader = Loader(sys.argv[1], batch_size=1, num_workers=1, size=8, pipeline="resize", shuffle=False)
+loader = Loader(sys.argv[1], batch_size=1, num_workers=1, transform=ImageTransform("resize", size=8), shuffle=False)
 limit = len(os.listdir("/proc/self/fd")) + 24
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 held = []
@@ -153,7 +153,7 @@ def test_held_batches_at_the_descriptor_limit_name_emfile_and_the_fix(dataset: P
     assert f"this process has no file descriptor left (EMFILE: its limit, ulimit -n, is {result['limit']})" in message
     assert "Each batch of a Loader held past the next one keeps one descriptor" in message
     assert message.endswith(
-        "Release the batches you keep (keep clones, or pass copy=True), or raise the limit "
+        "Release the batches you keep (keep clones, or pass output=Output(copy=True)), or raise the limit "
         "(ulimit -n, or resource.setrlimit(resource.RLIMIT_NOFILE, ...) at start)"
     )
     assert "signal" not in message
@@ -176,7 +176,12 @@ def test_a_stall_in_the_loaders_own_process_is_a_worker_error(dataset: Path) -> 
     handler = signal.getsignal(signal.SIGALRM)
     with pytest.raises(WorkerError) as info:
         with Loader(
-            dataset, batch_size=4, num_workers=0, size=8, pipeline="resize", shuffle=False, timeout=1, augment=[stall_on_record_five]
+            dataset,
+            batch_size=4,
+            num_workers=0,
+            shuffle=False,
+            transform=ImageTransform(size=8, crop="resize", augment=[stall_on_record_five]),
+            workers=Workers(timeout=1),
         ) as loader:
             list(loader)
     error = info.value
@@ -194,7 +199,9 @@ def test_the_timer_lets_steps_that_finish_in_time_run_and_puts_the_handler_back(
     rang = []
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: rang.append(signum))
     try:
-        with Loader(dataset, batch_size=4, num_workers=0, size=8, pipeline="resize", shuffle=False, timeout=5) as loader:
+        with Loader(
+            dataset, batch_size=4, num_workers=0, shuffle=False, transform=ImageTransform(size=8, crop="resize"), workers=Workers(timeout=5)
+        ) as loader:
             labels = [int(label) for _, batch in loader for label in batch]
         assert labels == list(range(48))
         assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and rang == []
@@ -208,11 +215,11 @@ def test_the_timer_lets_steps_that_finish_in_time_run_and_puts_the_handler_back(
 
 TRUNCATER = """
 import json, os, sys
-from shardfmt import Loader
+from shardfmt import ImageTransform, Loader, Workers
 
 fields = {"image": 8, "label": None, "key": None} if sys.argv[3] == "keys" else None  # keys: read by the loader's process
-loader = Loader(sys.argv[1], batch_size=2, num_workers=int(sys.argv[2]), size=8, pipeline="resize", shuffle=False, prefetch=1,
-                fields=fields)
+loader = Loader(sys.argv[1], batch_size=2, num_workers=int(sys.argv[2]), transform=ImageTransform("resize", size=8), shuffle=False,
+                workers=Workers(prefetch=1), fields=fields)
 iterator = iter(loader)
 first = next(iterator)
 loader.scheduler.running_pool.drain()  # batch 1 is decoded: the next one read is batch 2 (records 4 and 5)
@@ -267,7 +274,9 @@ def test_a_shard_replaced_by_another_file_is_read_as_it_was_opened(dataset: Path
     """A file renamed over the shard is not the mapped one: the mapping keeps the old file whole."""
     copy = tmp_path / "ds"
     shutil.copytree(dataset, copy)
-    with Loader(copy, batch_size=2, num_workers=0, size=8, pipeline="resize", shuffle=False, prefetch=1) as loader:
+    with Loader(
+        copy, batch_size=2, num_workers=0, shuffle=False, transform=ImageTransform(size=8, crop="resize"), workers=Workers(prefetch=1)
+    ) as loader:
         iterator = iter(loader)
         labels = next(iterator)[1].tolist()
         shard = copy / "shard-00000.shard"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from converting import convert
 
-from shardfmt import DatasetWriter, Loader, ManifestError
+from shardfmt import DatasetWriter, ImageTransform, Loader, ManifestError, Workers
 from shardfmt._loader.chunk import ChunkProcessor
 from shardfmt._loader.shm import SlotRing
 from shardfmt._sampling.keys import AUGMENT_STREAM, record_keys
@@ -71,7 +71,7 @@ def partial_decodes(dataset: Path, monkeypatch: pytest.MonkeyPatch, *, reads: in
         return original(self, data, **box)
 
     monkeypatch.setattr(CropDecoder, "decode", counting)
-    with Loader(dataset, batch_size=24, num_workers=0, size=SIZE, seed=1) as loader:
+    with Loader(dataset, batch_size=24, num_workers=0, seed=1, transform=ImageTransform(size=SIZE)) as loader:
         layout = loader.layout_spec
         processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: SlotRing.in_process(layout).arrays[slot], in_worker=True)
         indices = np.arange(24, dtype=np.int64)
@@ -106,7 +106,14 @@ def test_a_strictly_decoded_dataset_is_decoded_partially_from_the_first_read(
 @pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
 def test_first_reads_give_the_pixels_of_whole_decodes(converted: Path) -> None:
     def first_epoch(num_workers: int) -> list[bytes]:
-        with Loader(converted, batch_size=8, num_workers=num_workers, size=SIZE, seed=6, start_method="fork") as loader:
+        with Loader(
+            converted,
+            batch_size=8,
+            num_workers=num_workers,
+            seed=6,
+            transform=ImageTransform(size=SIZE),
+            workers=Workers(start_method="fork"),
+        ) as loader:
             return [images.numpy().tobytes() for images, _ in loader]
 
     assert first_epoch(2) == first_epoch(0)
@@ -121,7 +128,7 @@ def test_without_verification_nothing_is_trusted_on_its_first_read(converted: Pa
         return original(self, data, **box)
 
     monkeypatch.setattr(CropDecoder, "decode", counting)
-    with Loader(converted, batch_size=24, num_workers=0, size=SIZE, seed=1, verify=False) as loader:
+    with Loader(converted, batch_size=24, num_workers=0, seed=1, verify=False, transform=ImageTransform(size=SIZE)) as loader:
         layout = loader.layout_spec
         processor = ChunkProcessor(loader.scheduler.config, lambda slot, serial: SlotRing.in_process(layout).arrays[slot], in_worker=True)
         processor.process(0, 0, 0, 0, np.arange(24, dtype=np.int64))

@@ -13,13 +13,14 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Workers
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CropPlan, MixUp, RandomChoice, RandomResizedCrop, apply_batch_steps
 from shardfmt.ops._augment import describe_steps
 
 NUM_RECORDS = 24
 NUM_CLASSES = 4
+SIXTEEN = ImageTransform(size=16)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +87,9 @@ class LabelNoise:
         return images, torch.where(noisy, torch.randint(0, self.num_classes, (len(labels),), generator=generator), labels)
 
 
-def epoch(path: Path, **kwargs: Any) -> list[tuple[torch.Tensor, ...]]:
-    with Loader(path, batch_size=5, size=16, seed=4, copy=True, **kwargs) as loader:
+def epoch(path: Path, *, pipeline: Any = "train", **kwargs: Any) -> list[tuple[torch.Tensor, ...]]:
+    transform = ImageTransform(crop=pipeline, size=16)
+    with Loader(path, batch_size=5, seed=4, transform=transform, output=Output(copy=True), **kwargs) as loader:
         return [tuple(t.clone() for t in batch) for batch in loader]
 
 
@@ -104,7 +106,7 @@ def test_a_fixed_centre_box_of_ones_own_crops_as_the_resize_of_a_square(squares:
 def test_a_pipeline_of_ones_own_draws_with_the_workers_and_changes_size(squares: Path) -> None:
     crop = RandomResizedCrop((16, 16))
     assert same(epoch(squares, num_workers=2, pipeline=Delegating(crop)), epoch(squares, num_workers=2, pipeline=crop))
-    with Loader(squares, batch_size=5, seed=4, num_workers=2, pipeline=Delegating(crop)) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=Delegating(crop)) as loader:
         loader.set_size(12)
         images, _ = next(iter(loader))
         assert loader.pipeline == Delegating(crop.with_size((12, 12)))
@@ -113,14 +115,14 @@ def test_a_pipeline_of_ones_own_draws_with_the_workers_and_changes_size(squares:
 
 def test_a_pipeline_of_ones_own_resumes_and_its_parameters_are_checked(squares: Path) -> None:
     whole = epoch(squares, num_workers=2, pipeline=CentreBox(shrink=6), shuffle=True)
-    with Loader(squares, batch_size=5, size=16, seed=4, num_workers=2, pipeline=CentreBox(shrink=6), copy=True) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=CentreBox(shrink=6), output=Output(copy=True)) as loader:
         iterator = iter(loader)
         next(iterator), next(iterator)
         state = loader.state_dict()
-    with Loader(squares, batch_size=5, size=16, seed=4, num_workers=2, pipeline=CentreBox(shrink=6), copy=True) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=CentreBox(shrink=6), output=Output(copy=True)) as loader:
         loader.load_state_dict(state)
         assert same([tuple(t.clone() for t in b) for b in loader], whole[2:])
-    with Loader(squares, batch_size=5, seed=4, num_workers=2, pipeline=CentreBox(shrink=2)) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=CentreBox(shrink=2)) as loader:
         with pytest.raises(ValueError, match="pipeline"):
             loader.load_state_dict(state)
 
@@ -137,14 +139,14 @@ def test_a_batch_step_of_ones_own_runs_on_each_batch_as_apply_batch_steps_does(s
 def test_a_batch_step_of_ones_own_mixes_with_the_built_ins_and_resumes(squares: Path) -> None:
     steps = [LabelNoise(0.5, NUM_CLASSES), RandomChoice([MixUp(0.4, NUM_CLASSES), LabelNoise(0.2, NUM_CLASSES)])]
     whole = epoch(squares, num_workers=2, batch_augment=steps)
-    with Loader(squares, batch_size=5, size=16, seed=4, num_workers=2, batch_augment=steps, copy=True) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=SIXTEEN, batch_augment=steps, output=Output(copy=True)) as loader:
         iterator = iter(loader)
         next(iterator)
         state = loader.state_dict()
-    with Loader(squares, batch_size=5, size=16, seed=4, num_workers=2, batch_augment=steps, copy=True) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=SIXTEEN, batch_augment=steps, output=Output(copy=True)) as loader:
         loader.load_state_dict(state)
         assert same([tuple(t.clone() for t in b) for b in loader], whole[1:])
-    with Loader(squares, batch_size=5, size=16, seed=4, num_workers=2, batch_augment=steps[1:]) as loader:
+    with Loader(squares, batch_size=5, seed=4, num_workers=2, transform=SIXTEEN, batch_augment=steps[1:]) as loader:
         with pytest.raises(ValueError, match="batch_augment"):
             loader.load_state_dict(state)
 
@@ -182,7 +184,7 @@ class BadConfig(CentreBox):
 )
 def test_a_pipeline_lacking_what_the_loader_calls_is_refused(squares: Path, pipeline: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):
-        Loader(squares, batch_size=5, num_workers=0, pipeline=pipeline)
+        Loader(squares, batch_size=5, num_workers=0, transform=pipeline)
 
 
 def test_a_pipeline_that_cannot_be_pickled_is_refused_where_the_workers_are_spawned(squares: Path) -> None:
@@ -191,8 +193,8 @@ def test_a_pipeline_that_cannot_be_pickled_is_refused_where_the_workers_are_spaw
         pass
 
     with pytest.raises(TypeError, match=r"pipeline .*Local.* cannot be pickled, which the 'spawn' start method needs"):
-        Loader(squares, batch_size=5, num_workers=1, start_method="spawn", pipeline=Local())
-    with Loader(squares, batch_size=5, num_workers=0, pipeline=Local()) as loader:  # no worker to send it to
+        Loader(squares, batch_size=5, num_workers=1, workers=Workers(start_method="spawn"), transform=Local())
+    with Loader(squares, batch_size=5, num_workers=0, transform=Local()) as loader:  # no worker to send it to
         assert next(iter(loader))[0].shape == (5, 3, 16, 16)
 
 

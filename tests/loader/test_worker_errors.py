@@ -15,7 +15,7 @@ import torch
 from conftest import jpeg_bytes
 from shardbytes import ShardBytes
 
-from shardfmt import ChecksumError, DatasetWriter, DecodeError, FormatError, Loader, WorkerError, open_dataset
+from shardfmt import ChecksumError, DatasetWriter, DecodeError, FormatError, ImageTransform, Loader, WorkerError, open_dataset
 from shardfmt._errors import WorkerTraceback, worker_error_class, worker_error_kind
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.format._reader import CHECK_BLOCK_ROWS
@@ -56,7 +56,7 @@ def corrupt(dataset: Path, tmp_path: Path, index: int) -> tuple[str, int, int]:
 def test_a_corrupt_record_raises_checksum_error(dataset: Path, tmp_path: Path, num_workers: int) -> None:
     path, record, offset = corrupt(dataset, tmp_path, 13)
     with pytest.raises(ChecksumError) as info:
-        with Loader(tmp_path / "broken", batch_size=4, num_workers=num_workers, size=16, shuffle=False) as loader:
+        with Loader(tmp_path / "broken", batch_size=4, num_workers=num_workers, shuffle=False, transform=ImageTransform(size=16)) as loader:
             for _ in loader:
                 pass
     error = info.value
@@ -78,7 +78,7 @@ def test_an_undecodable_record_raises_decode_error(tmp_path: Path) -> None:
         for i in range(6):
             writer.write({"image": bytes(data) if i == 4 else jpeg_bytes(40, 40, seed=i), "label": i, "key": f"r{i}"})
     with pytest.raises(DecodeError) as info:
-        with Loader(tmp_path / "ds", batch_size=2, num_workers=1, size=16, shuffle=False) as loader:
+        with Loader(tmp_path / "ds", batch_size=2, num_workers=1, shuffle=False, transform=ImageTransform(size=16)) as loader:
             list(loader)
     assert isinstance(info.value, WorkerError) and isinstance(info.value, ValueError)
     assert info.value.record == 4 and "does not decode" in info.value.message
@@ -118,7 +118,11 @@ def marked(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_user_steps_builtin_error_keeps_its_builtin_class(marked: Path, num_workers: int) -> None:
     with pytest.raises(KeyError) as info:
         with Loader(
-            marked, batch_size=4, num_workers=num_workers, pipeline="resize", size=8, shuffle=False, augment=[refuse_record_five]
+            marked,
+            batch_size=4,
+            num_workers=num_workers,
+            shuffle=False,
+            transform=ImageTransform(crop="resize", size=8, augment=[refuse_record_five]),
         ) as loader:
             list(loader)
     assert isinstance(info.value, WorkerError) and not isinstance(info.value, Refused)
@@ -127,7 +131,7 @@ def test_a_user_steps_builtin_error_keeps_its_builtin_class(marked: Path, num_wo
 
 def test_a_user_class_outside_the_closed_set_is_a_worker_error(marked: Path) -> None:
     with pytest.raises(WorkerError, match="Oops: a user's step failed") as info:
-        with Loader(marked, batch_size=4, num_workers=1, pipeline="resize", size=8, augment=[oops]) as loader:
+        with Loader(marked, batch_size=4, num_workers=1, transform=ImageTransform(crop="resize", size=8, augment=[oops])) as loader:
             list(loader)
     assert type(info.value) is WorkerError
     assert isinstance(info.value.__cause__, WorkerTraceback) and "raise Oops" in info.value.__cause__.trace
@@ -161,7 +165,7 @@ def test_a_broken_table_row_of_a_later_block_is_named_when_the_loader_reaches_it
     shard_path.write_bytes(bytes(shard))
     seen = 0
     with pytest.raises(FormatError) as info:
-        with Loader(out, batch_size=256, num_workers=num_workers, size=8, shuffle=False) as loader:
+        with Loader(out, batch_size=256, num_workers=num_workers, shuffle=False, transform=ImageTransform(size=8)) as loader:
             for _images, labels in loader:
                 assert labels[0] == seen  # the rows of blocks 0 and 1 read fine, in order
                 seen += len(labels)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shardfmt import Loader, open_dataset
+from shardfmt import ImageTransform, Loader, Output, open_dataset
 from shardfmt._forks import frozen_heap
 from shardfmt._loader.shm import SlotArray, SlotLayout, SlotRing, map_segment, slot_arrays
 from shardfmt._storage import LocalFile
@@ -60,7 +60,9 @@ def test_a_chunk_asks_for_its_records_bytes_before_it_reads_the_first(small_data
         prefetch(self, ranges)
 
     monkeypatch.setattr(LocalFile, "prefetch", spy)
-    with Loader(small_dataset, batch_size=4, num_workers=0, size=8, seed=5, return_indices=True) as loader:
+    with Loader(
+        small_dataset, batch_size=4, num_workers=0, seed=5, transform=ImageTransform(size=8), output=Output(return_indices=True)
+    ) as loader:
         _images, _labels, indices = next(iter(loader))
     with open_dataset(small_dataset) as dataset:
         spans = []

@@ -26,9 +26,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import jpeg_bytes
+from fuzz_loader import loader_arguments
 from PIL import Image
 
-from shardfmt import DatasetWriter, Loader, WorkerError
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, WorkerError, Workers
 from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import (
@@ -552,8 +553,10 @@ def add_noise(sample: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def batches(dataset: Path, **options: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Two epochs of (images, indices) of a loader made with `options` (each named by its field,
+    put into its option object by `fuzz_loader.loader_arguments`) over these defaults."""
     settings: dict[str, Any] = dict(batch_size=6, num_workers=0, size=SIZE, seed=11, copy=True, return_indices=True)
-    with Loader(dataset, **(settings | options)) as loader:
+    with Loader(dataset, **loader_arguments(settings | options)) as loader:
         return [(images, indices) for _ in range(2) for images, _, indices in loader]
 
 
@@ -603,7 +606,14 @@ def test_the_same_draws_under_0_and_2_workers_and_after_resume(dataset: Path, st
     inline = batches(dataset, augment=steps)
     workers = batches(dataset, augment=steps, num_workers=2, start_method=start_method)
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, workers, strict=True))
-    settings: dict[str, Any] = dict(batch_size=6, num_workers=2, size=SIZE, seed=11, copy=True, augment=steps, start_method=start_method)
+    settings: dict[str, Any] = dict(
+        batch_size=6,
+        num_workers=2,
+        seed=11,
+        transform=ImageTransform(size=SIZE, augment=steps),
+        workers=Workers(start_method=start_method),
+        output=Output(copy=True),
+    )
     with Loader(dataset, **settings) as first:
         epoch_zero = iter(first)
         next(epoch_zero)
@@ -627,11 +637,10 @@ def test_a_users_step_gets_a_generator_seeded_from_seed_epoch_and_record(dataset
         dataset,
         batch_size=5,
         num_workers=0,
-        size=SIZE,
         seed=3,
-        augment=[RandomVerticalFlip(), record_seed],
-        return_indices=True,
         shuffle=False,
+        transform=ImageTransform(size=SIZE, augment=[RandomVerticalFlip(), record_seed]),
+        output=Output(return_indices=True),
     ) as loader:
         loader.set_epoch(7)
         indices = [i for _, _, batch in loader for i in batch.tolist()]
@@ -644,7 +653,7 @@ def test_a_step_that_changes_the_shape_is_refused(dataset: Path) -> None:
         return sample[:, :10]
 
     with pytest.raises(TypeError, match=r"must return a \(3, 30, 30\) uint8 tensor") as info:
-        with Loader(dataset, batch_size=5, num_workers=0, size=SIZE, augment=[shrink]) as loader:
+        with Loader(dataset, batch_size=5, num_workers=0, transform=ImageTransform(size=SIZE, augment=[shrink])) as loader:
             next(iter(loader))
     assert isinstance(info.value, WorkerError)
 
@@ -654,7 +663,11 @@ def test_mean_and_std_without_a_device_normalise_in_the_workers(dataset: Path, n
     mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
     plain = batches(dataset, num_workers=num_workers, augment=[RandomVerticalFlip()])
     with Loader(
-        dataset, batch_size=6, num_workers=num_workers, size=SIZE, seed=11, mean=mean, std=std, augment=[RandomVerticalFlip()]
+        dataset,
+        batch_size=6,
+        num_workers=num_workers,
+        seed=11,
+        transform=ImageTransform(size=SIZE, mean=mean, std=std, augment=[RandomVerticalFlip()]),
     ) as loader:
         for (images, _), (want, _) in zip(loader, plain[: len(loader)], strict=True):  # plain holds two epochs
             assert images.dtype == torch.float32 and images.shape[1:] == (3, SIZE, SIZE)
@@ -666,20 +679,22 @@ def test_mean_and_std_without_a_device_normalise_in_the_workers(dataset: Path, n
 
 def test_augment_and_normalisation_are_checked_against_the_fields(dataset: Path) -> None:
     with pytest.raises(TypeError, match="augment step"):
-        Loader(dataset, batch_size=4, num_workers=0, augment=["flip"])  # type: ignore[list-item]
+        Loader(dataset, batch_size=4, num_workers=0, transform=ImageTransform(augment=["flip"]))  # type: ignore[list-item]
     with pytest.raises(ValueError, match="both mean and std"):
-        Loader(dataset, batch_size=4, num_workers=0, mean=(1.0, 2.0, 3.0))
+        Loader(dataset, batch_size=4, num_workers=0, transform=ImageTransform(mean=(1.0, 2.0, 3.0)))
     with pytest.raises(ValueError, match="one value per channel"):
-        Loader(dataset, batch_size=4, num_workers=0, mean=(1.0,), std=(1.0,))
+        Loader(dataset, batch_size=4, num_workers=0, transform=ImageTransform(mean=(1.0,), std=(1.0,)))
     with Loader(
         dataset,
         batch_size=4,
         num_workers=0,
         fields={"image": 16, "label": None},
-        augment=[RandomVerticalFlip(1.0)],
         shuffle=False,
-        copy=True,
+        transform=ImageTransform(augment=[RandomVerticalFlip(1.0)]),
+        output=Output(copy=True),
     ) as loader:
         flipped = next(iter(loader))["image"]
-    with Loader(dataset, batch_size=4, num_workers=0, fields={"image": 16, "label": None}, shuffle=False, copy=True) as loader:
+    with Loader(
+        dataset, batch_size=4, num_workers=0, fields={"image": 16, "label": None}, shuffle=False, output=Output(copy=True)
+    ) as loader:
         assert torch.equal(flipped, next(iter(loader))["image"].flip(2))

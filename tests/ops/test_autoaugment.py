@@ -24,7 +24,7 @@ import pytest
 import torch
 from conftest import jpeg_bytes
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader, Output, Workers
 from shardfmt._sampling.keys import STEP_STREAM, record_keys, uniforms
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import AutoAugment, RandAugment, RandomErasing, TrivialAugmentWide
@@ -376,10 +376,13 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_steps_give_the_same_batches_under_0_and_2_workers_and_spawn(dataset: Path) -> None:
     steps = [TrivialAugmentWide(), RandAugment(2, 9), AutoAugment(), RandomErasing(p=0.7)]
     settings: dict[str, Any] = dict(
-        batch_size=4, size=24, seed=3, copy=True, augment=steps, mean=(120.0, 110.0, 100.0), std=(60.0, 60.0, 60.0)
+        batch_size=4,
+        seed=3,
+        transform=ImageTransform(size=24, augment=steps, mean=(120.0, 110.0, 100.0), std=(60.0, 60.0, 60.0)),
+        output=Output(copy=True),
     )
     runs = []
-    for options in ({"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "start_method": "spawn"}):
+    for options in ({"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "workers": Workers(start_method="spawn")}):
         with Loader(dataset, **(settings | options)) as loader:
             runs.append([images for _ in range(2) for images, _ in loader])
     for other in runs[1:]:

@@ -16,7 +16,7 @@ import simplejpeg
 import torch
 from eval_parity import photo_jpeg, psnr, torchvision_eval
 
-from shardfmt import DatasetWriter, Loader
+from shardfmt import DatasetWriter, ImageTransform, Loader
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.ops import CenterCrop
 from shardfmt.ops._crop import center_offsets, field_resize, resized_size
@@ -77,7 +77,9 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
 def test_a_loaders_eval_batches_are_torchvisions_pixels(photos: tuple[Path, list[bytes]], interpolation: str) -> None:
     path, payloads = photos
-    settings = dict(batch_size=len(SIZES), num_workers=0, shuffle=False, pipeline="eval", size=224, interpolation=interpolation)
+    settings = dict(
+        batch_size=len(SIZES), num_workers=0, shuffle=False, transform=ImageTransform(crop="eval", size=224, interpolation=interpolation)
+    )
     with Loader(path, **settings) as loader:
         assert loader.pipeline == CenterCrop(224, resize=256)
         images = next(iter(loader))[0]
@@ -92,7 +94,7 @@ def test_the_map_style_dataset_gives_the_same_eval_pixels(photos: tuple[Path, li
     from shardfmt import Dataset
 
     path, payloads = photos
-    dataset = Dataset(path, pipeline=CenterCrop(64, resize=73))
+    dataset = Dataset(path, transform=CenterCrop(64, resize=73))
     for k, data in enumerate(payloads):
         want = torchvision_eval(data, resize=73, size=64, interpolation="bilinear")
         assert int((dataset[k][0].int() - want.int()).abs().max()) <= 1

@@ -15,7 +15,7 @@ import pytest
 import simplejpeg
 from conftest import make_image
 
-from shardfmt import Loader, WorkerError, open_dataset
+from shardfmt import ImageTransform, Loader, WorkerError, Workers, open_dataset
 from shardfmt.ops._jpegcrop import CropDecoder
 
 pytestmark = pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
@@ -67,7 +67,9 @@ def test_workers_deliver_the_pixels_of_a_whole_decode(tmp_path: Path, monkeypatc
     monkeypatch.setattr(CropDecoder, "decode", logged)
 
     def epochs(num_workers: int) -> list[bytes]:
-        with Loader(out, batch_size=16, num_workers=num_workers, size=48, seed=4, start_method="fork") as loader:
+        with Loader(
+            out, batch_size=16, num_workers=num_workers, seed=4, transform=ImageTransform(size=48), workers=Workers(start_method="fork")
+        ) as loader:
             return [images.numpy().tobytes() for _ in range(3) for images, _ in loader]
 
     assert epochs(2) == epochs(0)
@@ -116,7 +118,7 @@ def small_jpegs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def partial_settings() -> dict[str, Any]:
-    return {"batch_size": 8, "size": 48, "seed": 4}
+    return {"batch_size": 8, "seed": 4, "transform": ImageTransform(size=48)}
 
 
 def last_record_of_epoch_1(dataset: Path) -> int:
@@ -154,7 +156,7 @@ def test_a_worker_that_libjpeg_ends_in_a_partial_decode_is_replaced(
         return original(self, data, **box)
 
     monkeypatch.setattr(CropDecoder, "decode", failing)
-    with Loader(small_jpegs, num_workers=2, start_method="fork", **partial_settings()) as loader:
+    with Loader(small_jpegs, num_workers=2, **partial_settings(), workers=Workers(start_method="fork")) as loader:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             first = [images.numpy().tobytes() for images, _ in loader]
@@ -194,7 +196,7 @@ def test_a_worker_that_dies_outside_a_partial_decode_is_a_worker_error(small_jpe
             WorkerError,
             match=re.escape(f"exited with code 1 while decoding record {record} of {shard_path} (dataset record {target})") + "$",
         ) as info:
-            with Loader(small_jpegs, num_workers=2, start_method="fork", **partial_settings()) as loader:
+            with Loader(small_jpegs, num_workers=2, **partial_settings(), workers=Workers(start_method="fork")) as loader:
                 for _ in range(2):
                     for _batch in loader:
                         pass

@@ -17,7 +17,7 @@ from conftest import jpeg_bytes
 from remote_servers import DroppingProxy, make_bucket, moto_server, s3_options, upload_tree
 
 import shardfmt._storage.remote as remote_module
-from shardfmt import DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy
+from shardfmt import DatasetWriter, ImageTransform, Loader, RemoteError, RemoteOptions, RetryPolicy, Sampling
 from shardfmt._storage.remote import FsspecStore
 from shardfmt.format import IMAGE_CLASSIFICATION
 
@@ -83,7 +83,15 @@ def test_an_outage_mid_shard_costs_the_loader_one_retry_budget(proxy: DroppingPr
 
     monkeypatch.setattr(remote_module, "call_with_retries", counted)
     remote = RemoteOptions(mode="range", storage_options=s3_options(proxy.endpoint), retry=POLICY)
-    with Loader("s3://data/budget/ds", batch_size=16, num_workers=0, size=16, remote=remote, window=1, seed=0) as loader:
+    with Loader(
+        "s3://data/budget/ds",
+        batch_size=16,
+        num_workers=0,
+        remote=remote,
+        seed=0,
+        transform=ImageTransform(size=16),
+        sampling=Sampling(window=1),
+    ) as loader:
         batches = iter(loader)
         next(batches)
         proxy.take_down()

@@ -14,7 +14,7 @@ import pytest
 from remote_servers import StorageServer, azure_options, gcs_options, storage_server
 
 import shardfmt._storage.remote
-from shardfmt import RemoteError, RetryPolicy
+from shardfmt import ImageTransform, RemoteError, RetryPolicy, Workers
 from shardfmt._storage.remote import FsspecStore
 
 POLICY = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
@@ -105,10 +105,10 @@ def test_a_loader_reads_a_dataset_whole(server: StorageServer, small_dataset: Pa
     url = f"{scheme}://bucket/ds"
     labels = {}
     for source, options in ((str(small_dataset), None), (url, remote)):
-        with Loader(source, batch_size=4, num_workers=1, size=16, shuffle=False, remote=options) as loader:
+        with Loader(source, batch_size=4, num_workers=1, shuffle=False, remote=options, transform=ImageTransform(size=16)) as loader:
             labels[source] = [int(v) for batch in loader for v in batch[1]]
             expected = "forkserver" if source.startswith("gs://") else multiprocessing.get_start_method()
-            assert loader.options.resolved_start_method == expected
+            assert loader.workers.resolved_start_method == expected
     assert labels[url] == labels[str(small_dataset)]
     if mode == "cache":  # every shard downloaded whole
         shards = sorted(data for name, data in server.objects.items() if name.endswith(".shard"))
@@ -122,7 +122,7 @@ def test_fork_is_refused_for_a_gs_dataset_with_the_reason(server: StorageServer,
 
     remote = RemoteOptions(storage_options=gcs_options(server.endpoint), retry=POLICY)
     with pytest.raises(ValueError, match=r"start_method='fork' cannot read gs://bucket/ds: gcsfs reads it over gRPC"):
-        Loader("gs://bucket/ds", batch_size=4, num_workers=1, remote=remote, start_method="fork")
+        Loader("gs://bucket/ds", batch_size=4, num_workers=1, remote=remote, workers=Workers(start_method="fork"))
     assert server.requests == []  # refused before anything was fetched
 
 
@@ -156,9 +156,9 @@ def test_a_map_style_gs_dataset_asks_for_workers_that_are_not_forked(server: Sto
 
     server.serve_tree(small_dataset, "ds")
     remote = RemoteOptions(storage_options=gcs_options(server.endpoint), retry=POLICY)
-    dataset = Dataset("gs://bucket/ds", pipeline="eval", size=16, remote=remote)
+    dataset = Dataset("gs://bucket/ds", remote=remote, transform=ImageTransform(crop="eval", size=16))
     with pytest.raises(RuntimeError, match="multiprocessing_context='forkserver'"):
         next(iter(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, multiprocessing_context="fork")))
     loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, multiprocessing_context="forkserver")
     labels = [int(v) for _, batch in loader for v in batch]
-    assert labels == [int(label) for _, label in Dataset(small_dataset, pipeline="eval", size=16)]
+    assert labels == [int(label) for _, label in Dataset(small_dataset, transform=ImageTransform(crop="eval", size=16))]

@@ -23,10 +23,12 @@ import shardfmt._storage.remote
 from shardfmt import (
     ChecksumError,
     DatasetNotFoundError,
+    ImageTransform,
     Loader,
     RemoteError,
     RemoteOptions,
     RetryPolicy,
+    Sampling,
     ShardfmtError,
     open_dataset,
 )
@@ -174,9 +176,13 @@ def test_processes_sharing_a_cache_download_each_shard_once(server: RangeServer,
 def test_loader_over_http_with_workers(server: RangeServer, small_dataset_module: Path) -> None:
     for mode in ("range", "cache"):
         remote = RemoteOptions(mode=mode, cache_dir=str(server.root / f"cache-{mode}"), retry=FAST)
-        with Loader(f"{server.url}/ds", batch_size=8, num_workers=2, size=16, remote=remote, window=2) as loader:
+        with Loader(
+            f"{server.url}/ds", batch_size=8, num_workers=2, remote=remote, transform=ImageTransform(size=16), sampling=Sampling(window=2)
+        ) as loader:
             labels = [b.tolist() for _, b in loader]
-        with Loader(small_dataset_module, batch_size=8, num_workers=0, size=16, window=2) as local:
+        with Loader(
+            small_dataset_module, batch_size=8, num_workers=0, transform=ImageTransform(size=16), sampling=Sampling(window=2)
+        ) as local:
             assert labels == [b.tolist() for _, b in local]
 
 
@@ -285,7 +291,7 @@ def test_map_style_dataset_over_http_in_a_dataloader(server: RangeServer) -> Non
 
     from shardfmt import Dataset
 
-    dataset = Dataset(f"{server.url}/ds", pipeline="eval", size=16, remote=RemoteOptions(retry=FAST))
+    dataset = Dataset(f"{server.url}/ds", remote=RemoteOptions(retry=FAST), transform=ImageTransform(crop="eval", size=16))
     loader = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=2)
     labels = [x for _, batch in loader for x in batch.tolist()]
     assert labels == [i % 3 for i in range(40)]
@@ -356,7 +362,15 @@ def test_a_windowed_epoch_trains_from_a_cache_smaller_than_the_dataset(server: R
     limit = 3 * max(sizes)
     assert limit < sum(sizes) / 2
     remote = RemoteOptions(mode="cache", cache_dir=str(tmp_path), cache_size=limit, prefetch_shards=1, retry=FAST)
-    with Loader(f"{server.url}/ds", batch_size=4, num_workers=2, size=16, remote=remote, window=1, seed=2) as loader:
+    with Loader(
+        f"{server.url}/ds",
+        batch_size=4,
+        num_workers=2,
+        remote=remote,
+        seed=2,
+        transform=ImageTransform(size=16),
+        sampling=Sampling(window=1),
+    ) as loader:
         labels = [x for epoch in range(2) for _, batch in loader for x in batch.tolist()]
         cache = loader._dataset.location.cache
     assert sorted(labels) == sorted([i % 3 for i in range(40)] * 2)

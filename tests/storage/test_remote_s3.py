@@ -33,7 +33,19 @@ from remote_servers import (
     upload_tree,
 )
 
-from shardfmt import ChecksumError, ConvertError, DatasetWriter, Loader, RemoteError, RemoteOptions, RetryPolicy, open_dataset
+from shardfmt import (
+    ChecksumError,
+    ConvertError,
+    DatasetWriter,
+    ImageTransform,
+    Loader,
+    Output,
+    RemoteError,
+    RemoteOptions,
+    RetryPolicy,
+    Sampling,
+    open_dataset,
+)
 from shardfmt._cli import main
 from shardfmt._convert import loop as convert_pipeline
 from shardfmt.format import IMAGE_CLASSIFICATION
@@ -129,7 +141,15 @@ def test_loader_from_s3_survives_a_connection_cut_mid_shard(indexed: tuple[Path,
         for mode in ("cache", "range"):
             proxy.armed = True
             remote = RemoteOptions(mode=mode, cache_dir=str(tmp_path / "cache"), storage_options=s3_options(proxy.endpoint), retry=FAST)
-            with Loader(indexed[1], batch_size=8, num_workers=2, size=16, remote=remote, window=2, seed=3) as loader:
+            with Loader(
+                indexed[1],
+                batch_size=8,
+                num_workers=2,
+                remote=remote,
+                seed=3,
+                transform=ImageTransform(size=16),
+                sampling=Sampling(window=2),
+            ) as loader:
                 labels = sorted(x for _, batch in loader for x in batch.tolist())
             assert labels == list(range(NUM_RECORDS))
         assert proxy.drops >= 1
@@ -161,13 +181,13 @@ def test_a_cache_smaller_than_a_shard_says_what_to_raise_it_to(indexed: tuple[Pa
     largest = max(path.stat().st_size for path in indexed[0].glob("*.shard"))
     remote = options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest - 1)
     with pytest.raises(RemoteError, match=f"raise cache_size to at least {largest}"):
-        Loader(indexed[1], batch_size=8, num_workers=1, size=16, remote=remote)
+        Loader(indexed[1], batch_size=8, num_workers=1, remote=remote, transform=ImageTransform(size=16))
     Loader(
         indexed[1],
         batch_size=8,
         num_workers=0,
-        size=16,
         remote=options(endpoint, mode="cache", cache_dir=str(tmp_path), cache_size=largest),
+        transform=ImageTransform(size=16),
     ).close()
 
 
@@ -209,7 +229,9 @@ def test_tar_shards_convert_to_s3_resume_and_read_back_by_url(
         ds = open_dataset("s3://data/tar", remote=options(endpoint, mode=mode, cache_dir=str(tmp_path / "cache")))
         assert [(r["key"], r["label"], bytes(r["image"])) for r in ds] == expected
         assert ds.shard_path(1) == "s3://data/tar/shard-00001.tar"
-    settings: dict[str, Any] = dict(batch_size=4, size=16, seed=2, window=2, copy=True)
+    settings: dict[str, Any] = dict(
+        batch_size=4, seed=2, transform=ImageTransform(size=16), sampling=Sampling(window=2), output=Output(copy=True)
+    )
     with (
         Loader(tmp_path / "local", num_workers=0, **settings) as here,
         Loader("s3://data/tar", num_workers=2, remote=options(endpoint), **settings) as there,
@@ -255,7 +277,9 @@ def test_multi_field_records_convert_into_s3_and_load_by_url(tmp_path: Path, end
     assert s3_tree(s3, "data/fields") == tree_bytes(tmp_path / "local")
     with pytest.raises(ConvertError, match="not empty"):
         convert([src / "LR", src / "HR"], "s3://data/fields", workers=1, remote=options(endpoint), **args)
-    settings: dict[str, Any] = dict(batch_size=3, num_workers=0, pipeline=RandomCrop(6), fields={"lr": 6, "hr": 12}, seed=4, window=2)
+    settings: dict[str, Any] = dict(
+        batch_size=3, num_workers=0, fields={"lr": 6, "hr": 12}, seed=4, transform=RandomCrop(6), sampling=Sampling(window=2)
+    )
     with Loader(tmp_path / "local", **settings) as here, Loader("s3://data/fields", remote=options(endpoint), **settings) as there:
         pairs = list(zip(here, there, strict=True))
     assert len(pairs) == 3
@@ -296,12 +320,12 @@ RANK_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch.distributed as dist
-    from shardfmt import Loader, RemoteOptions, RetryPolicy
+    from shardfmt import ImageTransform, Loader, RemoteOptions, RetryPolicy, Sampling
     url, options, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     remote = RemoteOptions(mode="cache", cache_dir=out + "/cache", storage_options=options, retry=RetryPolicy(attempts=4, first_delay=0.02))
-    settings = dict(batch_size=6, num_workers=2, size=16, seed=11, remote=remote, window=2)
+    settings = dict(batch_size=6, num_workers=2, seed=11, remote=remote, transform=ImageTransform(size=16), sampling=Sampling(window=2))
     with Loader(url, **settings) as loader:
         epoch = [b.tolist() for _, b in loader]
     with Loader(url, **settings) as first:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardfmt import RemoteOptions, RetryPolicy
+from shardfmt import ImageTransform, RemoteOptions, RetryPolicy
 from shardfmt._storage import LocalFile, LocalStore, Redactor, is_url
 from shardfmt._storage.remote import merge_windows
 from shardfmt._storage.retry import ShortReadError, call_with_retries, is_transient
@@ -111,7 +111,7 @@ def test_file_urls_are_local_paths(small_dataset: object) -> None:
     url = f"file://{small_dataset}"
     reader = open_dataset(url)
     assert len(reader) == 40 and not reader.location.is_remote
-    with Loader(url, batch_size=8, num_workers=1, size=16) as loader:
+    with Loader(url, batch_size=8, num_workers=1, transform=ImageTransform(size=16)) as loader:
         assert sum(len(labels) for _, labels in loader) == 40
 
 

@@ -16,7 +16,7 @@ from conftest import jpeg_bytes, webdataset_leaves_files_open
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfmt import DatasetWriter, Loader, open_dataset
+from shardfmt import DatasetWriter, ImageTransform, Loader, open_dataset
 from shardfmt._dataset.tars import index_tars
 from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.tar._index import index_tar
@@ -200,8 +200,8 @@ def twin_datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return root / "bin", root / "tar"
 
 
-def batches(path: Any, **options: Any) -> list[tuple[list[int], bytes]]:
-    with Loader(path, batch_size=8, size=24, seed=7, **options) as loader:
+def batches(path: Any, crop: str = "train", **options: Any) -> list[tuple[list[int], bytes]]:
+    with Loader(path, batch_size=8, seed=7, **options, transform=ImageTransform(crop, size=24)) as loader:
         return [(labels.tolist(), images.numpy().tobytes()) for _ in range(2) for images, labels in loader]
 
 
@@ -209,12 +209,12 @@ def test_loader_gives_the_same_batches_over_tar_and_binary_shards(twin_datasets:
     binary, tar = twin_datasets
     expected = batches(binary, num_workers=0)
     assert batches(tar, num_workers=0) == expected
-    assert batches(sorted(map(str, tar.glob("*.tar"))), num_workers=2, pipeline="eval") == batches(binary, num_workers=0, pipeline="eval")
+    assert batches(sorted(map(str, tar.glob("*.tar"))), num_workers=2, crop="eval") == batches(binary, num_workers=0, crop="eval")
 
 
 def test_torch_dataset_over_tar_shards(twin_datasets: tuple[Path, Path]) -> None:
     from shardfmt import Dataset
 
-    dataset = Dataset(twin_datasets[1], pipeline="resize", size=16)
+    dataset = Dataset(twin_datasets[1], transform=ImageTransform(crop="resize", size=16))
     image, label = dataset[5]
     assert tuple(image.shape) == (3, 16, 16) and label == 5 and len(dataset) == 37
