@@ -31,13 +31,14 @@ def test_bench_scale_prints_every_size(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # ten fresh processes that import torch: minutes on a loaded 2-core machine
 def test_bench_scale_first_batch_prints_both_trees_warm_and_cold(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     command = [
         sys.executable, str(SCRIPT), "--first-batch", "--sizes", "512", "--shard-records", "256", "--rounds", "1",
-        "--compare", str(ROOT), "--keep", str(tmp_path / "data"),
+        "--project", "5120", "--compare", str(ROOT), "--keep", str(tmp_path / "data"),
     ]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540, check=False)
     assert done.returncode == 0, done.stderr
     rows = [line.split(" | ")[2:4] for line in done.stdout.splitlines() if line.startswith("| 512 | 2 |")]
     assert sorted(rows) == [[str(ROOT), "cold"], [str(ROOT), "warm"], ["this tree", "cold"], ["this tree", "warm"]], done.stdout

@@ -64,6 +64,7 @@ import simplejpeg
 
 from shardfmt import DatasetWriter
 from shardfmt.format import IMAGE_CLASSIFICATION
+from shardfmt.format._layout import MAX_SHARDS
 from shardfmt.format._manifest import Manifest, ShardEntry
 
 MEASURE = r"""
@@ -494,6 +495,12 @@ def main(argv: list[str] | None = None) -> int:
 def first_batch_main(args: argparse.Namespace, base: Path) -> int:
     """--first-batch: the table of first-batch times and their breakdown, each size in turn,
     then the projection to --project records from the largest size."""
+    projected_shards = -(-args.project // args.shard_records)
+    if projected_shards > MAX_SHARDS:
+        raise SystemExit(
+            f"--project {args.project:,} at --shard-records {args.shard_records:,} is {projected_shards:,} shards, "
+            f"over a manifest's limit of {MAX_SHARDS:,}: give a smaller --project or larger shards"
+        )
     trees: dict[str, Path | None] = {"this tree": None}
     if args.compare is not None:
         trees = {str(args.compare): args.compare, "this tree": None}
