@@ -67,17 +67,23 @@ from shardfmt.format import IMAGE_CLASSIFICATION
 from shardfmt.format._layout import MAX_SHARDS
 from shardfmt.format._manifest import Manifest, ShardEntry
 
-MEASURE = r"""
-import json, os, sys, time
-import torch
-import shardfmt
-from shardfmt import Loader
-
+# Each script below builds its loader with this function, which reads a --compare tree from
+# before the option objects too (it gives size and the sampling keywords to Loader directly).
+MAKE_LOADER = r"""
 def make_loader(path, workers, sampling):
     if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
         return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
     return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
                   sampling=shardfmt.Sampling(**sampling))
+"""
+
+MEASURE = r"""
+import json, os, sys, time
+import torch
+import shardfmt
+from shardfmt import Loader
+MAKE_LOADER_HERE
+
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -108,7 +114,7 @@ assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__fi
 result = {"init_s": built - start, "init_bytes": after - before, "first_s": first - start, "peak_bytes": peak() - before}
 print(json.dumps(result | {"order": getattr(loader, "order", "sorted-key")}))
 loader.close()
-"""
+""".replace("MAKE_LOADER_HERE\n", MAKE_LOADER)
 
 
 FIRST_BATCH = r"""
@@ -119,12 +125,8 @@ import shardfmt.format._reader as reader_module
 import shardfmt._loader.chunk as chunk_module
 import shardfmt._loader.pool as pool_module
 from shardfmt import Loader
+MAKE_LOADER_HERE
 
-def make_loader(path, workers, sampling):
-    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
-        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
-    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
-                  sampling=shardfmt.Sampling(**sampling))
 
 path, cold, folder = sys.argv[1], sys.argv[2] == "cold", sys.argv[3]
 assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
@@ -182,7 +184,7 @@ assert images.shape == (256, 3, 8, 8), images.shape
 loader.close()
 order = getattr(loader, "order", "?")
 print(json.dumps({"first_s": first - start, "init_s": built - start, "start": start, "first": first, "order": order}))
-"""
+""".replace("MAKE_LOADER_HERE\n", MAKE_LOADER)
 
 
 EPOCH = r"""
@@ -190,12 +192,8 @@ import json, os, sys, time
 import torch
 import shardfmt
 from shardfmt import Loader
+MAKE_LOADER_HERE
 
-def make_loader(path, workers, sampling):
-    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
-        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
-    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
-                  sampling=shardfmt.Sampling(**sampling))
 
 path, options = sys.argv[1], json.loads(sys.argv[2])
 assert os.path.dirname(shardfmt.__file__).startswith(os.getcwd()), shardfmt.__file__
@@ -208,7 +206,7 @@ for images, labels in loader:
 seconds = time.perf_counter() - start
 loader.close()
 print(json.dumps({"records_per_s": records / seconds, "seconds": seconds}))
-"""
+""".replace("MAKE_LOADER_HERE\n", MAKE_LOADER)
 
 
 def epoch_main(args: argparse.Namespace, base: Path) -> int:
@@ -246,15 +244,11 @@ import sys, time
 import torch
 import shardfmt
 from shardfmt import Loader
-def make_loader(path, workers, sampling):
-    if not hasattr(shardfmt, "Sampling"):  # a --compare tree from before the option objects
-        return Loader(path, batch_size=256, num_workers=workers, size=8, **sampling)
-    return Loader(path, batch_size=256, num_workers=workers, transform=shardfmt.ImageTransform(size=8),
-                  sampling=shardfmt.Sampling(**sampling))
+MAKE_LOADER_HERE
 start = time.perf_counter()
 make_loader(sys.argv[1], 2, {}).close()
 print(time.perf_counter() - start)
-"""
+""".replace("MAKE_LOADER_HERE\n", MAKE_LOADER)
 
 
 def measure_first_batch(path: Path, *, cold: bool, tree: Path | None) -> dict[str, Any]:
