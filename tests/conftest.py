@@ -107,11 +107,11 @@ def awkward_files() -> dict[str, bytes]:
     }
 
 
-@pytest.fixture
-def awkward_tree(tmp_path: Path) -> Path:
-    """An ImageFolder with plain JPEGs, every kind of awkward input, an empty class, a symlink
-    loop, a broken link, a hidden folder and a file name that is not UTF-8."""
-    root = make_imagefolder(tmp_path / "awkward", num_classes=3, per_class=6, size=(40, 52), seed=2)
+def make_awkward_tree(folder: Path) -> Path:
+    """Write, as `folder`/awkward, an ImageFolder with plain JPEGs, every kind of awkward input,
+    an empty class, a symlink loop, a broken link, a hidden folder and a file name that is not
+    UTF-8; return its root (also `tools/compare_convert.py`'s "nasty" source)."""
+    root = make_imagefolder(folder / "awkward", num_classes=3, per_class=6, size=(40, 52), seed=2)
     for name, data in awkward_files().items():
         (root / "class_001" / name).write_bytes(data)
     (root / "class_000" / "nested" / "deeper").mkdir(parents=True)
@@ -124,6 +124,12 @@ def awkward_tree(tmp_path: Path) -> Path:
     with open(os.path.join(os.fsencode(root), b"class_002", b"caf\xe9.jpg"), "wb") as file:
         file.write(jpeg_bytes(16, 16, seed=9))
     return root
+
+
+@pytest.fixture
+def awkward_tree(tmp_path: Path) -> Path:
+    """The awkward ImageFolder of `make_awkward_tree`."""
+    return make_awkward_tree(tmp_path)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

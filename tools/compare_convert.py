@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import awkward_files, jpeg_bytes  # noqa: E402
+from conftest import jpeg_bytes, make_awkward_tree  # noqa: E402
 
 from shardfmt._synthetic import make_imagefolder  # noqa: E402
 
@@ -38,18 +38,7 @@ FLAGS = ["--workers", "2", "--shard-size", "4KiB", "--quiet"]
 
 def make_sources(folder: Path) -> list[tuple[str, list[str], list[str]]]:
     """Write the sources into `folder`; return (case name, SRC arguments, extra flags) for each run."""
-    awkward = make_imagefolder(folder / "awkward", num_classes=3, per_class=6, size=(40, 52), seed=2)
-    for name, data in awkward_files().items():
-        (awkward / "class_001" / name).write_bytes(data)
-    (awkward / "class_000" / "nested" / "deeper").mkdir(parents=True)
-    (awkward / "class_000" / "nested" / "deeper" / "inner.jpg").write_bytes(jpeg_bytes(20, 20, seed=7))
-    os.symlink("..", awkward / "class_000" / "nested" / "loop")
-    os.symlink("missing.jpg", awkward / "class_002" / "broken.jpg")
-    (awkward / "class_002" / ".cache").mkdir()
-    (awkward / "class_002" / ".cache" / "x.jpg").write_bytes(jpeg_bytes(seed=8))
-    (awkward / "empty_class").mkdir()
-    with open(os.path.join(os.fsencode(awkward), b"class_002", b"caf\xe9.jpg"), "wb") as file:
-        file.write(jpeg_bytes(16, 16, seed=9))
+    awkward = make_awkward_tree(folder)
     plain = make_imagefolder(folder / "imagefolder", num_classes=4, per_class=10, size=(48, 64), seed=1)
     listing = folder / "listing.csv"
     listing.write_text("path,label\n" + "".join(f"imagefolder/class_{n % 4:03d}/img_{n:05d}.JPEG,{n % 4}\n" for n in range(40)))
