@@ -19,9 +19,9 @@ from PIL import Image
 from shardbytes import ShardBytes
 
 from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_dataset
+from shardfmt._checksum import checksum, format_checksum
 from shardfmt._convert import destination as convert_output
 from shardfmt._convert import records as convert_records
-from shardfmt._checksum import checksum, format_checksum
 from shardfmt._synthetic import make_image
 
 REPO = Path(__file__).resolve().parents[2]
