@@ -136,7 +136,10 @@ class ShardBytes:
         if self.flagged:
             record_size = int(self.footer()[0]["record_size"])
             sums = block_checksums(bytes(self.data[self.table_offset : self.rows_end]), record_size)
-            self.data[self.rows_end : self.rows_end + len(sums)] = sums
+            start = self.rows_end
+            stop = min(start + len(sums), len(self.data))  # a footer patched to lie: never a change of length
+            if start < stop:
+                self.data[start:stop] = sums[: stop - start]
             self.footer()["table_checksum"] = checksum(sums)
         else:
             self.footer()["table_checksum"] = checksum(bytes(self.data[self.table_offset : self.footer_offset]))
