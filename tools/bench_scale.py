@@ -29,10 +29,11 @@ default order), warm and cold (each shard file dropped from the page cache with
 ``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no root for one's own files; every name
 links the same file, so a page read for one shard is cached for the others and cold figures
 understate a real cold start, unless ``--copies`` makes every shard its own file), the median of
-``--rounds`` fresh processes, alternating with the tree of ``--compare``. Timers set before the
+``--rounds`` fresh processes, alternating with the tree of ``--compare`` (each tree over a
+dataset its own writer wrote: trees a format version apart may not read each other's shards). Timers set before the
 workers fork run in the workers too, so each worker reports what it had done when the batch
 came: its start (from ``Loader()`` to its first chunk), the shards it opened and their seconds
-(header, footer, the table's checksum, the map; the table checks made while opening are counted
+(header, footer, the table's checksum (of a 1.2 shard: its block checksums), the map; the table checks made while opening are counted
 as checks), the blocks of table rows it checked and their seconds, the rows it decoded and their
 seconds (checksums and fills); the table shows the mean of the two workers. From the largest
 size it projects the first batch at ``--project`` records (default 10^9) in shards of the same
@@ -216,7 +217,7 @@ def epoch_main(args: argparse.Namespace, base: Path) -> int:
     if args.compare is not None:
         trees = {str(args.compare): args.compare, "this tree": None}
     size = args.sizes[0]
-    path = write_dataset(base / f"records-{size}", size, args.shard_records)
+    paths = write_datasets(base / f"records-{size}", size, args.shard_records, trees)
     print(f"{os.cpu_count()} cores; load average (1 min) at the start: {os.getloadavg()[0]:.2f}")
     runs: dict[tuple[str, str], list[float]] = {}
     try:
@@ -225,7 +226,7 @@ def epoch_main(args: argparse.Namespace, base: Path) -> int:
                 for name, tree in trees.items():
                     package_root = tree if tree is not None else Path(__file__).resolve().parents[1]
                     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
-                    command = [sys.executable, "-c", EPOCH, str(path), json.dumps(options)]
+                    command = [sys.executable, "-c", EPOCH, str(paths[name]), json.dumps(options)]
                     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=package_root, check=True)
                     runs.setdefault((label, name), []).append(json.loads(out.stdout.strip().splitlines()[-1])["records_per_s"])
     finally:
@@ -274,13 +275,14 @@ def measure_first_batch(path: Path, *, cold: bool, tree: Path | None) -> dict[st
     return result
 
 
-def first_batch(path: Path, trees: dict[str, Path | None], rounds: int) -> dict[tuple[str, str], dict[str, Any]]:
-    """The median of `rounds` runs of each (tree, cache), the trees alternating within a round."""
+def first_batch(paths: dict[str, Path], trees: dict[str, Path | None], rounds: int) -> dict[tuple[str, str], dict[str, Any]]:
+    """The median of `rounds` runs of each (tree, cache), the trees alternating within a round,
+    each over its own dataset in `paths`."""
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for cache in ("warm", "cold"):
             for name, tree in trees.items():
-                runs.setdefault((name, cache), []).append(measure_first_batch(path, cold=cache == "cold", tree=tree))
+                runs.setdefault((name, cache), []).append(measure_first_batch(paths[name], cold=cache == "cold", tree=tree))
     return {key: sorted(found, key=lambda run: run["first_s"])[(len(found) - 1) // 2] for key, found in runs.items()}
 
 
@@ -305,27 +307,27 @@ def print_first_batch(size: int, num_shards: int, medians: dict[tuple[str, str],
         )
 
 
-def manifest_seconds(path: Path, shards: int, trees: dict[str, Path | None]) -> dict[str, float]:
+def manifest_seconds(paths: dict[str, Path], shards: int, trees: dict[str, Path | None]) -> dict[str, float]:
     """Seconds `Loader()` takes (the manifest parsed, no shard opened) over a manifest of
-    `shards` entries, each naming the first shard of the dataset at `path`: the median of 3
-    fresh processes per tree."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-scale-manifest-"))
-    try:
-        entry = Manifest.load(path / "manifest.json").shards[0]
-        entries = tuple(
-            ShardEntry(f"shard-{number:06d}.shard", entry.num_records, entry.size, entry.checksum) for number in range(shards)
-        )
-        Manifest(schema=IMAGE_CLASSIFICATION, shards=entries, converter={"name": "bench_scale"}).write(folder)
-        seconds: dict[str, float] = {}
-        for name, tree in trees.items():
+    `shards` entries, each naming the first shard of the tree's dataset in `paths`: the median
+    of 3 fresh processes per tree."""
+    seconds: dict[str, float] = {}
+    for name, tree in trees.items():
+        folder = Path(tempfile.mkdtemp(prefix="bench-scale-manifest-"))
+        try:
+            entry = Manifest.load(paths[name] / "manifest.json").shards[0]
+            entries = tuple(
+                ShardEntry(f"shard-{number:06d}.shard", entry.num_records, entry.size, entry.checksum) for number in range(shards)
+            )
+            Manifest(schema=IMAGE_CLASSIFICATION, shards=entries, converter={"name": "bench_scale"}).write(folder)
             package_root = tree if tree is not None else Path(__file__).resolve().parents[1]
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
             command = [sys.executable, "-c", LOADER_ONLY, str(folder)]
             runs = [subprocess.run(command, capture_output=True, text=True, env=env, cwd=package_root, check=True) for _ in range(3)]
             seconds[name] = sorted(float(run.stdout.split()[-1]) for run in runs)[1]
-        return seconds
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return seconds
 
 
 def print_projection(records: int, shard_records: int, medians: dict[tuple[str, str], dict[str, Any]], manifest: dict[str, float]) -> None:
@@ -378,6 +380,35 @@ def write_dataset(root: Path, num_records: int, shard_records: int, *, copies: b
     Manifest(schema=IMAGE_CLASSIFICATION, shards=tuple(entries), converter={"name": "bench_scale"}).write(root)
     shutil.rmtree(seed)
     return root
+
+
+WRITE_DATASET = r"""
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path.cwd() / "tools"))
+import bench_scale
+bench_scale.write_dataset(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), copies=sys.argv[4] == "copies")
+"""
+
+
+def write_datasets(
+    root: Path, num_records: int, shard_records: int, trees: dict[str, Path | None], *, copies: bool = False
+) -> dict[str, Path]:
+    """One dataset per tree, each written by that tree's `DatasetWriter` (``ROOT-1``, ...): the
+    trees may write different format versions, and an older reader refuses a newer minor's
+    flags. A tree's dataset is written in a process that imports that tree's shardfmt."""
+    paths: dict[str, Path] = {}
+    for number, (name, tree) in enumerate(trees.items()):
+        path = root if len(trees) == 1 else root.with_name(f"{root.name}-{number}")
+        if tree is None:
+            write_dataset(path, num_records, shard_records, copies=copies)
+        else:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
+            how = "copies" if copies else "links"
+            command = [sys.executable, "-c", WRITE_DATASET, str(path), str(num_records), str(shard_records), how]
+            subprocess.run(command, env=env, cwd=tree, check=True)
+        paths[name] = path
+    return paths
 
 
 def measure(path: Path, options: dict[str, Any], *, tree: Path | None = None) -> dict[str, Any]:
@@ -507,15 +538,16 @@ def first_batch_main(args: argparse.Namespace, base: Path) -> int:
     medians: dict[tuple[str, str], dict[str, Any]] = {}
     try:
         for size in args.sizes:
-            path = write_dataset(base / f"records-{size}", size, args.shard_records, copies=args.copies)
-            medians = first_batch(path, trees, args.rounds)
+            paths = write_datasets(base / f"records-{size}", size, args.shard_records, trees, copies=args.copies)
+            medians = first_batch(paths, trees, args.rounds)
             print_first_batch(size, -(-size // args.shard_records), medians)
             print(f"<!-- load average (1 min) after {size:,} records: {os.getloadavg()[0]:.2f} -->")
             sys.stdout.flush()
             if size == args.sizes[-1]:
-                manifest = manifest_seconds(path, -(-args.project // args.shard_records), trees)
+                manifest = manifest_seconds(paths, -(-args.project // args.shard_records), trees)
             if args.keep is None:
-                shutil.rmtree(path, ignore_errors=True)
+                for path in paths.values():
+                    shutil.rmtree(path, ignore_errors=True)
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

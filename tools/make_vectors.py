@@ -56,6 +56,7 @@ from shardfmt.format._layout import (  # noqa: E402
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     NDARRAY_DTYPES,
+    TABLE_BLOCK_ROWS,
     column_name,
 )
 from shardfmt.format._schema import tar_schema as tar_dataset_schema  # noqa: E402
@@ -161,6 +162,12 @@ VALID: dict[str, tuple[str, Schema, list[dict[str, Any]], int]] = {
                 "meta": [],
             },
         ],
+        64,
+    ),
+    "blocks": (
+        "1,030 records in two table blocks, the second of 6 rows, each with its block checksum (v1.2)",
+        Schema.of(label="int64"),
+        [{"label": i} for i in range(TABLE_BLOCK_ROWS + 6)],
         64,
     ),
     "scalars": (
@@ -429,6 +436,14 @@ def annotate(data: bytes) -> str:
     for index, row in enumerate(table):
         notes = {"checksum": f"{hex64(int(row['checksum']))}: XXH3-64 of the record's span"}
         put_struct(table_offset + index * table.dtype.itemsize, table.dtype, row, f"table[{index}].", notes)
+    if shard.flagged:
+        rows = table.dtype.itemsize
+        for block, value in enumerate(shard.block_sums()):
+            first, last = block * TABLE_BLOCK_ROWS, min((block + 1) * TABLE_BLOCK_ROWS, len(table)) - 1
+            rows_of = f"table[{first}]" if first == last else f"table[{first}] to table[{last}]"
+            at = shard.rows_end + 8 * block
+            put(at, at + 8, f"block checksum {block} = {hex64(int(value))}: XXH3-64 of {rows_of} ({(last - first + 1) * rows} bytes)")
+    sums = "the block checksums" if shard.flagged else "the table"
     put_struct(
         len(data) - FOOTER_SIZE,
         FOOTER_DTYPE,
@@ -436,7 +451,7 @@ def annotate(data: bytes) -> str:
         "footer.",
         {
             "magic": '"SHARDEND"',
-            "table_checksum": f"{hex64(int(footer['table_checksum']))}: XXH3-64 of the table",
+            "table_checksum": f"{hex64(int(footer['table_checksum']))}: XXH3-64 of {sums}",
             "checksum": f"{hex64(int(footer['checksum']))}: XXH3-64 of footer bytes [0, 48)",
         },
     )
@@ -473,7 +488,7 @@ def unknown_major(s: ShardBytes) -> Invalid:
 
 @invalid("tiny", "flags: a reader refuses any flag bit it does not know")
 def unknown_flag(s: ShardBytes) -> Invalid:
-    s.header()["flags"] = 1
+    s.header()["flags"] |= 2
     s.reseal_header()
     return "UnsupportedVersionError", 12, None, "open"
 
@@ -509,11 +524,54 @@ def too_many_records(s: ShardBytes) -> Invalid:
     return "LimitError", s.footer_offset + 8, None, "open"
 
 
-@invalid("tiny", "table checksum: XXH3-64 of the record table")
+@invalid("tiny", "table checksum: under TABLE_BLOCKS, XXH3-64 of the block checksums, compared on open (v1.2)")
 def table_checksum(s: ShardBytes) -> Invalid:
+    s.block_sums()[0] ^= 1
+    return "ChecksumError", s.rows_end, None, "open"
+
+
+@invalid("tiny", "table block checksum: block 0's bytes against its block checksum, on open (v1.2)")
+def table_block_0_checksum(s: ShardBytes) -> Invalid:
+    s.table()["label"][0] = 4
+    return "ChecksumError", s.table_offset, 0, "open"
+
+
+@invalid("blocks", "table block checksum: a later block's bytes against its block checksum, when the block is first used (v1.2)")
+def table_block_checksum(s: ShardBytes) -> Invalid:
+    s.table()["label"][TABLE_BLOCK_ROWS + 3] = 0
+    return "ChecksumError", s.column_offset(TABLE_BLOCK_ROWS, "offset"), TABLE_BLOCK_ROWS, "read"
+
+
+@invalid("tiny", "table checksum without TABLE_BLOCKS: XXH3-64 of the whole table, as in 1.1 (v1.2)")
+def table_checksum_without_blocks(s: ShardBytes) -> Invalid:
+    s.drop_table_blocks()
     s.table()["label"][0] = 4
     s.reseal_footer()
     return "ChecksumError", s.table_offset, None, "open"
+
+
+@invalid("tiny", "flags: TABLE_BLOCKS came with 1.2, and this header says 1.1: a bit its version does not define (v1.2)")
+def flag_newer_than_header(s: ShardBytes) -> Invalid:
+    s.header()["minor"] = 1
+    s.reseal_header()
+    return "UnsupportedVersionError", 12, None, "open"
+
+
+@invalid("tiny", "block size: under TABLE_BLOCKS, footer reserved0 is 1024 (v1.2)")
+def block_rows(s: ShardBytes) -> Invalid:
+    s.footer()["reserved0"] = 512
+    s.reseal_footer()
+    return "FormatError", s.footer_offset + 20, None, "open"
+
+
+@invalid("blocks", "table placement: under TABLE_BLOCKS, a block checksum per 1024 rows lies between table and footer (v1.2)")
+def block_checksums_missing(s: ShardBytes) -> Invalid:
+    s.drop_table_blocks()
+    s.header()["flags"] = 1
+    s.reseal_header()
+    s.footer()["reserved0"] = TABLE_BLOCK_ROWS
+    s.reseal_footer()
+    return "FormatError", s.footer_offset, None, "open"
 
 
 @invalid("tiny", "file length: the footer is the last 64 bytes, so a truncated file has no footer magic")
@@ -727,6 +785,7 @@ def ndarray_too_large(s: ShardBytes) -> Invalid:
 
 @invalid("raw", "field types exist in the header's version: raw came with 1.1, and this header says 1.0 (v1.1)")
 def type_newer_than_header(s: ShardBytes) -> Invalid:
+    s.drop_table_blocks()  # a 1.0 header has no TABLE_BLOCKS (step 6 would refuse it first)
     s.header()["minor"] = 0
     s.reseal_header()
     return "FormatError", HEADER_SIZE, None, "open"
@@ -1057,7 +1116,7 @@ def format_missing(d: Path, m: dict[str, Any]) -> DatasetCase:
 
 @invalid_dataset("format_version is a string")
 def version_not_a_string(d: Path, m: dict[str, Any]) -> DatasetCase:
-    patch_manifest(d, m, b'"format_version": "1.1"', b'"format_version": 1.1')
+    patch_manifest(d, m, b'"format_version": "1.2"', b'"format_version": 1.2')
     return 3, "ManifestError", "manifest: 'format_version' has the wrong type (float)", M, None, None, "open"
 
 
@@ -1214,9 +1273,9 @@ def shard_path_before_count(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 8, "ManifestError", "shards[1]: path 'shard-00000.shard' is listed twice", M, None, None, "open"
 
 
-@invalid_dataset("num_records and size are integers: 256.0 is a number with a fraction, not an integer")
+@invalid_dataset("num_records and size are integers: 264.0 is a number with a fraction, not an integer")
 def shard_size_not_integer(d: Path, m: dict[str, Any]) -> DatasetCase:
-    patch_manifest(d, m, b'"size": 256', b'"size": 256.0')
+    patch_manifest(d, m, b'"size": 264', b'"size": 264.0')
     return 8, "ManifestError", "shards[0]: 'size' has the wrong type (float)", M, None, None, "open"
 
 
@@ -1308,11 +1367,11 @@ def shard_schema(d: Path, m: dict[str, Any]) -> DatasetCase:
     return 12, "ManifestError", "shard shard-00000.shard has a schema that differs from the manifest's", M, None, None, "read"
 
 
-@invalid_dataset("a shard's format version is not newer than the manifest's (here 1.1 shards, a 1.0 manifest)", shards=True)
+@invalid_dataset("a shard's format version is not newer than the manifest's (here 1.2 shards, a 1.1 manifest)", shards=True)
 def shard_newer_than_manifest(d: Path, m: dict[str, Any]) -> DatasetCase:
-    m["format_version"] = "1.0"
+    m["format_version"] = "1.1"
     write_manifest(d, m)
-    return 12, "ManifestError", "shard shard-00000.shard has format version 1.1, newer than the manifest's 1.0", M, None, None, "read"
+    return 12, "ManifestError", "shard shard-00000.shard has format version 1.2, newer than the manifest's 1.1", M, None, None, "read"
 
 
 @invalid_dataset("with classes, every label names one: 0 <= label < len(classes)", shards=True)
@@ -1338,8 +1397,8 @@ def write_invalid_datasets(out: Path) -> dict[str, str]:
     rules = {}
     for name, (rule, keep_shards, break_rule) in INVALID_DATASETS.items():
         directory = out / name
-        # A shard of n label-only records is 128 + 32 n + 64 bytes: closed at 2 records.
-        with DatasetWriter(directory, schema=LABELS, shard_size=256, classes=["cat", "dog"]) as writer:
+        # A shard of n label-only records is 128 + 32 n + 8 + 64 bytes: closed at 2 records.
+        with DatasetWriter(directory, schema=LABELS, shard_size=264, classes=["cat", "dog"]) as writer:
             for label in (0, 1, 1):
                 writer.write({"label": label})
         manifest = json.loads((directory / M).read_text())

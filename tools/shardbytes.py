@@ -28,9 +28,11 @@ from shardfmt.format._layout import (
     HEADER_CHECKED_BYTES,
     HEADER_DTYPE,
     HEADER_SIZE,
+    TABLE_BLOCKS,
+    table_blocks,
 )
 from shardfmt.format._schema import Schema
-from shardfmt.format._writer import ShardWriter
+from shardfmt.format._writer import ShardWriter, block_checksums
 
 __all__ = ["ShardBytes", "build_shard"]
 
@@ -112,10 +114,47 @@ class ShardBytes:
         self.table()["checksum"][index] = checksum(bytes(self.data[start : start + size]))
         self.reseal_table()
 
+    @property
+    def flagged(self) -> bool:
+        """The header has flag TABLE_BLOCKS: block checksums follow the table."""
+        return bool(int(self.header()[0]["flags"]) & TABLE_BLOCKS)
+
+    @property
+    def rows_end(self) -> int:
+        """Where the table's rows end: the block checksums start there (if flagged)."""
+        footer = self.footer()[0]
+        return int(footer["table_offset"]) + int(footer["num_records"]) * int(footer["record_size"])
+
+    def block_sums(self) -> np.ndarray[Any, Any]:
+        """The block checksums of a flagged shard, as the footer places them (one u64 a block)."""
+        count = table_blocks(int(self.footer()[0]["num_records"]))
+        return np.frombuffer(self.data, "<u8", count=count, offset=self.rows_end)
+
     def reseal_table(self) -> None:
-        """Recompute the table checksum in the footer, then the footer checksum."""
-        self.footer()["table_checksum"] = checksum(bytes(self.data[self.table_offset : self.footer_offset]))
+        """Recompute the table checksum in the footer (of a flagged shard: the block checksums
+        first, then the footer's checksum of them), then the footer checksum."""
+        if self.flagged:
+            record_size = int(self.footer()[0]["record_size"])
+            sums = block_checksums(bytes(self.data[self.table_offset : self.rows_end]), record_size)
+            start = self.rows_end
+            stop = min(start + len(sums), len(self.data))  # a footer patched to lie: never a change of length
+            if start < stop:
+                self.data[start:stop] = sums[: stop - start]
+            self.footer()["table_checksum"] = checksum(sums)
+        else:
+            self.footer()["table_checksum"] = checksum(bytes(self.data[self.table_offset : self.footer_offset]))
         self.reseal_footer()
+
+    def drop_table_blocks(self) -> None:
+        """Turn a flagged shard into the layout of 1.0 and 1.1: no block checksums, flag and
+        footer `reserved0` 0, one checksum of the whole table (the header keeps its minor)."""
+        if not self.flagged:
+            return
+        del self.data[self.rows_end : self.footer_offset]
+        self.header()["flags"] = int(self.header()[0]["flags"]) & ~TABLE_BLOCKS
+        self.footer()["reserved0"] = 0
+        self.reseal_header()
+        self.reseal_table()
 
     def reseal_footer(self) -> None:
         """Recompute the footer checksum over footer bytes [0, 48)."""

@@ -101,6 +101,17 @@ class ConcatReader:
         reader, local = self._owner(shard_index)
         return reader.shard_path(local)
 
+    def read_ahead(self, shards: list[int], rows: list[int]) -> None:
+        """`DatasetReader.read_ahead`, each shard passed to the source that holds it."""
+        by_source: dict[int, tuple[DatasetReader, list[int], list[int]]] = {}
+        for shard, row in zip(shards, rows, strict=True):
+            reader, local = self._owner(shard)
+            by_source.setdefault(id(reader), (reader, [], []))
+            by_source[id(reader)][1].append(local)
+            by_source[id(reader)][2].append(row)
+        for reader, local_shards, local_rows in by_source.values():
+            reader.read_ahead(local_shards, local_rows)
+
     def locate(self, index: int) -> tuple[int, int]:
         """Return (shard number, record number within it) of record `index` of the concatenation."""
         n = len(self)

@@ -4,8 +4,10 @@ manifest is. `locate_dataset` opens the manifest and the shards of a dataset in 
 at a URL (`DatasetLocation`).
 
 Opening costs a bounded number of requests: the manifest is one GET; a shard is two range reads,
-its header (whose size the manifest's schema gives) and its record table with the footer (which
-start ``num_records * record_size + 64`` bytes before the end, both known from the manifest). A
+its header (whose size the manifest's schema gives) and its record table with its block
+checksums and the footer (which start ``num_records * record_size + 8 * blocks + 64`` bytes
+before the end, all known from the manifest; a shard older than 1.2 has no block checksums, and
+its table lies inside that read too). A
 tar shard (``shard_format: "tar"``) is one GET of its member index, whose size the manifest
 gives; the tar itself is only read record by record (or, with the cache, downloaded whole).
 """
@@ -30,7 +32,9 @@ from ..format._layout import (
     FOOTER_SIZE,
     HEADER_SIZE,
     MAX_MANIFEST_SIZE,
+    TABLE_BLOCK_ROWS,
     align_up,
+    table_blocks,
 )
 from ..format._manifest import MANIFEST_NAME, Manifest, ShardEntry
 from ..format._schema import Schema
@@ -195,14 +199,31 @@ def _names_manifest(name: str) -> bool:
 
 
 def _shard_windows(entry: ShardEntry, schema: Schema) -> tuple[tuple[int, int], ...]:
-    """The two ranges that validating a shard reads: its header, and its table with the footer.
+    """The two ranges that validating a shard reads: its header, and its table with its block
+    checksums and the footer (placed as a 1.2 writer places them: the table of an older shard,
+    which has no block checksums, starts 8 bytes a block later, inside the same range).
 
     The header is 64 bytes plus the canonical schema, padded to the default alignment; a shard
     written with a larger alignment or another schema encoding only costs a further read.
     """
     header = align_up(HEADER_SIZE + len(schema.to_bytes()), DEFAULT_ALIGNMENT)
-    table = entry.size - FOOTER_SIZE - entry.num_records * schema.record_dtype().itemsize
+    table = entry.size - FOOTER_SIZE - entry.num_records * schema.record_dtype().itemsize - 8 * table_blocks(entry.num_records)
     return ((0, min(header, entry.size)), (max(0, table), entry.size))
+
+
+def shard_read_ahead(entry: ShardEntry, schema: Schema, rows: list[int]) -> list[tuple[int, int]]:
+    """What opening a binary shard and checking the table rows of records `rows` reads, placed
+    from the manifest alone as a 1.2 writer places it (a read-ahead hint; a shard placed
+    otherwise is read right all the same): the header, the block checksums with the footer,
+    block 0, and each row's block with the block before it (rule 25 reads its last row)."""
+    header, (table, end) = _shard_windows(entry, schema)
+    row = schema.record_dtype().itemsize
+    blocks = {0} | {b for index in rows for b in (index // TABLE_BLOCK_ROWS, index // TABLE_BLOCK_ROWS - 1) if b >= 0}
+    ranges = [header, (table + entry.num_records * row, end)]
+    for block in blocks:
+        first = table + block * TABLE_BLOCK_ROWS * row
+        ranges.append((first, min(first + TABLE_BLOCK_ROWS * row, table + entry.num_records * row)))
+    return ranges
 
 
 @dataclass

@@ -198,6 +198,9 @@ class ChunkProcessor:
         shard_array = np.searchsorted(self.dataset.cumulative, indices, side="right") - 1
         local = (indices - self.dataset.cumulative[shard_array]).tolist()
         shards = shard_array.tolist()
+        first = (self.checked[indices >> 3] & (1 << (indices & 7))) == 0  # records not read before in this loader
+        if first.any():  # their shards and table blocks may be cold: the disk is asked for them together
+            self.dataset.read_ahead(shards, local)
         readers: list[Any] = []
         rows = []
         for k in range(len(indices)):
@@ -215,8 +218,7 @@ class ChunkProcessor:
             readers.append(reader)
             rows.append(reader.table[local[k]])
         if self.reads_payload:
-            first_reads = ((self.checked[indices >> 3] & (1 << (indices & 7))) == 0).tolist()
-            _prefetch_spans(readers, rows, first_reads)
+            _prefetch_spans(readers, rows, first.tolist())
         return readers, rows, local
 
     def _fill(

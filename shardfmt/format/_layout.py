@@ -6,6 +6,7 @@ A shard is, in file order::
     payload            each record's variable-size fields, every field starting at a multiple of
                        `alignment`, records back to back with no gaps
     table              num_records rows of the record dtype built by `record_dtype(schema)`
+    block checksums    (1.2, flag TABLE_BLOCKS) one XXH3-64 per block of TABLE_BLOCK_ROWS rows
     footer   64 bytes  FOOTER_DTYPE: where the table is, how many rows, its checksum
 
 Every integer is little-endian. spec/format.md describes the same bytes in prose and tables; when
@@ -23,10 +24,11 @@ MAGIC: Final = b"\x89SHARD\r\n"
 FOOTER_MAGIC: Final = b"SHARDEND"
 """The last eight bytes of every shard."""
 
-FORMAT_VERSION: Final = (1, 1)
+FORMAT_VERSION: Final = (1, 2)
 """(major, minor). A reader refuses another major; a newer minor only adds field types (with
 limits on their own parameters), flags and optional manifest keys, which a reader either
-understands or refuses by name. 1.1 added the "raw" and "ndarray" field types and MAX_NDIM."""
+understands or refuses by name. 1.1 added the "raw" and "ndarray" field types and MAX_NDIM;
+1.2 the header flag TABLE_BLOCKS, which a 1.2 writer always sets."""
 SHARD_SUFFIX: Final = ".shard"
 
 HEADER_SIZE: Final = 64
@@ -62,11 +64,21 @@ FOOTER_DTYPE: Final = np.dtype(
         ("magic", "S8"),
     ]
 )
-"""`table_checksum` is xxh3_64 of the table bytes; `checksum` is xxh3_64 of footer bytes [0, 48)."""
+"""`table_checksum` is xxh3_64 of the table bytes, or under TABLE_BLOCKS of the block checksums,
+and `reserved0` is then TABLE_BLOCK_ROWS; `checksum` is xxh3_64 of footer bytes [0, 48)."""
 FOOTER_CHECKED_BYTES: Final = 48
 
-KNOWN_FLAGS: Final = 0
-"""Bit mask of header flags this reader understands. v1.0 defines none: every bit must be 0."""
+TABLE_BLOCKS: Final = 1
+"""Header flag bit 0 (1.2): the record table is followed by the XXH3-64 of each block of
+TABLE_BLOCK_ROWS rows (the last block may be shorter), 8 bytes each, and the footer's
+`table_checksum` covers those checksums instead of the table, so a reader verifies the table a
+block at a time, when it first uses the block, instead of hashing all of it on open."""
+KNOWN_FLAGS: Final = TABLE_BLOCKS
+"""Bit mask of header flags this reader understands; any other bit must be 0."""
+FLAG_SINCE_MINOR: Final = {TABLE_BLOCKS: 2}
+"""The minor version of major 1 that added each flag: an older header with it set is malformed."""
+TABLE_BLOCK_ROWS: Final = 1024
+"""Rows per table block under TABLE_BLOCKS, stored in the footer's `reserved0`; fixed in 1.2."""
 
 # Record table: three columns every record has, then the columns of each field in schema order
 # (those of each field type are in fieldtypes.py).
@@ -111,6 +123,11 @@ RAW_CHANNELS: Final = (1, 3, 4)
 def align_up(value: int, alignment: int) -> int:
     """Return the smallest multiple of `alignment` (a power of two) that is >= `value`."""
     return (value + alignment - 1) & ~(alignment - 1)
+
+
+def table_blocks(num_records: int) -> int:
+    """Return how many blocks of TABLE_BLOCK_ROWS rows a table of `num_records` rows has."""
+    return -(-num_records // TABLE_BLOCK_ROWS)
 
 
 def column_name(field: str, column: str) -> str:

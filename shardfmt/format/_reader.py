@@ -1,11 +1,12 @@
 """Reading binary shards: validate the header, the footer and the record table before touching
 a payload.
 
-`ShardReader` opens one shard: it checks the header, the footer and the table checksum on open,
-and the structural rules of the record table (vectorised, no per-record Python; each field type
-adds its own rules, see `fieldtypes`) a block of `CHECK_BLOCK_ROWS` rows at a time: block 0 on
-open, any other before one of its rows is first used, so that opening a shard costs the same
-whatever its number of records. Payloads come back as memoryviews of the memory map,
+`ShardReader` opens one shard: it checks the header and the footer on open, and the record table
+a block of `CHECK_BLOCK_ROWS` rows at a time: block 0 on open, any other before one of its rows
+is first used, its bytes against its block checksum (a 1.2 shard; an older one has one checksum
+for the whole table, checked on open) and then the structural rules (vectorised, no per-record
+Python; each field type adds its own rules, see `fieldtypes`), so that opening a shard reads and
+costs the same whatever its number of records. Payloads come back as memoryviews of the memory map,
 verified against their checksum on access. `ShardReaderBase` is what every shard reader offers
 (records by index, verification on read, closing), so that `tar.reader.TarShardReader` reads a
 tar shard through the same interface; `Record` is one record as a mapping.
@@ -34,6 +35,7 @@ from .._errors import (
 from .._storage import ByteSource, LocalFile, open_source
 from ._fieldtypes import InvalidValue, RaiseFirst
 from ._layout import (
+    FLAG_SINCE_MINOR,
     FOOTER_CHECKED_BYTES,
     FOOTER_DTYPE,
     FOOTER_MAGIC,
@@ -50,17 +52,21 @@ from ._layout import (
     MAX_SCHEMA_SIZE,
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
+    TABLE_BLOCK_ROWS,
+    TABLE_BLOCKS,
     align_up,
     column_name,
+    table_blocks,
 )
 from ._schema import Schema
 
 __all__ = ["CHECK_BLOCK_ROWS", "ImageInfo", "Record", "RowCheck", "ShardReader", "ShardReaderBase", "close_on_error"]
 
 _NO_PAYLOAD = memoryview(b"")
-CHECK_BLOCK_ROWS = 1024
+CHECK_BLOCK_ROWS = TABLE_BLOCK_ROWS
 """Rows of the record table checked together: block 0 when a shard is opened, every other block
-when one of its rows is first used (spec/format.md, section 10)."""
+when one of its rows is first used (spec/format.md, section 10). The same blocks as those of the
+block checksums of a 1.2 shard, so that a block is hashed and checked in one step."""
 _Reader = TypeVar("_Reader", bound="ShardReaderBase")
 
 
@@ -196,6 +202,11 @@ class ShardReaderBase(ABC):
             index += len(self.table)
         if self._unchecked[index // CHECK_BLOCK_ROWS]:
             self._check_block(index // CHECK_BLOCK_ROWS)
+
+    def unread_table(self, indices: list[int]) -> list[tuple[int, int]]:
+        """The byte ranges of the table that checking the rows of records `indices` would read
+        for the first time (for a read-ahead hint); none by default."""
+        return []
 
     def check_all(self) -> None:
         """Check every block of rows not checked yet: call it before reading whole columns."""
@@ -370,8 +381,7 @@ class ShardReader(ShardReaderBase):
                 8,
             )
         flags = int(header["flags"])
-        if flags & ~KNOWN_FLAGS:
-            raise self._fail(UnsupportedVersionError, f"header flags 0x{flags:08x} hold bits this reader does not know", 12)
+        self._check_flags(flags, major, minor)
         alignment = int(header["alignment"])
         if not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
             raise self._fail(FormatError, f"alignment {alignment} is not a power of two from {MIN_ALIGNMENT} to {MAX_ALIGNMENT}", 28)
@@ -397,8 +407,19 @@ class ShardReader(ShardReaderBase):
             raise self._fail(FormatError, "header padding is not zero", HEADER_SIZE + schema_size)
         self.schema = self._parse_schema(bytes(schema_bytes), minor)
         self.version = (major, minor)
+        self.table_blocks = bool(flags & TABLE_BLOCKS)
+        """The table has block checksums (flag TABLE_BLOCKS)."""
         self.alignment = alignment
         self.header_size = header_size
+
+    def _check_flags(self, flags: int, major: int, minor: int) -> None:
+        """Step 6: no bit this reader does not know, none newer than the header's version."""
+        if flags & ~KNOWN_FLAGS:
+            raise self._fail(UnsupportedVersionError, f"header flags 0x{flags:08x} hold bits this reader does not know", 12)
+        for flag, since in FLAG_SINCE_MINOR.items():
+            if flags & flag and minor < since:  # a bit its version does not define: unknown to a reader of that version
+                message = f"header flag 0x{flag:x} came with format version 1.{since}, but the version stated is {major}.{minor}"
+                raise self._fail(UnsupportedVersionError, message, 12)
 
     def _parse_schema(self, data: bytes, minor: int) -> Schema:
         """The header's schema, valid for the header's minor version."""
@@ -423,7 +444,10 @@ class ShardReader(ShardReaderBase):
         if checksum(bytes(raw_footer[:FOOTER_CHECKED_BYTES])) != int(footer["checksum"]):
             offset = footer_offset + FOOTER_CHECKED_BYTES
             raise self._fail(ChecksumError, "footer checksum does not match: the footer is corrupt", offset)
-        if int(footer["reserved0"]) or any(int(x) for x in footer["reserved"]):
+        block_rows = TABLE_BLOCK_ROWS if self.table_blocks else 0
+        if int(footer["reserved0"]) != block_rows:
+            raise self._fail(FormatError, self._reserved0_problem(int(footer["reserved0"])), footer_offset + 20)
+        if any(int(x) for x in footer["reserved"]):
             raise self._fail(FormatError, "reserved footer bytes are not zero", footer_offset + 20)
         self.dtype = self.schema.record_dtype()
         record_size = int(footer["record_size"])
@@ -438,28 +462,80 @@ class ShardReader(ShardReaderBase):
         if table_offset % self.alignment or not header_size <= table_offset <= footer_offset:
             message = f"table offset {table_offset} is unaligned or outside [{header_size}, {footer_offset}]"
             raise self._fail(FormatError, message, footer_offset)
-        if table_offset + num_records * record_size != footer_offset:
+        sums = 8 * table_blocks(num_records) if self.table_blocks else 0
+        if table_offset + num_records * record_size + sums != footer_offset:
+            after = f" and its {sums // 8} block checksums" if self.table_blocks else ""
             raise self._fail(
                 FormatError,
-                f"table [{table_offset}, {table_offset + num_records * record_size}) of {num_records} records "
+                f"table [{table_offset}, {table_offset + num_records * record_size}) of {num_records} records{after} "
                 f"does not end where the footer starts ({footer_offset})",
                 footer_offset,
             )
         return num_records, table_offset, int(footer["table_checksum"])
 
+    def _reserved0_problem(self, found: int) -> str:
+        if self.table_blocks:
+            return f"footer reserved0 (rows per table block) is {found}, not {TABLE_BLOCK_ROWS} (flag TABLE_BLOCKS)"
+        return "reserved footer bytes are not zero"
+
     def _read_table(self, num_records: int, table_offset: int, footer_offset: int, table_checksum: int) -> None:
-        """Read the record table, check its checksum, then the structural rules of block 0."""
-        if isinstance(self.source, LocalFile):  # step 22 reads every byte of the table: in one go
+        """Check the table checksum (of a 1.2 shard: of its block checksums), then block 0."""
+        rows_end = table_offset + num_records * self.dtype.itemsize
+        self._unverified = bytearray(table_blocks(num_records))
+        if self.table_blocks:  # step 22 reads the block checksums only; the rows wait for use
+            sums = self.source.read(rows_end, footer_offset)
+            if checksum(sums) != table_checksum:
+                message = "block checksums of the record table do not match the footer's table_checksum: the table is corrupt"
+                raise self._fail(ChecksumError, message, rows_end)
+            self._block_sums: np.ndarray[Any, Any] = np.frombuffer(sums, "<u8")
+            self._unverified = bytearray(b"\1") * len(self._unverified)
+        elif isinstance(self.source, LocalFile):  # step 22 reads every byte of the table: in one go
             self.source.will_need(table_offset, footer_offset)
-        table_bytes = self.source.read(table_offset, footer_offset)
-        if checksum(table_bytes) != table_checksum:
-            raise self._fail(ChecksumError, "record table checksum does not match: the table is corrupt", table_offset)
+        self._rows: np.ndarray[Any, Any] | None = None
+        if self.table_blocks and not self.source.zero_copy:  # a range read per block, when it is verified
+            self._rows = np.zeros(num_records * self.dtype.itemsize, np.uint8)
+            table_bytes: memoryview | np.ndarray[Any, Any] = self._rows
+        else:  # of a memory map, a view: a flagged shard's rows are read when their block is verified
+            table_bytes = read = self.source.read(table_offset, rows_end)
+            if not self.table_blocks and checksum(read) != table_checksum:
+                raise self._fail(ChecksumError, "record table checksum does not match: the table is corrupt", table_offset)
         self.table_offset = table_offset
         self.table: np.ndarray[Any, Any] = np.frombuffer(table_bytes, self.dtype, count=num_records)
+        self.table.flags.writeable = False
         self._variable_names = tuple(field.name for field in self.schema.fields if field.is_variable)
         if num_records == 0 and self.header_size != table_offset:
             raise self._fail(FormatError, f"no records, yet {table_offset - self.header_size} payload bytes", self.header_size)
         self._start_checks()
+
+    def unread_table(self, indices: list[int]) -> list[tuple[int, int]]:
+        """The table blocks (of a flagged table) not verified yet that checking the rows of
+        `indices` reads: each row's block and the block before it (rule 25)."""
+        if not self.table_blocks or not any(self._unverified):
+            return []
+        ranges, row = [], self.dtype.itemsize
+        for block in {b for index in indices for b in (index // CHECK_BLOCK_ROWS, index // CHECK_BLOCK_ROWS - 1) if b >= 0}:
+            if self._unverified[block]:
+                start, stop = self._block_rows(block)
+                ranges.append((self.table_offset + start * row, self.table_offset + stop * row))
+        return ranges
+
+    def _verify_block(self, block: int) -> None:
+        """Step 22 for block `block` of a flagged table: its rows against its block checksum."""
+        if not self._unverified[block]:
+            return
+        start, stop = self._block_rows(block)
+        row = self.dtype.itemsize
+        first, end = self.table_offset + start * row, self.table_offset + stop * row
+        data = self.source.read(first, end)
+        if checksum(data) != int(self._block_sums[block]):
+            message = (
+                f"record table block {block}, bytes [{first}, {end}) (records {start} to {stop - 1}), "
+                "does not match its block checksum: the table is corrupt"
+            )
+            raise self._fail(ChecksumError, message, first, start)
+        if self._rows is not None:
+            self._rows[first - self.table_offset : end - self.table_offset] = np.frombuffer(data, np.uint8)
+        self._unverified[block] = 0
 
     def _end_of(self, index: int) -> int:
         """Where record `index`'s span ends (H for index -1), as stored, even in a row not
@@ -473,7 +549,13 @@ class ShardReader(ShardReaderBase):
         """Rules 24 to 29 and step 30 for empty spans on rows [start, stop), each for every row
         before the next; rule 25 across the block's edges too: its first row starts where row
         start - 1 ends, after the last row of the nearest checked block before it, and its
-        last row ends before the first of the nearest checked block after it."""
+        last row ends before the first of the nearest checked block after it. A flagged
+        table's block is verified against its checksum first, then the block before it, whose
+        last row rule 25 reads."""
+        block = start // CHECK_BLOCK_ROWS
+        self._verify_block(block)
+        if block:
+            self._verify_block(block - 1)
         table, a = self.table[start:stop], np.uint64(self.alignment)
 
         def raise_first(bad: np.ndarray[Any, Any], message: str, column: str, cls: type[FormatError] = FormatError) -> None:

@@ -33,11 +33,14 @@ from ._layout import (
     MAX_SHARD_SIZE,
     MIN_ALIGNMENT,
     SHARD_SUFFIX,
+    TABLE_BLOCK_ROWS,
+    TABLE_BLOCKS,
     align_up,
+    table_blocks,
 )
 from ._schema import Schema
 
-__all__ = ["DEFAULT_SHARD_SIZE", "ShardInfo", "ShardWriter", "shard_name"]
+__all__ = ["DEFAULT_SHARD_SIZE", "ShardInfo", "ShardWriter", "block_checksums", "shard_name"]
 
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
 
@@ -66,6 +69,7 @@ def _encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> byt
     header = np.zeros((), HEADER_DTYPE)
     header["magic"] = MAGIC
     header["major"], header["minor"] = FORMAT_VERSION
+    header["flags"] = TABLE_BLOCKS
     header["header_size"] = header_size
     header["schema_size"] = len(schema_bytes)
     header["alignment"] = alignment
@@ -75,6 +79,16 @@ def _encode_header(schema: Schema, *, alignment: int = DEFAULT_ALIGNMENT) -> byt
     raw += schema_bytes
     raw += bytes(header_size - len(raw))
     return bytes(raw)
+
+
+def block_checksums(table_bytes: bytes | memoryview, record_size: int) -> bytes:
+    """Return the block checksums of a record table (flag TABLE_BLOCKS): the XXH3-64 of each
+    block of TABLE_BLOCK_ROWS rows of `record_size` bytes, in order, as little-endian u64s."""
+    step = TABLE_BLOCK_ROWS * record_size
+    num_blocks = table_blocks(len(table_bytes) // record_size) if record_size else 0
+    view = memoryview(table_bytes)
+    sums = [checksum(view[k * step : (k + 1) * step]) for k in range(num_blocks)]
+    return np.array(sums, dtype="<u8").tobytes()
 
 
 class ShardWriter(Transaction):
@@ -114,8 +128,10 @@ class ShardWriter(Transaction):
 
     @property
     def size(self) -> int:
-        """Bytes the shard would have if closed now (header, payload, table and footer)."""
-        return self._end + len(self._rows) * self._dtype.itemsize + FOOTER_DTYPE.itemsize
+        """Bytes the shard would have if closed now (header, payload, table, block checksums
+        and footer)."""
+        rows = len(self._rows)
+        return self._end + rows * self._dtype.itemsize + 8 * table_blocks(rows) + FOOTER_DTYPE.itemsize
 
     def _emit(self, data: bytes | bytearray | memoryview) -> None:
         self._file.write(data)
@@ -166,7 +182,7 @@ class ShardWriter(Transaction):
         end = align_up(position, self.alignment)
         if end > position:
             pieces.append(bytes(end - position))
-        grown = self.size + (end - start) + self._dtype.itemsize
+        grown = self.size + (end - start) + self._dtype.itemsize + (8 if index % TABLE_BLOCK_ROWS == 0 else 0)
         if grown > MAX_SHARD_SIZE:
             raise SchemaError(f"record {index} would grow the shard to {grown} bytes, over the limit of {MAX_SHARD_SIZE}")
         record_hasher = Hasher()
@@ -177,20 +193,23 @@ class ShardWriter(Transaction):
         return index
 
     def close(self) -> ShardInfo:
-        """Write the table and footer, fsync and move the shard to its final name."""
+        """Write the table, its block checksums and the footer, fsync and move the shard to its final name."""
         if self.closed:
             raise ValueError("close() on a closed ShardWriter")
         table = np.array(self._rows, dtype=self._dtype) if self._rows else np.zeros(0, self._dtype)
         table_offset = self._end
         table_bytes = table.tobytes()
+        sums = block_checksums(table_bytes, self._dtype.itemsize)
         footer = np.zeros((), FOOTER_DTYPE)
         footer["table_offset"] = table_offset
         footer["num_records"] = len(self._rows)
         footer["record_size"] = self._dtype.itemsize
-        footer["table_checksum"] = checksum(table_bytes)
+        footer["reserved0"] = TABLE_BLOCK_ROWS
+        footer["table_checksum"] = checksum(sums)
         footer["magic"] = FOOTER_MAGIC
         footer["checksum"] = checksum(footer.tobytes()[:FOOTER_CHECKED_BYTES])
         self._emit(table_bytes)
+        self._emit(sums)
         self._emit(footer.tobytes())
         size = self._end
         self._file.commit()

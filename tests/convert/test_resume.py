@@ -16,8 +16,10 @@ import pytest
 from conftest import pillow_bytes, tree_bytes
 from converting import convert
 from PIL import Image
+from shardbytes import ShardBytes
 
 from shardfmt import ConvertError, DatasetNotFoundError, WorkerError, open_dataset
+from shardfmt._checksum import checksum, format_checksum
 from shardfmt._convert import destination as convert_output
 from shardfmt._convert import records as convert_records
 from shardfmt._synthetic import make_image
@@ -219,3 +221,38 @@ def test_resume_refuses_changed_options_or_inputs(slow_source: Path, tmp_path: P
 def test_resume_into_an_empty_or_missing_folder_starts_afresh(slow_source: Path, clean: dict[str, bytes], tmp_path: Path) -> None:
     convert(slow_source, tmp_path / "new", workers=1, shard_size=SHARD_SIZE, resume=True)
     assert tree_bytes(tmp_path / "new") == clean
+
+
+def test_resume_keeps_the_shards_an_older_format_version_finished(
+    slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run of a 1.1 writer stopped after some shards; a 1.2 writer resumes it. The plan (of the
+    # inputs) is the same, the 1.1 shards stay valid (a minor version only adds) and are kept, and
+    # the manifest says 1.2, which may list older shards (spec/manifest.md, step 12).
+    out = tmp_path / "out"
+    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
+    monkeypatch.undo()
+    work = out / ".shardfmt-work"
+    older = ["shard-00000.shard", "shard-00003.shard"]
+    for name in older:  # rewrite as the 1.1 writer wrote them, with their sidecars
+        shard = ShardBytes((out / name).read_bytes())
+        shard.drop_table_blocks()
+        shard.header()["minor"] = 1
+        shard.reseal_header()
+        (out / name).write_bytes(bytes(shard))
+        sidecar_path = work / name.replace(".shard", ".json")
+        sidecar = json.loads(sidecar_path.read_text())
+        sidecar["size"], sidecar["checksum"] = len(shard), format_checksum(checksum(bytes(shard)))
+        sidecar_path.write_text(json.dumps(sidecar, sort_keys=True))
+    result = convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)
+    assert result.reused_shards == len(result.manifest.shards)
+    assert json.loads((out / "manifest.json").read_text())["format_version"] == "1.2"
+    with open_dataset(out, verify=True) as dataset:
+        versions = {name: dataset.shard(i).version for i, name in enumerate(s.path for s in dataset.manifest.shards)}
+        assert [versions[name] for name in older] == [(1, 1), (1, 1)] and versions["shard-00001.shard"] == (1, 2)
+        assert len(dataset) == sum(1 for _ in dataset) == len(result.manifest.shards)
+    assert {k: v for k, v in tree_bytes(out).items() if k not in older and k != "manifest.json"} == {
+        k: v for k, v in clean.items() if k not in older and k != "manifest.json"
+    }

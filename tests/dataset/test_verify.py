@@ -114,3 +114,21 @@ def test_summary_reads_sizes_channels_and_rejects_from_tables(awkward_tree: Path
     assert summary.records_per_class is not None and summary.records_per_class[0] == 0
     assert summary.rejects["hidden"] == 2
     assert summary.stats["empty_classes"] == 1
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_a_corrupt_row_of_a_later_table_block_is_reported_by_its_block_checksum(tmp_path: Path, quick: bool) -> None:
+    out = tmp_path / "ds"
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
+        for i in range(2 * 1024 + 5):
+            writer.write({"image": jpeg_bytes(8, 8, seed=0), "label": i % 3, "key": f"{i:05d}"})
+    path = next(out.glob("shard-*.shard"))
+    with ShardReader(path) as reader:  # opening reads block 0 only: block 2 is proven by the pass
+        table, row = reader.table_offset, reader.dtype.itemsize
+    flip(path, table + (2 * 1024 + 3) * row + 48)  # the label of record 2051, a byte of block 2
+    report = verify_dataset(out, quick=quick)
+    assert not report.ok and len(report.problems) == 1
+    problem = report.problems[0]
+    assert isinstance(problem, ChecksumError)
+    assert (problem.path, problem.offset, problem.record) == (str(path), table + 2 * 1024 * row, 2 * 1024)
+    assert "record table block 2" in problem.message

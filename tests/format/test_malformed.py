@@ -481,8 +481,44 @@ def case_num_records_off_by_one(s: ShardBytes) -> Expect:
     table, row = s.table_offset, s.table().dtype.itemsize
     s.footer()["num_records"] = 4
     s.reseal_footer()
-    message = f"table [{table}, {table + 4 * row}) of 4 records does not end where the footer starts ({s.footer_offset})"
+    message = f"table [{table}, {table + 4 * row}) of 4 records and its 1 block checksums "
+    message += f"does not end where the footer starts ({s.footer_offset})"
     return FormatError, s.footer_offset, None, message, "open"
+
+
+@shard_case
+def case_flag_newer_than_the_header(s: ShardBytes) -> Expect:
+    s.header()["minor"] = 1  # TABLE_BLOCKS came with 1.2
+    s.reseal_header()
+    return UnsupportedVersionError, 12, None, "header flag 0x1 came with format version 1.2, but the version stated is 1.1", "open"
+
+
+@shard_case
+def case_block_rows_not_1024(s: ShardBytes) -> Expect:
+    s.footer()["reserved0"] = 512
+    s.reseal_footer()
+    return FormatError, s.footer_offset + 20, None, "footer reserved0 (rows per table block) is 512, not 1024", "open"
+
+
+@shard_case
+def case_block_rows_without_the_flag(s: ShardBytes) -> Expect:
+    s.drop_table_blocks()
+    s.footer()["reserved0"] = 1024
+    s.reseal_footer()
+    return FormatError, s.footer_offset + 20, None, "reserved footer bytes are not zero", "open"
+
+
+@shard_case
+def case_block_checksums_of_a_table_without_the_flag(s: ShardBytes) -> Expect:
+    s.header()["flags"] = 0  # block checksums and reserved0 left as a 1.2 writer wrote them
+    s.reseal_header()
+    return FormatError, s.footer_offset + 20, None, "reserved footer bytes are not zero", "open"
+
+
+@shard_case
+def case_block_checksum_array(s: ShardBytes) -> Expect:
+    s.block_sums()[0] ^= 1
+    return ChecksumError, s.rows_end, None, "block checksums of the record table do not match", "open"
 
 
 @shard_case
@@ -501,9 +537,18 @@ def case_table_offset_inside_header(s: ShardBytes) -> Expect:
 
 @shard_case
 def case_table_checksum(s: ShardBytes) -> Expect:
+    s.drop_table_blocks()  # a 1.1 table: one checksum of the whole table, on open
+    s.header()["minor"] = 1
+    s.reseal_header()
     s.table()["label"][1] = 5
     s.reseal_footer()
     return ChecksumError, s.table_offset, None, "record table checksum does not match", "open"
+
+
+@shard_case
+def case_table_block_checksum(s: ShardBytes) -> Expect:
+    s.table()["label"][1] = 5  # block 0: its checksum is compared on open
+    return ChecksumError, s.table_offset, 0, "record table block 0, bytes", "open"
 
 
 # The record table (its checksums resealed, so only the structural rule is broken).

@@ -103,6 +103,7 @@ def test_vector_manifests_validate() -> None:
     assert [path.relative_to(ROOT / "spec" / "vectors").as_posix() for path in paths] == [
         "v1.0/dataset/manifest.json",
         "v1.1/dataset/manifest.json",
+        "v1.2/dataset/manifest.json",
     ]
     for path in paths:
         VALIDATOR.validate(json.loads(path.read_text()))
@@ -131,7 +132,7 @@ NOT_EXPRESSIBLE |= {"size-float"}
 @pytest.mark.parametrize("case", sorted(set(BAD_MANIFESTS) - NOT_EXPRESSIBLE))
 def test_schema_rejects_what_the_reader_rejects(tmp_path: Path, case: str) -> None:
     manifest = write(
-        tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=300
+        tmp_path / "ds", Schema.of(label="int64", score="float64"), [{"label": i, "score": 0.0} for i in range(3)], shard_size=308
     )
     assert len(manifest["shards"]) == 2
     change, _, _ = BAD_MANIFESTS[case]

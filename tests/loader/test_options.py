@@ -159,7 +159,8 @@ def test_the_fingerprints_are_the_settings_a_state_records() -> None:
 
 # A state saved by the loader before the option objects (56a25fc, whose batch steps are
 # fingerprinted by `describe_steps`), over the dataset of the fixture, with every option that a
-# state records.
+# state records. The dataset's fingerprint is that of the fixture as a 1.2 writer writes it (its
+# shards' sizes and checksums; 1.1 shards of the same records: xxh3_64:388ae5d3f4182926).
 OLD_STATE: dict[str, Any] = {
     "delivered": [],
     "epoch": 0,
@@ -171,7 +172,7 @@ OLD_STATE: dict[str, Any] = {
         ),
         "batch_augment": "[('alpha', 0.2), ('num_classes', 3), ('op', 'mixup')]",
         "batch_size": 4,
-        "dataset": "xxh3_64:388ae5d3f4182926",
+        "dataset": "xxh3_64:5d94dcc0460e59cf",
         "drop_last": True,
         "interpolation": "bicubic",
         "num_records": 24,

@@ -176,3 +176,29 @@ def test_a_broken_table_row_of_a_later_block_is_named_when_the_loader_reaches_it
     # The batches of blocks 0 and 1 came (all but the few a loader prepares ahead of the one
     # that fails); a reader that checked the whole table on open gave none.
     assert 2 * CHECK_BLOCK_ROWS - 4 * 256 <= seen <= 2 * CHECK_BLOCK_ROWS
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_corrupt_table_row_of_a_later_block_is_refused_by_its_block_checksum(tmp_path: Path, num_workers: int) -> None:
+    # The row's bytes change and no checksum is resealed: opening the shard hashes block 0 and
+    # the block checksums only, so the corruption is found when the loader first reads block 2.
+    out, image, broken = tmp_path / "ds", jpeg_bytes(8, 8, seed=0), 2 * CHECK_BLOCK_ROWS + 3
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
+        for i in range(2 * CHECK_BLOCK_ROWS + 64):
+            writer.write({"image": image, "label": i, "key": f"{i:05d}"})
+    shard_path = next(out.glob("*.shard"))
+    shard = ShardBytes(shard_path.read_bytes())
+    shard.table()[broken]["label"] = 7  # a valid value: only the block checksum can tell
+    shard_path.write_bytes(bytes(shard))
+    seen = 0
+    with pytest.raises(ChecksumError) as info:
+        with Loader(out, batch_size=256, num_workers=num_workers, shuffle=False, transform=ImageTransform(size=8)) as loader:
+            for _images, labels in loader:
+                assert labels[0] == seen  # the rows of blocks 0 and 1 read fine, in order
+                seen += len(labels)
+    error = info.value
+    assert isinstance(error, WorkerError)
+    first = 2 * CHECK_BLOCK_ROWS
+    assert (error.path, error.record, error.offset) == (str(shard_path), first, shard.column_offset(first, "offset"))
+    assert "record table block 2" in error.message and "does not match its block checksum" in error.message
+    assert 2 * CHECK_BLOCK_ROWS - 4 * 256 <= seen <= 2 * CHECK_BLOCK_ROWS
