@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 
 import cv2
 import numpy as np
+import torch
 
 from ._imageops import resample_affine
 
@@ -262,7 +263,10 @@ class PixelOps:
 
     def hue(self, image: np.ndarray, shift: float, target: np.ndarray | None = None) -> None:
         values, hsv = self._float, self._hsv
-        np.copyto(values, image)
+        if image.flags.writeable:  # torch's uint8 to float32 cast: about 10 us, numpy's 16 to 20
+            torch.from_numpy(values).copy_(torch.from_numpy(image))
+        else:  # torch would warn of a read-only array
+            np.copyto(values, image)
         cv2.cvtColor(values, cv2.COLOR_RGB2HSV, dst=hsv)  # H in degrees, S in [0, 1], V on the 0-255 scale
         # moved forward only: OpenCV's way back wraps a hue in [360, 720) into [0, 360), not a negative one
         cv2.add(hsv, ((360.0 * shift) % 360.0, 0.0, 0.0, 0.0), dst=hsv)  # type: ignore[call-overload]  # a Scalar
