@@ -16,12 +16,12 @@ iterator replaced by a newer ``iter()`` (or `set_epoch`, `load_state_dict`, `set
 RuntimeError when advanced. Batches decoded ahead are kept when the next iteration starts with
 them, and discarded otherwise.
 
-Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to
-4 KiB), plus per worker a decode buffer of the largest image it has decoded (height * width * 3
-bytes), plus the slots set aside while the caller holds them. With ``fields=...``,
-``(prefetch + 1) * batch_size * sum of every field's sample bytes`` (H * W * C for an image, the
-array's bytes, 8 for a number; each field's part rounded up to 4 KiB), plus per worker and jpeg
-field a decode buffer of its largest image (height * width * C bytes). The loader holds
+Shared memory: ``(prefetch + 1) * batch_size * (H * W * 3 + 8)`` bytes (each part rounded up to 4 KiB),
+plus per worker a decode buffer of the largest image it has decoded (height * width * 3 bytes; where it
+decodes crop boxes alone, a second of height * (width + 32) * 4), plus the slots set aside while the
+caller holds them. With ``fields=...``, ``(prefetch + 1) * batch_size * sum of every field's sample bytes``
+(H * W * C for an image, the array's bytes, 8 for a number; each field's part rounded up to 4 KiB), plus
+per worker and jpeg field a decode buffer of its largest image (height * width * C bytes). The loader holds
 per-shard counts and one shared bit per record (which records have passed their checksum);
 `Loader()` opens no shard, and an epoch's order is computed batch by batch (`orders`, `split`).
 With a transform's ``mean``/``std`` and no device, images are float32 (4 bytes a value). After `set_size` the

@@ -8,13 +8,17 @@ converts), take the box as one strided view of that buffer, then resize it with 
 slot's view (`as_target`), and flip there if asked. With nearest interpolation no DCT scaling is
 used, since it averages pixels. The decoder allocates its buffers once. For records the caller
 trusts (decoded before without error, or checked against their checksum in a dataset the
-converter strictly decoded), a full-scale RGB box is decoded alone (`jpegcrop`).
+converter strictly decoded), a full-scale RGB box is decoded alone (`jpegcrop`), as 4-byte
+pixels (RGBX), resized as such and packed back to RGB in the slot: about 40 us a box less than
+3-byte pixels on the build machine (libjpeg-turbo writes them faster, and torch's resize reads
+them without widening them first), the same values.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import cv2
 import numpy as np
 import simplejpeg
 import torch
@@ -82,8 +86,14 @@ class ImageDecoder:
         self._crop: CropDecoder | None = None
         self.in_partial_decode: Any = memoryview(bytearray(1))
         if partial and fast and channels == 3 and CropDecoder.available():
-            self._crop = CropDecoder(max_height=max_height, max_width=max_width)
+            # 4-byte pixels (RGBX): libjpeg-turbo writes them and torch's resize reads them faster;
+            # the resized box is packed back to RGB into the slot
+            self._crop = CropDecoder(max_height=max_height, max_width=max_width, pixel_bytes=4)
             self._crop_tensor = torch.from_numpy(self._crop.buffer)
+            self._wide_resizer = Resizer(output_size=output_size, channels=4, interpolation=interpolation)
+            self._wide = torch.empty((1, 4, *output_size), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
+            self._wide_pixels = self._wide[0].permute(1, 2, 0).numpy()  # H x W x 4, the same memory
+            self._wide_flipped = np.empty_like(self._wide_pixels)
 
     def decode_box(
         self,
@@ -121,8 +131,9 @@ class ImageDecoder:
             finally:
                 flag[0] = 0
             row = self._crop.row_stride
-            source = self._crop_tensor.as_strided((1, 3, box_height, box_width), (box_height * row, 1, row, 3), start)
-            self._resizer.resize(source, flip=flip, out=out)
+            source = self._crop_tensor.as_strided((1, 4, box_height, box_width), (box_height * row, 1, row, 4), start)
+            self._wide_resizer.resize(source, flip=False, out=self._wide)
+            self._pack(flip, out)
             return
         if scale == 1:
             image = simplejpeg.decode_jpeg(
@@ -153,6 +164,17 @@ class ImageDecoder:
             (1, channels, y1 - y0, x1 - x0), (decoded_h * row, 1, row, channels), y0 * row + x0 * channels
         )
         self._resizer.resize(source, flip=flip, out=out)
+
+    def _pack(self, flip: bool, out: torch.Tensor) -> None:
+        """Write the resized RGBX box as RGB into `out`, mirrored left to right if `flip`."""
+        pixels = out[0].permute(1, 2, 0)
+        if not pixels.is_contiguous():
+            out.copy_(self._wide[:, :3].flip(3) if flip else self._wide[:, :3])
+            return
+        wide = self._wide_pixels
+        if flip:
+            wide = cv2.flip(wide, 1, dst=self._wide_flipped)
+        cv2.cvtColor(wide, cv2.COLOR_RGBA2RGB, dst=pixels.numpy())  # about 4 us for 224x224
 
     def decode_resized_crop(
         self,

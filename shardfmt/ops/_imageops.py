@@ -33,8 +33,8 @@ in integers), so the values stay those of the uint8 image torchvision would hold
 - ``erase``: a box set to one value per channel.
 
 The warps run OpenCV's ``warpAffine`` on each plane (about 130 us for three 224x224 planes on
-one core of the build machine, where a torch gather over a padded plane as in `rotate` takes
-about 210); the lookups (equalize) run numpy's ``take`` on a uint8 copy of the plane.
+one core of the build machine, where a torch gather over a padded plane took about 210); the
+lookups (equalize) run numpy's ``take`` on a uint8 copy of the plane.
 """
 
 from __future__ import annotations

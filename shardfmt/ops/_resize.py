@@ -17,6 +17,7 @@ bilinear took 0.24 and bicubic 0.38 on the build machine), so the crop's resize 
 
 from __future__ import annotations
 
+import cv2
 import torch
 
 __all__ = ["INTERPOLATIONS", "Resizer", "match_channels"]
@@ -47,6 +48,7 @@ class Resizer:
         self.channels = channels
         self.interpolation = interpolation
         self._scratch = torch.empty((1, channels, *output_size), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
+        self._scratch_pixels = self._scratch[0].permute(1, 2, 0).numpy()  # H x W x C, the same memory
 
     def resize(self, source: torch.Tensor, *, flip: bool, out: torch.Tensor) -> None:
         """Write `source` ((1, C, h, w), any strides) resized to the output size, mirrored left to
@@ -67,7 +69,15 @@ class Resizer:
             options = {"antialias": True, "align_corners": False} if mode != "nearest-exact" else {}
             destination.copy_(torch.nn.functional.interpolate(source, size=(out_h, out_w), mode=mode, **options))
         if flip:
-            out.copy_(self._scratch.flip(3))  # 19 us for 224x224; numpy's reversed copy takes 220
+            self._flip_into(out)
+
+    def _flip_into(self, out: torch.Tensor) -> None:
+        """Write the scratch image mirrored left to right into `out`."""
+        pixels = out[0].permute(1, 2, 0)
+        if pixels.is_contiguous():  # a slot's row: OpenCV's flip, about 6 us for 224x224x3 where torch's flip and copy take 19
+            cv2.flip(self._scratch_pixels, 1, dst=pixels.numpy())
+        else:
+            out.copy_(self._scratch.flip(3))
 
     def resize_crop(self, source: torch.Tensor, *, resized: tuple[int, int], top: int, left: int, flip: bool, out: torch.Tensor) -> None:
         """Resize the whole of `source` ((1, C, h, w)) to `resized`, then write its box of the

@@ -172,6 +172,34 @@ def test_rotation_matches_the_reference_and_pil(angle: float) -> None:
     assert np.all(got == np.asarray(pil).transpose(2, 0, 1), axis=0).mean() >= 0.995
 
 
+@pytest.mark.parametrize("shape", [(26, 34), (33, 17), (224, 224), (1, 5)])
+def test_a_rotation_picks_the_nearest_pixel_except_within_the_tie_band_of_the_spec(shape: tuple[int, int]) -> None:
+    """spec/pixels.md: the nearest source pixel exactly, except that a coordinate within 2^-9 of
+    a half-way point may round either way; on random and special angles, for both layouts."""
+    height, width = shape
+    ids = np.arange(1, height * width + 1).reshape(height, width)
+    pixels = np.stack([ids & 255, (ids >> 8) & 255, np.zeros_like(ids)], axis=-1).astype(np.uint8)
+    rotator = Rotator(3, height, width)
+    rows, columns = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    angles = [0.0, 45.0, 90.0, -90.0, 180.0, 270.0, 7.5, *np.random.default_rng(3).uniform(-360, 360, 40).tolist()]
+    for angle in angles:
+        cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+        x = cos * (columns - cx) - sin * (rows - cy) + cx
+        y = sin * (columns - cx) + cos * (rows - cy) + cy
+        near_x, near_y = np.rint(x).astype(np.int64), np.rint(y).astype(np.int64)
+        inside = (near_x >= 0) & (near_x < width) & (near_y >= 0) & (near_y < height)
+        expected = np.where(inside, ids[near_y.clip(0, height - 1), near_x.clip(0, width - 1)], 0)
+        tie = (np.abs(np.abs(x - np.floor(x)) - 0.5) < 2**-9) | (np.abs(np.abs(y - np.floor(y)) - 0.5) < 2**-9)
+        got = np.empty_like(pixels)
+        rotator.rotate_interleaved(pixels, angle, (0.0, 0.0, 0.0), got)
+        picked = got[:, :, 0].astype(np.int64) | (got[:, :, 1].astype(np.int64) << 8)
+        assert np.array_equal(picked[~tie], expected[~tie]), angle
+        planes = pixels.transpose(2, 0, 1).astype(F32)
+        rotator.rotate(planes, angle, (0.0, 0.0, 0.0))
+        assert np.array_equal(planes.transpose(1, 2, 0).astype(np.uint8), got), angle  # the same pixels in both layouts
+
+
 @pytest.mark.parametrize("shape", [(26, 34), (33, 17), (224, 224)])
 def test_a_rotation_into_pixels_is_the_rotation_cast(shape: tuple[int, int]) -> None:
     rotator = Rotator(3, *shape)

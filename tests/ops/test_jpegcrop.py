@@ -16,15 +16,17 @@ import simplejpeg
 from conftest import make_image
 
 from shardfmt import ImageTransform, Loader, WorkerError, Workers, open_dataset
+from shardfmt.ops._decode import ImageDecoder, as_target
 from shardfmt.ops._jpegcrop import CropDecoder
 
 pytestmark = pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-turbo's partial decoding is not available here")
 
 
+@pytest.mark.parametrize("pixel_bytes", [3, 4])
 @pytest.mark.parametrize("subsampling", ["444", "422", "420", "Gray"])
-def test_boxes_equal_the_full_fast_decode(subsampling: str) -> None:
+def test_boxes_equal_the_full_fast_decode(subsampling: str, pixel_bytes: int) -> None:
     rng = np.random.default_rng(5)
-    decoder = CropDecoder(max_height=300, max_width=300)
+    decoder = CropDecoder(max_height=300, max_width=300, pixel_bytes=pixel_bytes)
     for trial in range(40):
         height, width = int(rng.integers(1, 300)), int(rng.integers(1, 300))
         image = make_image(height, width, seed=trial)
@@ -37,9 +39,42 @@ def test_boxes_equal_the_full_fast_decode(subsampling: str) -> None:
         top, left = int(rng.integers(0, height - box_height + 1)), int(rng.integers(0, width - box_width + 1))
         start = decoder.decode(memoryview(data), top=top, left=left, box_height=box_height, box_width=box_width)
         rows = decoder.buffer[start : start + box_height * decoder.row_stride]
-        got = np.lib.stride_tricks.as_strided(rows, (box_height, box_width, 3), (decoder.row_stride, 3, 1))
+        got = np.lib.stride_tricks.as_strided(rows, (box_height, box_width, 3), (decoder.row_stride, pixel_bytes, 1))
         np.testing.assert_array_equal(got, full[top : top + box_height, left : left + box_width], err_msg=f"trial {trial}")
     decoder.close()
+    with pytest.raises(ValueError, match="pixel_bytes"):
+        CropDecoder(max_height=8, max_width=8, pixel_bytes=2)
+
+
+def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() -> None:
+    """`ImageDecoder.decode_box`: a trusted record's box (decoded partially, 4-byte pixels,
+    resized, packed to RGB) equals the whole decode's, flipped or not, into a slot's row or
+    into a view that is not contiguous."""
+    rng = np.random.default_rng(11)
+    partial = ImageDecoder(max_height=200, max_width=200, output_size=(96, 128), partial=True)
+    whole = ImageDecoder(max_height=200, max_width=200, output_size=(96, 128))
+    packed: list[bool] = []
+    pack = partial._pack
+    partial._pack = lambda flip, out: packed.append(flip) or pack(flip, out)  # type: ignore[method-assign]
+    for trial in range(30):
+        height, width = int(rng.integers(30, 200)), int(rng.integers(30, 200))
+        data = simplejpeg.encode_jpeg(make_image(height, width, seed=trial), quality=90, colorsubsampling="420")
+        box_height, box_width = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
+        box = {
+            "height": height, "width": width, "top": int(rng.integers(0, height - box_height + 1)),
+            "left": int(rng.integers(0, width - box_width + 1)), "box_height": box_height, "box_width": box_width,
+        }
+        flip = bool(trial % 2)
+        expected = np.zeros((2, 96, 128, 3), np.uint8)
+        whole.decode_box(data, **box, flip=flip, out=as_target(expected)[1:2])
+        row = np.zeros((2, 96, 128, 3), np.uint8)
+        partial.decode_box(data, **box, flip=flip, out=as_target(row)[1:2], trusted=True)
+        wide = np.zeros((2, 96, 128, 4), np.uint8)  # rows of 4 bytes a pixel: the view of 3 is not contiguous
+        partial.decode_box(data, **box, flip=flip, out=as_target(wide[:, :, :, :3])[1:2], trusted=True)
+        np.testing.assert_array_equal(row, expected, err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(wide[:, :, :, :3], expected, err_msg=f"trial {trial}")
+        assert not wide[:, :, :, 3].any()
+    assert len(packed) > 30 and True in packed and False in packed  # the partial decoder took most boxes, flipped or not
 
 
 def test_workers_deliver_the_pixels_of_a_whole_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
