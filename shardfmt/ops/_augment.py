@@ -465,7 +465,14 @@ class SampleTransform:
                 # the first adjustment reads the source, if still there, and writes the copy
                 image = self._jitter_pixels(drawn, image, ops, None if owned else copy_to)
                 continue
-            if not owned and not isinstance(step, RandomRotation):
+            if isinstance(step, RandomRotation):
+                # into the sample's row unless the sample is there already: the steps then end
+                # in the row, with no copy into it (a spare buffer otherwise)
+                target = work if work is not None and image is not work else ops.spare(image)
+                self._rotate_pixels(step, drawn, image, target)
+                image = target
+                continue
+            if not owned:
                 np.copyto(copy_to, image)
                 image = copy_to
             if isinstance(step, RandomErasing):
@@ -478,15 +485,11 @@ class SampleTransform:
         return image, erased
 
     def _run_on_pixels(self, step: AugmentStep, params: Any, image: np.ndarray, ops: PixelOps) -> np.ndarray:
-        """Run ColorJitter, RandomRotation, RandomVerticalFlip or RandomGrayscale on uint8 pixels;
-        return the array now holding the sample."""
+        """Run ColorJitter, RandomVerticalFlip or RandomGrayscale on uint8 pixels; return the
+        array now holding the sample."""
         if isinstance(step, ColorJitter):
             self._jitter(params, image, ops)
             return image
-        if isinstance(step, RandomRotation):
-            target = ops.spare(image)
-            self._rotate_pixels(step, params, image, target)
-            return target
         if isinstance(step, RandomVerticalFlip):
             return ops.flip_vertically(image) if params[0] else image
         if isinstance(step, RandomGrayscale):
@@ -547,11 +550,12 @@ class SampleTransform:
         """ColorJitter on uint8 pixels: as `_jitter`, the first adjustment taken writing into
         `target` when one is given; returns the array holding the sample."""
         adjustments = (ops.brightness, ops.contrast, ops.saturation, ops.hue)
-        for n in params[:4].astype(np.int64).tolist():
-            factor = float(params[4 + n])
+        values = params.tolist()  # the order, then the factors, as Python floats: one conversion
+        for n in values[:4]:
+            factor = values[4 + int(n)]
             if math.isnan(factor):
                 continue
-            adjustments[n](image, factor, target)
+            adjustments[int(n)](image, factor, target)
             if target is not None:
                 image, target = target, None
         return image  # the source still, if no adjustment was taken

@@ -131,7 +131,7 @@ class RandomErasing:
 
     def run(self, ops: ImageOps | PixelOps, image: np.ndarray, box: np.ndarray, mean: Sequence[float] | None = None) -> np.ndarray:
         """Erase `box` (top, left, height, width: a row of `boxes`) of `image`; return it."""
-        top, left, box_h, box_w = (int(v) for v in box)
+        top, left, box_h, box_w = (int(v) for v in box.tolist())
         if box_h and box_w:
             ops.erase(image, top, left, box_h, box_w, self.fill_values(mean))
         return image
