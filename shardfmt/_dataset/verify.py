@@ -14,6 +14,7 @@ whole once, a quick one reads only its header and table (two range reads).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -149,7 +150,11 @@ def _check_rejects_report(location: DatasetLocation, manifest: Manifest) -> Shar
     path = location.store.describe(name)
     if not location.is_remote:
         try:
-            with open(Path(location.root) / name, "rb") as file:
+            # not blocking on a FIFO in its place (a regular file reads as without the flag)
+            fd = os.open(Path(location.root) / name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with open(fd, "rb") as file:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return ManifestError("the rejects report is not a regular file", path=path)
                 lines = sum(1 for _ in file)
         except (OSError, ValueError) as err:  # ValueError: a name with NUL or a lone surrogate
             return ManifestError(f"the rejects report cannot be read: {err.strerror if isinstance(err, OSError) else err}", path=path)

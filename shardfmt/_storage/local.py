@@ -13,6 +13,10 @@ from pathlib import Path
 from .._errors import ShardNotFoundError
 from .atomic import atomic_write_bytes, temp_path
 
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+"""Opening a FIFO in place of a shard then returns at once (and fails the regular-file check)
+instead of waiting for a writer; a regular file reads as without it."""
+
 
 def merge_pages(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """`ranges` clipped to [0, size), widened to whole pages and merged where they touch."""
@@ -36,10 +40,12 @@ def read_ahead(path: str | os.PathLike[str], ranges: list[tuple[int, int]], *, s
     if not hasattr(os, "posix_fadvise"):
         return
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | _O_NONBLOCK)
     except (OSError, ValueError):
         return
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: its open reports it
+            return
         for first, stop in merge_pages(ranges, size):
             os.posix_fadvise(fd, first, stop - first, os.POSIX_FADV_WILLNEED)
     except OSError:
@@ -61,7 +67,7 @@ class LocalFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | _O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError) as err:
             raise ShardNotFoundError("shard file does not exist", path=self.path) from err
         except ValueError as err:  # NUL or a lone surrogate (UnicodeEncodeError) in the name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,11 @@ def test_labels_must_name_a_class_and_the_rejects_report_must_match(tmp_path: Pa
     (tmp_path / "ds" / "rejects.jsonl").write_text("{}\n")
     problems = verify_dataset(tmp_path / "ds", quick=True).problems
     assert isinstance(problems[-1], ManifestError) and "has 1 lines" in str(problems[-1])
+
+    (tmp_path / "ds" / "rejects.jsonl").unlink()
+    os.mkfifo(tmp_path / "ds" / "rejects.jsonl")  # reading it would wait for a writer forever
+    problems = verify_dataset(tmp_path / "ds", quick=True).problems
+    assert isinstance(problems[-1], ManifestError) and "not a regular file" in str(problems[-1])
 
 
 def test_without_a_manifest_there_is_nothing_to_verify(tmp_path: Path) -> None:

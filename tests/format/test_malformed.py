@@ -24,15 +24,18 @@ from shardfmt import (
     DatasetNotFoundError,
     DatasetWriter,
     FormatError,
+    ImageTransform,
     LimitError,
+    Loader,
     ManifestError,
     SchemaError,
     ShardfmtError,
     ShardNotFoundError,
     UnsupportedVersionError,
+    WorkerError,
     open_dataset,
 )
-from shardfmt.format import Schema, ShardReader
+from shardfmt.format import IMAGE_CLASSIFICATION, Schema, ShardReader
 from shardfmt.format._layout import (
     MAX_CLASSES,
     MAX_FIELD_SIZE,
@@ -788,6 +791,25 @@ def test_huge_record_count_allocates_nothing(tmp_path: Path, num_records: int) -
     expected = LimitError if num_records > MAX_RECORDS_PER_SHARD else FormatError
     check_error(info.value, expected, path=path, offset=shard.footer_offset + (8 if expected is LimitError else 0))
     assert peak < 256 * 1024, f"peak {peak} bytes"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_fifo_in_place_of_a_shard_is_refused_at_once(tmp_path: Path, num_workers: int) -> None:
+    """Opening a FIFO to read would wait for a writer forever: the loader's read-ahead and the
+    shard's open both refuse it as not a regular file, in the process or in a worker."""
+    out = tmp_path / "ds"
+    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
+        for i in range(4):
+            writer.write({"image": jpeg_bytes(20, 24, seed=i), "label": i % 2, "key": f"k{i}"})
+    (shard,) = sorted(out.glob("*.shard"))
+    shard.unlink()
+    os.mkfifo(shard)
+    with pytest.raises(ShardfmtError) as info:
+        with Loader(out, batch_size=2, num_workers=num_workers, transform=ImageTransform(size=8)) as loader:
+            next(iter(loader))
+    assert isinstance(info.value, ShardNotFoundError if num_workers == 0 else WorkerError)
+    assert "is not a regular file, so it cannot be a shard" in str(info.value)
 
 
 def test_directory_is_not_a_shard(tmp_path: Path) -> None:
