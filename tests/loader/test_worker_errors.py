@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -152,24 +153,35 @@ def test_worker_error_classes() -> None:
     assert type(again) is checksum and str(again) == "a.shard: byte 64: record 3: payload does not match"
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_broken_table_row_of_a_later_block_is_named_when_the_loader_reaches_it(tmp_path: Path, num_workers: int) -> None:
-    out, image, broken = tmp_path / "ds", jpeg_bytes(8, 8, seed=0), 2 * CHECK_BLOCK_ROWS + 3
+def write_three_blocks(out: Path) -> tuple[Path, ShardBytes]:
+    """A one-shard dataset of 2 table blocks and 64 rows of a third; its shard and bytes."""
+    image = jpeg_bytes(8, 8, seed=0)
     with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
         for i in range(2 * CHECK_BLOCK_ROWS + 64):
             writer.write({"image": image, "label": i, "key": f"{i:05d}"})
     shard_path = next(out.glob("*.shard"))
-    shard = ShardBytes(shard_path.read_bytes())
-    shard.table()[broken]["image.channels"] = 2  # rule 28d, in block 2: not checked on open
-    shard.reseal_table()
-    shard_path.write_bytes(bytes(shard))
+    return shard_path, ShardBytes(shard_path.read_bytes())
+
+
+def read_until_error(out: Path, num_workers: int, kind: type[Exception]) -> tuple[Any, int]:
+    """Read `out` in order until the loader raises `kind`; the error and the records read before."""
     seen = 0
-    with pytest.raises(FormatError) as info:
+    with pytest.raises(kind) as info:
         with Loader(out, batch_size=256, num_workers=num_workers, shuffle=False, transform=ImageTransform(size=8)) as loader:
             for _images, labels in loader:
                 assert labels[0] == seen  # the rows of blocks 0 and 1 read fine, in order
                 seen += len(labels)
-    error = info.value
+    return info.value, seen
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_broken_table_row_of_a_later_block_is_named_when_the_loader_reaches_it(tmp_path: Path, num_workers: int) -> None:
+    out, broken = tmp_path / "ds", 2 * CHECK_BLOCK_ROWS + 3
+    shard_path, shard = write_three_blocks(out)
+    shard.table()[broken]["image.channels"] = 2  # rule 28d, in block 2: not checked on open
+    shard.reseal_table()
+    shard_path.write_bytes(bytes(shard))
+    error, seen = read_until_error(out, num_workers, FormatError)
     assert isinstance(error, WorkerError)
     assert (error.path, error.record, error.offset) == (str(shard_path), broken, shard.column_offset(broken, "image.channels"))
     assert "channels are not 1 or 3" in error.message and f"dataset record {broken}" in error.message
@@ -182,21 +194,11 @@ def test_a_broken_table_row_of_a_later_block_is_named_when_the_loader_reaches_it
 def test_a_corrupt_table_row_of_a_later_block_is_refused_by_its_block_checksum(tmp_path: Path, num_workers: int) -> None:
     # The row's bytes change and no checksum is resealed: opening the shard hashes block 0 and
     # the block checksums only, so the corruption is found when the loader first reads block 2.
-    out, image, broken = tmp_path / "ds", jpeg_bytes(8, 8, seed=0), 2 * CHECK_BLOCK_ROWS + 3
-    with DatasetWriter(out, schema=IMAGE_CLASSIFICATION) as writer:
-        for i in range(2 * CHECK_BLOCK_ROWS + 64):
-            writer.write({"image": image, "label": i, "key": f"{i:05d}"})
-    shard_path = next(out.glob("*.shard"))
-    shard = ShardBytes(shard_path.read_bytes())
+    out, broken = tmp_path / "ds", 2 * CHECK_BLOCK_ROWS + 3
+    shard_path, shard = write_three_blocks(out)
     shard.table()[broken]["label"] = 7  # a valid value: only the block checksum can tell
     shard_path.write_bytes(bytes(shard))
-    seen = 0
-    with pytest.raises(ChecksumError) as info:
-        with Loader(out, batch_size=256, num_workers=num_workers, shuffle=False, transform=ImageTransform(size=8)) as loader:
-            for _images, labels in loader:
-                assert labels[0] == seen  # the rows of blocks 0 and 1 read fine, in order
-                seen += len(labels)
-    error = info.value
+    error, seen = read_until_error(out, num_workers, ChecksumError)
     assert isinstance(error, WorkerError)
     first = 2 * CHECK_BLOCK_ROWS
     assert (error.path, error.record, error.offset) == (str(shard_path), first, shard.column_offset(first, "offset"))
