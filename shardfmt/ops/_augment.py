@@ -480,23 +480,9 @@ class SampleTransform:
                 image = step.run(ops, image, drawn, self._mean_values)
             elif isinstance(step, _PLANE_STEPS):
                 image = step.run(ops, image, drawn)
-            else:
-                image = self._run_on_pixels(step, drawn, image, ops)
+            else:  # every built-in step is one of the above: a pixel transform holds no other
+                raise TypeError(f"{step!r} does not run on uint8 pixels")
         return image, erased
-
-    def _run_on_pixels(self, step: AugmentStep, params: Any, image: np.ndarray, ops: PixelOps) -> np.ndarray:
-        """Run ColorJitter, RandomVerticalFlip or RandomGrayscale on uint8 pixels; return the
-        array now holding the sample."""
-        if isinstance(step, ColorJitter):
-            self._jitter(params, image, ops)
-            return image
-        if isinstance(step, RandomVerticalFlip):
-            return ops.flip_vertically(image) if params[0] else image
-        if isinstance(step, RandomGrayscale):
-            if params[0]:
-                ops.grayscale(image)
-            return image
-        raise TypeError(f"{step!r} does not run on uint8 pixels")
 
     def _rotate_pixels(self, step: AugmentStep, params: Any, image: np.ndarray, out: np.ndarray) -> None:
         if not isinstance(step, RandomRotation) or self._rotator is None:
