@@ -34,6 +34,7 @@ from ..format._layout import (
     MAX_MANIFEST_SIZE,
     TABLE_BLOCK_ROWS,
     align_up,
+    blocks_read,
     table_blocks,
 )
 from ..format._manifest import MANIFEST_NAME, Manifest, ShardEntry
@@ -218,7 +219,7 @@ def shard_read_ahead(entry: ShardEntry, schema: Schema, rows: list[int]) -> list
     block 0, and each row's block with the block before it (rule 25 reads its last row)."""
     header, (table, end) = _shard_windows(entry, schema)
     row = schema.record_dtype().itemsize
-    blocks = {0} | {b for index in rows for b in (index // TABLE_BLOCK_ROWS, index // TABLE_BLOCK_ROWS - 1) if b >= 0}
+    blocks = {0} | blocks_read(rows)
     ranges = [header, (table + entry.num_records * row, end)]
     for block in blocks:
         first = table + block * TABLE_BLOCK_ROWS * row

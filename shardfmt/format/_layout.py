@@ -15,6 +15,7 @@ this module and the spec disagree, that is a bug in one of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 import numpy as np
@@ -128,6 +129,12 @@ def align_up(value: int, alignment: int) -> int:
 def table_blocks(num_records: int) -> int:
     """Return how many blocks of TABLE_BLOCK_ROWS rows a table of `num_records` rows has."""
     return -(-num_records // TABLE_BLOCK_ROWS)
+
+
+def blocks_read(rows: Iterable[int]) -> set[int]:
+    """Return the table blocks that checking the rows `rows` reads: each row's block and the
+    block before it, whose last row rule 25 reads (spec/format.md, section 10)."""
+    return {block for row in rows for block in (row // TABLE_BLOCK_ROWS, row // TABLE_BLOCK_ROWS - 1) if block >= 0}
 
 
 def column_name(field: str, column: str) -> str:

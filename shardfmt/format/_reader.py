@@ -55,6 +55,7 @@ from ._layout import (
     TABLE_BLOCK_ROWS,
     TABLE_BLOCKS,
     align_up,
+    blocks_read,
     column_name,
     table_blocks,
 )
@@ -513,7 +514,7 @@ class ShardReader(ShardReaderBase):
         if not self.table_blocks or not any(self._unverified):
             return []
         ranges, row = [], self.dtype.itemsize
-        for block in {b for index in indices for b in (index // CHECK_BLOCK_ROWS, index // CHECK_BLOCK_ROWS - 1) if b >= 0}:
+        for block in blocks_read(indices):
             if self._unverified[block]:
                 start, stop = self._block_rows(block)
                 ranges.append((self.table_offset + start * row, self.table_offset + stop * row))
