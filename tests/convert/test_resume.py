@@ -159,10 +159,7 @@ def test_resume_redoes_a_shard_that_no_longer_matches_its_sidecar(
     slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
-    monkeypatch.undo()
+    convert_interrupted(slow_source, out, monkeypatch)
     shard = out / "shard-00001.shard"
     data = bytearray(shard.read_bytes())
     data[200] ^= 0xFF  # same size, different bytes: only the re-hash notices
@@ -176,14 +173,22 @@ def _raise_interrupt(*args: Any, **kwargs: Any) -> Any:
     raise KeyboardInterrupt
 
 
+def convert_interrupted(
+    source: Path, out: Path, monkeypatch: pytest.MonkeyPatch, *, at: tuple[Any, str] = (convert_output.Output, "finish")
+) -> None:
+    """Convert `source` into `out` stopped where `at` (an object and the name of one of its
+    attributes) is called, as a kill there would stop it; then undo the test's patches."""
+    monkeypatch.setattr(*at, _raise_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        convert(source, out, workers=1, shard_size=SHARD_SIZE)
+    monkeypatch.undo()
+
+
 def test_resume_after_the_manifest_but_before_cleanup(
     slow_source: Path, clean: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(convert_output.shutil, "rmtree", _raise_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
-    monkeypatch.undo()
+    convert_interrupted(slow_source, out, monkeypatch, at=(convert_output.shutil, "rmtree"))
     assert (out / "manifest.json").exists() and (out / ".shardfmt-work").exists()
     convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, resume=True)
     assert tree_bytes(out) == clean
@@ -191,10 +196,7 @@ def test_resume_after_the_manifest_but_before_cleanup(
 
 def test_resume_refuses_changed_options_or_inputs(slow_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
-    monkeypatch.undo()
+    convert_interrupted(slow_source, out, monkeypatch)
     with pytest.raises(ConvertError, match='options changed from .*"quality": 90.* to .*"quality": 80'):
         convert(slow_source, out, workers=1, shard_size=SHARD_SIZE, quality=80, resume=True)
     victim = slow_source / "class_1" / "005.png"
@@ -230,10 +232,7 @@ def test_resume_keeps_the_shards_an_older_format_version_finished(
     # inputs) is the same, the 1.1 shards stay valid (a minor version only adds) and are kept, and
     # the manifest says 1.2, which may list older shards (spec/manifest.md, step 12).
     out = tmp_path / "out"
-    monkeypatch.setattr(convert_output.Output, "finish", _raise_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        convert(slow_source, out, workers=1, shard_size=SHARD_SIZE)
-    monkeypatch.undo()
+    convert_interrupted(slow_source, out, monkeypatch)
     work = out / ".shardfmt-work"
     older = ["shard-00000.shard", "shard-00003.shard"]
     for name in older:  # rewrite as the 1.1 writer wrote them, with their sidecars
