@@ -11,7 +11,9 @@ trusts (decoded before without error, or checked against their checksum in a dat
 converter strictly decoded), a full-scale RGB box is decoded alone (`jpegcrop`), as 4-byte
 pixels (RGBX), resized as such and packed back to RGB in the slot: about 40 us a box less than
 3-byte pixels on the build machine (libjpeg-turbo writes them faster, and torch's resize reads
-them without widening them first), the same values.
+them without widening them first), the same values. Their resize reads the box where it lies in
+the decode buffer and runs the horizontal pass on it turned on its side, flipping it on the way
+back (`Resizer.resize_rows`).
 """
 
 from __future__ import annotations
@@ -89,11 +91,8 @@ class ImageDecoder:
             # 4-byte pixels (RGBX): libjpeg-turbo writes them and torch's resize reads them faster;
             # the resized box is packed back to RGB into the slot
             self._crop = CropDecoder(max_height=max_height, max_width=max_width, pixel_bytes=4)
-            self._crop_tensor = torch.from_numpy(self._crop.buffer)
+            self._crop_rows = self._crop.buffer.reshape(-1, self._crop.row_stride)  # row r of a decode is row r here
             self._wide_resizer = Resizer(output_size=output_size, channels=4, interpolation=interpolation)
-            self._wide = torch.empty((1, 4, *output_size), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
-            self._wide_pixels = self._wide[0].permute(1, 2, 0).numpy()  # H x W x 4, the same memory
-            self._wide_flipped = np.empty_like(self._wide_pixels)
 
     def decode_box(
         self,
@@ -130,10 +129,8 @@ class ImageDecoder:
                 start = self._crop.decode(data, top=top, left=left, box_height=box_height, box_width=box_width)
             finally:
                 flag[0] = 0
-            row = self._crop.row_stride
-            source = self._crop_tensor.as_strided((1, 4, box_height, box_width), (box_height * row, 1, row, 4), start)
-            self._wide_resizer.resize(source, flip=False, out=self._wide)
-            self._pack(flip, out)
+            box = self._crop_rows[:box_height, start : start + 4 * box_width].reshape(box_height, box_width, 4)
+            self._pack(self._wide_resizer.resize_rows(box, flip=flip), out)
             return
         if scale == 1:
             image = simplejpeg.decode_jpeg(
@@ -165,16 +162,14 @@ class ImageDecoder:
         )
         self._resizer.resize(source, flip=flip, out=out)
 
-    def _pack(self, flip: bool, out: torch.Tensor) -> None:
-        """Write the resized RGBX box as RGB into `out`, mirrored left to right if `flip`."""
+    @staticmethod
+    def _pack(wide: np.ndarray, out: torch.Tensor) -> None:
+        """Write `wide`, the resized box's H x W x 4 RGBX pixels, as RGB into `out`."""
         pixels = out[0].permute(1, 2, 0)
-        if not pixels.is_contiguous():
-            out.copy_(self._wide[:, :3].flip(3) if flip else self._wide[:, :3])
-            return
-        wide = self._wide_pixels
-        if flip:
-            wide = cv2.flip(wide, 1, dst=self._wide_flipped)
-        cv2.cvtColor(wide, cv2.COLOR_RGBA2RGB, dst=pixels.numpy())  # about 4 us for 224x224
+        if pixels.is_contiguous():
+            cv2.cvtColor(wide, cv2.COLOR_RGBA2RGB, dst=pixels.numpy())  # about 4 us for 224x224
+        else:
+            pixels.copy_(torch.from_numpy(wide[:, :, :3]))
 
     def decode_resized_crop(
         self,

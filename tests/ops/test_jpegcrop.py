@@ -54,8 +54,8 @@ def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() 
     partial = ImageDecoder(max_height=200, max_width=200, output_size=(96, 128), partial=True)
     whole = ImageDecoder(max_height=200, max_width=200, output_size=(96, 128))
     packed: list[bool] = []
-    pack = partial._pack
-    partial._pack = lambda flip, out: packed.append(flip) or pack(flip, out)  # type: ignore[method-assign]
+    resize_rows = partial._wide_resizer.resize_rows
+    partial._wide_resizer.resize_rows = lambda box, flip: packed.append(flip) or resize_rows(box, flip=flip)  # type: ignore[method-assign]
     for trial in range(30):
         height, width = int(rng.integers(30, 200)), int(rng.integers(30, 200))
         data = simplejpeg.encode_jpeg(make_image(height, width, seed=trial), quality=90, colorsubsampling="420")

@@ -62,3 +62,39 @@ def test_a_bicubic_field_decodes_at_reduced_scale_and_is_accepted_by_image_outpu
     decoder = ImageDecoder(max_height=64, max_width=64, output_size=(16, 16), interpolation="bicubic")
     assert decoder._dct_scaling
     assert callable(as_target)
+
+
+@pytest.mark.parametrize("interpolation", INTERPOLATIONS)
+def test_resize_rows_of_a_box_in_a_wider_buffer_equals_resize_bit_for_bit(interpolation: str) -> None:
+    """`Resizer.resize_rows`, whose 4-byte pixels take the horizontal pass turned on their side
+    (a transpose, torch's vertical pass, a transpose or rotation back), gives `resize`'s pixels:
+    reductions, enlargements, one side kept, a single row or column, noise and smooth images,
+    mirrored or not."""
+    rng = np.random.default_rng(3)
+    size = (48, 64)
+    buffer = np.empty((160, 200 * 4 + 64), np.uint8)  # rows of a decode buffer, wider than any box
+    resizer = Resizer(output_size=size, channels=4, interpolation=interpolation)
+    shapes = [(48, 64), (48, 90), (30, 64), (1, 1), (1, 130), (150, 1), (47, 65), (160, 200), (20, 21)]
+    shapes += [(int(h), int(w)) for h, w in rng.integers(1, 160, (20, 2))]
+    for trial, (height, width) in enumerate(shapes):
+        if trial % 2:
+            buffer[:] = rng.integers(0, 256, buffer.shape, dtype=np.uint8)
+        else:
+            buffer[:] = smooth(160, buffer.shape[1], seed=trial)[0, 0].numpy()
+        start = 4 * int(rng.integers(0, 200 - min(width, 199)))
+        box = buffer[:height, start : start + 4 * width].reshape(height, width, 4)
+        for flip in (False, True):
+            expected = np.empty((*size, 4), np.uint8)
+            Resizer(output_size=size, channels=4, interpolation=interpolation).resize(
+                torch.from_numpy(np.ascontiguousarray(box)).permute(2, 0, 1).unsqueeze(0),
+                flip=flip,
+                out=torch.from_numpy(expected).permute(2, 0, 1).unsqueeze(0),
+            )
+            got = resizer.resize_rows(box, flip=flip)
+            np.testing.assert_array_equal(got, expected, err_msg=f"{height}x{width} flip={flip}")
+    three = Resizer(output_size=size, channels=3, interpolation=interpolation)  # 3-byte pixels: `resize` itself
+    pixels = smooth(100, 70)[0].permute(1, 2, 0).numpy()
+    expected = np.empty((*size, 3), np.uint8)
+    target = torch.from_numpy(expected).permute(2, 0, 1).unsqueeze(0)
+    three.resize(torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0), flip=True, out=target)
+    np.testing.assert_array_equal(three.resize_rows(pixels, flip=True), expected)
