@@ -498,6 +498,26 @@ def test_a_rotation_of_interleaved_pixels_picks_the_pixels_of_the_float_rotation
             assert np.array_equal(got, to_pixels(expected))
 
 
+def test_a_rotation_of_pixels_whose_words_are_not_numbers_copies_them_bit_for_bit() -> None:
+    """`rotate_interleaved` warps RGBX pixels as float32 words: with blue at 128 or more a word
+    is a NaN or an infinity, which the warp must copy unchanged; a fill whose word is one takes
+    the warp of the pixels as they are. Both pick the float rotation's pixels."""
+    rng = np.random.default_rng(12)
+    pixels = rng.integers(0, 256, (64, 48, 3), dtype=np.uint8)
+    pixels[::2, :, 2] = rng.integers(128, 256, (32, 48), dtype=np.uint8)  # words that are NaN or infinite
+    pixels[1, :4] = [(0, 0, 128), (0, 0, 255), (255, 255, 255), (1, 0, 192)]  # infinity, NaNs quiet and signalling
+    words = np.concatenate([pixels, np.full((64, 48, 1), 255, np.uint8)], axis=2).view(np.float32)
+    assert np.isnan(words).mean() > 0.4 and np.isinf(words).any()
+    rotator = Rotator(3, 64, 48)
+    for fill in ((10.0, 200.0, 33.0), (0.0, 0.0, 200.0)):  # a finite word, and one that is not
+        for angle in (7.5, -33.3, 90.0, 180.0):
+            expected = pixels.transpose(2, 0, 1).astype(F32)
+            rotator.rotate(expected, angle, fill)
+            got = np.empty_like(pixels)
+            rotator.rotate_interleaved(pixels, angle, fill, got)
+            assert np.array_equal(got, expected.transpose(1, 2, 0).astype(np.uint8)), (fill, angle)
+
+
 def keep(sample: torch.Tensor) -> torch.Tensor:
     """A user's step that changes nothing: it keeps a sample on the float planes."""
     return sample
