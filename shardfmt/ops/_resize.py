@@ -59,7 +59,7 @@ class Resizer:
         self.interpolation = interpolation
         self._scratch = torch.empty((1, channels, *output_size), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
         self._scratch_pixels = self._scratch[0].permute(1, 2, 0).numpy()  # H x W x C, the same memory
-        self._turned, self._columns, self._rows, self._result = (_Pixels(channels) for _ in range(4))  # for resize_rows
+        self._turned, self._columns, self._result = (_Pixels(channels) for _ in range(3))  # for resize_rows
 
     def resize(self, source: torch.Tensor, *, flip: bool, out: torch.Tensor) -> None:
         """Write `source` ((1, C, h, w), any strides) resized to the output size, mirrored left to
@@ -101,7 +101,7 @@ class Resizer:
         if height == out_h:
             rows, rows_tensor = result, result_tensor
         else:
-            rows, rows_tensor = self._rows.views(height, out_w)
+            rows, rows_tensor = self._turned.views(height, out_w)  # the turned box is read: its memory is free
         if flip:  # row i of the result is column i of `columns` read from its end
             cv2.rotate(columns, cv2.ROTATE_90_CLOCKWISE, dst=rows)
         else:

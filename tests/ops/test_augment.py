@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -40,7 +41,7 @@ from shardfmt.ops import (
 )
 from shardfmt.ops._augment import SampleTransform
 from shardfmt.ops._colour import ColourKernels
-from shardfmt.ops._pixelops import PixelOps
+from shardfmt.ops._pixelops import _TO_UINT8, _TRUNCATE, PixelOps
 from shardfmt.ops._rotate import Rotator
 
 F32 = np.float32
@@ -481,6 +482,11 @@ def test_hue_on_pixels_is_within_one_level_of_the_reference(shift: float) -> Non
     difference = np.abs(got.transpose(2, 0, 1).astype(F32) - ref_hue(image, shift))
     assert difference.max() <= 1
     assert np.mean(difference == 0) >= 0.99
+    # the conversions run in place: the values of the round trip through a second buffer
+    hsv = cv2.cvtColor(to_pixels(image).astype(F32), cv2.COLOR_RGB2HSV)
+    hsv[:, :, 0] += np.float32((360.0 * shift) % 360.0)
+    expected = cv2.convertScaleAbs(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB), alpha=float(_TO_UINT8), beta=_TRUNCATE)
+    assert np.array_equal(got, expected)
 
 
 @pytest.mark.parametrize("shape", [(26, 34), (33, 17), (224, 224)])
