@@ -93,6 +93,10 @@ class ImageDecoder:
             self._crop = CropDecoder(max_height=max_height, max_width=max_width, pixel_bytes=4)
             self._crop_rows = self._crop.buffer.reshape(-1, self._crop.row_stride)  # row r of a decode is row r here
             self._wide_resizer = Resizer(output_size=output_size, channels=4, interpolation=interpolation)
+            # the last target and its H x W x 3 array (None if not contiguous): a transformed
+            # sample is always decoded into the loader's scratch sample, and making the array
+            # took about 10 us. One only: a loader lets go of a slot's views to unmap it.
+            self._last_target: tuple[torch.Tensor | None, np.ndarray | None] = (None, None)
 
     def decode_box(
         self,
@@ -162,14 +166,16 @@ class ImageDecoder:
         )
         self._resizer.resize(source, flip=flip, out=out)
 
-    @staticmethod
-    def _pack(wide: np.ndarray, out: torch.Tensor) -> None:
+    def _pack(self, wide: np.ndarray, out: torch.Tensor) -> None:
         """Write `wide`, the resized box's H x W x 4 RGBX pixels, as RGB into `out`."""
-        pixels = out[0].permute(1, 2, 0)
-        if pixels.is_contiguous():
-            cv2.cvtColor(wide, cv2.COLOR_RGBA2RGB, dst=pixels.numpy())  # about 4 us for 224x224
+        last = self._last_target
+        if last[0] is not out:
+            pixels = out[0].permute(1, 2, 0)
+            last = self._last_target = (out, pixels.numpy() if pixels.is_contiguous() else None)
+        if last[1] is not None:
+            cv2.cvtColor(wide, cv2.COLOR_RGBA2RGB, dst=last[1])  # about 4 us for 224x224
         else:
-            pixels.copy_(torch.from_numpy(wide[:, :, :3]))
+            out[0].permute(1, 2, 0).copy_(torch.from_numpy(wide[:, :, :3]))
 
     def decode_resized_crop(
         self,

@@ -116,6 +116,7 @@ class PixelOps:
         self.colour = self
         self._buffers = (np.empty(self.shape, np.uint8), np.empty(self.shape, np.uint8))
         self._float = np.empty(self.shape, np.float32)
+        self._float_tensor = torch.from_numpy(self._float)
         self._gray = np.empty((height, width), np.float32)
         self._term = np.empty((height, width), np.float32)
         self._table = np.empty((256, 1, 3), np.uint8)
@@ -268,7 +269,7 @@ class PixelOps:
     def hue(self, image: np.ndarray, shift: float, target: np.ndarray | None = None) -> None:
         values = self._float
         if image.flags.writeable:  # torch's uint8 to float32 cast: about 10 us, numpy's 16 to 20
-            torch.from_numpy(values).copy_(torch.from_numpy(image))
+            self._float_tensor.copy_(torch.from_numpy(image))
         else:  # torch would warn of a read-only array
             np.copyto(values, image)
         # Both conversions in place (a pixel's values depend on that pixel alone; the same values,

@@ -38,6 +38,8 @@ _nn = getattr(torch._C, "_nn", None)
 _bilinear_out = getattr(_nn, "_upsample_bilinear2d_aa", None)
 _bicubic_out = getattr(_nn, "_upsample_bicubic2d_aa", None)
 _nearest_out = getattr(_nn, "_upsample_nearest_exact2d", None)
+_KEPT_VIEWS = 1024
+"""Shapes whose views a `_Pixels` keeps (a few hundred bytes each)."""
 _LUMA = (299, 587, 114)
 """ITU-R 601 weights in thousandths: Pillow's RGB -> L conversion."""
 
@@ -136,22 +138,34 @@ class Resizer:
 
 class _Pixels:
     """A uint8 buffer that grows as asked, seen as h x w x C pixels and as the (1, C, h, w)
-    channels-last tensor of the same memory."""
+    channels-last tensor of the same memory.
+
+    The views of the last `_KEPT_VIEWS` shapes asked for are kept (making them took about 4 us,
+    a tenth of a resize's cost): a resizer asks for one of the output's width, or its height, and
+    the box's other side, so most shapes come back."""
 
     def __init__(self, channels: int) -> None:
         self.channels = channels
         self._flat = np.empty(0, np.uint8)
         self._tensor = torch.from_numpy(self._flat)
+        self._views: dict[tuple[int, int], tuple[np.ndarray, torch.Tensor]] = {}
 
     def views(self, height: int, width: int) -> tuple[np.ndarray, torch.Tensor]:
+        kept = self._views.get((height, width))
+        if kept is not None:
+            return kept
         channels = self.channels
         size = height * width * channels
         if size > self._flat.size:
             self._flat = np.empty(size, np.uint8)
             self._tensor = torch.from_numpy(self._flat)
+            self._views.clear()  # views of the memory given up
+        if len(self._views) >= _KEPT_VIEWS:
+            self._views.clear()
         row = width * channels
         pixels = self._flat[:size].reshape(height, width, channels)
-        return pixels, self._tensor.as_strided((1, channels, height, width), (size, 1, row, channels))
+        made = self._views[height, width] = (pixels, self._tensor.as_strided((1, channels, height, width), (size, 1, row, channels)))
+        return made
 
 
 def match_channels(pixels: torch.Tensor, channels: int) -> torch.Tensor:

@@ -56,6 +56,8 @@ def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() 
     packed: list[bool] = []
     resize_rows = partial._wide_resizer.resize_rows
     partial._wide_resizer.resize_rows = lambda box, flip: packed.append(flip) or resize_rows(box, flip=flip)  # type: ignore[method-assign]
+    same = np.zeros((96, 128, 3), np.uint8)
+    same_target = as_target(same[None])[0:1]
     for trial in range(30):
         height, width = int(rng.integers(30, 200)), int(rng.integers(30, 200))
         data = simplejpeg.encode_jpeg(make_image(height, width, seed=trial), quality=90, colorsubsampling="420")
@@ -71,8 +73,10 @@ def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() 
         partial.decode_box(data, **box, flip=flip, out=as_target(row)[1:2], trusted=True)
         wide = np.zeros((2, 96, 128, 4), np.uint8)  # rows of 4 bytes a pixel: the view of 3 is not contiguous
         partial.decode_box(data, **box, flip=flip, out=as_target(wide[:, :, :, :3])[1:2], trusted=True)
+        partial.decode_box(data, **box, flip=flip, out=same_target, trusted=True)  # a target filled again, as a loader's scratch
         np.testing.assert_array_equal(row, expected, err_msg=f"trial {trial}")
         np.testing.assert_array_equal(wide[:, :, :, :3], expected, err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(same, expected[1], err_msg=f"trial {trial}")
         assert not wide[:, :, :, 3].any()
     assert len(packed) > 30 and True in packed and False in packed  # the partial decoder took most boxes, flipped or not
 
