@@ -466,9 +466,10 @@ class SampleTransform:
                 image = self._jitter_pixels(drawn, image, ops, None if owned else copy_to)
                 continue
             if isinstance(step, RandomRotation):
-                # into the sample's row unless the sample is there already: the steps then end
-                # in the row, with no copy into it (a spare buffer otherwise)
-                target = work if work is not None and image is not work else ops.spare(image)
+                # into the sample's row, even from it (the rotation reads a copy of its pixels):
+                # the steps then end in the row, with no copy into it; else in place if the
+                # sample is ours, or into a buffer
+                target = work if work is not None else image if owned else copy_to
                 self._rotate_pixels(step, drawn, image, target)
                 image = target
                 continue

@@ -89,7 +89,7 @@ class Rotator:
 
     def rotate_interleaved(self, image: np.ndarray, angle: float, fill: tuple[float, ...], out: np.ndarray) -> None:
         """Rotate `image`, an H x W x 3 uint8 array, as `rotate` does (the same source pixel for
-        every output pixel), into `out` (H x W x 3 uint8, C-contiguous, not `image`)."""
+        every output pixel), into `out` (H x W x 3 uint8, C-contiguous; `image` itself too)."""
         channels, height, width = self.shape
         if channels != 3 or image.shape != (height, width, 3) or out.shape != (height, width, 3) or not out.flags.c_contiguous:
             raise ValueError(f"image and out must be C-contiguous {height}x{width}x3 uint8 arrays, got {image.shape} and {out.shape}")
@@ -97,7 +97,10 @@ class Rotator:
         levels = tuple(int(v) for v in fill)
         word = np.array([*levels, 255], np.uint8).view(np.float32)[0]
         if not np.isfinite(word):
-            _warp(image, self.inverse_map(angle), (width, height), out, tuple(float(v) for v in levels))
+            target = self._pixels if out is image else out  # OpenCV's warp reads its source while it writes
+            _warp(image, self.inverse_map(angle), (width, height), target, tuple(float(v) for v in levels))
+            if target is not out:
+                np.copyto(out, target)
             return
         wide, turned = self._wide
         cv2.cvtColor(image, cv2.COLOR_RGB2RGBA, dst=wide)

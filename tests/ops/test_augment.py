@@ -507,7 +507,8 @@ def test_a_rotation_of_interleaved_pixels_picks_the_pixels_of_the_float_rotation
 def test_a_rotation_of_pixels_whose_words_are_not_numbers_copies_them_bit_for_bit() -> None:
     """`rotate_interleaved` warps RGBX pixels as float32 words: with blue at 128 or more a word
     is a NaN or an infinity, which the warp must copy unchanged; a fill whose word is one takes
-    the warp of the pixels as they are. Both pick the float rotation's pixels."""
+    the warp of the pixels as they are. Both pick the float rotation's pixels, into another
+    array or in place."""
     rng = np.random.default_rng(12)
     pixels = rng.integers(0, 256, (64, 48, 3), dtype=np.uint8)
     pixels[::2, :, 2] = rng.integers(128, 256, (32, 48), dtype=np.uint8)  # words that are NaN or infinite
@@ -522,6 +523,9 @@ def test_a_rotation_of_pixels_whose_words_are_not_numbers_copies_them_bit_for_bi
             got = np.empty_like(pixels)
             rotator.rotate_interleaved(pixels, angle, fill, got)
             assert np.array_equal(got, expected.transpose(1, 2, 0).astype(np.uint8)), (fill, angle)
+            in_place = pixels.copy()
+            rotator.rotate_interleaved(in_place, angle, fill, in_place)  # its own target, as a sample's row
+            assert np.array_equal(in_place, got), (fill, angle)
 
 
 def keep(sample: torch.Tensor) -> torch.Tensor:
