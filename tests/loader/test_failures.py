@@ -69,8 +69,11 @@ def shm_names(pid: int) -> set[str]:
 
 
 TRAINER = """
+import signal
 import sys
 from shardfmt import ImageTransform, Loader, Workers
+for number in (signal.SIGTERM, signal.SIGHUP):  # their default action, whatever this runs under (nohup ignores SIGHUP)
+    signal.signal(number, signal.SIG_DFL)
 loader = Loader(sys.argv[1], batch_size=4, num_workers=2, transform=ImageTransform("resize", size=8),
                 workers=Workers(start_method=sys.argv[2]))
 iterator = iter(loader)
