@@ -53,6 +53,7 @@ class Rotator:
         # RGBX pixels and the same memory as float32 words, before and after a warp of words
         self._wide = np.empty((height, width, 4), np.uint8), np.empty((height, width, 4), np.uint8)
         self._words = tuple(wide.view(np.float32).reshape(height, width) for wide in self._wide)
+        self._fill_words: dict[tuple[float, ...], float | None] = {}  # a step's fill, as the word of its RGBX
 
     def inverse_map(self, angle: float) -> np.ndarray:
         """The 2 x 3 matrix taking output pixel (column j, row i, 1) to its source coordinates
@@ -94,11 +95,10 @@ class Rotator:
         if channels != 3 or image.shape != (height, width, 3) or out.shape != (height, width, 3) or not out.flags.c_contiguous:
             raise ValueError(f"image and out must be C-contiguous {height}x{width}x3 uint8 arrays, got {image.shape} and {out.shape}")
         # the fill of the float planes, cast as their pixels are
-        levels = tuple(int(v) for v in fill)
-        word = np.array([*levels, 255], np.uint8).view(np.float32)[0]
-        if not np.isfinite(word):
+        word = self._fill_word(fill)
+        if word is None:
             target = self._pixels if out is image else out  # OpenCV's warp reads its source while it writes
-            _warp(image, self.inverse_map(angle), (width, height), target, tuple(float(v) for v in levels))
+            _warp(image, self.inverse_map(angle), (width, height), target, tuple(float(int(v)) for v in fill))
             if target is not out:
                 np.copyto(out, target)
             return
@@ -112,9 +112,17 @@ class Rotator:
             dst=target,
             flags=_NEAREST_INVERSE,
             borderMode=cv2.BORDER_CONSTANT,
-            borderValue=(float(word), 0.0, 0.0, 0.0),
+            borderValue=(word, 0.0, 0.0, 0.0),
         )
         cv2.cvtColor(turned, cv2.COLOR_RGBA2RGB, dst=out)
+
+    def _fill_word(self, fill: tuple[float, ...]) -> float | None:
+        """The float32 word of (R, G, B, 255) for `fill`, or None where it is not a finite float;
+        worked out once for each fill a rotator is given."""
+        if fill not in self._fill_words:
+            value = np.array([*(int(v) for v in fill), 255], np.uint8).view(np.float32)[0]
+            self._fill_words[fill] = float(value) if np.isfinite(value) else None
+        return self._fill_words[fill]
 
 
 def _warp(source: np.ndarray, matrix: np.ndarray, size: tuple[int, int], out: np.ndarray, fill: float | tuple[float, ...]) -> None:
