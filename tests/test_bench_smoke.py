@@ -196,6 +196,31 @@ def test_augment_contender_prints_each_steps_cost(tmp_path: Path) -> None:
     assert manifest["strict_jpeg"] is True and manifest["stats"]["passthrough"] == 40
 
 
+@pytest.mark.slow
+def test_restart_bench_checks_the_pixels_of_every_transcode(tmp_path: Path) -> None:
+    """tools/bench_jpeg_restarts.py transcodes losslessly, decodes every box five ways and exits
+    non-zero if any differs from the stored JPEG's pixels; the table names each way."""
+    from shardfmt.ops._jpegcrop import CropDecoder
+
+    if not CropDecoder.available():
+        pytest.skip("libjpeg-turbo's partial decoding (Pillow's Linux wheel) is not available here")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tools")]))
+    script = ROOT / "tools" / "bench_jpeg_restarts.py"
+    command = [sys.executable, str(script), "--images", "12", "--generate", "20", "--repeats", "1", "--work-dir", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    assert "every variant's pixels equal the stored JPEG's" in done.stdout
+    rows = {line[:50].strip(): line.split() for line in done.stdout.splitlines() if line.endswith("x")}
+    assert set(rows) == {
+        "stored JPEG",
+        "optimised Huffman tables",
+        "restart marker every MCU row",
+        "+ decode from the box's MCU row",
+        "optimised tables + restarts + from the box's row",
+    }
+    assert rows["stored JPEG"][-1] == "1.000x"
+    assert float(rows["optimised Huffman tables"][-3]) < 1.0  # an optimised table codes these JPEGs in fewer bytes
+
 def test_rounds_keep_each_measure_at_its_best() -> None:
     """The later epochs come from the round with the best rate; the first epoch and the first
     batch from their own best rounds, which may be others."""
