@@ -132,30 +132,11 @@ class SpliceDecoder(CropDecoder):
 
     def decode_spliced(self, data: bytes, layout: tuple[int, int, int], *, top: int, left: int, box_height: int, box_width: int) -> int:
         spliced, rows = splice(data, layout, top)
-        ffi, lib, cinfo, words = self._ffi, self._lib, self._cinfo, self._words
-        lib.jpeg_mem_src(cinfo, ffi.from_buffer(spliced), len(spliced))
-        lib.jpeg_read_header(cinfo, 1)
+        self.read_header(spliced)
         if rows:
-            ffi.cast("int *", ffi.cast("char **", cinfo + _MARKER_READER)[0])[_NEXT_RESTART_NUM] = rows & 7
-        words[_jpegcrop._OUT_COLOR_SPACE] = _jpegcrop._COLOR_SPACES[self.pixel_bytes]
-        words[_jpegcrop._DCT_METHOD] = _jpegcrop._JDCT_IFAST
-        words[_jpegcrop._FANCY_UPSAMPLING] = 0
-        lib.jpeg_start_decompress(cinfo)
-        self._offset[0], self._width[0] = left, box_width
-        lib.jpeg_crop_scanline(cinfo, self._offset, self._width)
-        skip = top - rows * layout[1]
-        if skip:
-            lib.jpeg_skip_scanlines(cinfo, skip)
-        pointers, read, done = self._row_pointers, lib.jpeg_read_scanlines, 0
-        while done < box_height:
-            got = read(cinfo, pointers[done], box_height - done)
-            if not got:
-                break
-            done += got
-        lib.jpeg_abort_decompress(cinfo)
-        if done < box_height:
-            raise ValueError(f"libjpeg-turbo delivered {done} of {box_height} rows")
-        return (left - int(self._offset[0])) * self.pixel_bytes
+            ffi = self._ffi
+            ffi.cast("int *", ffi.cast("char **", self._cinfo + _MARKER_READER)[0])[_NEXT_RESTART_NUM] = rows & 7
+        return self.decode_rows(top=top - rows * layout[1], left=left, box_height=box_height, box_width=box_width)
 
 
 def least_times(variants: dict[str, Callable[[int], Any]], count: int, repeats: int) -> dict[str, float]:

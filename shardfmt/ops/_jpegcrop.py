@@ -171,9 +171,17 @@ class CropDecoder:
         `buffer`, row r at ``r * row_stride``; return the byte offset of the box's first pixel
         (its left edge in row 0). The box must lie inside the image (the caller checked it
         against the record table, which `read_header` agrees with for bytes decoded before)."""
-        ffi, lib, cinfo, words = self._ffi, self._lib, self._cinfo, self._words
-        lib.jpeg_mem_src(cinfo, ffi.from_buffer(data), len(data))
-        lib.jpeg_read_header(cinfo, 1)
+        self.read_header(data)
+        return self.decode_rows(top=top, left=left, box_height=box_height, box_width=box_width)
+
+    def read_header(self, data: Any) -> None:
+        """`decode`'s first step: take `data` and read its headers."""
+        self._lib.jpeg_mem_src(self._cinfo, self._ffi.from_buffer(data), len(data))
+        self._lib.jpeg_read_header(self._cinfo, 1)
+
+    def decode_rows(self, *, top: int, left: int, box_height: int, box_width: int) -> int:
+        """`decode`'s second step, once `read_header` has taken the data."""
+        lib, cinfo, words = self._lib, self._cinfo, self._words
         words[_OUT_COLOR_SPACE] = _COLOR_SPACES[self.pixel_bytes]
         words[_DCT_METHOD] = _JDCT_IFAST
         words[_FANCY_UPSAMPLING] = 0
