@@ -220,6 +220,25 @@ def test_restart_bench_checks_the_pixels_of_every_transcode(tmp_path: Path) -> N
     }
     assert rows["stored JPEG"][-1] == "1.000x"
     assert float(rows["optimised Huffman tables"][-3]) < 1.0  # an optimised table codes these JPEGs in fewer bytes
+    assert "transcoding, CPU ms a JPEG: optimised Huffman tables" in done.stdout
+
+
+@pytest.mark.slow
+def test_restart_bench_refuses_a_progressive_jpeg_by_name(tmp_path: Path) -> None:
+    """libjpeg ends the process on an error, so the tool checks its JPEGs first and names the one
+    it cannot measure."""
+    from PIL import Image
+
+    folder = tmp_path / "src" / "class_a"
+    folder.mkdir(parents=True)
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(folder / "flat.jpg", quality=90, progressive=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tools")]))
+    script = ROOT / "tools" / "bench_jpeg_restarts.py"
+    command = [sys.executable, str(script), "--src", str(tmp_path / "src"), "--repeats", "1", "--work-dir", str(tmp_path / "work")]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 1
+    assert "flat.jpg: not a baseline JPEG" in done.stderr
+
 
 def test_rounds_keep_each_measure_at_its_best() -> None:
     """The later epochs come from the round with the best rate; the first epoch and the first
