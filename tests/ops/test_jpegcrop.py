@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not CropDecoder.available(), reason="libjpeg-tur
 
 
 @pytest.mark.parametrize("pixel_bytes", [3, 4])
-@pytest.mark.parametrize("subsampling", ["444", "422", "420", "Gray"])
+@pytest.mark.parametrize("subsampling", ["444", "422", "420", "440", "411", "Gray"])
 def test_boxes_equal_the_full_fast_decode(subsampling: str, pixel_bytes: int) -> None:
     rng = np.random.default_rng(5)
     decoder = CropDecoder(max_height=300, max_width=300, pixel_bytes=pixel_bytes)
