@@ -258,6 +258,48 @@ def test_rounds_keep_each_measure_at_its_best() -> None:
     assert "best of 1000, 1250" in best.note and "1st epoch best of 1000, 556" in best.note
 
 
+def test_the_median_interval_holds_the_median_with_the_stated_coverage() -> None:
+    """Order statistics: for 24 values the 7th smallest to the 7th largest (97.7%); the coverage
+    stated is the binomial one; and over many draws the interval holds the true median at least
+    as often as it says."""
+    import math
+
+    import bench_loader
+    import numpy as np
+
+    low, middle, high, coverage = bench_loader.median_interval([float(v) for v in range(24, 0, -1)])
+    assert (low, middle, high) == (7.0, 12.5, 18.0)
+    assert coverage == pytest.approx(1 - 2 * sum(math.comb(24, i) for i in range(7)) / 2**24)
+    assert bench_loader.median_interval([3.0]) == (3.0, 3.0, 3.0, 0.0)
+    assert bench_loader.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])[::3] == (1.0, pytest.approx(1 - 2 / 32))
+    rng = np.random.default_rng(0)
+    held = 0
+    for _ in range(2000):  # a skewed spread, whose median is log(2)
+        low, _, high, coverage = bench_loader.median_interval(list(rng.exponential(1.0, 13)))
+        held += low <= math.log(2) <= high
+    assert coverage > 0.95 and held / 2000 > 0.95
+    for values, confidence in (([], 0.95), ([1.0], 1.0), ([1.0], 0.0)):
+        with pytest.raises(ValueError):
+            bench_loader.median_interval(values, confidence)
+
+
+@pytest.mark.slow
+def test_augment_bench_repeats_the_measure_and_states_the_median(tmp_path: Path) -> None:
+    pytest.importorskip("albumentations", reason="the Albumentations contender needs the 'bench' extra")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tools"), os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, str(ROOT / "tools" / "bench_augment.py"), "--images", "24", "--batch-size", "8", "--workers", "1"]
+    command += ["--epochs", "1", "--rounds", "1", "--repeats", "2", "--work-dir", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("ratio ") for line in lines) == 2
+    assert any(line.startswith("ratios in images/s, in order: ") for line in lines)
+    (summary,) = (line for line in lines if line.startswith("median "))
+    assert "interval for the median" in summary and summary.endswith(("target met", "target NOT met"))
+    refused = subprocess.run([*command[:2], "--repeats", "0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--repeats" in refused.stderr
+
+
 @pytest.mark.slow
 def test_outage_bench_counts_one_request_per_attempt() -> None:
     pytest.importorskip("gcsfs", reason="gs:// URLs need gcsfs")

@@ -10,7 +10,14 @@ Albumentations' ``RandomResizedCrop``, ``HorizontalFlip``, ``ColorJitter``, ``Ro
 times, each keeping its best round (`bench_loader.measure_loader`: one warm-up epoch, then the
 timed epochs).
 
+One such measure gives one ratio, and on a shared machine two measures a minute apart can give
+ratios 10% apart. ``--repeats N`` takes N of them and prints their median with an interval that
+holds the true median with at least 95% probability whatever the spread (`median_interval`:
+order statistics, no assumption of a normal spread); the target is met when the whole interval
+lies at or above it.
+
     PYTHONPATH=.:tools python tools/bench_augment.py --images 2000 --work-dir /tmp/bench-augment
+    PYTHONPATH=.:tools python tools/bench_augment.py --images 2000 --work-dir /tmp/bench-augment --repeats 25
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from bench_loader import (
     generate_imagefolder,
     load_source,
     measure_loader,
+    median_interval,
     prepare_converted,
     shutdown_dataloader,
 )
@@ -47,6 +55,8 @@ from shardfmt.ops import ColorJitter, RandomErasing, RandomRotation
 JITTER = (0.4, 0.4, 0.4, 0.1)
 DEGREES = 15.0
 ERASE_P = 0.5
+TARGET = 1.5
+"""The ratio in images/s the augmented loader is to reach."""
 SHARDFMT = "shardfmt + ColorJitter + RandomRotation + RandomErasing"
 ALBUMENTATIONS = "simplejpeg + Albumentations DataLoader, same steps"
 
@@ -120,7 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs per round (default 2)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, each contender in turn; each keeps its best (default 2)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="the whole measure (its rounds) this many times, each giving a ratio; with more than one, their median "
+        "and a 95%% interval for it (default 1)",
+    )
+    parser.add_argument("--target", type=float, default=TARGET, help=f"the ratio to reach (default {TARGET})")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.repeats < 1 or args.epochs < 1:
+        parser.error("--rounds, --repeats and --epochs must be at least 1")
     with tempfile.TemporaryDirectory(prefix="shardfmt-augment-") as scratch:
         work = args.work_dir or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
@@ -128,26 +148,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = load_source(root, work, None if args.src else args.images)
         settings = Settings(batch_size=args.batch_size, workers=args.workers, epochs=args.epochs)
         prepare_converted(source, settings)
-        before = os.getloadavg()[0]
-        best: dict[str, float] = {}
-        cpu: dict[str, float] = {}  # CPU ms an image, the loader's process and its workers
-        for _ in range(args.rounds):
-            for name, opener in ((SHARDFMT, open_shardfmt), (ALBUMENTATIONS, open_albumentations)):
-                result = measure_loader(name, lambda o=opener: o(source, settings), source, settings)  # type: ignore[misc]
-                best[name] = max(best.get(name, 0.0), result.images_per_second)
-                if result.cpu_seconds is not None:
-                    cpu[name] = min(cpu.get(name, float("inf")), result.cpu_seconds / result.images * 1e3)
-        after = os.getloadavg()[0]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
-    print(f"load average (1 min): {before:.2f} before, {after:.2f} after; {len(source.files)} images, best of {args.rounds} rounds")
+        print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
+        ratios = []
+        for repeat in range(args.repeats):
+            if args.repeats > 1:
+                print(f"repeat {repeat + 1} of {args.repeats}")
+            ratios.append(measure_pair(source, settings, args.rounds))
+    if args.repeats > 1:
+        low, middle, high, coverage = median_interval(ratios)
+        below = sum(ratio < args.target for ratio in ratios)
+        print(f"ratios in images/s, in order: {', '.join(f'{ratio:.2f}' for ratio in ratios)}")
+        print(
+            f"median {middle:.3f}x; {coverage:.1%} interval for the median {low:.2f}x to {high:.2f}x; "
+            f"{below} of {len(ratios)} below {args.target}x: target {'met' if low >= args.target else 'NOT met'}"
+        )
+    return 0
+
+
+def measure_pair(source: Source, settings: Settings, rounds: int) -> float:
+    """Both contenders in turn, `rounds` times, each keeping its best; print the rates and
+    return shardfmt's best over Albumentations' best, in images/s."""
+    before = os.getloadavg()[0]
+    best: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # CPU ms an image, the loader's process and its workers
+    for _ in range(rounds):
+        for name, opener in ((SHARDFMT, open_shardfmt), (ALBUMENTATIONS, open_albumentations)):
+            result = measure_loader(name, lambda o=opener: o(source, settings), source, settings)  # type: ignore[misc]
+            best[name] = max(best.get(name, 0.0), result.images_per_second)
+            if result.cpu_seconds is not None:
+                cpu[name] = min(cpu.get(name, float("inf")), result.cpu_seconds / result.images * 1e3)
+    after = os.getloadavg()[0]
+    print(f"load average (1 min): {before:.2f} before, {after:.2f} after; {len(source.files)} images, best of {rounds} rounds")
     for name, rate in best.items():
         print(f"{name:<60} {rate:8.0f} images/s {cpu.get(name, float('nan')):6.2f} CPU ms/image")
-    print(f"{'ratio':<60} {best[SHARDFMT] / best[ALBUMENTATIONS]:8.2f}x", end="")
+    ratio = best[SHARDFMT] / best[ALBUMENTATIONS]
+    print(f"{'ratio':<60} {ratio:8.2f}x", end="")
     if len(cpu) == 2:
         print(f" in images/s, {cpu[ALBUMENTATIONS] / cpu[SHARDFMT]:.2f}x per CPU second")
     else:
         print()
-    return 0
+    return ratio
 
 
 if __name__ == "__main__":

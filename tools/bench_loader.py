@@ -1332,6 +1332,34 @@ def best_of(rounds: list[list[Result]]) -> list[Result]:
     return best
 
 
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, float]:
+    """The median of `values` and an interval that holds the true median with at least
+    `confidence`, whatever the values' distribution: (low, median, high, coverage).
+
+    The interval runs from the k-th smallest value to the k-th largest, k the largest rank for
+    which a Binomial(n, 1/2) count falls below k with probability at most (1 - confidence) / 2:
+    each value lies below the true median with probability 1/2, so the interval misses it with
+    probability 2 P(count < k). `coverage` is that interval's own, 1 - 2 P(count < k). With
+    fewer than 6 values no interval reaches 95%: the whole range is given, with its own coverage.
+
+    Raises:
+        ValueError: no values, or `confidence` outside (0, 1).
+    """
+    if not values:
+        raise ValueError("median_interval needs at least one value")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    ordered, n = sorted(values), len(values)
+    k, tail = 1, 1.0 / 2**n  # the rank reached so far, and P(count < k)
+    while k < (n + 1) // 2:
+        below = tail + math.comb(n, k) / 2**n  # P(count < k + 1)
+        if below > (1.0 - confidence) / 2:
+            break
+        tail, k = below, k + 1
+    middle = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    return ordered[k - 1], middle, ordered[n - k], 1.0 - 2 * tail
+
+
 def measure_scaling(args: argparse.Namespace, source: Source, settings: Settings) -> list[dict[str, Any]]:
     """`SHARDFMT_FAST` at each worker count of ``--scaling`` (each its best of ``--rounds``)
     against the limit of one core's exact-IDCT decode rate times the workers, which is measured
