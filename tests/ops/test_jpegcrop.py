@@ -81,6 +81,42 @@ def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() 
     assert len(packed) > 30 and True in packed and False in packed  # the partial decoder took most boxes, flipped or not
 
 
+def test_a_small_output_takes_three_byte_pixels_straight_into_the_slot() -> None:
+    """Below `WIDE_MIN_PIXELS` the partial decode writes RGB and resizes it into the slot, with
+    no 4-byte pass or pack (they cost more than they save there): the pixels of a whole decode,
+    flipped or not, into a slot's row or a view that is not contiguous."""
+    from shardfmt.ops._decode import WIDE_MIN_PIXELS
+
+    size = (24, 32)
+    assert size[0] * size[1] < WIDE_MIN_PIXELS <= 96 * 128
+    rng = np.random.default_rng(12)
+    partial = ImageDecoder(max_height=120, max_width=120, output_size=size, partial=True)
+    whole = ImageDecoder(max_height=120, max_width=120, output_size=size)
+    assert partial._crop is not None and partial._crop.pixel_bytes == 3 and not hasattr(partial, "_wide_resizer")
+    decoded: list[int] = []
+    crop_decode = partial._crop.decode
+    partial._crop.decode = lambda data, **box: decoded.append(box["box_height"]) or crop_decode(data, **box)  # type: ignore[method-assign]
+    for trial in range(30):
+        height, width = int(rng.integers(8, 120)), int(rng.integers(8, 120))
+        data = simplejpeg.encode_jpeg(make_image(height, width, seed=trial), quality=90, colorsubsampling="420")
+        box_height, box_width = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
+        box = {
+            "height": height, "width": width, "top": int(rng.integers(0, height - box_height + 1)),
+            "left": int(rng.integers(0, width - box_width + 1)), "box_height": box_height, "box_width": box_width,
+        }
+        flip = bool(trial % 2)
+        expected = np.zeros((2, *size, 3), np.uint8)
+        whole.decode_box(data, **box, flip=flip, out=as_target(expected)[1:2])
+        row = np.zeros((2, *size, 3), np.uint8)
+        partial.decode_box(data, **box, flip=flip, out=as_target(row)[1:2], trusted=True)
+        wide = np.zeros((2, *size, 4), np.uint8)
+        partial.decode_box(data, **box, flip=flip, out=as_target(wide[:, :, :, :3])[1:2], trusted=True)
+        np.testing.assert_array_equal(row, expected, err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(wide[:, :, :, :3], expected, err_msg=f"trial {trial}")
+        assert not wide[:, :, :, 3].any()
+    assert len(decoded) > 50  # decoded partially: all but the boxes of twice the output, decoded at 1/2 scale
+
+
 def test_workers_deliver_the_pixels_of_a_whole_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """From the second read of a record on, workers decode only its crop box: the batches are
     the same as those of the in-process loader, which always decodes whole images."""
