@@ -32,7 +32,7 @@ def resized(source: torch.Tensor, size: tuple[int, int], interpolation: str, fli
     return torch.from_numpy(out).permute(2, 0, 1)
 
 
-@pytest.mark.parametrize("size", [(224, 224), (96, 150), (400, 520)])
+@pytest.mark.parametrize("size", [(224, 224), (96, 150), (400, 520), (24, 32)])  # (24, 32): mirrored by torch
 def test_bicubic_equals_torchs_antialiased_uint8_kernel_and_is_close_to_pil(size: tuple[int, int]) -> None:
     assert "bicubic" in INTERPOLATIONS
     source = smooth(300, 397)
