@@ -10,10 +10,10 @@ used, since it averages pixels. The decoder allocates its buffers once. For reco
 trusts (decoded before without error, or checked against their checksum in a dataset the
 converter strictly decoded), a full-scale RGB box is decoded alone (`jpegcrop`); for outputs of
 `WIDE_MIN_PIXELS` or more, as 4-byte pixels (RGBX), resized as such and packed back to RGB in
-the slot: about 40 us a 224x224 box less than 3-byte pixels on the build machine (libjpeg-turbo writes them faster, and torch's resize reads
-them without widening them first), the same values. Their resize reads the box where it lies in
-the decode buffer and runs the horizontal pass on it turned on its side, flipping it on the way
-back (`Resizer.resize_rows`).
+the slot: about 40 us a 224x224 box less than 3-byte pixels on the build machine
+(libjpeg-turbo writes them faster, and torch's resize reads them without widening them first),
+the same values. Their resize reads the box where it lies in the decode buffer and runs the
+horizontal pass on it turned on its side, flipping it on the way back (`Resizer.resize_rows`).
 """
 
 from __future__ import annotations
