@@ -46,6 +46,19 @@ def test_boxes_equal_the_full_fast_decode(subsampling: str, pixel_bytes: int) ->
         CropDecoder(max_height=8, max_width=8, pixel_bytes=2)
 
 
+def jpeg_and_box(rng: np.random.Generator, seed: int, low: int, high: int) -> tuple[bytes, dict[str, int]]:
+    """A 4:2:0 JPEG of a random size in [low, high) on each side, and a random box inside it, as
+    `ImageDecoder.decode_box`'s keywords."""
+    height, width = int(rng.integers(low, high)), int(rng.integers(low, high))
+    data = simplejpeg.encode_jpeg(make_image(height, width, seed=seed), quality=90, colorsubsampling="420")
+    box_height, box_width = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
+    box = {
+        "height": height, "width": width, "top": int(rng.integers(0, height - box_height + 1)),
+        "left": int(rng.integers(0, width - box_width + 1)), "box_height": box_height, "box_width": box_width,
+    }
+    return data, box
+
+
 def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() -> None:
     """`ImageDecoder.decode_box`: a trusted record's box (decoded partially, 4-byte pixels,
     resized, packed to RGB) equals the whole decode's, flipped or not, into a slot's row or
@@ -59,13 +72,7 @@ def test_a_partial_decode_writes_the_pixels_of_a_whole_decode_into_any_target() 
     same = np.zeros((96, 128, 3), np.uint8)
     same_target = as_target(same[None])[0:1]
     for trial in range(30):
-        height, width = int(rng.integers(30, 200)), int(rng.integers(30, 200))
-        data = simplejpeg.encode_jpeg(make_image(height, width, seed=trial), quality=90, colorsubsampling="420")
-        box_height, box_width = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
-        box = {
-            "height": height, "width": width, "top": int(rng.integers(0, height - box_height + 1)),
-            "left": int(rng.integers(0, width - box_width + 1)), "box_height": box_height, "box_width": box_width,
-        }
+        data, box = jpeg_and_box(rng, trial, 30, 200)
         flip = bool(trial % 2)
         expected = np.zeros((2, 96, 128, 3), np.uint8)
         whole.decode_box(data, **box, flip=flip, out=as_target(expected)[1:2])
@@ -97,13 +104,7 @@ def test_a_small_output_takes_three_byte_pixels_straight_into_the_slot() -> None
     crop_decode = partial._crop.decode
     partial._crop.decode = lambda data, **box: decoded.append(box["box_height"]) or crop_decode(data, **box)  # type: ignore[method-assign]
     for trial in range(30):
-        height, width = int(rng.integers(8, 120)), int(rng.integers(8, 120))
-        data = simplejpeg.encode_jpeg(make_image(height, width, seed=trial), quality=90, colorsubsampling="420")
-        box_height, box_width = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
-        box = {
-            "height": height, "width": width, "top": int(rng.integers(0, height - box_height + 1)),
-            "left": int(rng.integers(0, width - box_width + 1)), "box_height": box_height, "box_width": box_width,
-        }
+        data, box = jpeg_and_box(rng, trial, 8, 120)
         flip = bool(trial % 2)
         expected = np.zeros((2, *size, 3), np.uint8)
         whole.decode_box(data, **box, flip=flip, out=as_target(expected)[1:2])
