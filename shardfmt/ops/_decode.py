@@ -100,14 +100,15 @@ class ImageDecoder:
             # them and torch's resize reads them faster; the resized box is packed back to RGB
             # into the slot. Smaller outputs take 3-byte pixels resized straight into the slot.
             self._crop = CropDecoder(max_height=max_height, max_width=max_width, pixel_bytes=4 if self._wide else 3)
-            self._crop_rows = self._crop.buffer.reshape(-1, self._crop.row_stride)  # row r of a decode is row r here
-            self._crop_tensor = torch.from_numpy(self._crop.buffer)
             if self._wide:
+                self._crop_rows = self._crop.buffer.reshape(-1, self._crop.row_stride)  # row r of a decode is row r here
                 self._wide_resizer = Resizer(output_size=output_size, channels=4, interpolation=interpolation)
-            # the last target and its H x W x 3 array (None if not contiguous): a transformed
-            # sample is always decoded into the loader's scratch sample, and making the array
-            # took about 10 us. One only: a loader lets go of a slot's views to unmap it.
-            self._last_target: tuple[torch.Tensor | None, np.ndarray | None] = (None, None)
+                # the last target and its H x W x 3 array (None if not contiguous): a transformed
+                # sample is always decoded into the loader's scratch sample, and making the array
+                # took about 10 us. One only: a loader lets go of a slot's views to unmap it.
+                self._last_target: tuple[torch.Tensor | None, np.ndarray | None] = (None, None)
+            else:
+                self._crop_tensor = torch.from_numpy(self._crop.buffer)
 
     def decode_box(
         self,
